@@ -1,0 +1,171 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// MethodType names a fencing method.
+// +kubebuilder:validation:Enum=IPMI
+type MethodType string
+
+const (
+	// MethodIPMI powers the node off through its BMC over IPMI (bmclib's ipmitool provider) and
+	// confirms by reading the chassis power state back.
+	MethodIPMI MethodType = "IPMI"
+)
+
+// FencingPolicySpec says which nodes a policy covers, when one counts as failed, how it is
+// fenced and what is released once the fence is confirmed.
+// +kubebuilder:validation:XValidation:rule="self.methods.map(m, m.name).all(n, self.methods.filter(m, m.name == n).size() == 1)",message="spec.methods: every method needs a unique name"
+type FencingPolicySpec struct {
+	// NodeSelector picks the nodes this policy covers. Empty selects every node.
+	// +optional
+	NodeSelector metav1.LabelSelector `json:"nodeSelector,omitempty"`
+
+	// Detection says when a node counts as failed.
+	// +optional
+	Detection Detection `json:"detection,omitempty"`
+
+	// Methods is the escalation chain: each method is tried in order until one is confirmed;
+	// a method that fails or times out hands over to the next.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	Methods []Method `json:"methods"`
+
+	// StormGuard stops all automatic fencing when too many of the policy's nodes look failed at
+	// once: then the controller is more likely the one cut off than the nodes.
+	// +optional
+	StormGuard StormGuard `json:"stormGuard,omitempty"`
+
+	// Release says what is released once a fence is confirmed.
+	// +optional
+	Release Release `json:"release,omitempty"`
+
+	// DryRun records and reports every decision but takes no fencing or release step.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
+}
+
+// Detection holds the thresholds of the detectors.
+// +kubebuilder:validation:XValidation:rule="!has(self.leaseTimeout) || duration(self.leaseTimeout) >= duration('2s')",message="spec.detection.leaseTimeout must be at least 2s (the kubelet renews its Lease every 10s by default; 20s or more is safer)"
+// +kubebuilder:validation:XValidation:rule="!has(self.leaseTimeout) || duration(self.leaseTimeout) <= duration('1h')",message="spec.detection.leaseTimeout must be at most 1h"
+type Detection struct {
+	// LeaseTimeout is how long a node's Lease in kube-node-lease may go without renewal before
+	// the node counts as failed. Default 20s.
+	// +optional
+	LeaseTimeout *metav1.Duration `json:"leaseTimeout,omitempty"`
+}
+
+// Method is one step of the escalation chain.
+// +kubebuilder:validation:XValidation:rule="self.type != 'IPMI' || has(self.ipmi)",message="a method of type IPMI needs its ipmi settings (credentialsSecretRef)"
+// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || (duration(self.timeout) >= duration('1s') && duration(self.timeout) <= duration('30m'))",message="a method's timeout must be between 1s and 30m"
+type Method struct {
+	// Name identifies the method in NodeFence records and events.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Type is the kind of fence.
+	Type MethodType `json:"type"`
+
+	// Timeout bounds the method, from its first command to a confirmed fence. Default 60s.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// IPMI configures a method of type IPMI.
+	// +optional
+	IPMI *IPMIMethod `json:"ipmi,omitempty"`
+}
+
+// IPMIMethod configures IPMI power fencing. The BMC address of each node is its annotation
+// palisade.dev/bmc-address ("host" or "host:port"; port 623 by default).
+type IPMIMethod struct {
+	// CredentialsSecretRef names the Secret with keys "username" and "password". A node's
+	// annotation palisade.dev/bmc-secret names another Secret in the same namespace for it.
+	CredentialsSecretRef SecretReference `json:"credentialsSecretRef"`
+
+	// CipherSuite is the IPMI v2.0 cipher suite (ipmitool -C). Default 3.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=17
+	// +optional
+	CipherSuite *int32 `json:"cipherSuite,omitempty"`
+}
+
+// SecretReference names a Secret.
+type SecretReference struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+}
+
+// StormGuard bounds automatic fencing.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxUnhealthy) || type(self.maxUnhealthy) == int ? self.maxUnhealthy >= 0 : self.maxUnhealthy.matches('^(100|[1-9]?[0-9])%$')",message="spec.stormGuard.maxUnhealthy must be a count (0 or more) or a percentage from 0% to 100%"
+type StormGuard struct {
+	// MaxUnhealthy is the most nodes of the policy that may look failed at once (a count, or a
+	// percentage of the policy's nodes, rounded down but at least one) for fencing to go on.
+	// Default "40%".
+	// +kubebuilder:validation:XIntOrString
+	// +optional
+	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
+}
+
+// Release says what a confirmed fence releases. Every field defaults to true.
+type Release struct {
+	// OutOfServiceTaint adds node.kubernetes.io/out-of-service=nodeshutdown:NoExecute.
+	// +optional
+	OutOfServiceTaint *bool `json:"outOfServiceTaint,omitempty"`
+	// DeletePods force-deletes the pods still bound to the node (those that tolerate the
+	// out-of-service taint are left alone, as Kubernetes does).
+	// +optional
+	DeletePods *bool `json:"deletePods,omitempty"`
+	// ReleaseAttachments deletes the node's VolumeAttachments.
+	// +optional
+	ReleaseAttachments *bool `json:"releaseAttachments,omitempty"`
+}
+
+// FencingPolicyStatus reports what the policy sees.
+type FencingPolicyStatus struct {
+	// ObservedGeneration is the generation last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Nodes is how many nodes the policy covers.
+	// +optional
+	Nodes int32 `json:"nodes"`
+	// UnhealthyNodes is how many of them look failed now.
+	// +optional
+	UnhealthyNodes int32 `json:"unhealthyNodes"`
+	// Conditions: Ready, StormGuardActive.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FencingPolicy selects nodes and says how Palisade fences them.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=fp
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Unhealthy",type=integer,JSONPath=`.status.unhealthyNodes`
+// +kubebuilder:printcolumn:name="Methods",type=string,JSONPath=`.spec.methods[*].name`
+// +kubebuilder:printcolumn:name="Dry-Run",type=boolean,JSONPath=`.spec.dryRun`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type FencingPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FencingPolicySpec   `json:"spec"`
+	Status FencingPolicyStatus `json:"status,omitempty"`
+}
+
+// FencingPolicyList is a list of FencingPolicy.
+// +kubebuilder:object:root=true
+type FencingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FencingPolicy `json:"items"`
+}

@@ -1,0 +1,23 @@
+package v1alpha1
+
+// Well-known annotations, labels, taints and finalizers.
+const (
+	// AnnotationFenceRequest on a Node asks for that node to be fenced; its value is the reason,
+	// a short printable text (1 to 256 characters).
+	AnnotationFenceRequest = "palisade.dev/fence-request"
+	// AnnotationBMCAddress on a Node gives its BMC's address, "host" or "host:port".
+	AnnotationBMCAddress = "palisade.dev/bmc-address"
+	// AnnotationBMCSecret on a Node names a Secret (in the controller's namespace) holding the
+	// BMC's "username" and "password", overriding the policy's credentialsSecretRef.
+	AnnotationBMCSecret = "palisade.dev/bmc-secret"
+	// LabelNode on a NodeFence names the node it fences.
+	LabelNode = "palisade.dev/node"
+
+	// TaintOutOfService is the KEP-2268 taint that lets Kubernetes release a shut-down node.
+	TaintOutOfService = "node.kubernetes.io/out-of-service"
+	// TaintOutOfServiceValue is the value Kubernetes documents for TaintOutOfService.
+	TaintOutOfServiceValue = "nodeshutdown"
+
+	// NodeFenceFinalizer keeps a NodeFence until its release has been undone or handed over.
+	NodeFenceFinalizer = "fencing.palisade.dev/nodefence"
+)

@@ -1,0 +1,174 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Trigger says why a NodeFence exists.
+// +kubebuilder:validation:Enum=Detected;Manual
+type Trigger string
+
+const (
+	// TriggerDetected: a detector found the node failed.
+	TriggerDetected Trigger = "Detected"
+	// TriggerManual: someone asked through the palisade.dev/fence-request annotation.
+	TriggerManual Trigger = "Manual"
+)
+
+// NodeFenceSpec is fixed when the fence is created: the policy's methods and release settings
+// are copied in, so a policy edited during a fence does not change it half-way.
+type NodeFenceSpec struct {
+	// NodeName is the node being fenced.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.nodeName cannot be changed"
+	NodeName string `json:"nodeName"`
+	// PolicyName is the FencingPolicy that covered the node when the fence was created.
+	// +optional
+	PolicyName string `json:"policyName,omitempty"`
+	// Trigger says whether a detector or a person asked.
+	Trigger Trigger `json:"trigger"`
+	// Reason is the detector's finding or the requester's text.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// RequestedBy is who asked for a manual fence, where known (the field manager that set the
+	// annotation).
+	// +optional
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// Methods is the escalation chain, copied from the policy.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=atomic
+	Methods []Method `json:"methods"`
+	// Release is copied from the policy.
+	// +optional
+	Release Release `json:"release,omitempty"`
+	// DryRun records decisions without taking any step.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
+}
+
+// Phase is where a fence stands.
+// +kubebuilder:validation:Enum=Pending;Fencing;Fenced;Releasing;Released;Failed;Cancelled
+type Phase string
+
+const (
+	PhasePending   Phase = "Pending"   // created, no step taken yet
+	PhaseFencing   Phase = "Fencing"   // a method is running or being confirmed
+	PhaseFenced    Phase = "Fenced"    // a method is confirmed by read-back
+	PhaseReleasing Phase = "Releasing" // taint, pods and attachments are being released
+	PhaseReleased  Phase = "Released"  // done: the node's workload may run elsewhere
+	PhaseFailed    Phase = "Failed"    // every method failed; nothing was released
+	PhaseCancelled Phase = "Cancelled" // the node came back before any step was taken
+)
+
+// StepName names one step of a fence.
+type StepName string
+
+const (
+	StepPowerOff           StepName = "PowerOff"           // send the power-off command
+	StepConfirmOff         StepName = "ConfirmOff"         // read the power state back until Off
+	StepTaint              StepName = "Taint"              // add the out-of-service taint
+	StepDeletePods         StepName = "DeletePods"         // force-delete the pods bound to the node
+	StepReleaseAttachments StepName = "ReleaseAttachments" // delete the node's VolumeAttachments
+)
+
+// StepState is the state of one step.
+type StepState string
+
+const (
+	StepStarted   StepState = "Started"
+	StepSucceeded StepState = "Succeeded"
+	StepFailed    StepState = "Failed"
+)
+
+// Step is one entry of a fence's timeline. A step is recorded as Started before it is taken;
+// a controller that finds a Started step after a restart takes it again (every step is
+// idempotent) and never moves past a step that has not Succeeded.
+type Step struct {
+	Name StepName `json:"name"`
+	// Method is the fencing method, for PowerOff and ConfirmOff.
+	// +optional
+	Method string    `json:"method,omitempty"`
+	State  StepState `json:"state"`
+	// Attempts counts how often the step was taken.
+	// +optional
+	Attempts  int32       `json:"attempts,omitempty"`
+	StartTime metav1.Time `json:"startTime"`
+	// +optional
+	EndTime *metav1.Time `json:"endTime,omitempty"`
+	// Message says what happened, for people.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// NodeFenceStatus is the durable record of a fence.
+type NodeFenceStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase is where the fence stands.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Method is the method running now, or the one that confirmed the fence.
+	// +optional
+	Method string `json:"method,omitempty"`
+	// MethodStartTime is when the current method began; its timeout counts from here.
+	// +optional
+	MethodStartTime *metav1.Time `json:"methodStartTime,omitempty"`
+	// BootID is the node's boot ID when the fence began; a different one later proves a reboot.
+	// +optional
+	BootID string `json:"bootID,omitempty"`
+	// FencedTime is when the fence was confirmed.
+	// +optional
+	FencedTime *metav1.Time `json:"fencedTime,omitempty"`
+	// ReleasedTime is when the last release step finished.
+	// +optional
+	ReleasedTime *metav1.Time `json:"releasedTime,omitempty"`
+	// PodsDeleted counts the pods force-deleted.
+	// +optional
+	PodsDeleted int32 `json:"podsDeleted,omitempty"`
+	// AttachmentsReleased counts the VolumeAttachments deleted.
+	// +optional
+	AttachmentsReleased int32 `json:"attachmentsReleased,omitempty"`
+	// Steps is the timeline, oldest first.
+	// +optional
+	// +listType=atomic
+	Steps []Step `json:"steps,omitempty"`
+	// Conditions: Fenced, Released.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeFence records the fencing of one node, step by step.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=nf
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Method",type=string,JSONPath=`.status.method`
+// +kubebuilder:printcolumn:name="Trigger",type=string,JSONPath=`.spec.trigger`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeFence struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodeFenceSpec   `json:"spec"`
+	Status NodeFenceStatus `json:"status,omitempty"`
+}
+
+// NodeFenceList is a list of NodeFence.
+// +kubebuilder:object:root=true
+type NodeFenceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeFence `json:"items"`
+}
+
+// Condition types and reasons on NodeFence and FencingPolicy.
+const (
+	ConditionFenced           = "Fenced"
+	ConditionReleased         = "Released"
+	ConditionStormGuardActive = "StormGuardActive"
+)
