@@ -48,7 +48,7 @@ type NodeFenceSpec struct {
 }
 
 // Phase is where a fence stands.
-// +kubebuilder:validation:Enum=Pending;Fencing;Fenced;Releasing;Released;Failed;Cancelled
+// +kubebuilder:validation:Enum=Pending;Fencing;Fenced;Releasing;Released;Failed
 type Phase string
 
 const (
@@ -58,7 +58,6 @@ const (
 	PhaseReleasing Phase = "Releasing" // taint, pods and attachments are being released
 	PhaseReleased  Phase = "Released"  // done: the node's workload may run elsewhere
 	PhaseFailed    Phase = "Failed"    // every method failed; nothing was released
-	PhaseCancelled Phase = "Cancelled" // the node came back before any step was taken
 )
 
 // StepName names one step of a fence.
@@ -96,6 +95,9 @@ type Step struct {
 	StartTime metav1.Time `json:"startTime"`
 	// +optional
 	EndTime *metav1.Time `json:"endTime,omitempty"`
+	// Reason is a CamelCase word for a failed or retrying step (BMCUnreachable, PowerStillOn…).
+	// +optional
+	Reason string `json:"reason,omitempty"`
 	// Message says what happened, for people.
 	// +optional
 	Message string `json:"message,omitempty"`

@@ -1,0 +1,8 @@
+// Package attach breaks the RWO attachments of a node whose fence is confirmed: it deletes the
+// node's VolumeAttachments so that the attach-detach controller can attach the volumes to the
+// replacement pod's node without its 6-minute wait. An attachment held by the CSI
+// external-attacher's finalizer is left to the attacher (it calls ControllerUnpublishVolume, which
+// is safe now that the node is off) until the attacher reports a detach error or ForceAfter has
+// passed; then the finalizer is removed, as the attacher itself does once a volume is detached.
+// Callers must only call Release for a node whose fence is confirmed (invariant 1).
+package attach

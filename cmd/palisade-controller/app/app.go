@@ -1,0 +1,109 @@
+package app
+
+import (
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"palisade.dev/palisade/attach"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/fencing"
+	"palisade.dev/palisade/providers"
+)
+
+// Options configure the controller.
+type Options struct {
+	MetricsAddr        string // "0" disables
+	ProbeAddr          string // "0" disables
+	LeaderElection     bool
+	LeaderElectionNS   string
+	LeaseDuration      time.Duration
+	RenewDeadline      time.Duration
+	RetryPeriod        time.Duration
+	AttachmentForceAge time.Duration
+	// Fencers holds the provider for each method type.
+	Fencers map[v1alpha1.MethodType]providers.PowerFencer
+	// AfterRecord is passed to the NodeFence reconciler (fault injection in tests).
+	AfterRecord func(*v1alpha1.NodeFence) bool
+}
+
+// Scheme holds the kinds the controller uses.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewManager builds the manager with every reconciler registered.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, fmt.Errorf("building scheme: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              "palisade-controller.fencing.palisade.dev",
+		LeaderElectionNamespace:       o.LeaderElectionNS,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 durationOrNil(o.LeaseDuration),
+		RenewDeadline:                 durationOrNil(o.RenewDeadline),
+		RetryPeriod:                   durationOrNil(o.RetryPeriod),
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lease.Namespace: {}}},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := setup(mgr, o); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+func setup(mgr ctrl.Manager, o Options) error {
+	c, reader := mgr.GetClient(), mgr.GetAPIReader()
+	rec := mgr.GetEventRecorder("palisade-controller")
+	if err := (&fencing.NodeReconciler{Client: c, Recorder: rec}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up node controller: %w", err)
+	}
+	if err := (&fencing.PolicyReconciler{Client: c, Recorder: rec}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up policy controller: %w", err)
+	}
+	nf := &fencing.NodeFenceReconciler{
+		Client: c, APIReader: reader, Recorder: rec, Fencers: o.Fencers,
+		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
+	}
+	if err := nf.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up nodefence controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	return mgr.AddReadyzCheck("readyz", healthz.Ping)
+}
+
+func durationOrNil(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
+}

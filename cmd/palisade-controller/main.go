@@ -1,0 +1,80 @@
+// Command palisade-controller runs Palisade's fencing controller: it watches node Leases and
+// fence requests, fences failed nodes through the methods of their FencingPolicy, confirms the
+// fence, and only then releases the node's pods and volume attachments.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-logr/zapr"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"palisade.dev/palisade/cmd/palisade-controller/app"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/fencing"
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/ipmi"
+	providermetrics "palisade.dev/palisade/providers/metrics"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "palisade-controller:", err)
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	opts            app.Options
+	ipmitool        string
+	providerTimeout time.Duration
+	verbosity       int
+}
+
+func parseFlags() flags {
+	var f flags
+	flag.StringVar(&f.opts.MetricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
+	flag.StringVar(&f.opts.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.BoolVar(&f.opts.LeaderElection, "leader-elect", true, "elect one active controller among replicas")
+	flag.StringVar(&f.opts.LeaderElectionNS, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader-election Lease (default: the pod's)")
+	flag.DurationVar(&f.opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "leader-election lease duration")
+	flag.DurationVar(&f.opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "leader-election renew deadline")
+	flag.DurationVar(&f.opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "leader-election retry period")
+	flag.DurationVar(&f.opts.AttachmentForceAge, "attachment-force-after", 30*time.Second, "how long a deleted VolumeAttachment of a fenced node may wait for its CSI attacher before its finalizer is removed")
+	flag.StringVar(&f.ipmitool, "ipmitool", "ipmitool", "path of the ipmitool binary")
+	flag.DurationVar(&f.providerTimeout, "provider-call-timeout", 15*time.Second, "timeout of one call to a BMC")
+	flag.IntVar(&f.verbosity, "v", 0, "log verbosity (0: info; higher: debug)")
+	flag.Parse()
+	return f
+}
+
+func run() error {
+	f := parseFlags()
+	cfg := zap.NewProductionConfig() // JSON to stderr
+	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-f.verbosity))
+	zl, err := cfg.Build()
+	if err != nil {
+		return fmt.Errorf("building logger: %w", err)
+	}
+	log := zapr.NewLogger(zl)
+	ctrl.SetLogger(log)
+
+	fencing.RegisterMetrics(crmetrics.Registry)
+	providermetrics.Register(crmetrics.Registry)
+	f.opts.Fencers = map[v1alpha1.MethodType]providers.PowerFencer{
+		v1alpha1.MethodIPMI: providermetrics.Decorate(ipmi.New(ipmi.WithIpmitoolPath(f.ipmitool), ipmi.WithTimeout(f.providerTimeout), ipmi.WithLogger(log.WithName("ipmi")))),
+	}
+	mgr, err := app.NewManager(ctrl.GetConfigOrDie(), f.opts)
+	if err != nil {
+		return err
+	}
+	ctx := ctrl.SetupSignalHandler()
+	log.Info("starting palisade-controller", "leaderElection", f.opts.LeaderElection)
+	return mgr.Start(ctx)
+}

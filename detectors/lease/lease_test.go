@@ -1,0 +1,61 @@
+package lease
+
+import (
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"palisade.dev/palisade/detectors"
+)
+
+func TestObserve(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) *metav1.MicroTime { m := metav1.NewMicroTime(now.Add(-d)); return &m }
+	node := func(heartbeat time.Duration) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
+		if heartbeat >= 0 {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, LastHeartbeatTime: metav1.NewTime(now.Add(-heartbeat))}}
+		}
+		return n
+	}
+	lease := func(age time.Duration) *coordinationv1.Lease {
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: ago(age)}}
+	}
+	tests := []struct {
+		name  string
+		node  *corev1.Node
+		lease *coordinationv1.Lease
+		want  detectors.Verdict
+	}{
+		{"fresh lease", node(time.Hour), lease(time.Second), detectors.Healthy},
+		{"lease past half the timeout", node(time.Hour), lease(6 * time.Second), detectors.Suspect},
+		{"lease past the timeout", node(0), lease(11 * time.Second), detectors.Dead},
+		{"lease wins over a fresh heartbeat", node(0), lease(30 * time.Second), detectors.Dead},
+		{"no lease, fresh heartbeat", node(time.Second), nil, detectors.Healthy},
+		{"no lease, stale heartbeat", node(time.Minute), nil, detectors.Dead},
+		{"no signal at all on an old node", node(-1), nil, detectors.Dead},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Observe(tt.node, tt.lease, 10*time.Second, now)
+			if got.Verdict != tt.want {
+				t.Errorf("verdict = %s, want %s (reason %q)", got.Verdict, tt.want, got.Reason)
+			}
+			if got.Reason == "" {
+				t.Error("empty reason")
+			}
+		})
+	}
+}
+
+func TestObserveDeadline(t *testing.T) {
+	now := time.Now()
+	renew := metav1.NewMicroTime(now.Add(-3 * time.Second))
+	got := Observe(&corev1.Node{}, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, 10*time.Second, now)
+	if want := renew.Add(10 * time.Second); !got.Deadline.Equal(want) {
+		t.Errorf("deadline = %s, want %s", got.Deadline, want)
+	}
+}

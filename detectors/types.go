@@ -1,0 +1,36 @@
+package detectors
+
+import "time"
+
+// Verdict is what the detectors conclude about a node.
+type Verdict string
+
+const (
+	// Healthy: fresh signals.
+	Healthy Verdict = "Healthy"
+	// Suspect: signals are late but not yet past the policy's threshold.
+	Suspect Verdict = "Suspect"
+	// KubeletDown: the node and its agent are alive, the kubelet is not.
+	KubeletDown Verdict = "KubeletDown"
+	// Partitioned: the node is alive but cut off from the control plane.
+	Partitioned Verdict = "Partitioned"
+	// Dead: no fresh signal on any path the controller has.
+	Dead Verdict = "Dead"
+)
+
+// Failed says whether the verdict calls for a fence.
+func (v Verdict) Failed() bool { return v == Dead || v == Partitioned || v == KubeletDown }
+
+// Observation is one detector's view of one node at one moment.
+type Observation struct {
+	Node    string
+	Verdict Verdict
+	// LastSeen is the time of the freshest signal.
+	LastSeen time.Time
+	// Age is how old that signal was when observed.
+	Age time.Duration
+	// Deadline is when a Healthy or Suspect node turns failed if nothing new arrives.
+	Deadline time.Time
+	// Reason says why, for events and records.
+	Reason string
+}

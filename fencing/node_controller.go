@@ -1,0 +1,177 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/lease"
+)
+
+// stormRecheck is how often a node held back by the storm guard is looked at again.
+const stormRecheck = 5 * time.Second
+
+// NodeReconciler decides whether a node is to be fenced: a valid manual request, or a failed
+// verdict from the detectors under a policy whose storm guard allows it. It creates the
+// NodeFence (named after the node) and leaves the rest to NodeFenceReconciler.
+type NodeReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	Now      func() time.Time
+}
+
+// SetupWithManager watches Nodes, their Leases, policies and NodeFences.
+func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
+	})
+	leaseToNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if o.GetNamespace() != lease.Namespace {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).Named("node").
+		For(&corev1.Node{}).
+		Watches(&coordinationv1.Lease{}, leaseToNode).
+		Watches(&v1alpha1.NodeFence{}, byName).
+		Watches(&v1alpha1.FencingPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes)).
+		Complete(r)
+}
+
+// Reconcile looks at one node.
+func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Node", klog.KObj(node)))
+	existing := &v1alpha1.NodeFence{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, existing)
+	if err == nil {
+		return ctrl.Result{}, nil // the fence is under way or done: NodeFenceReconciler owns it
+	}
+	if !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	policy, err := policyFor(ctx, r.Client, node)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if done, err := r.manualRequest(ctx, node, policy); done || err != nil {
+		return ctrl.Result{}, err
+	}
+	if policy == nil {
+		return ctrl.Result{}, nil
+	}
+	return r.detect(ctx, node, policy)
+}
+
+// manualRequest handles the fence-request annotation; done says a fence was created.
+func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy) (bool, error) {
+	reason, present, err := parseFenceRequest(node)
+	if !present {
+		return false, nil
+	}
+	if err != nil {
+		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonInvalidFenceRequest, "FenceRequest",
+			"fence request ignored: %v", err)
+		return false, nil
+	}
+	if p == nil {
+		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonNoPolicy, "FenceRequest",
+			"fence request ignored: no FencingPolicy selects node %s, so there is no fencing method for it", node.Name)
+		return false, nil
+	}
+	nf := newNodeFence(node, p, v1alpha1.TriggerManual, reason)
+	nf.Spec.RequestedBy = requester(node)
+	return true, r.create(ctx, node, nf, fmt.Sprintf("manual fence requested by %s: %s", orUnknown(nf.Spec.RequestedBy), reason))
+}
+
+// detect fences a node whose verdict is failed, unless the storm guard holds.
+func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy) (ctrl.Result, error) {
+	now := r.now()
+	obs, err := observe(ctx, r.Client, node, p, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !obs.Verdict.Failed() {
+		// Look again the moment the node would turn failed if nothing new arrives.
+		return ctrl.Result{RequeueAfter: obs.Deadline.Sub(now) + 50*time.Millisecond}, nil
+	}
+	h, err := policyHealth(ctx, r.Client, p, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if h.Blocked() {
+		msg := fmt.Sprintf("not fencing node %s (%s): %d of %d nodes of policy %s look failed, more than the storm guard's %d; the controller may be the one cut off",
+			node.Name, obs.Reason, h.Unhealthy, h.Nodes, p.Name, h.MaxUnhealthy)
+		r.Recorder.Eventf(node, p, corev1.EventTypeWarning, ReasonStormGuard, "Detect", msg)
+		ctrl.LoggerFrom(ctx).Info("storm guard holds", "unhealthy", h.Unhealthy, "nodes", h.Nodes, "maxUnhealthy", h.MaxUnhealthy)
+		return ctrl.Result{RequeueAfter: stormRecheck}, nil
+	}
+	nf := newNodeFence(node, p, v1alpha1.TriggerDetected, fmt.Sprintf("%s: %s", obs.Verdict, obs.Reason))
+	return ctrl.Result{}, r.create(ctx, node, nf, "node failed: "+nf.Spec.Reason)
+}
+
+func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, why string) error {
+	if err := r.Client.Create(ctx, nf); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("creating NodeFence for node %s: %w", node.Name, err)
+	}
+	fencesCreated.WithLabelValues(string(nf.Spec.Trigger)).Inc()
+	ctrl.LoggerFrom(ctx).Info("fence created", "trigger", nf.Spec.Trigger, "reason", nf.Spec.Reason, "policy", nf.Spec.PolicyName)
+	r.Recorder.Eventf(node, nf, corev1.EventTypeWarning, ReasonFenceCreated, "Detect", "%s; fencing with %s (policy %s)", why, methodNames(nf), nf.Spec.PolicyName)
+	r.Recorder.Eventf(nf, node, corev1.EventTypeNormal, ReasonFenceCreated, "Detect", "%s; fencing with %s (policy %s)", why, methodNames(nf), nf.Spec.PolicyName)
+	return nil
+}
+
+func newNodeFence(node *corev1.Node, p *v1alpha1.FencingPolicy, trigger v1alpha1.Trigger, reason string) *v1alpha1.NodeFence {
+	return &v1alpha1.NodeFence{
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: map[string]string{v1alpha1.LabelNode: node.Name}},
+		Spec: v1alpha1.NodeFenceSpec{
+			NodeName: node.Name, PolicyName: p.Name, Trigger: trigger, Reason: reason,
+			Methods: p.Spec.Methods, Release: p.Spec.Release, DryRun: p.Spec.DryRun,
+		},
+	}
+}
+
+func (r *NodeReconciler) allNodes(ctx context.Context, _ client.Object) []reconcile.Request {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(nodes.Items))
+	for _, n := range nodes.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: n.Name}})
+	}
+	return reqs
+}
+
+func (r *NodeReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown client"
+	}
+	return s
+}

@@ -1,0 +1,235 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"palisade.dev/palisade/attach"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
+
+// maxStepsPerReconcile bounds how many steps one reconcile may take back to back.
+const maxStepsPerReconcile = 16
+
+// NodeFenceReconciler walks a NodeFence through its steps.
+type NodeFenceReconciler struct {
+	// Client reads NodeFences and Nodes (cached) and writes.
+	Client client.Client
+	// APIReader reads pods, Secrets and VolumeAttachments straight from the API server.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Fencers holds one provider per method type (wired in cmd/).
+	Fencers map[v1alpha1.MethodType]providers.PowerFencer
+	// Attachments releases a node's VolumeAttachments.
+	Attachments *attach.Releaser
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// AfterRecord, when set, is called after each step record is persisted and before the
+	// step is taken; returning false stops the reconcile there. Tests use it to kill a
+	// controller between two steps.
+	AfterRecord func(nf *v1alpha1.NodeFence) bool
+}
+
+// outcome is what taking a step produced.
+type outcome struct {
+	state   v1alpha1.StepState // Started: not done yet, take it again after retry
+	reason  string
+	message string
+	retry   time.Duration
+}
+
+func done(format string, args ...any) outcome {
+	return outcome{state: v1alpha1.StepSucceeded, message: fmt.Sprintf(format, args...)}
+}
+
+func failed(reason, format string, args ...any) outcome {
+	return outcome{state: v1alpha1.StepFailed, reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+func pending(retry time.Duration, reason, format string, args ...any) outcome {
+	return outcome{state: v1alpha1.StepStarted, reason: reason, retry: retry, message: fmt.Sprintf(format, args...)}
+}
+
+// SetupWithManager registers the reconciler.
+func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.NodeFence{}).Named("nodefence").Complete(r)
+}
+
+// Reconcile takes the fence's next steps until one blocks.
+func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	nf := &v1alpha1.NodeFence{}
+	if err := r.Client.Get(ctx, req.NamespacedName, nf); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("Node", klog.KRef("", nf.Spec.NodeName))
+	ctx = ctrl.LoggerInto(ctx, log)
+	if nf.Spec.DryRun {
+		return ctrl.Result{}, r.recordDryRun(ctx, nf)
+	}
+	for range maxStepsPerReconcile {
+		res, more, err := r.advance(ctx, nf)
+		if err != nil || !more {
+			return res, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+}
+
+// advance performs the planner's next action; more says whether to go on at once.
+func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFence) (ctrl.Result, bool, error) {
+	a := plan(nf)
+	switch a.kind {
+	case actNone:
+		return ctrl.Result{}, false, nil
+	case actFinish:
+		recordFinish(nf, r.now())
+		fencesEnded.WithLabelValues(string(v1alpha1.PhaseReleased)).Inc()
+		r.event(ctx, nf, corev1.EventTypeNormal, ReasonReleased, "node %s released: %d pods deleted, %d attachments released",
+			nf.Spec.NodeName, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased)
+		return ctrl.Result{}, false, r.saveStatus(ctx, nf)
+	case actFail:
+		last := lastStep(nf)
+		fencesEnded.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
+		recordFailure(nf, last.Reason, fmt.Sprintf("every fencing method failed; last: %s: %s", last.Method, last.Message))
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonFenceFailed, "fencing node %s failed, nothing released: %s", nf.Spec.NodeName, last.Message)
+		return ctrl.Result{}, false, r.saveStatus(ctx, nf)
+	case actStart:
+		if len(nf.Status.Steps) == 0 {
+			nf.Status.BootID = r.bootID(ctx, nf.Spec.NodeName)
+		}
+		recordStart(nf, a, r.now())
+		if err := r.saveStatus(ctx, nf); err != nil {
+			return ctrl.Result{}, false, err
+		}
+	}
+	if r.AfterRecord != nil && !r.AfterRecord(nf) {
+		return ctrl.Result{}, false, nil
+	}
+	return r.takeAndRecord(ctx, nf, a)
+}
+
+// takeAndRecord takes the last recorded step and records its outcome.
+func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.NodeFence, a action) (ctrl.Result, bool, error) {
+	step := lastStep(nf)
+	step.Attempts++
+	out := r.take(ctx, nf, a)
+	if out.state == v1alpha1.StepStarted {
+		step.Reason, step.Message = out.reason, out.message
+		if step.Attempts == 1 || step.Attempts%10 == 0 {
+			r.event(ctx, nf, corev1.EventTypeNormal, ReasonStepRetrying, "%s: %s", step.Name, out.message)
+		}
+		return ctrl.Result{RequeueAfter: out.retry}, false, r.saveStatus(ctx, nf)
+	}
+	step.Reason = out.reason
+	recordEnd(nf, out.state, out.message, r.now())
+	r.eventForEnd(ctx, nf, step)
+	if err := r.saveStatus(ctx, nf); err != nil {
+		return ctrl.Result{}, false, err
+	}
+	return ctrl.Result{}, true, nil
+}
+
+func (r *NodeFenceReconciler) eventForEnd(ctx context.Context, nf *v1alpha1.NodeFence, s *v1alpha1.Step) {
+	switch {
+	case s.State == v1alpha1.StepFailed:
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonMethodFailed, "method %s failed at %s (%s): %s", s.Method, s.Name, s.Reason, s.Message)
+	case s.Name == v1alpha1.StepConfirmOff:
+		r.event(ctx, nf, corev1.EventTypeNormal, ReasonFenceConfirmed, "node %s fenced by %s: %s", nf.Spec.NodeName, s.Method, s.Message)
+	default:
+		r.event(ctx, nf, corev1.EventTypeNormal, ReasonStepSucceeded, "%s: %s", s.Name, s.Message)
+	}
+}
+
+// take dispatches one step. Release steps refuse to act without a confirmed fence.
+func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, a action) outcome {
+	if isReleaseStep(a.step) && !confirmed(nf) {
+		return failed(ReasonNotConfirmed, "refusing to %s: the record holds no confirmed fence", a.step)
+	}
+	switch a.step {
+	case v1alpha1.StepPowerOff:
+		return r.powerOff(ctx, nf, a.method)
+	case v1alpha1.StepConfirmOff:
+		return r.confirmOff(ctx, nf, a.method)
+	case v1alpha1.StepTaint:
+		return r.taint(ctx, nf)
+	case v1alpha1.StepDeletePods:
+		return r.deletePods(ctx, nf)
+	case v1alpha1.StepReleaseAttachments:
+		return r.releaseAttachments(ctx, nf)
+	}
+	return failed("UnknownStep", "unknown step %q", a.step)
+}
+
+func (r *NodeFenceReconciler) recordDryRun(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	if nf.Status.Phase == v1alpha1.PhasePending {
+		return nil
+	}
+	nf.Status.Phase = v1alpha1.PhasePending
+	setCondition(nf, v1alpha1.ConditionFenced, "False", ReasonDryRun,
+		fmt.Sprintf("dry run: would fence with %s and release as the policy says; no step taken", methodNames(nf)))
+	r.event(ctx, nf, corev1.EventTypeNormal, ReasonDryRun, "dry run: would fence node %s with %s", nf.Spec.NodeName, methodNames(nf))
+	return r.saveStatus(ctx, nf)
+}
+
+// saveStatus persists the record; a conflict means another writer moved it, so start over.
+func (r *NodeFenceReconciler) saveStatus(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	nf.Status.ObservedGeneration = nf.Generation
+	if err := r.Client.Status().Update(ctx, nf); err != nil {
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("recording fence of node %s (will re-read): %w", nf.Spec.NodeName, err)
+		}
+		return fmt.Errorf("recording fence of node %s: %w", nf.Spec.NodeName, err)
+	}
+	return nil
+}
+
+// event records an event on the NodeFence and, for the milestones, on its Node too.
+func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
+	if r.Recorder == nil {
+		return
+	}
+	r.Recorder.Eventf(nf, nil, typ, reason, "Fence", format, args...)
+	switch reason {
+	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased:
+		node := &corev1.Node{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err == nil {
+			r.Recorder.Eventf(node, nf, typ, reason, "Fence", format, args...)
+		}
+	}
+}
+
+// bootID is the node's boot ID now, "" when unknown.
+func (r *NodeFenceReconciler) bootID(ctx context.Context, name string) string {
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return ""
+	}
+	return node.Status.NodeInfo.BootID
+}
+
+func (r *NodeFenceReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func methodNames(nf *v1alpha1.NodeFence) string {
+	s := ""
+	for i, m := range nf.Spec.Methods {
+		if i > 0 {
+			s += ", then "
+		}
+		s += m.Name
+	}
+	return s
+}

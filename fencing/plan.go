@@ -1,0 +1,139 @@
+package fencing
+
+import (
+	"time"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// DefaultMethodTimeout bounds a method without its own timeout.
+const DefaultMethodTimeout = 60 * time.Second
+
+// actionKind is what the planner asks the reconciler to do next.
+type actionKind int
+
+const (
+	// actStart records a new step as Started, then takes it.
+	actStart actionKind = iota
+	// actResume takes the last step again: it was recorded but not finished (a restart, or a
+	// step that is still in progress).
+	actResume
+	// actFail ends the fence as Failed: every method failed, nothing is released.
+	actFail
+	// actFinish ends the fence as Released.
+	actFinish
+	// actNone: the fence is over.
+	actNone
+)
+
+// action is the planner's answer: a kind, and for actStart the step to record.
+type action struct {
+	kind   actionKind
+	step   v1alpha1.StepName
+	method int // index into spec.methods of the current method
+}
+
+// plan decides the next action from the record alone. It is pure: same record, same answer.
+func plan(nf *v1alpha1.NodeFence) action {
+	switch nf.Status.Phase {
+	case v1alpha1.PhaseReleased, v1alpha1.PhaseFailed:
+		return action{kind: actNone}
+	}
+	steps := nf.Status.Steps
+	if len(steps) == 0 {
+		return action{kind: actStart, step: v1alpha1.StepPowerOff, method: 0}
+	}
+	last := steps[len(steps)-1]
+	method := methodIndex(nf, last.Method)
+	switch last.State {
+	case v1alpha1.StepStarted:
+		return action{kind: actResume, step: last.Name, method: method}
+	case v1alpha1.StepFailed:
+		if isFenceStep(last.Name) && method+1 < len(nf.Spec.Methods) {
+			return action{kind: actStart, step: v1alpha1.StepPowerOff, method: method + 1}
+		}
+		return action{kind: actFail}
+	}
+	next, ok := nextStep(nf, last.Name)
+	if !ok {
+		return action{kind: actFinish}
+	}
+	return action{kind: actStart, step: next, method: method}
+}
+
+// sequence is the order of steps after PowerOff for one method.
+var sequence = []v1alpha1.StepName{
+	v1alpha1.StepPowerOff,
+	v1alpha1.StepConfirmOff,
+	v1alpha1.StepTaint,
+	v1alpha1.StepDeletePods,
+	v1alpha1.StepReleaseAttachments,
+}
+
+// nextStep is the enabled step after done, false when none is left.
+func nextStep(nf *v1alpha1.NodeFence, done v1alpha1.StepName) (v1alpha1.StepName, bool) {
+	i := indexOf(done)
+	for _, s := range sequence[i+1:] {
+		if stepEnabled(nf.Spec.Release, s) {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+func indexOf(s v1alpha1.StepName) int {
+	for i, x := range sequence {
+		if x == s {
+			return i
+		}
+	}
+	return len(sequence)
+}
+
+func stepEnabled(r v1alpha1.Release, s v1alpha1.StepName) bool {
+	switch s {
+	case v1alpha1.StepTaint:
+		return enabled(r.OutOfServiceTaint)
+	case v1alpha1.StepDeletePods:
+		return enabled(r.DeletePods)
+	case v1alpha1.StepReleaseAttachments:
+		return enabled(r.ReleaseAttachments)
+	}
+	return true
+}
+
+func enabled(b *bool) bool { return b == nil || *b }
+
+func isFenceStep(s v1alpha1.StepName) bool {
+	return s == v1alpha1.StepPowerOff || s == v1alpha1.StepConfirmOff
+}
+
+func isReleaseStep(s v1alpha1.StepName) bool { return !isFenceStep(s) }
+
+func methodIndex(nf *v1alpha1.NodeFence, name string) int {
+	for i, m := range nf.Spec.Methods {
+		if m.Name == name {
+			return i
+		}
+	}
+	return 0
+}
+
+// confirmed says whether the record holds a confirmed fence: a ConfirmOff that Succeeded.
+// Every release step checks it again before acting (invariant 1).
+func confirmed(nf *v1alpha1.NodeFence) bool {
+	for _, s := range nf.Status.Steps {
+		if s.Name == v1alpha1.StepConfirmOff && s.State == v1alpha1.StepSucceeded {
+			return true
+		}
+	}
+	return false
+}
+
+// methodTimeout is the method's timeout or the default.
+func methodTimeout(m v1alpha1.Method) time.Duration {
+	if m.Timeout != nil && m.Timeout.Duration > 0 {
+		return m.Timeout.Duration
+	}
+	return DefaultMethodTimeout
+}

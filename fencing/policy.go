@@ -1,0 +1,114 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors"
+	"palisade.dev/palisade/detectors/lease"
+)
+
+// DefaultLeaseTimeout applies when a policy sets none: two missed kubelet renewals.
+const DefaultLeaseTimeout = 20 * time.Second
+
+// defaultMaxUnhealthy applies when a policy sets no storm guard.
+var defaultMaxUnhealthy = intstr.FromString("40%")
+
+// policyFor returns the policy covering node: of all whose selector matches, the first by name.
+func policyFor(ctx context.Context, c client.Reader, node *corev1.Node) (*v1alpha1.FencingPolicy, error) {
+	var list v1alpha1.FencingPolicyList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing fencing policies: %w", err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	for i := range list.Items {
+		sel, err := metav1.LabelSelectorAsSelector(&list.Items[i].Spec.NodeSelector)
+		if err != nil {
+			continue
+		}
+		if sel.Matches(labels.Set(node.Labels)) {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func leaseTimeout(p *v1alpha1.FencingPolicy) time.Duration {
+	if d := p.Spec.Detection.LeaseTimeout; d != nil && d.Duration > 0 {
+		return d.Duration
+	}
+	return DefaultLeaseTimeout
+}
+
+// observe asks the lease detector about node.
+func observe(ctx context.Context, c client.Reader, node *corev1.Node, p *v1alpha1.FencingPolicy, now time.Time) (detectors.Observation, error) {
+	l := &coordinationv1.Lease{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node.Name}, l)
+	if client.IgnoreNotFound(err) != nil {
+		return detectors.Observation{}, fmt.Errorf("reading lease of node %s: %w", node.Name, err)
+	}
+	if err != nil {
+		l = nil
+	}
+	return lease.Observe(node, l, leaseTimeout(p), now), nil
+}
+
+// health counts the policy's nodes and those that look failed.
+type health struct {
+	Nodes, Unhealthy, MaxUnhealthy int
+}
+
+// Blocked says whether the storm guard forbids automatic fencing.
+func (h health) Blocked() bool { return h.Unhealthy > h.MaxUnhealthy }
+
+func policyHealth(ctx context.Context, c client.Reader, p *v1alpha1.FencingPolicy, now time.Time) (health, error) {
+	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector)
+	if err != nil {
+		return health{}, fmt.Errorf("parsing the node selector of policy %s: %w", p.Name, err)
+	}
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return health{}, fmt.Errorf("listing nodes: %w", err)
+	}
+	h := health{Nodes: len(nodes.Items)}
+	for i := range nodes.Items {
+		obs, err := observe(ctx, c, &nodes.Items[i], p, now)
+		if err != nil {
+			return health{}, err
+		}
+		if obs.Verdict.Failed() {
+			h.Unhealthy++
+		}
+	}
+	h.MaxUnhealthy = maxUnhealthy(p, h.Nodes)
+	return h, nil
+}
+
+// maxUnhealthy resolves the storm guard: a count, or a percentage rounded down but at least 1.
+func maxUnhealthy(p *v1alpha1.FencingPolicy, nodes int) int {
+	v := defaultMaxUnhealthy
+	if p.Spec.StormGuard.MaxUnhealthy != nil {
+		v = *p.Spec.StormGuard.MaxUnhealthy
+	}
+	if v.Type == intstr.Int {
+		return v.IntValue()
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&v, nodes, false)
+	if err != nil {
+		return 0
+	}
+	if n < 1 && nodes > 0 && v.StrVal != "0%" {
+		n = 1
+	}
+	return n
+}

@@ -1,0 +1,67 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// policyResync is how often a policy's status is refreshed.
+const policyResync = 5 * time.Second
+
+// PolicyReconciler keeps a FencingPolicy's status true: how many nodes it covers, how many look
+// failed, and whether its storm guard holds (invariant 3: say so loudly).
+type PolicyReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	Now      func() time.Time
+}
+
+// SetupWithManager registers the reconciler.
+func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.FencingPolicy{}).Named("fencingpolicy").Complete(r)
+}
+
+// Reconcile refreshes one policy's status.
+func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	p := &v1alpha1.FencingPolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	now := time.Now()
+	if r.Now != nil {
+		now = r.Now()
+	}
+	h, err := policyHealth(ctx, r.Client, p, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	p.Status.ObservedGeneration = p.Generation
+	p.Status.Nodes, p.Status.UnhealthyNodes = int32(h.Nodes), int32(h.Unhealthy)
+	guard := metav1.Condition{Type: v1alpha1.ConditionStormGuardActive, Status: metav1.ConditionFalse,
+		Reason: "WithinLimit", ObservedGeneration: p.Generation,
+		Message: fmt.Sprintf("%d of %d nodes look failed; fencing allowed up to %d", h.Unhealthy, h.Nodes, h.MaxUnhealthy)}
+	if h.Blocked() {
+		guard.Status, guard.Reason = metav1.ConditionTrue, "TooManyUnhealthy"
+		guard.Message = fmt.Sprintf("%d of %d nodes look failed, more than %d: automatic fencing is stopped; the controller or the API server may be the one cut off", h.Unhealthy, h.Nodes, h.MaxUnhealthy)
+	}
+	policyUnhealthyNodes.WithLabelValues(p.Name).Set(float64(h.Unhealthy))
+	stormGuardActive.WithLabelValues(p.Name).Set(map[bool]float64{true: 1}[h.Blocked()])
+	if meta.SetStatusCondition(&p.Status.Conditions, guard) && h.Blocked() {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonStormGuard, "Guard", guard.Message)
+	}
+	if err := r.Client.Status().Patch(ctx, p, patch); err != nil {
+		return ctrl.Result{}, fmt.Errorf("updating status of policy %s: %w", p.Name, err)
+	}
+	return ctrl.Result{RequeueAfter: policyResync}, nil
+}

@@ -1,0 +1,71 @@
+package fencing
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// recordStart appends a Started step for the action and moves the phase along.
+func recordStart(nf *v1alpha1.NodeFence, a action, now time.Time) {
+	st := &nf.Status
+	step := v1alpha1.Step{Name: a.step, State: v1alpha1.StepStarted, StartTime: metav1.NewTime(now)}
+	if isFenceStep(a.step) {
+		m := nf.Spec.Methods[a.method]
+		step.Method = m.Name
+		st.Phase = v1alpha1.PhaseFencing
+		if a.step == v1alpha1.StepPowerOff {
+			st.Method = m.Name
+			st.MethodStartTime = &step.StartTime
+		}
+		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, "InProgress",
+			"method "+m.Name+": "+string(a.step))
+	} else {
+		st.Phase = v1alpha1.PhaseReleasing
+	}
+	st.Steps = append(st.Steps, step)
+}
+
+// lastStep is the step being taken.
+func lastStep(nf *v1alpha1.NodeFence) *v1alpha1.Step {
+	return &nf.Status.Steps[len(nf.Status.Steps)-1]
+}
+
+// recordEnd closes the last step.
+func recordEnd(nf *v1alpha1.NodeFence, state v1alpha1.StepState, message string, now time.Time) {
+	s := lastStep(nf)
+	s.State, s.Message = state, message
+	end := metav1.NewTime(now)
+	s.EndTime = &end
+	if s.Name == v1alpha1.StepConfirmOff && state == v1alpha1.StepSucceeded {
+		nf.Status.Phase = v1alpha1.PhaseFenced
+		nf.Status.FencedTime = &end
+		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionTrue, "PowerOffConfirmed", message)
+	}
+}
+
+// recordFinish marks the fence Released.
+func recordFinish(nf *v1alpha1.NodeFence, now time.Time) {
+	t := metav1.NewTime(now)
+	nf.Status.Phase = v1alpha1.PhaseReleased
+	nf.Status.ReleasedTime = &t
+	setCondition(nf, v1alpha1.ConditionReleased, metav1.ConditionTrue, "Released",
+		"out-of-service taint, pod deletion and attachment release done as the fence's policy asked")
+}
+
+// recordFailure marks the fence Failed with the reason of its last failed step.
+func recordFailure(nf *v1alpha1.NodeFence, reason, message string) {
+	nf.Status.Phase = v1alpha1.PhaseFailed
+	setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, reason, message)
+	setCondition(nf, v1alpha1.ConditionReleased, metav1.ConditionFalse, "NotFenced",
+		"nothing was released: no fencing method was confirmed")
+}
+
+func setCondition(nf *v1alpha1.NodeFence, typ string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: nf.Generation,
+	})
+}
