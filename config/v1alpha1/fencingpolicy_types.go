@@ -103,7 +103,7 @@ type SecretReference struct {
 }
 
 // StormGuard bounds automatic fencing.
-// +kubebuilder:validation:XValidation:rule="!has(self.maxUnhealthy) || type(self.maxUnhealthy) == int ? self.maxUnhealthy >= 0 : self.maxUnhealthy.matches('^(100|[1-9]?[0-9])%$')",message="spec.stormGuard.maxUnhealthy must be a count (0 or more) or a percentage from 0% to 100%"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxUnhealthy) || (type(self.maxUnhealthy) == int ? self.maxUnhealthy >= 0 : self.maxUnhealthy.matches('^(100|[1-9]?[0-9])%$'))",message="spec.stormGuard.maxUnhealthy must be a count (0 or more) or a percentage from 0% to 100%"
 type StormGuard struct {
 	// MaxUnhealthy is the most nodes of the policy that may look failed at once (a count, or a
 	// percentage of the policy's nodes, rounded down but at least one) for fencing to go on.

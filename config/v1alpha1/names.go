@@ -7,7 +7,7 @@ const (
 	AnnotationFenceRequest = "palisade.dev/fence-request"
 	// AnnotationBMCAddress on a Node gives its BMC's address, "host" or "host:port".
 	AnnotationBMCAddress = "palisade.dev/bmc-address"
-	// AnnotationBMCSecret on a Node names a Secret (in the controller's namespace) holding the
+	// AnnotationBMCSecret on a Node names a Secret (in the namespace of the policy's credentialsSecretRef) holding the
 	// BMC's "username" and "password", overriding the policy's credentialsSecretRef.
 	AnnotationBMCSecret = "palisade.dev/bmc-secret"
 	// LabelNode on a NodeFence names the node it fences.

@@ -1,0 +1,101 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/testbed"
+)
+
+func validPolicy(name string) *v1alpha1.FencingPolicy {
+	return &v1alpha1.FencingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.FencingPolicySpec{
+			Methods: []v1alpha1.Method{{Name: "ipmi", Type: v1alpha1.MethodIPMI,
+				IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}},
+		},
+	}
+}
+
+// The API server itself refuses a bad FencingPolicy, with a message a person understands.
+func TestFencingPolicyValidation(t *testing.T) {
+	cluster := testbed.StartT(t, testbed.Options{})
+	ctx := context.Background()
+	pct := func(s string) *intstr.IntOrString { v := intstr.FromString(s); return &v }
+	tests := []struct {
+		name  string
+		edit  func(*v1alpha1.FencingPolicy)
+		wants []string // substrings of the error; none: accepted
+	}{
+		{"valid", func(*v1alpha1.FencingPolicy) {}, nil},
+		{"valid with every field", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Detection.LeaseTimeout = &metav1.Duration{Duration: 20 * time.Second}
+			p.Spec.StormGuard.MaxUnhealthy = pct("40%")
+			p.Spec.Methods[0].Timeout = &metav1.Duration{Duration: time.Minute}
+		}, nil},
+		{"no methods", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods = nil }, []string{"spec.methods"}},
+		{"IPMI without its settings", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods[0].IPMI = nil },
+			[]string{"a method of type IPMI needs its ipmi settings"}},
+		{"unknown method type", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods[0].Type = "Telepathy" },
+			[]string{`Unsupported value: "Telepathy"`}},
+		{"duplicate method names", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods = append(p.Spec.Methods, p.Spec.Methods[0]) },
+			[]string{"every method needs a unique name"}},
+		{"bad method name", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods[0].Name = "Power Off!" },
+			[]string{"spec.methods[0].name"}},
+		{"lease timeout too short", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Detection.LeaseTimeout = &metav1.Duration{Duration: time.Second}
+		}, []string{"spec.detection.leaseTimeout must be at least 2s"}},
+		{"method timeout too long", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Timeout = &metav1.Duration{Duration: time.Hour}
+		}, []string{"a method's timeout must be between 1s and 30m"}},
+		{"storm guard over 100%", func(p *v1alpha1.FencingPolicy) { p.Spec.StormGuard.MaxUnhealthy = pct("150%") },
+			[]string{"spec.stormGuard.maxUnhealthy must be a count (0 or more) or a percentage from 0% to 100%"}},
+		{"storm guard not a percentage", func(p *v1alpha1.FencingPolicy) { p.Spec.StormGuard.MaxUnhealthy = pct("many") },
+			[]string{"spec.stormGuard.maxUnhealthy must be a count"}},
+		{"negative storm guard", func(p *v1alpha1.FencingPolicy) { v := intstr.FromInt32(-1); p.Spec.StormGuard.MaxUnhealthy = &v },
+			[]string{"spec.stormGuard.maxUnhealthy must be a count"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := validPolicy("p" + string(rune('a'+i)))
+			tt.edit(p)
+			err := cluster.Client.Create(ctx, p)
+			if len(tt.wants) == 0 {
+				if err != nil {
+					t.Fatalf("valid policy refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("bad policy accepted")
+			}
+			for _, want := range tt.wants {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// A NodeFence's node cannot be changed once set.
+func TestNodeFenceNodeIsImmutable(t *testing.T) {
+	cluster := testbed.StartT(t, testbed.Options{})
+	ctx := context.Background()
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1alpha1.NodeFenceSpec{
+		NodeName: "n1", Trigger: v1alpha1.TriggerManual, Methods: validPolicy("x").Spec.Methods}}
+	if err := cluster.Client.Create(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+	nf.Spec.NodeName = "n2"
+	err := cluster.Client.Update(ctx, nf)
+	if err == nil || !strings.Contains(err.Error(), "spec.nodeName cannot be changed") {
+		t.Errorf("changing spec.nodeName: err = %v, want refusal", err)
+	}
+}

@@ -1,0 +1,12 @@
+// Package ipmi is the IPMI PowerFencer: it powers a machine off and reads its power state back
+// through bmclib's ipmitool provider only (IPMI v2 / RMCP+ "lanplus", cipher suite 3 unless the
+// Target says otherwise, the password passed to ipmitool through its environment). Every call
+// opens its own bmclib client and closes it, so the provider holds no session and no
+// credentials between calls, and is bounded by one per-call timeout (15 s by default).
+//
+// Before bmclib runs, a session-less IPMI "Get Channel Authentication Capabilities" ping tells
+// a silent BMC (ReasonUnreachable, in about 3 s instead of ipmitool's 50 s of retries) from one
+// that answers and then rejects the session: ipmitool prints the same "Unable to establish IPMI
+// v2 / RMCP+ session" for both. Errors are classified into providers.Reason values from
+// ipmitool's messages, and the password is scrubbed from every error text.
+package ipmi

@@ -1,0 +1,237 @@
+package ipmi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	bmclib "github.com/bmc-toolbox/bmclib/v2"
+	"github.com/bmc-toolbox/bmclib/v2/providers/ipmitool"
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"palisade.dev/palisade/providers"
+)
+
+const (
+	// ProviderName is the provider's name in metrics and records.
+	ProviderName = "ipmi"
+	// DefaultTimeout bounds one call (ping, open, command, close). A fencing method's timeout is
+	// typically 30-60 s and the controller retries, so one call must leave room for a second.
+	DefaultTimeout = 15 * time.Second
+	// DefaultProbeTimeout bounds the IPMI ping that tells an unreachable BMC apart.
+	DefaultProbeTimeout = 3 * time.Second
+	// DefaultCipherSuite is used when the Target names none: without one, ipmitool probes the
+	// suites for about 10 s.
+	DefaultCipherSuite = "3"
+	// DefaultPort is IPMI's UDP port.
+	DefaultPort = "623"
+)
+
+var _ providers.PowerFencer = (*Provider)(nil)
+
+// Provider is the IPMI PowerFencer. It is safe for concurrent use.
+type Provider struct {
+	ipmitoolPath string
+	lookPathErr  error
+	timeout      time.Duration
+	probeTimeout time.Duration
+	log          logr.Logger
+}
+
+// Option configures a Provider.
+type Option func(*Provider)
+
+// WithIpmitoolPath sets the ipmitool binary, a path or a name looked up in $PATH (default
+// "ipmitool").
+func WithIpmitoolPath(path string) Option { return func(p *Provider) { p.ipmitoolPath = path } }
+
+// WithTimeout sets the per-call timeout (default 15 s).
+func WithTimeout(d time.Duration) Option { return func(p *Provider) { p.timeout = d } }
+
+// WithProbeTimeout sets how long the IPMI ping waits for an answer (default 3 s); it is
+// capped at half the per-call timeout.
+func WithProbeTimeout(d time.Duration) Option { return func(p *Provider) { p.probeTimeout = d } }
+
+// WithLogger sets the logger, also handed to bmclib.
+func WithLogger(l logr.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// New returns an IPMI provider.
+func New(opts ...Option) *Provider {
+	p := &Provider{timeout: DefaultTimeout, probeTimeout: DefaultProbeTimeout, log: logr.Discard()}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.ipmitoolPath == "" {
+		p.ipmitoolPath = "ipmitool"
+	}
+	// bmclib wants a path that exists: resolve a bare name through $PATH once.
+	p.ipmitoolPath, p.lookPathErr = exec.LookPath(p.ipmitoolPath)
+	if p.probeTimeout > p.timeout/2 { // leave ipmitool at least half of the call
+		p.probeTimeout = p.timeout / 2
+	}
+	return p
+}
+
+// Name is "ipmi".
+func (p *Provider) Name() string { return ProviderName }
+
+// PowerOff sends "chassis power off" unless the BMC already reports the chassis off.
+func (p *Provider) PowerOff(ctx context.Context, t providers.Target) error {
+	return p.call(ctx, t, "powering off", func(ctx context.Context, c *bmclib.Client) error {
+		return setPower(ctx, c, "off")
+	})
+}
+
+// PowerOn sends "chassis power on" unless the BMC already reports the chassis on.
+func (p *Provider) PowerOn(ctx context.Context, t providers.Target) error {
+	return p.call(ctx, t, "powering on", func(ctx context.Context, c *bmclib.Client) error {
+		return setPower(ctx, c, "on")
+	})
+}
+
+// PowerState reads "chassis power status"; an answer it does not understand is PowerUnknown.
+func (p *Provider) PowerState(ctx context.Context, t providers.Target) (providers.PowerState, error) {
+	state := providers.PowerUnknown
+	err := p.call(ctx, t, "reading the power state of", func(ctx context.Context, c *bmclib.Client) error {
+		s, err := c.GetPowerState(ctx)
+		if err != nil {
+			return err
+		}
+		state = parsePowerState(s)
+		return nil
+	})
+	if err != nil {
+		return providers.PowerUnknown, err
+	}
+	return state, nil
+}
+
+func setPower(ctx context.Context, c *bmclib.Client, state string) error {
+	ok, err := c.SetPowerState(ctx, state)
+	if err == nil && !ok {
+		err = fmt.Errorf("BMC did not acknowledge power %s", state)
+	}
+	return err
+}
+
+// parsePowerState maps bmclib's answer ("Chassis Power is on", "on", "Off") to a PowerState.
+func parsePowerState(s string) providers.PowerState {
+	fields := strings.Fields(strings.ToLower(s))
+	if len(fields) == 0 {
+		return providers.PowerUnknown
+	}
+	switch fields[len(fields)-1] {
+	case "on":
+		return providers.PowerOn
+	case "off":
+		return providers.PowerOff
+	}
+	return providers.PowerUnknown
+}
+
+// call checks the target, pings the BMC, opens a bmclib client restricted to ipmitool, runs fn
+// and closes the client, all within the per-call timeout, and classifies any error.
+func (p *Provider) call(ctx context.Context, t providers.Target, verb string, fn func(context.Context, *bmclib.Client) error) error {
+	host, port, err := p.check(t)
+	if err != nil {
+		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: %w", verb, t, err))
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	start := time.Now()
+	log := p.log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "action", verb)
+	if err := probe(ctx, net.JoinHostPort(host, port), p.probeTimeout); err != nil {
+		log.V(1).Info("BMC did not answer the IPMI ping", "duration", time.Since(start), "error", err.Error())
+		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
+	}
+	client := p.client(host, port, t)
+	step := time.Now()
+	err = client.Open(ctx)
+	if err == nil {
+		step = time.Now()
+		err = fn(ctx, client)
+		_ = client.Close(ctx) // ipmitool keeps no session: nothing to fail
+	}
+	if err == nil {
+		log.V(1).Info("IPMI call done", "duration", time.Since(start))
+		return nil
+	}
+	reason, cause := classify(ctx, err, time.Since(step), t.Password)
+	log.V(1).Info("IPMI call failed", "duration", time.Since(start), "reason", reason, "error", cause.Error())
+	return providers.NewError(reason, fmt.Errorf("%s node %s: %w", verb, t, cause))
+}
+
+// check validates the target and splits its address into host and port.
+func (p *Provider) check(t providers.Target) (host, port string, err error) {
+	if p.lookPathErr != nil {
+		return "", "", fmt.Errorf("finding ipmitool: %w", p.lookPathErr)
+	}
+	host, port, err = splitAddress(t.Address)
+	if err != nil {
+		return "", "", err
+	}
+	switch {
+	case t.Username == "" && t.Password == "":
+		return "", "", errors.New("no BMC credentials")
+	case t.Username == "":
+		return "", "", errors.New("no BMC username")
+	case t.Password == "":
+		return "", "", errors.New("no BMC password")
+	case strings.HasPrefix(t.Username, "-"):
+		return "", "", errors.New("BMC username starts with '-'")
+	}
+	if t.CipherSuite != "" {
+		if n, err := strconv.Atoi(t.CipherSuite); err != nil || n < 0 || n > 255 {
+			return "", "", fmt.Errorf("malformed IPMI cipher suite %q", t.CipherSuite)
+		}
+	}
+	return host, port, nil
+}
+
+// splitAddress splits "host", "host:port", "[v6]:port" or a bare IPv6 address.
+func splitAddress(addr string) (host, port string, err error) {
+	addr = strings.TrimSpace(addr)
+	if addr == "" {
+		return "", "", errors.New("empty BMC address")
+	}
+	host, port, err = net.SplitHostPort(addr)
+	if err != nil {
+		host, port = strings.Trim(addr, "[]"), DefaultPort
+		if strings.Contains(host, ":") && net.ParseIP(host) == nil {
+			return "", "", fmt.Errorf("malformed BMC address %q", addr)
+		}
+	}
+	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
+		return "", "", fmt.Errorf("malformed BMC port in %q", addr)
+	}
+	if host == "" || strings.HasPrefix(host, "-") || strings.ContainsAny(host, " \t\n/@") {
+		return "", "", fmt.Errorf("malformed BMC host in %q", addr)
+	}
+	return host, port, nil
+}
+
+// client builds a bmclib client that uses the ipmitool provider and nothing else.
+func (p *Provider) client(host, port string, t providers.Target) *bmclib.Client {
+	cipher := t.CipherSuite
+	if cipher == "" {
+		cipher = DefaultCipherSuite
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]" // bmclib joins host and port with a plain ':'
+	}
+	c := bmclib.NewClient(host, t.Username, t.Password,
+		bmclib.WithLogger(p.log.WithName("bmclib")),
+		bmclib.WithIpmitoolPath(p.ipmitoolPath),
+		bmclib.WithIpmitoolPort(port),
+		bmclib.WithIpmitoolCipherSuite(cipher),
+		bmclib.WithPerProviderTimeout(p.timeout),
+	)
+	c.Registry.Drivers = c.Registry.For(ipmitool.ProviderName)
+	return c
+}

@@ -1,0 +1,342 @@
+package ipmi
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/test/testbed/ipmisim"
+)
+
+// Tests run against a real ipmi_sim through the real ipmitool.
+
+func startBMC(t *testing.T) *ipmisim.BMC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := ipmisim.Start(ctx, ipmisim.Options{Dir: t.TempDir(), Password: "s3cr3t-pw"})
+	if err != nil {
+		t.Fatalf("starting ipmi_sim: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Stop(); err != nil {
+			t.Errorf("stopping ipmi_sim: %v", err)
+		}
+	})
+	return b
+}
+
+func targetOf(b *ipmisim.BMC) providers.Target {
+	return providers.Target{Node: "node-1", Address: b.Address(), Username: b.Username(), Password: b.Password()}
+}
+
+func powerState(t *testing.T, p *Provider, target providers.Target) providers.PowerState {
+	t.Helper()
+	got, err := p.PowerState(context.Background(), target)
+	if err != nil {
+		t.Fatalf("PowerState: %v", err)
+	}
+	return got
+}
+
+func poweredOn(t *testing.T, b *ipmisim.BMC) bool {
+	t.Helper()
+	on, err := b.PoweredOn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return on
+}
+
+func offCommands(t *testing.T, b *ipmisim.BMC) int {
+	t.Helper()
+	n, err := b.OffCommands()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func wantReason(t *testing.T, err error, want providers.Reason) {
+	t.Helper()
+	var perr *providers.Error
+	if !errors.As(err, &perr) {
+		t.Fatalf("error %v is not a *providers.Error", err)
+	}
+	if perr.Reason != want {
+		t.Fatalf("reason = %s, want %s (error: %v)", perr.Reason, want, err)
+	}
+}
+
+func TestPowerOffRoundTrip(t *testing.T) {
+	b := startBMC(t)
+	p := New()
+	target := targetOf(b)
+	if got := powerState(t, p, target); got != providers.PowerOn {
+		t.Fatalf("PowerState before = %s, want On", got)
+	}
+
+	start := time.Now()
+	if err := p.PowerOff(context.Background(), target); err != nil {
+		t.Fatalf("PowerOff: %v", err)
+	}
+	offTook := time.Since(start)
+	start = time.Now()
+	got := powerState(t, p, target)
+	t.Logf("PowerOff took %s, PowerState took %s", offTook, time.Since(start))
+	if got != providers.PowerOff {
+		t.Errorf("PowerState after PowerOff = %s, want Off", got)
+	}
+	if poweredOn(t, b) {
+		t.Error("the machine is still powered on")
+	}
+	if n := offCommands(t, b); n != 1 {
+		t.Errorf("off commands = %d, want 1", n)
+	}
+
+	if err := p.PowerOn(context.Background(), target); err != nil {
+		t.Fatalf("PowerOn: %v", err)
+	}
+	if got := powerState(t, p, target); got != providers.PowerOn || !poweredOn(t, b) {
+		t.Errorf("after PowerOn: PowerState = %s, powered on = %v; want On, true", got, poweredOn(t, b))
+	}
+}
+
+func TestPowerOffIsIdempotent(t *testing.T) {
+	b := startBMC(t)
+	if err := b.SetPower(false); err != nil { // the plug was pulled already
+		t.Fatal(err)
+	}
+	p := New()
+	for i := 0; i < 2; i++ {
+		if err := p.PowerOff(context.Background(), targetOf(b)); err != nil {
+			t.Fatalf("PowerOff #%d of a machine that is off: %v", i+1, err)
+		}
+	}
+	if got := powerState(t, p, targetOf(b)); got != providers.PowerOff {
+		t.Errorf("PowerState = %s, want Off", got)
+	}
+	if poweredOn(t, b) {
+		t.Error("the machine is powered on")
+	}
+}
+
+func TestLyingBMC(t *testing.T) {
+	b := startBMC(t)
+	if err := b.SetIgnoreOff(true); err != nil {
+		t.Fatal(err)
+	}
+	p := New()
+	if err := p.PowerOff(context.Background(), targetOf(b)); err != nil {
+		t.Fatalf("PowerOff: %v (a lying BMC accepts the command)", err)
+	}
+	if got := powerState(t, p, targetOf(b)); got != providers.PowerOn {
+		t.Errorf("PowerState = %s, want On: the BMC ignored the command", got)
+	}
+	if n := offCommands(t, b); n != 1 {
+		t.Errorf("off commands = %d, want 1", n)
+	}
+}
+
+// logSink collects everything logged at any verbosity.
+type logSink struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (s *logSink) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.buf.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{Verbosity: 10})
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+func TestWrongCredentials(t *testing.T) {
+	b := startBMC(t)
+	tests := []struct {
+		name     string
+		username string
+		password string
+	}{
+		{name: "wrong password", username: b.Username(), password: "hunter2-wrong"},
+		{name: "unknown user", username: "nobody", password: b.Password()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs logSink
+			p := New(WithLogger(logs.logger()))
+			target := targetOf(b)
+			target.Username, target.Password = tt.username, tt.password
+
+			start := time.Now()
+			err := p.PowerOff(context.Background(), target)
+			took := time.Since(start)
+			t.Logf("PowerOff with %s failed after %s: %v", tt.name, took, err)
+			wantReason(t, err, providers.ReasonAuthFailed)
+			if took >= sessionRetransmit {
+				t.Errorf("auth failure took %s, want under ipmitool's retransmit interval %s", took, sessionRetransmit)
+			}
+			_, err2 := p.PowerState(context.Background(), target)
+			wantReason(t, err2, providers.ReasonAuthFailed)
+			if n := offCommands(t, b); n != 0 {
+				t.Errorf("off commands = %d, want 0", n)
+			}
+			if !poweredOn(t, b) {
+				t.Error("the machine was powered off with wrong credentials")
+			}
+			for _, text := range []string{err.Error(), err2.Error(), logs.String()} {
+				if strings.Contains(text, tt.password) || strings.Contains(text, b.Password()) {
+					t.Errorf("a password appears in %q", text)
+				}
+			}
+			if !strings.Contains(logs.String(), "IPMI call failed") {
+				t.Errorf("nothing logged at verbosity 10: %q", logs.String())
+			}
+		})
+	}
+}
+
+func TestCipherSuiteTheBMCDoesNotSpeak(t *testing.T) {
+	b := startBMC(t)
+	target := targetOf(b)
+	target.CipherSuite = "17"
+	err := New().PowerOff(context.Background(), target)
+	wantReason(t, err, providers.ReasonBadTarget)
+	if !strings.Contains(err.Error(), "invalid authentication algorithm") {
+		t.Errorf("error %q does not say why", err)
+	}
+	if n := offCommands(t, b); n != 0 {
+		t.Errorf("off commands = %d, want 0", n)
+	}
+}
+
+// freePort is a UDP port on 127.0.0.1 where nothing listens.
+func freePort(t *testing.T) string {
+	t.Helper()
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.LocalAddr().String()
+}
+
+func TestUnreachable(t *testing.T) {
+	p := New()
+	target := providers.Target{Node: "node-1", Address: freePort(t), Username: "admin", Password: "s3cr3t-pw"}
+	for _, call := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"PowerOff", func() error { return p.PowerOff(context.Background(), target) }},
+		{"PowerState", func() error { _, err := p.PowerState(context.Background(), target); return err }},
+	} {
+		start := time.Now()
+		err := call.fn()
+		took := time.Since(start)
+		t.Logf("%s of an unreachable BMC failed after %s: %v", call.name, took, err)
+		wantReason(t, err, providers.ReasonUnreachable)
+		if took > DefaultProbeTimeout+time.Second || took > DefaultTimeout {
+			t.Errorf("%s took %s, want about the probe timeout %s", call.name, took, DefaultProbeTimeout)
+		}
+		if strings.Contains(err.Error(), target.Password) {
+			t.Errorf("the password appears in %q", err)
+		}
+	}
+}
+
+// silentBMC answers the first datagram (the ping) and then nothing: a BMC that goes away in
+// the middle of a call.
+func silentBMC(t *testing.T) string {
+	t.Helper()
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 512)
+		n, from, err := conn.ReadFrom(buf)
+		if err == nil && n >= 4 {
+			_, _ = conn.WriteTo([]byte{0x06, 0x00, 0xff, 0x07}, from)
+		}
+		for err == nil {
+			_, _, err = conn.ReadFrom(buf)
+		}
+	}()
+	return conn.LocalAddr().String()
+}
+
+func TestBMCStopsAnsweringWithinTheCallTimeout(t *testing.T) {
+	const timeout = 3 * time.Second
+	p := New(WithTimeout(timeout))
+	target := providers.Target{Node: "node-1", Address: silentBMC(t), Username: "admin", Password: "s3cr3t-pw"}
+	start := time.Now()
+	err := p.PowerOff(context.Background(), target)
+	took := time.Since(start)
+	t.Logf("PowerOff of a BMC that went silent failed after %s: %v", took, err)
+	wantReason(t, err, providers.ReasonUnreachable)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error %v does not wrap context.DeadlineExceeded", err)
+	}
+	if took > timeout+time.Second {
+		t.Errorf("took %s, want about the call timeout %s", took, timeout)
+	}
+}
+
+func TestBadTarget(t *testing.T) {
+	good := providers.Target{Node: "node-1", Address: "127.0.0.1:623", Username: "admin", Password: "s3cr3t-pw"}
+	tests := []struct {
+		name   string
+		change func(*providers.Target)
+	}{
+		{"empty address", func(t *providers.Target) { t.Address = "" }},
+		{"blank address", func(t *providers.Target) { t.Address = "  " }},
+		{"port out of range", func(t *providers.Target) { t.Address = "10.0.0.1:70000" }},
+		{"port not a number", func(t *providers.Target) { t.Address = "10.0.0.1:ipmi" }},
+		{"host like a flag", func(t *providers.Target) { t.Address = "-oProxyCommand=x" }},
+		{"no username", func(t *providers.Target) { t.Username = "" }},
+		{"no password", func(t *providers.Target) { t.Password = "" }},
+		{"no credentials", func(t *providers.Target) { t.Username, t.Password = "", "" }},
+		{"cipher suite not a number", func(t *providers.Target) { t.CipherSuite = "three" }},
+	}
+	p := New()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := good
+			tt.change(&target)
+			err := p.PowerOff(context.Background(), target)
+			wantReason(t, err, providers.ReasonBadTarget)
+			if strings.Contains(err.Error(), "s3cr3t-pw") {
+				t.Errorf("the password appears in %q", err)
+			}
+		})
+	}
+}
+
+func TestMissingIpmitool(t *testing.T) {
+	p := New(WithIpmitoolPath("/nonexistent/ipmitool"))
+	err := p.PowerOff(context.Background(), providers.Target{Node: "n", Address: "127.0.0.1", Username: "u", Password: "p"})
+	wantReason(t, err, providers.ReasonBadTarget)
+	if !strings.Contains(err.Error(), "ipmitool") {
+		t.Errorf("error %q does not name ipmitool", err)
+	}
+	if got := p.Name(); got != "ipmi" {
+		t.Errorf("Name() = %q, want ipmi", got)
+	}
+}

@@ -1,0 +1,82 @@
+package ipmi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// probeAttempts is how many pings the probe sends, evenly spread over its timeout.
+const probeAttempts = 3
+
+// pingPacket is a session-less IPMI v1.5 "Get Channel Authentication Capabilities" request in
+// an RMCP datagram: the first message ipmitool sends, which a BMC answers without credentials.
+var pingPacket = []byte{
+	0x06, 0x00, 0xff, 0x07, // RMCP v1.0, reserved, no RMCP ack, class IPMI
+	0x00, 0, 0, 0, 0, 0, 0, 0, 0, // auth type none, session sequence 0, session id 0
+	0x09,             // IPMI message length
+	0x20, 0x18, 0xc8, // responder: BMC; netFn App (0x06) LUN 0; header checksum
+	0x81, 0x00, 0x38, // requester: remote console; sequence 0; command 0x38
+	0x8e, 0x04, 0xb5, // this channel, with IPMI v2 data; privilege administrator; checksum
+}
+
+// probe pings the BMC at addr until it answers with any IPMI datagram, for at most timeout.
+// An error means nothing answered: the BMC is down, the address is wrong or the network drops
+// the traffic.
+func probe(ctx context.Context, addr string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "udp", addr)
+	if err != nil {
+		return fmt.Errorf("pinging BMC: %w", err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() }) // unblock Read on cancel
+	defer stop()
+
+	buf := make([]byte, 512)
+	interval := timeout / probeAttempts
+	for attempt := 0; attempt < probeAttempts && ctx.Err() == nil; attempt++ {
+		until := time.Now().Add(interval)
+		_, _ = conn.Write(pingPacket) // a refused write is an ICMP answer to an earlier ping
+		if pongBefore(ctx, conn, buf, until) {
+			return nil
+		}
+	}
+	return fmt.Errorf("no answer to IPMI ping from %s in %s", addr, time.Since(start).Round(time.Millisecond))
+}
+
+// pongBefore reads until an IPMI datagram arrives (true) or until passes (false). ICMP "port
+// unreachable" errors are not answers: a BMC that is starting up may not have bound its port.
+func pongBefore(ctx context.Context, conn net.Conn, buf []byte, until time.Time) bool {
+	for ctx.Err() == nil && time.Now().Before(until) {
+		_ = conn.SetReadDeadline(until)
+		n, err := conn.Read(buf)
+		if err == nil && isPong(buf[:n]) {
+			return true
+		}
+		var ne net.Error
+		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			wait(ctx, min(time.Until(until), 100*time.Millisecond))
+		}
+	}
+	return false
+}
+
+// isPong says whether b is an RMCP datagram of class IPMI.
+func isPong(b []byte) bool {
+	return len(b) >= 4 && b[0] == 0x06 && b[3]&0x1f == 0x07
+}
+
+func wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

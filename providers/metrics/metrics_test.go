@@ -1,0 +1,166 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/fake"
+)
+
+// samples reads the provider metrics from g: counters by value, histograms by sample count.
+func samples(t *testing.T, g prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "palisade_provider_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			sort.Strings(labels)
+			key := fmt.Sprintf("%s{%s}", f.GetName(), strings.Join(labels, ","))
+			if h := m.GetHistogram(); h != nil {
+				got[key] = float64(h.GetSampleCount())
+			} else {
+				got[key] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return got
+}
+
+func newRegistry(t *testing.T) *prometheus.Registry {
+	t.Helper()
+	duration.Reset()
+	errorsTotal.Reset()
+	reg := prometheus.NewRegistry()
+	Register(reg)
+	Register(reg) // a second call is harmless
+	return reg
+}
+
+func TestDecorate(t *testing.T) {
+	target := providers.Target{Node: "n1", Address: "10.0.0.1", Username: "u", Password: "p"}
+	unreachable := providers.NewError(providers.ReasonUnreachable, errors.New("no answer"))
+	tests := []struct {
+		name   string
+		inject map[string][]error
+		calls  func(p providers.PowerFencer)
+		want   map[string]float64
+	}{{
+		name: "successful calls are timed, not counted as errors",
+		calls: func(p providers.PowerFencer) {
+			_ = p.PowerOff(context.Background(), target)
+			_, _ = p.PowerState(context.Background(), target)
+			_, _ = p.PowerState(context.Background(), target)
+			_ = p.PowerOn(context.Background(), target)
+		},
+		want: map[string]float64{
+			"palisade_provider_duration_seconds{method=PowerOff,provider=fake}":   1,
+			"palisade_provider_duration_seconds{method=PowerState,provider=fake}": 2,
+			"palisade_provider_duration_seconds{method=PowerOn,provider=fake}":    1,
+		},
+	}, {
+		name: "errors are counted by reason; a plain error is Refused",
+		inject: map[string][]error{
+			fake.MethodPowerOff:   {unreachable, unreachable, errors.New("plain")},
+			fake.MethodPowerState: {providers.NewError(providers.ReasonAuthFailed, errors.New("bad password"))},
+		},
+		calls: func(p providers.PowerFencer) {
+			for i := 0; i < 4; i++ {
+				_ = p.PowerOff(context.Background(), target)
+			}
+			_, _ = p.PowerState(context.Background(), target)
+		},
+		want: map[string]float64{
+			"palisade_provider_duration_seconds{method=PowerOff,provider=fake}":                    4,
+			"palisade_provider_duration_seconds{method=PowerState,provider=fake}":                  1,
+			"palisade_provider_errors_total{method=PowerOff,provider=fake,reason=BMCUnreachable}":  2,
+			"palisade_provider_errors_total{method=PowerOff,provider=fake,reason=BMCRefused}":      1,
+			"palisade_provider_errors_total{method=PowerState,provider=fake,reason=BMCAuthFailed}": 1,
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := newRegistry(t)
+			f := fake.New()
+			for method, errs := range tt.inject {
+				for _, err := range errs {
+					f.InjectError(method, err)
+				}
+			}
+			p := Decorate(Decorate(f)) // decorating twice measures once
+			tt.calls(p)
+			if diff := cmp.Diff(tt.want, samples(t, reg)); diff != "" {
+				t.Errorf("metrics (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecoratePassesThrough(t *testing.T) {
+	newRegistry(t)
+	f := fake.New()
+	f.SetPower("n1", providers.PowerOff)
+	injected := errors.New("boom")
+	f.InjectError(fake.MethodPowerOn, injected)
+	p := Decorate(f)
+	if p.Name() != "fake" {
+		t.Errorf("Name() = %q, want fake", p.Name())
+	}
+	target := providers.Target{Node: "n1"}
+	if got, err := p.PowerState(context.Background(), target); got != providers.PowerOff || err != nil {
+		t.Errorf("PowerState = %s, %v; want Off, nil", got, err)
+	}
+	if err := p.PowerOn(context.Background(), target); !errors.Is(err, injected) {
+		t.Errorf("PowerOn error = %v, want the injected error", err)
+	}
+	want := []fake.Call{{Method: fake.MethodPowerState, Node: "n1"}, {Method: fake.MethodPowerOn, Node: "n1"}}
+	if diff := cmp.Diff(want, f.Calls()); diff != "" {
+		t.Errorf("calls reaching the provider (-want +got):\n%s", diff)
+	}
+}
+
+func TestRegisterOnControllerRuntimeRegistry(t *testing.T) {
+	duration.Reset()
+	errorsTotal.Reset()
+	Register(crmetrics.Registry)
+	Register(crmetrics.Registry)
+	f := fake.New()
+	f.InjectError(fake.MethodPowerOff, providers.NewError(providers.ReasonBadTarget, errors.New("no address")))
+	_ = Decorate(f).PowerOff(context.Background(), providers.Target{Node: "n1"})
+	want := map[string]float64{
+		"palisade_provider_duration_seconds{method=PowerOff,provider=fake}":              1,
+		"palisade_provider_errors_total{method=PowerOff,provider=fake,reason=BadTarget}": 1,
+	}
+	if diff := cmp.Diff(want, samples(t, crmetrics.Registry)); diff != "" {
+		t.Errorf("metrics on controller-runtime's registry (-want +got):\n%s", diff)
+	}
+}
+
+func TestRegisterConflictPanics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "palisade_provider_errors_total", Help: "other"}, []string{"x"}))
+	defer func() {
+		if recover() == nil {
+			t.Error("Register over a different collector of the same name did not panic")
+		}
+	}()
+	Register(reg)
+}

@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/scenario"
+)
+
+// Test-speed settings: the simulated kubelets renew every second, the policy fences after 5s.
+const (
+	renew        = time.Second
+	leaseTimeout = 5 * time.Second
+)
+
+func startScene(t *testing.T, o scenario.Options) *scenario.Env {
+	t.Helper()
+	if o.LeaseRenewInterval == 0 {
+		o.LeaseRenewInterval = renew
+	}
+	if o.LeaseTimeout == 0 {
+		o.LeaseTimeout = leaseTimeout
+	}
+	o.Logf = t.Logf
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, err := scenario.Start(ctx, o)
+	if err != nil {
+		t.Fatalf("starting scene: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping scene: %v", err)
+		}
+	})
+	return env
+}
+
+func startController(t *testing.T, env *scenario.Env) {
+	t.Helper()
+	if err := env.StartController(context.Background(), nil); err != nil {
+		t.Fatalf("starting controller: %v", err)
+	}
+}
+
+func deploy(t *testing.T, env *scenario.Env) *scenario.Workload {
+	t.Helper()
+	w, err := env.DeployDatabase(context.Background(), env.Node(1))
+	if err != nil {
+		t.Fatalf("deploying database: %v", err)
+	}
+	return w
+}
+
+// waitFence waits until the node's NodeFence satisfies ok.
+func waitFence(t *testing.T, env *scenario.Env, node string, timeout time.Duration, ok func(*v1alpha1.NodeFence) bool) *v1alpha1.NodeFence {
+	t.Helper()
+	nf := &v1alpha1.NodeFence{}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: node}, nf); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return ok(nf), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for NodeFence %s: %v; last status: %+v", node, err, nf.Status)
+	}
+	return nf
+}
+
+func phaseIs(p v1alpha1.Phase) func(*v1alpha1.NodeFence) bool {
+	return func(nf *v1alpha1.NodeFence) bool { return nf.Status.Phase == p }
+}
+
+// trace is the step record as "Name:State" lines, for golden comparisons.
+func trace(nf *v1alpha1.NodeFence) []string {
+	var out []string
+	for _, s := range nf.Status.Steps {
+		out = append(out, string(s.Name)+":"+string(s.State))
+	}
+	return out
+}
+
+func condition(nf *v1alpha1.NodeFence, typ string) (string, string, string) {
+	for _, c := range nf.Status.Conditions {
+		if c.Type == typ {
+			return string(c.Status), c.Reason, c.Message
+		}
+	}
+	return "", "", ""
+}
+
+// assertNothingReleased checks invariant 1 from the outside: no taint, the pod and the
+// attachment untouched.
+func assertNothingReleased(t *testing.T, env *scenario.Env, w *scenario.Workload) {
+	t.Helper()
+	ctx := context.Background()
+	node := &corev1.Node{}
+	if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: w.Pod.Spec.NodeName}, node); err != nil {
+		t.Fatal(err)
+	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == v1alpha1.TaintOutOfService {
+			t.Errorf("node %s carries %s although no fence was confirmed", node.Name, taint.Key)
+		}
+	}
+	pod := &corev1.Pod{}
+	if err := env.Cluster.Client.Get(ctx, client.ObjectKeyFromObject(w.Pod), pod); err != nil {
+		t.Errorf("pod %s: %v (it must not be deleted)", w.Pod.Name, err)
+	} else if pod.UID != w.Pod.UID || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		t.Errorf("pod %s was touched: uid %s (was %s), deletionTimestamp %v, phase %s", pod.Name, pod.UID, w.Pod.UID, pod.DeletionTimestamp, pod.Status.Phase)
+	}
+	vas, err := env.Attachments(ctx, w.Pod.Spec.NodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vas) != 1 || vas[0].UID != w.Attachment.UID || vas[0].DeletionTimestamp != nil {
+		t.Errorf("attachment %s was touched: now %d attachments on the node", w.Attachment.Name, len(vas))
+	}
+}
+
+// eventsFor lists the reasons and notes of the events regarding an object.
+func eventsFor(t *testing.T, env *scenario.Env, kind, name string) []string {
+	t.Helper()
+	list, err := env.Cluster.Kube.EventsV1().Events("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name {
+			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+	return out
+}
+
+func hasEvent(events []string, reason string) bool {
+	for _, e := range events {
+		if strings.HasPrefix(e, reason+":") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,219 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"palisade.dev/palisade/cmd/palisade-controller/app"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/ipmi"
+	"palisade.dev/palisade/test/testbed"
+	"palisade.dev/palisade/test/testbed/ipmisim"
+	"palisade.dev/palisade/test/testbed/simnode"
+)
+
+// Names used by the scene.
+const (
+	SecretNamespace = "palisade-system"
+	SecretName      = "bmc-credentials"
+	PolicyName      = "default"
+)
+
+// Options shape the scene.
+type Options struct {
+	// Nodes is how many simulated nodes; default 3.
+	Nodes int
+	// LeaseRenewInterval of the simulated kubelets; default 10s (the kubelet's).
+	LeaseRenewInterval time.Duration
+	// LeaseTimeout of the policy; default the policy's default.
+	LeaseTimeout time.Duration
+	// NodeMonitorGracePeriod of kube-controller-manager; 0 keeps its default.
+	NodeMonitorGracePeriod time.Duration
+	// Policy, when set, edits the FencingPolicy before it is created.
+	Policy func(*v1alpha1.FencingPolicy)
+	// NoPolicy creates no FencingPolicy.
+	NoPolicy bool
+	Logf     func(format string, args ...any)
+}
+
+// Node is a simulated node and its BMC.
+type Node struct {
+	*simnode.Node
+	BMC *ipmisim.BMC
+}
+
+// Env is a running scene.
+type Env struct {
+	Cluster *testbed.Cluster
+	Nodes   []*Node
+	Policy  *v1alpha1.FencingPolicy
+	opts    Options
+	dir     string
+	ctl     *controller
+}
+
+// Start builds the scene; Stop tears it down.
+func Start(ctx context.Context, o Options) (env *Env, err error) {
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	e := &Env{opts: o}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.Stop())
+		}
+	}()
+	if e.dir, err = os.MkdirTemp("", "palisade-scenario-"); err != nil {
+		return nil, err
+	}
+	if e.Cluster, err = testbed.Start(ctx, testbed.Options{NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, Logf: o.Logf}); err != nil {
+		return nil, err
+	}
+	if err = e.createSecret(ctx); err != nil {
+		return nil, err
+	}
+	for i := 1; i <= o.Nodes; i++ {
+		if err = e.addNode(ctx, fmt.Sprintf("node-%d", i)); err != nil {
+			return nil, err
+		}
+	}
+	if !o.NoPolicy {
+		if err = e.createPolicy(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *Env) addNode(ctx context.Context, name string) error {
+	bmc, err := ipmisim.Start(ctx, ipmisim.Options{Dir: filepath.Join(e.dir, name+"-bmc")})
+	if err != nil {
+		return fmt.Errorf("starting BMC of %s: %w", name, err)
+	}
+	n := &Node{BMC: bmc}
+	e.Nodes = append(e.Nodes, n)
+	n.Node, err = simnode.Start(ctx, e.Cluster.Kube, simnode.Options{
+		Name: name, Power: bmc, LeaseRenewInterval: e.opts.LeaseRenewInterval,
+		Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: bmc.Address()},
+		Labels:      map[string]string{"palisade.dev/fenced-by": "ipmi"},
+	})
+	if err != nil {
+		return fmt.Errorf("starting node %s: %w", name, err)
+	}
+	return nil
+}
+
+func (e *Env) createSecret(ctx context.Context) error {
+	c := e.Cluster.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SecretNamespace}}); err != nil {
+		return fmt.Errorf("creating namespace: %w", err)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: SecretNamespace, Name: SecretName},
+		StringData: map[string]string{"username": "admin", "password": "secret"}}
+	if err := c.Create(ctx, s); err != nil {
+		return fmt.Errorf("creating BMC secret: %w", err)
+	}
+	return nil
+}
+
+// NewPolicy is the scene's FencingPolicy: IPMI power-off with a 30s timeout.
+func NewPolicy(leaseTimeout time.Duration) *v1alpha1.FencingPolicy {
+	p := &v1alpha1.FencingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: PolicyName},
+		Spec: v1alpha1.FencingPolicySpec{
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"palisade.dev/fenced-by": "ipmi"}},
+			Methods: []v1alpha1.Method{{
+				Name: "ipmi", Type: v1alpha1.MethodIPMI, Timeout: &metav1.Duration{Duration: 30 * time.Second},
+				IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: SecretNamespace, Name: SecretName}},
+			}},
+		},
+	}
+	if leaseTimeout > 0 {
+		p.Spec.Detection.LeaseTimeout = &metav1.Duration{Duration: leaseTimeout}
+	}
+	return p
+}
+
+func (e *Env) createPolicy(ctx context.Context) error {
+	p := NewPolicy(e.opts.LeaseTimeout)
+	if e.opts.Policy != nil {
+		e.opts.Policy(p)
+	}
+	if err := e.Cluster.Client.Create(ctx, p); err != nil {
+		return fmt.Errorf("creating policy: %w", err)
+	}
+	e.Policy = p
+	return nil
+}
+
+// Node returns the simulated node by its 1-based index.
+func (e *Env) Node(i int) *Node { return e.Nodes[i-1] }
+
+// controller is Palisade's controller running in this process.
+type controller struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// StartController runs Palisade's controller in-process (no leader election, no listeners).
+// edit, when set, changes its options (tests inject faults through AfterRecord).
+func (e *Env) StartController(ctx context.Context, edit func(*app.Options)) error {
+	if e.ctl != nil {
+		return errors.New("controller already running")
+	}
+	o := app.Options{MetricsAddr: "0", ProbeAddr: "0",
+		Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: ipmi.New()}}
+	if edit != nil {
+		edit(&o)
+	}
+	mgr, err := app.NewManager(e.Cluster.Config, o)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	c := &controller{cancel: cancel, done: make(chan error, 1)}
+	go func() { c.done <- mgr.Start(ctrl.LoggerInto(cctx, ctrl.Log)) }()
+	e.ctl = c
+	return nil
+}
+
+// StopController stops the in-process controller and waits for it: a controller killed.
+func (e *Env) StopController() error {
+	if e.ctl == nil {
+		return nil
+	}
+	e.ctl.cancel()
+	err := <-e.ctl.done
+	e.ctl = nil
+	return err
+}
+
+// Stop tears everything down, controller first and control plane last.
+func (e *Env) Stop() error {
+	errs := []error{e.StopController()}
+	for _, n := range e.Nodes {
+		if n.Node != nil {
+			n.Node.Stop()
+		}
+		errs = append(errs, n.BMC.Stop())
+	}
+	if e.Cluster != nil {
+		errs = append(errs, e.Cluster.Stop())
+	}
+	if e.dir != "" {
+		errs = append(errs, os.RemoveAll(e.dir))
+	}
+	return errors.Join(errs...)
+}

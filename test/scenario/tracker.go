@@ -1,0 +1,237 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// Milestone is one observable point of a failover.
+type Milestone string
+
+const (
+	PowerLost            Milestone = "power lost"
+	NodeNotReady         Milestone = "node NotReady (kube-controller-manager)"
+	Detected             Milestone = "failure detected (NodeFence created)"
+	PowerOffSent         Milestone = "power-off sent to the BMC"
+	OffConfirmed         Milestone = "power Off confirmed by read-back"
+	Tainted              Milestone = "out-of-service taint on the node"
+	PodDeleted           Milestone = "stuck pod deleted"
+	AttachmentReleased   Milestone = "RWO attachment released"
+	ReplacementScheduled Milestone = "replacement pod scheduled on another node"
+	ReplacementRunning   Milestone = "replacement pod Running"
+)
+
+// pollInterval bounds the tracker's error on every milestone.
+const pollInterval = 100 * time.Millisecond
+
+// Tracker watches a failover of the database pod from node, from the outside, by polling the
+// API server; every time is when the tracker first saw the milestone.
+type Tracker struct {
+	env    *Env
+	node   *Node
+	oldUID types.UID
+	start  time.Time
+	notify func(Milestone, time.Duration)
+
+	mu   sync.Mutex
+	at   map[Milestone]time.Duration
+	seq  []Milestone
+	safe *bool // at the first release seen: was the fence confirmed and the power Off?
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// Track starts tracking from now (the moment power is cut); notify, when set, is called for
+// each milestone as it is seen.
+func (e *Env) Track(ctx context.Context, node *Node, old *corev1.Pod, notify func(Milestone, time.Duration)) *Tracker {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &Tracker{env: e, node: node, oldUID: old.UID, start: time.Now(), notify: notify,
+		at: map[Milestone]time.Duration{}, stop: cancel, done: make(chan struct{})}
+	t.mark(PowerLost)
+	go func() {
+		defer close(t.done)
+		_ = wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+			t.poll(ctx)
+			return false, nil
+		})
+	}()
+	return t
+}
+
+// Stop ends tracking.
+func (t *Tracker) Stop() { t.stop(); <-t.done }
+
+func (t *Tracker) mark(m Milestone) {
+	t.mu.Lock()
+	if _, seen := t.at[m]; seen {
+		t.mu.Unlock()
+		return
+	}
+	d := time.Since(t.start)
+	t.at[m] = d
+	t.seq = append(t.seq, m)
+	t.mu.Unlock()
+	if t.notify != nil {
+		t.notify(m, d)
+	}
+}
+
+func (t *Tracker) poll(ctx context.Context) {
+	c := t.env.Cluster.Client
+	released := false
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, node); err == nil {
+		if !nodeReady(node) {
+			t.mark(NodeNotReady)
+		}
+		if hasOutOfService(node) {
+			t.mark(Tainted)
+			released = true
+		}
+	}
+	nf := &v1alpha1.NodeFence{}
+	fenceSeen := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, nf) == nil
+	if fenceSeen {
+		t.markFence(nf)
+	}
+	released = t.pollPod(ctx) || released
+	if vas, err := t.env.Attachments(ctx, t.node.Name()); err == nil && len(vas) == 0 {
+		t.mark(AttachmentReleased)
+		released = true
+	}
+	if released {
+		t.recordSafety(fenceSeen && fenceConfirmed(nf))
+	}
+}
+
+func (t *Tracker) markFence(nf *v1alpha1.NodeFence) {
+	t.mark(Detected)
+	for _, s := range nf.Status.Steps {
+		if s.State != v1alpha1.StepSucceeded {
+			continue
+		}
+		switch s.Name {
+		case v1alpha1.StepPowerOff:
+			t.mark(PowerOffSent)
+		case v1alpha1.StepConfirmOff:
+			t.mark(OffConfirmed)
+		}
+	}
+}
+
+// pollPod marks the pod milestones and says whether the old pod is gone.
+func (t *Tracker) pollPod(ctx context.Context) bool {
+	pod := &corev1.Pod{}
+	err := t.env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PodName}, pod)
+	if err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			t.mark(PodDeleted)
+			return true
+		}
+		return false
+	}
+	if pod.UID == t.oldUID {
+		return false
+	}
+	t.mark(PodDeleted)
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != t.node.Name() {
+		t.mark(ReplacementScheduled)
+		if pod.Status.Phase == corev1.PodRunning {
+			t.mark(ReplacementRunning)
+		}
+	}
+	return true
+}
+
+// recordSafety keeps what was true the first time any release was seen.
+func (t *Tracker) recordSafety(fenceConfirmed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.safe != nil {
+		return
+	}
+	on, err := t.node.BMC.PoweredOn()
+	ok := fenceConfirmed && err == nil && !on
+	t.safe = &ok
+}
+
+// ConfirmedBeforeRelease says whether, when the first release (taint, pod deletion or
+// attachment release) was seen, the NodeFence already held a confirmed fence and the machine's
+// power was Off. False when nothing was released.
+func (t *Tracker) ConfirmedBeforeRelease() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.safe != nil && *t.safe
+}
+
+// Released says whether any release was seen.
+func (t *Tracker) Released() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.safe != nil
+}
+
+// At is when m was first seen, relative to the power loss.
+func (t *Tracker) At(m Milestone) (time.Duration, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, ok := t.at[m]
+	return d, ok
+}
+
+// Wait blocks until m is seen.
+func (t *Tracker) Wait(ctx context.Context, m Milestone, timeout time.Duration) (time.Duration, error) {
+	var d time.Duration
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		var ok bool
+		d, ok = t.At(m)
+		return ok, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("waiting for %q: %w; seen so far: %v", m, err, t.Seen())
+	}
+	return d, nil
+}
+
+// Seen lists the milestones seen, in order.
+func (t *Tracker) Seen() []Milestone {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]Milestone(nil), t.seq...)
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hasOutOfService(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == v1alpha1.TaintOutOfService {
+			return true
+		}
+	}
+	return false
+}
+
+func fenceConfirmed(nf *v1alpha1.NodeFence) bool {
+	for _, s := range nf.Status.Steps {
+		if s.Name == v1alpha1.StepConfirmOff && s.State == v1alpha1.StepSucceeded {
+			return true
+		}
+	}
+	return false
+}

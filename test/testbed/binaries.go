@@ -1,0 +1,91 @@
+package testbed
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// EnvBinDir names the environment variable holding the directory with the control-plane
+// binaries (the Makefile exports it; `make testbed` builds them).
+const EnvBinDir = "PALISADE_TESTBED_BIN"
+
+const (
+	etcdBinary      = "etcd"
+	apiServerBinary = "kube-apiserver"
+	kcmBinary       = "kube-controller-manager"
+	schedulerBinary = "kube-scheduler"
+)
+
+// binaries are the paths of the four control-plane programs.
+type binaries struct {
+	etcd, apiServer, kcm, scheduler string
+}
+
+// findBinaries locates the control-plane binaries in $PALISADE_TESTBED_BIN.
+func findBinaries() (binaries, error) {
+	dir := os.Getenv(EnvBinDir)
+	if dir == "" {
+		return binaries{}, fmt.Errorf("finding control-plane binaries: $%s is not set; run `make testbed` "+
+			"and run the tests through make (or export %s=<the dir it prints>)", EnvBinDir, EnvBinDir)
+	}
+	b := binaries{
+		etcd:      filepath.Join(dir, etcdBinary),
+		apiServer: filepath.Join(dir, apiServerBinary),
+		kcm:       filepath.Join(dir, kcmBinary),
+		scheduler: filepath.Join(dir, schedulerBinary),
+	}
+	var errs []error
+	for _, p := range []string{b.etcd, b.apiServer, b.kcm, b.scheduler} {
+		if err := checkExecutable(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return binaries{}, fmt.Errorf("finding control-plane binaries in %s=%s (run `make testbed`): %w", EnvBinDir, dir, err)
+	}
+	return b, nil
+}
+
+func checkExecutable(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if info.IsDir() || info.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", path)
+	}
+	return nil
+}
+
+// defaultCRDDirs returns <module root>/charts/palisade/crds when it exists.
+func defaultCRDDirs() []string {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil
+	}
+	dir := filepath.Join(root, "charts", "palisade", "crds")
+	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+		return nil
+	}
+	return []string{dir}
+}
+
+// moduleRoot walks up from the working directory to the directory holding go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding module root: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding module root: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}

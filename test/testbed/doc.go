@@ -1,0 +1,10 @@
+// Package testbed runs a real Kubernetes control plane for tests, the demo and the benchmarks:
+// etcd and kube-apiserver (driven by controller-runtime's envtest, which also installs
+// Palisade's CRDs), plus kube-controller-manager and kube-scheduler launched as child
+// processes, so that Palisade is measured against what a cluster really does (node lifecycle,
+// taint eviction, PodGC, attach/detach, StatefulSets, scheduling). The binaries are built from
+// the Go module proxy by `make testbed` and found through $PALISADE_TESTBED_BIN; Start fails,
+// rather than skipping, when they are missing. No kubelet runs here: see package simnode for
+// the simulated nodes. Every process started by a Cluster writes its log under Cluster.Dir and
+// is gone once Stop returns.
+package testbed

@@ -1,0 +1,10 @@
+// Package simnode simulates a node for tests, since no kubelet can run here: it does the
+// kubelet's part of the API traffic, as kwok does. It registers the Node (capacity, Ready and
+// pressure conditions, addresses, nodeInfo with a boot ID), keeps its Lease in kube-node-lease
+// renewed and its Ready condition fresh, marks the pods bound to it Running and Ready, and
+// confirms the termination of its pods that are being deleted. Its life is tied to a
+// PowerSource (an ipmi_sim BMC in the test bed): when the power goes off the node does nothing
+// at all, like a dead machine; when it comes back the node reboots with a new boot ID and
+// resumes. PauseHeartbeats simulates a network partition instead: the node keeps "running" but
+// no request of it reaches the API server.
+package simnode
