@@ -34,7 +34,8 @@ test-e2e: deps testbed ## Only the end-to-end fencing tests.
 
 .PHONY: bench
 bench: deps testbed ## Failover benchmark: Palisade versus vanilla Kubernetes (prints BENCH lines).
-	go test -count=1 -timeout 30m -run '^$$' -bench . -benchtime 1x ./test/bench/ | tee /dev/stderr | grep '^BENCH' | tail -n 20
+	go test -count=1 -timeout 40m -run '^$$' -bench . -benchtime 1x ./test/bench/ | tee $(CACHE)/bench.log
+	@echo; grep '^BENCH' $(CACHE)/bench.log
 
 .PHONY: demo
 demo: deps testbed ## Cut a node's power on a real control plane and watch Palisade fence it.

@@ -10,7 +10,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -61,7 +63,11 @@ func pending(retry time.Duration, reason, format string, args ...any) outcome {
 
 // SetupWithManager registers the reconciler.
 func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.NodeFence{}).Named("nodefence").Complete(r)
+	// Our own status writes must not wake us with a stale cached copy: the reconciler requeues
+	// itself while a step is pending.
+	return ctrl.NewControllerManagedBy(mgr).Named("nodefence").
+		For(&v1alpha1.NodeFence{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
 }
 
 // Reconcile takes the fence's next steps until one blocks.

@@ -63,7 +63,7 @@ func observe(ctx context.Context, c client.Reader, node *corev1.Node, p *v1alpha
 	return lease.Observe(node, l, leaseTimeout(p), now), nil
 }
 
-// health counts the policy's nodes and those that look failed.
+// health counts the policy's nodes and those that look failed or late (Suspect).
 type health struct {
 	Nodes, Unhealthy, MaxUnhealthy int
 }
@@ -86,7 +86,9 @@ func policyHealth(ctx context.Context, c client.Reader, p *v1alpha1.FencingPolic
 		if err != nil {
 			return health{}, err
 		}
-		if obs.Verdict.Failed() {
+		// Late nodes count too: nodes cut off together expire a moment apart, and the guard
+		// must see the storm before the first of them is fenced.
+		if obs.Verdict.Failed() || obs.Verdict == detectors.Suspect {
 			h.Unhealthy++
 		}
 	}

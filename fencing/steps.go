@@ -61,17 +61,25 @@ func (r *NodeFenceReconciler) confirmOff(ctx context.Context, nf *v1alpha1.NodeF
 	return pending(retryConfirm, ReasonPowerStillOn, "power still reads %s %s after the off command", state, elapsed)
 }
 
+// hints tell an operator what to look at for each kind of provider failure.
+var hints = map[providers.Reason]string{
+	providers.ReasonUnreachable: "Check the node's " + v1alpha1.AnnotationBMCAddress + " annotation and the network path from the controller to the BMC, then delete this NodeFence to try again.",
+	providers.ReasonAuthFailed:  "The BMC refused the credentials: check the username and password in the BMC Secret, then delete this NodeFence to try again.",
+	providers.ReasonRefused:     "The BMC answered but did not carry out the command: check the BMC's own logs.",
+	providers.ReasonBadTarget:   "Fix the node's BMC settings named above, then delete this NodeFence to try again.",
+}
+
 // providerFailure turns a provider error into a retry or, when it cannot help or the method
 // has run out of time, a failed method.
 func (r *NodeFenceReconciler) providerFailure(nf *v1alpha1.NodeFence, m v1alpha1.Method, doing string, err error) outcome {
-	reason := string(providers.ReasonOf(err))
+	reason := providers.ReasonOf(err)
 	if !providers.IsRetryable(err) {
-		return failed(reason, "%s through method %s: %v", doing, m.Name, err)
+		return failed(string(reason), "%s through method %s: %v. %s", doing, m.Name, err, hints[reason])
 	}
 	if r.timedOut(nf, m) {
-		return failed(reason, "%s through method %s: no success within its timeout %s; last error: %v", doing, m.Name, methodTimeout(m), err)
+		return failed(string(reason), "%s through method %s: no success within its timeout %s; last error: %v. %s", doing, m.Name, methodTimeout(m), err, hints[reason])
 	}
-	return pending(retryFence, reason, "%s: %v (retrying)", doing, err)
+	return pending(retryFence, string(reason), "%s: %v (retrying)", doing, err)
 }
 
 func (r *NodeFenceReconciler) timedOut(nf *v1alpha1.NodeFence, m v1alpha1.Method) bool {

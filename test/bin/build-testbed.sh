@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Builds the real control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler) from the Go module proxy into a cache outside the checkout, keyed by version,
-# so that a fresh clone on the same machine reuses them. Prints the bin directory on success.
+# kube-scheduler) and the CSI external-attacher (csi-attacher) from the Go module proxy into a
+# cache outside the checkout, keyed by version, so that a fresh clone on the same machine reuses
+# them. Prints the bin directory on success.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.37.0}"
 STAGING_VERSION="${STAGING_VERSION:-v0.37.0}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
+CSI_ATTACHER_VERSION="${CSI_ATTACHER_VERSION:-v4.13.0}"
 CACHE_ROOT="${PALISADE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/palisade}"
 K8S_BIN="$CACHE_ROOT/kubernetes-$K8S_VERSION/bin"
 ETCD_BIN="$CACHE_ROOT/etcd-$ETCD_VERSION/bin"
+CSI_ATTACHER_BIN="$CACHE_ROOT/csi-attacher-$CSI_ATTACHER_VERSION/bin"
 
 log() { echo "build-testbed: $*" >&2; }
 
@@ -69,10 +72,38 @@ GO
   log "built etcd"
 }
 
+build_csi_attacher() {
+  [ -x "$CSI_ATTACHER_BIN/csi-attacher" ] && { log "csi-attacher $CSI_ATTACHER_VERSION cached in $CSI_ATTACHER_BIN"; return; }
+  local mod=github.com/kubernetes-csi/external-attacher/v4
+  local work="$CACHE_ROOT/src/csi-attacher-$CSI_ATTACHER_VERSION"
+  mkdir -p "$work" "$CSI_ATTACHER_BIN"
+  log "building csi-attacher $CSI_ATTACHER_VERSION in $work (a few minutes on 2 cores, once)"
+  cd "$work"
+  cat > go.mod <<MOD
+module palisade.dev/testbed/csi-attacher
+
+go 1.26
+
+require $mod $CSI_ATTACHER_VERSION
+MOD
+  # external-attacher's own go.mod pins k8s.io/* with replace directives, which only apply in
+  # its own module: copy them (single-line and block forms) into the wrapper.
+  local modfile
+  modfile="$(go mod download -json "$mod@$CSI_ATTACHER_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  awk '/^replace \(/ {block=1; next} block && /^\)/ {block=0; next}
+       block && /=>/ {print "replace " $0; next} /^replace .*=>/ {print}' "$modfile" >> go.mod
+  echo 'package main' > tools.go
+  GOFLAGS=-mod=mod go build -ldflags "-X main.version=$CSI_ATTACHER_VERSION" \
+    -o "$CSI_ATTACHER_BIN/csi-attacher.tmp" "$mod/cmd/csi-attacher"
+  mv "$CSI_ATTACHER_BIN/csi-attacher.tmp" "$CSI_ATTACHER_BIN/csi-attacher"
+  log "built csi-attacher"
+}
+
 build_etcd
 build_k8s
+build_csi_attacher
 # One directory with every binary, the layout envtest and the test bed expect.
 BIN="$CACHE_ROOT/testbed-kubernetes-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 mkdir -p "$BIN"
-for b in "$K8S_BIN"/* "$ETCD_BIN"/etcd; do ln -sf "$b" "$BIN/$(basename "$b")"; done
+for b in "$K8S_BIN"/* "$ETCD_BIN"/etcd "$CSI_ATTACHER_BIN"/csi-attacher; do ln -sf "$b" "$BIN/$(basename "$b")"; done
 echo "$BIN"

@@ -46,8 +46,13 @@ func TestPowerLossFailover(t *testing.T) {
 	if st, reason, _ := condition(nf, v1alpha1.ConditionFenced); st != "True" || reason != "PowerOffConfirmed" {
 		t.Errorf("Fenced condition = %s/%s, want True/PowerOffConfirmed", st, reason)
 	}
-	if nf.Spec.Trigger != v1alpha1.TriggerDetected || nf.Status.PodsDeleted != 1 || nf.Status.AttachmentsReleased != 1 {
-		t.Errorf("trigger %s, pods deleted %d, attachments released %d; want Detected, 1, 1", nf.Spec.Trigger, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased)
+	// The attachment goes either way: deleted by Palisade, or detached first by the
+	// attach-detach controller once the taint is on and the pod gone.
+	if nf.Spec.Trigger != v1alpha1.TriggerDetected || nf.Status.PodsDeleted != 1 || nf.Status.AttachmentsReleased > 1 {
+		t.Errorf("trigger %s, pods deleted %d, attachments released %d; want Detected, 1, at most 1", nf.Spec.Trigger, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased)
+	}
+	if vas, err := env.Attachments(ctx, n1.Name()); err != nil || len(vas) != 0 {
+		t.Errorf("%d attachments left on %s (err %v)", len(vas), n1.Name(), err)
 	}
 	pod, err := env.WaitPodRunning(ctx, "", n1.Name(), 10*time.Second)
 	if err != nil {

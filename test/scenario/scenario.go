@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -104,8 +105,9 @@ func (e *Env) addNode(ctx context.Context, name string) error {
 	}
 	n := &Node{BMC: bmc}
 	e.Nodes = append(e.Nodes, n)
-	n.Node, err = simnode.Start(ctx, e.Cluster.Kube, simnode.Options{
-		Name: name, Power: bmc, LeaseRenewInterval: e.opts.LeaseRenewInterval,
+	// The node runs until Stop, not until the start's own deadline.
+	n.Node, err = simnode.Start(context.WithoutCancel(ctx), e.Cluster.Kube, simnode.Options{
+		Name: name, Power: bmc, LeaseRenewInterval: e.opts.LeaseRenewInterval, Logf: e.opts.Logf,
 		Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: bmc.Address()},
 		Labels:      map[string]string{"palisade.dev/fenced-by": "ipmi"},
 	})
@@ -173,10 +175,13 @@ func (e *Env) StartController(ctx context.Context, edit func(*app.Options)) erro
 	if e.ctl != nil {
 		return errors.New("controller already running")
 	}
-	o := app.Options{MetricsAddr: "0", ProbeAddr: "0",
+	o := app.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true,
 		Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: ipmi.New()}}
 	if edit != nil {
 		edit(&o)
+	}
+	if os.Getenv("PALISADE_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
 	}
 	mgr, err := app.NewManager(e.Cluster.Config, o)
 	if err != nil {

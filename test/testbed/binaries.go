@@ -16,15 +16,18 @@ const (
 	apiServerBinary = "kube-apiserver"
 	kcmBinary       = "kube-controller-manager"
 	schedulerBinary = "kube-scheduler"
+	// csiAttacherBinary is the CSI external-attacher (cmd/csi-attacher).
+	csiAttacherBinary = "csi-attacher"
 )
 
-// binaries are the paths of the four control-plane programs.
+// binaries are the paths of the control-plane programs.
 type binaries struct {
-	etcd, apiServer, kcm, scheduler string
+	etcd, apiServer, kcm, scheduler, csiAttacher string
 }
 
-// findBinaries locates the control-plane binaries in $PALISADE_TESTBED_BIN.
-func findBinaries() (binaries, error) {
+// findBinaries locates the control-plane binaries in $PALISADE_TESTBED_BIN, csi-attacher
+// among them when withCSI.
+func findBinaries(withCSI bool) (binaries, error) {
 	dir := os.Getenv(EnvBinDir)
 	if dir == "" {
 		return binaries{}, fmt.Errorf("finding control-plane binaries: $%s is not set; run `make testbed` "+
@@ -36,8 +39,13 @@ func findBinaries() (binaries, error) {
 		kcm:       filepath.Join(dir, kcmBinary),
 		scheduler: filepath.Join(dir, schedulerBinary),
 	}
+	want := []string{b.etcd, b.apiServer, b.kcm, b.scheduler}
+	if withCSI {
+		b.csiAttacher = filepath.Join(dir, csiAttacherBinary)
+		want = append(want, b.csiAttacher)
+	}
 	var errs []error
-	for _, p := range []string{b.etcd, b.apiServer, b.kcm, b.scheduler} {
+	for _, p := range want {
 		if err := checkExecutable(p); err != nil {
 			errs = append(errs, err)
 		}

@@ -2,9 +2,12 @@
 // etcd and kube-apiserver (driven by controller-runtime's envtest, which also installs
 // Palisade's CRDs), plus kube-controller-manager and kube-scheduler launched as child
 // processes, so that Palisade is measured against what a cluster really does (node lifecycle,
-// taint eviction, PodGC, attach/detach, StatefulSets, scheduling). The binaries are built from
-// the Go module proxy by `make testbed` and found through $PALISADE_TESTBED_BIN; Start fails,
-// rather than skipping, when they are missing. No kubelet runs here: see package simnode for
-// the simulated nodes. Every process started by a Cluster writes its log under Cluster.Dir and
-// is gone once Stop returns.
+// taint eviction, PodGC, attach/detach, StatefulSets, scheduling). Unless
+// Options.NoCSIAttacher, the real CSI external-attacher runs too, as a child process in front
+// of package csidriver's plugin (a stand-in for a storage backend, served in-process), so that
+// the VolumeAttachments of CSIDriverName's volumes are attached and detached as in a cluster.
+// The binaries are built from the Go module proxy by `make testbed` and found through
+// $PALISADE_TESTBED_BIN; Start fails, rather than skipping, when they are missing. No kubelet
+// runs here: see package simnode for the simulated nodes. Every process started by a Cluster
+// writes its log under Cluster.Dir and is gone once Stop returns.
 package testbed

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fencingv1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/testbed/csidriver"
 )
 
 // DefaultControllers are the kube-controller-manager controllers a Cluster runs unless
@@ -57,24 +58,32 @@ type Options struct {
 	NodeMonitorGracePeriod time.Duration
 	// ExtraKCMFlags are appended to kube-controller-manager's flags (later flags win).
 	ExtraKCMFlags []string
+	// NoCSIAttacher leaves out the CSI stack that runs by default: the CSIDriver object
+	// CSIDriverName (attachRequired), csidriver's plugin (in-process) and the real CSI
+	// external-attacher in front of it, which marks VolumeAttachments attached.
+	NoCSIAttacher bool
 	// Logf, when set, receives progress messages from Start and Stop (never afterwards).
 	Logf func(format string, args ...any)
 }
 
-// Cluster is a running control plane: etcd, kube-apiserver, kube-controller-manager and
-// kube-scheduler. Stop it with Stop.
+// Cluster is a running control plane: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and (unless Options.NoCSIAttacher) the CSI external-attacher with its plugin.
+// Stop it with Stop.
 type Cluster struct {
 	Config *rest.Config         // admin (system:masters)
 	Scheme *runtime.Scheme      // client-go kinds and Palisade's fencing.palisade.dev/v1alpha1
 	Client client.Client        // controller-runtime client, uncached
 	Kube   kubernetes.Interface // client-go clientset
 	Dir    string               // kubeconfigs, certificates, etcd data and the logs of every process
+	CSI    *csidriver.Driver    // the CSI plugin behind the external-attacher; nil with NoCSIAttacher
 
 	logf      func(format string, args ...any)
 	env       *envtest.Environment
 	logs      []*os.File
 	kcm       *component
 	scheduler *component
+	attacher  *component
+	socketDir string // holds the CSI socket when Dir is too long for one
 	stopOnce  sync.Once
 	stopErr   error
 }
@@ -85,14 +94,17 @@ const (
 	APIServerLog = "kube-apiserver.log"
 	KCMLog       = "kcm.log"
 	SchedulerLog = "scheduler.log"
+	// CSIAttacherLog is the CSI external-attacher's log.
+	CSIAttacherLog = "csi-attacher.log"
 )
 
 // Start runs a control plane and returns once kube-apiserver serves, the CRDs are
-// established, kube-controller-manager runs its controllers, kube-scheduler is ready and the
-// default and kube-node-lease namespaces exist. On error nothing is left running.
+// established, kube-controller-manager runs its controllers, kube-scheduler is ready, the CSI
+// external-attacher has connected to its plugin and the default and kube-node-lease namespaces
+// exist. On error nothing is left running.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	began := time.Now()
-	bins, err := findBinaries()
+	bins, err := findBinaries(!opts.NoCSIAttacher)
 	if err != nil {
 		return nil, err
 	}
@@ -134,14 +146,25 @@ func (c *Cluster) start(ctx context.Context, bins binaries, opts Options) error 
 	if err := c.writeKubeconfig(c.KubeconfigPath(), c.Config); err != nil {
 		return err
 	}
+	if !opts.NoCSIAttacher {
+		if err := c.startCSI(ctx, bins); err != nil {
+			return err
+		}
+	}
 	if err := c.startKCMAndScheduler(ctx, bins, opts); err != nil {
 		return err
+	}
+	if !opts.NoCSIAttacher {
+		if err := c.waitCSIReady(ctx); err != nil {
+			return err
+		}
 	}
 	return c.waitForNamespaces(ctx, "default", "kube-node-lease")
 }
 
 // StartT starts a Cluster for a test or benchmark and stops it in t.Cleanup, failing the test
-// when either goes wrong. When the test has failed, the tail of kcm.log is logged first.
+// when either goes wrong. Options.Logf defaults to t.Logf. When the test has failed, the tails
+// of kcm.log and csi-attacher.log are logged before the Cluster is stopped.
 func StartT(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Logf == nil {
@@ -154,6 +177,9 @@ func StartT(t testing.TB, opts Options) *Cluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(tailFile(filepath.Join(c.Dir, KCMLog), 40))
+			if c.attacher != nil {
+				t.Log(tailFile(filepath.Join(c.Dir, CSIAttacherLog), 20))
+			}
 		}
 		if err := c.Stop(); err != nil {
 			t.Errorf("stopping test bed: %v", err)
@@ -162,8 +188,8 @@ func StartT(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// Stop stops kube-scheduler and kube-controller-manager, then kube-apiserver (SIGKILL after 3s),
-// then etcd, and removes Dir. No process of the Cluster is left once it returns. It is
+// Stop stops kube-scheduler, kube-controller-manager and the CSI external-attacher, then the CSI
+// plugin, then kube-apiserver (SIGKILL after 3s), then etcd, and removes Dir. No process of the Cluster is left once it returns. It is
 // idempotent.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() { c.stopErr = c.stop() })
@@ -173,6 +199,9 @@ func (c *Cluster) Stop() error {
 func (c *Cluster) stop() error {
 	began := time.Now()
 	errs := c.stopComponents()
+	if err := c.stopCSI(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.env != nil {
 		// envtest SIGKILLs kube-apiserver after its StopTimeout and reports that as an error;
 		// what matters is that nothing is left, which killLeftovers makes sure of.
@@ -193,14 +222,15 @@ func (c *Cluster) stop() error {
 	return errors.Join(errs...)
 }
 
-// stopComponents stops kube-scheduler and kube-controller-manager concurrently.
+// stopComponents stops kube-scheduler, kube-controller-manager and the external-attacher
+// concurrently.
 func (c *Cluster) stopComponents() []error {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, p := range []*component{c.scheduler, c.kcm} {
+	for _, p := range []*component{c.scheduler, c.kcm, c.attacher} {
 		if p == nil {
 			continue
 		}

@@ -111,15 +111,15 @@ func waitForRunningPod(t *testing.T, c *testbed.Cluster, selector string) corev1
 	}
 }
 
-// assertStopLeavesNothing stops c and checks that its four processes and its Dir are gone.
+// assertStopLeavesNothing stops c and checks that its five processes and its Dir are gone.
 func assertStopLeavesNothing(t *testing.T, c *testbed.Cluster) {
 	t.Helper()
 	pids, err := testbed.ProcessesUsing(c.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pids) != 4 {
-		t.Errorf("found %d processes of the test bed (%v), want 4: etcd, kube-apiserver, KCM, scheduler", len(pids), pids)
+	if len(pids) != 5 {
+		t.Errorf("found %d processes of the test bed (%v), want 5: etcd, kube-apiserver, KCM, scheduler, csi-attacher", len(pids), pids)
 	}
 	began := time.Now()
 	if err := c.Stop(); err != nil {

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -33,6 +34,8 @@ type Options struct {
 	AttachmentForceAge time.Duration
 	// Fencers holds the provider for each method type.
 	Fencers map[v1alpha1.MethodType]providers.PowerFencer
+	// SkipNameValidation lets one process start the controller more than once (tests).
+	SkipNameValidation bool
 	// AfterRecord is passed to the NodeFence reconciler (fault injection in tests).
 	AfterRecord func(*v1alpha1.NodeFence) bool
 }
@@ -66,6 +69,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaseDuration:                 durationOrNil(o.LeaseDuration),
 		RenewDeadline:                 durationOrNil(o.RenewDeadline),
 		RetryPeriod:                   durationOrNil(o.RetryPeriod),
+		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lease.Namespace: {}}},
 		}},
@@ -91,6 +95,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 	nf := &fencing.NodeFenceReconciler{
 		Client: c, APIReader: reader, Recorder: rec, Fencers: o.Fencers,
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
+		AfterRecord: o.AfterRecord,
 	}
 	if err := nf.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up nodefence controller: %w", err)

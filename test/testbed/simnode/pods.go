@@ -67,26 +67,18 @@ func (n *Node) podWorker(ctx context.Context) {
 	}
 }
 
-// syncPod confirms the termination of a pod being deleted and reports the others running.
+// syncPod confirms the termination of a pod being deleted and reports the others running once
+// their volumes are attached.
 func (n *Node) syncPod(ctx context.Context, key string) error {
 	obj, exists, err := n.pods.GetStore().GetByKey(key)
 	if err != nil || !exists {
+		n.setWaiting(key, "")
 		return err
 	}
 	pod := obj.(*corev1.Pod)
-	pods := n.kube.CoreV1().Pods(pod.Namespace)
 	if pod.DeletionTimestamp != nil {
-		err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{
-			GracePeriodSeconds: ptr.To[int64](0),
-			Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
-		})
-		if err == nil {
-			n.logf("pod %s terminated", key)
-		}
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return nil // gone already, or replaced by a pod of the same name
-		}
-		return err
+		n.setWaiting(key, "")
+		return n.confirmTermination(ctx, key, pod)
 	}
 	n.mu.Lock()
 	bootTime := metav1.NewTime(n.bootTime.Truncate(time.Second))
@@ -94,13 +86,54 @@ func (n *Node) syncPod(ctx context.Context, key string) error {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || podRunning(pod, bootTime) {
 		return nil
 	}
+	ready, waitFor, err := n.volumesReady(ctx, pod)
+	if err != nil || !ready {
+		n.setWaiting(key, waitFor)
+		n.queue.AddAfter(key, attachRecheck)
+		return err
+	}
+	n.setWaiting(key, "")
 	pod = pod.DeepCopy()
 	n.setPodRunning(pod, bootTime, metav1.Now())
-	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+	if _, err := n.kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return nil // synced from a stale cache: the newer pod is on its way and requeues it
+		}
 		return err
 	}
 	n.logf("pod %s running", key)
 	return nil
+}
+
+// confirmTermination deletes a terminating pod for good, as the kubelet does once its
+// containers are gone.
+func (n *Node) confirmTermination(ctx context.Context, key string, pod *corev1.Pod) error {
+	err := n.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
+	})
+	if err == nil {
+		n.logf("pod %s terminated", key)
+	}
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone already, or replaced by a pod of the same name
+	}
+	return err
+}
+
+// setWaiting records what the pod waits for ("" for nothing) and logs it when it changes.
+func (n *Node) setWaiting(key, waitFor string) {
+	n.mu.Lock()
+	was := n.waiting[key]
+	if waitFor == "" {
+		delete(n.waiting, key)
+	} else {
+		n.waiting[key] = waitFor
+	}
+	n.mu.Unlock()
+	if waitFor != "" && waitFor != was {
+		n.logf("pod %s waiting for %s", key, waitFor)
+	}
 }
 
 // podRunning reports whether pod is Running and Ready with every container started in the

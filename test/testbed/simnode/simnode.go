@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"palisade.dev/palisade/test/testbed/csidriver"
 )
 
 // PowerSource is the node's power supply; an ipmi_sim BMC implements it. A nil PowerSource
@@ -39,6 +41,10 @@ type Options struct {
 	Power              PowerSource
 	// PowerPollInterval is how often Power is polled; default 200ms.
 	PowerPollInterval time.Duration
+	// CSIDrivers are the CSI drivers whose node plugins "run" on the node: listed in its CSINode
+	// with the node's name as node ID, as the kubelet registers them. Nil means the test bed's
+	// driver (csidriver.Name); an empty slice, none.
+	CSIDrivers []string
 	// Logf, when set, receives what the node does; never called after Stop returns.
 	Logf func(format string, args ...any)
 }
@@ -67,18 +73,23 @@ type Node struct {
 	poweredOn bool
 	paused    bool
 	podSeq    int
+	waiting   map[string]string // pod key → what it waits for before it can run
 
-	hbMu    sync.Mutex // serialises heartbeats
-	nodeUID types.UID
-	lease   *coordinationv1.Lease
+	hbMu      sync.Mutex // serialises heartbeats
+	nodeUID   types.UID
+	lease     *coordinationv1.Lease
+	csiNodeOf types.UID // the Node whose CSINode lists the drivers
 
-	kick     chan struct{}
-	queue    workqueue.TypedRateLimitingInterface[string]
-	factory  informers.SharedInformerFactory
-	pods     cache.SharedIndexInformer
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	stopOnce sync.Once
+	kick    chan struct{}
+	queue   workqueue.TypedRateLimitingInterface[string]
+	factory informers.SharedInformerFactory
+	pods    cache.SharedIndexInformer
+	// vaFactory and attachments watch the VolumeAttachments (of every node).
+	vaFactory   informers.SharedInformerFactory
+	attachments cache.SharedIndexInformer
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	stopOnce    sync.Once
 }
 
 // Start registers the node (when its power is on) and runs it until Stop or until ctx ends.
@@ -94,6 +105,10 @@ func Start(ctx context.Context, kube kubernetes.Interface, opts Options) (*Node,
 	}
 	ctx, n.cancel = context.WithCancel(ctx)
 	if err := n.startPodInformer(ctx); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	if err := n.startAttachmentInformer(ctx); err != nil {
 		n.Stop()
 		return nil, err
 	}
@@ -135,6 +150,7 @@ func newNode(kube kubernetes.Interface, opts Options) (*Node, error) {
 		seq:      seq,
 		ip:       fmt.Sprintf("10.0.%d.%d", (seq/254)%256, seq%254+1),
 		kick:     make(chan struct{}, 1),
+		waiting:  map[string]string{},
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 	}, nil
 }
@@ -153,6 +169,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PowerPollInterval <= 0 {
 		o.PowerPollInterval = 200 * time.Millisecond
+	}
+	if o.CSIDrivers == nil {
+		o.CSIDrivers = []string{csidriver.Name}
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -209,8 +228,10 @@ func (n *Node) Stop() {
 			n.cancel()
 		}
 		n.queue.ShutDown()
-		if n.factory != nil {
-			n.factory.Shutdown()
+		for _, f := range []informers.SharedInformerFactory{n.factory, n.vaFactory} {
+			if f != nil {
+				f.Shutdown()
+			}
 		}
 		n.wg.Wait()
 	})
@@ -316,12 +337,15 @@ func (n *Node) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// heartbeat makes sure the Node exists with a fresh Ready status for this boot, then renews
-// the Lease.
+// heartbeat makes sure the Node exists with a fresh Ready status for this boot and its
+// CSINode lists its CSI drivers, then renews the Lease.
 func (n *Node) heartbeat(ctx context.Context) error {
 	n.hbMu.Lock()
 	defer n.hbMu.Unlock()
 	if err := n.syncNode(ctx); err != nil {
+		return err
+	}
+	if err := n.syncCSINode(ctx); err != nil {
 		return err
 	}
 	return n.renewLease(ctx)

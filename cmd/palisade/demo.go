@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/scenario"
+)
+
+// demoRenew is the kubelet's default Lease renewal interval; the policy keeps its default
+// lease timeout (20s).
+const demoRenew = 10 * time.Second
+
+func demo(ctx context.Context, out io.Writer) (err error) {
+	began := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
+	}
+	say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler; 3 simulated nodes, each with its own ipmi_sim BMC")
+	env, err := scenario.Start(ctx, scenario.Options{LeaseRenewInterval: demoRenew})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		say("stopping everything")
+		if stopErr := env.Stop(); err == nil {
+			err = stopErr
+		}
+	}()
+	if err := env.StartController(ctx, nil); err != nil {
+		return err
+	}
+	say("palisade-controller running; FencingPolicy %q: IPMI power-off, lease timeout %s", scenario.PolicyName, leaseTimeoutOf(env.Policy))
+	w, err := env.DeployDatabase(ctx, env.Node(1))
+	if err != nil {
+		return err
+	}
+	n1 := env.Node(1)
+	say("StatefulSet %s: pod %s Running on %s; RWO volume %s attached there (VolumeAttachment %s)",
+		scenario.AppName, w.Pod.Name, n1.Name(), scenario.VolumeName, w.Attachment.Name)
+	say("cutting %s's power (its BMC at %s now reads Off; its kubelet and pods stop)", n1.Name(), n1.BMC.Address())
+	tr := env.Track(ctx, n1, w.Pod, func(m scenario.Milestone, d time.Duration) {
+		fmt.Fprintf(out, "           +%5.1fs  %s\n", d.Seconds(), m)
+	})
+	defer tr.Stop()
+	if err := n1.BMC.SetPower(false); err != nil {
+		return err
+	}
+	if _, err := tr.Wait(ctx, scenario.ReplacementRunning, 2*time.Minute); err != nil {
+		return err
+	}
+	if _, err := tr.Wait(ctx, scenario.AttachmentReleased, 30*time.Second); err != nil {
+		return err
+	}
+	return summary(ctx, env, tr, say)
+}
+
+func summary(ctx context.Context, env *scenario.Env, tr *scenario.Tracker, say func(string, ...any)) error {
+	n1 := env.Node(1)
+	pod, err := env.WaitPodRunning(ctx, "", n1.Name(), 10*time.Second)
+	if err != nil {
+		return err
+	}
+	nf := &v1alpha1.NodeFence{}
+	if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: n1.Name()}, nf); err != nil {
+		return err
+	}
+	say("replacement %s Running on %s", pod.Name, pod.Spec.NodeName)
+	say("NodeFence %s: phase %s, method %s, trigger %s (%s)", nf.Name, nf.Status.Phase, nf.Status.Method, nf.Spec.Trigger, nf.Spec.Reason)
+	for _, s := range nf.Status.Steps {
+		say("  %-18s %-9s %s", s.Name, s.State, s.Message)
+	}
+	if !tr.ConfirmedBeforeRelease() {
+		return fmt.Errorf("a release was seen before the fence was confirmed")
+	}
+	say("every release came after the power-off was confirmed by reading the BMC back")
+	return nil
+}
+
+func leaseTimeoutOf(p *v1alpha1.FencingPolicy) string {
+	if p.Spec.Detection.LeaseTimeout != nil {
+		return p.Spec.Detection.LeaseTimeout.Duration.String()
+	}
+	return "20s (default)"
+}

@@ -1,0 +1,42 @@
+// Command palisade is Palisade's command-line tool. `palisade demo` runs the whole failover on
+// a real control plane built by `make testbed` and prints its timeline.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: palisade <command>
+
+commands:
+  demo    cut a node's power on a real control plane and watch Palisade fence it
+          (needs the test bed: run it as "make demo")
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "demo":
+		err = demo(ctx, os.Stdout)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "palisade: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "palisade:", err)
+		os.Exit(1)
+	}
+}
