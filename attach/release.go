@@ -100,4 +100,3 @@ func (r *Releaser) attacherStuck(va *storagev1.VolumeAttachment) bool {
 	}
 	return now().Sub(va.DeletionTimestamp.Time) > force
 }
-

@@ -44,9 +44,12 @@ func demo(ctx context.Context, out io.Writer) (err error) {
 	say("StatefulSet %s: pod %s Running on %s; RWO volume %s attached there (VolumeAttachment %s)",
 		scenario.AppName, w.Pod.Name, n1.Name(), scenario.VolumeName, w.Attachment.Name)
 	say("cutting %s's power (its BMC at %s now reads Off; its kubelet and pods stop)", n1.Name(), n1.BMC.Address())
-	tr := env.Track(ctx, n1, w.Pod, func(m scenario.Milestone, d time.Duration) {
+	tr, err := env.Track(ctx, n1, w.Pod, func(m scenario.Milestone, d time.Duration) {
 		fmt.Fprintf(out, "           +%5.1fs  %s\n", d.Seconds(), m)
 	})
+	if err != nil {
+		return err
+	}
 	defer tr.Stop()
 	if err := n1.BMC.SetPower(false); err != nil {
 		return err
@@ -75,10 +78,10 @@ func summary(ctx context.Context, env *scenario.Env, tr *scenario.Tracker, say f
 	for _, s := range nf.Status.Steps {
 		say("  %-18s %-9s %s", s.Name, s.State, s.Message)
 	}
-	if !tr.ConfirmedBeforeRelease() {
-		return fmt.Errorf("a release was seen before the fence was confirmed")
+	if ok, first := tr.ConfirmedBeforeRelease(); !ok {
+		return fmt.Errorf("the first release (%s) was not preceded by a confirmed fence", first)
 	}
-	say("every release came after the power-off was confirmed by reading the BMC back")
+	say("the confirmation was written before the first release (etcd revisions compared); the BMC read Off")
 	return nil
 }
 

@@ -89,7 +89,10 @@ func failover(b *testing.B, withPalisade bool) result {
 	n1 := env.Node(1)
 	opCtx, stopOperator := context.WithCancel(ctx)
 	defer stopOperator()
-	tr := env.Track(ctx, n1, w.Pod, nil)
+	tr, err := env.Track(ctx, n1, w.Pod, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer tr.Stop()
 	if err := n1.BMC.SetPower(false); err != nil {
 		b.Fatal(err)
@@ -106,7 +109,7 @@ func failover(b *testing.B, withPalisade bool) result {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r.confirmedBeforeRelease = tr.ConfirmedBeforeRelease()
+	r.confirmedBeforeRelease, _ = tr.ConfirmedBeforeRelease()
 	return r
 }
 

@@ -28,7 +28,10 @@ func TestPowerLossFailover(t *testing.T) {
 	ctx := context.Background()
 
 	n1 := env.Node(1)
-	tr := env.Track(ctx, n1, w.Pod, func(m scenario.Milestone, d time.Duration) { t.Logf("+%5.1fs %s", d.Seconds(), m) })
+	tr, err := env.Track(ctx, n1, w.Pod, func(m scenario.Milestone, d time.Duration) { t.Logf("+%5.1fs %s", d.Seconds(), m) })
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer tr.Stop()
 	if err := n1.BMC.SetPower(false); err != nil {
 		t.Fatal(err)
@@ -36,8 +39,8 @@ func TestPowerLossFailover(t *testing.T) {
 	if _, err := tr.Wait(ctx, scenario.ReplacementRunning, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if !tr.ConfirmedBeforeRelease() {
-		t.Error("a release was seen before the NodeFence held a confirmed fence with the power Off")
+	if ok, first := tr.ConfirmedBeforeRelease(); !ok {
+		t.Errorf("the first release (%s) was not preceded by a confirmed fence with the power Off", first)
 	}
 	nf := waitFence(t, env, n1.Name(), 30*time.Second, phaseIs(v1alpha1.PhaseReleased))
 	if diff := cmp.Diff(fullTrace, trace(nf)); diff != "" {

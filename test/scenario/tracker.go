@@ -45,16 +45,22 @@ type Tracker struct {
 	mu   sync.Mutex
 	at   map[Milestone]time.Duration
 	seq  []Milestone
-	safe *bool // at the first release seen: was the fence confirmed and the power Off?
-	stop context.CancelFunc
+	safe  *bool // at the first release seen: was the fence confirmed and the power Off?
+	order *orderWatch
+	stop  context.CancelFunc
 	done chan struct{}
 }
 
 // Track starts tracking from now (the moment power is cut); notify, when set, is called for
 // each milestone as it is seen.
-func (e *Env) Track(ctx context.Context, node *Node, old *corev1.Pod, notify func(Milestone, time.Duration)) *Tracker {
+func (e *Env) Track(ctx context.Context, node *Node, old *corev1.Pod, notify func(Milestone, time.Duration)) (*Tracker, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	t := &Tracker{env: e, node: node, oldUID: old.UID, start: time.Now(), notify: notify,
+	order, err := e.watchOrder(ctx, node.Name(), old.UID)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching the order of writes: %w", err)
+	}
+	t := &Tracker{env: e, node: node, oldUID: old.UID, start: time.Now(), notify: notify, order: order,
 		at: map[Milestone]time.Duration{}, stop: cancel, done: make(chan struct{})}
 	t.mark(PowerLost)
 	go func() {
@@ -64,11 +70,11 @@ func (e *Env) Track(ctx context.Context, node *Node, old *corev1.Pod, notify fun
 			return false, nil
 		})
 	}()
-	return t
+	return t, nil
 }
 
 // Stop ends tracking.
-func (t *Tracker) Stop() { t.stop(); <-t.done }
+func (t *Tracker) Stop() { t.stop(); <-t.done; t.order.wg.Wait() }
 
 func (t *Tracker) mark(m Milestone) {
 	t.mu.Lock()
@@ -88,6 +94,11 @@ func (t *Tracker) mark(m Milestone) {
 func (t *Tracker) poll(ctx context.Context) {
 	c := t.env.Cluster.Client
 	released := false
+	nf := &v1alpha1.NodeFence{}
+	fenceSeen := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, nf) == nil
+	if fenceSeen {
+		t.markFence(nf)
+	}
 	node := &corev1.Node{}
 	if err := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, node); err == nil {
 		if !nodeReady(node) {
@@ -97,11 +108,6 @@ func (t *Tracker) poll(ctx context.Context) {
 			t.mark(Tainted)
 			released = true
 		}
-	}
-	nf := &v1alpha1.NodeFence{}
-	fenceSeen := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, nf) == nil
-	if fenceSeen {
-		t.markFence(nf)
 	}
 	released = t.pollPod(ctx) || released
 	if vas, err := t.env.Attachments(ctx, t.node.Name()); err == nil && len(vas) == 0 {
@@ -164,13 +170,15 @@ func (t *Tracker) recordSafety(fenceConfirmed bool) {
 	t.safe = &ok
 }
 
-// ConfirmedBeforeRelease says whether, when the first release (taint, pod deletion or
-// attachment release) was seen, the NodeFence already held a confirmed fence and the machine's
-// power was Off. False when nothing was released.
-func (t *Tracker) ConfirmedBeforeRelease() bool {
+// ConfirmedBeforeRelease says whether the fence's confirmation was written (etcd revision)
+// before the first release (taint, pod failed or deleted, attachment deleted), and the
+// machine's power read Off when the tracker first saw a release. False when nothing was
+// released; what names the first release.
+func (t *Tracker) ConfirmedBeforeRelease() (ok bool, what string) {
+	first, what := t.order.confirmedFirst()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.safe != nil && *t.safe
+	return first && t.safe != nil && *t.safe, what
 }
 
 // Released says whether any release was seen.

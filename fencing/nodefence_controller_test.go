@@ -1,0 +1,181 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"palisade.dev/palisade/attach"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/fake"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden step traces in testdata/")
+
+type world struct {
+	c     client.Client
+	power *fake.Provider
+	r     *NodeFenceReconciler
+	now   time.Time
+}
+
+func newWorld(t *testing.T, methods ...string) *world {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: "10.0.0.1"}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "db-0", UID: "pod-uid"}, Spec: corev1.PodSpec{NodeName: "n1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va1", UID: "va-uid"}, Spec: storagev1.VolumeAttachmentSpec{NodeName: "n1", Attacher: "x.csi"}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "palisade-system", Name: "bmc"}, Data: map[string][]byte{"username": []byte("u"), "password": []byte("p")}}
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Trigger: v1alpha1.TriggerDetected}}
+	for _, m := range methods {
+		nf.Spec.Methods = append(nf.Spec.Methods, v1alpha1.Method{Name: m, Type: v1alpha1.MethodIPMI, Timeout: &metav1.Duration{Duration: 10 * time.Second},
+			IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}})
+	}
+	c := fakeclient.NewClientBuilder().WithScheme(s).WithObjects(node, pod, va, secret, nf).
+		WithStatusSubresource(&v1alpha1.NodeFence{}, &corev1.Pod{}).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		Build()
+	w := &world{c: c, power: fake.New(), now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	w.r = &NodeFenceReconciler{Client: c, APIReader: c, Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: w.power},
+		Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now }}
+	return w
+}
+
+// run reconciles until the fence ends or 60 simulated seconds pass.
+func (w *world) run(t *testing.T) *v1alpha1.NodeFence {
+	t.Helper()
+	nf := &v1alpha1.NodeFence{}
+	for range 60 {
+		if _, err := w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+			t.Fatal(err)
+		}
+		if nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed {
+			return nf
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	t.Fatalf("fence did not end: %+v", nf.Status)
+	return nil
+}
+
+func goldenTrace(nf *v1alpha1.NodeFence) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase %s\n", nf.Status.Phase)
+	for _, s := range nf.Status.Steps {
+		fmt.Fprintf(&b, "%-18s %-7s %-9s attempts=%d %s\n", s.Name, s.Method, s.State, s.Attempts, s.Reason)
+	}
+	for _, c := range nf.Status.Conditions {
+		fmt.Fprintf(&b, "condition %s=%s %s\n", c.Type, c.Status, c.Reason)
+	}
+	return b.String()
+}
+
+func TestNodeFenceTraces(t *testing.T) {
+	auth := providers.NewError(providers.ReasonAuthFailed, errors.New("RAKP 2 HMAC is invalid"))
+	tests := []struct {
+		name     string
+		methods  []string
+		setup    func(*world)
+		released bool
+	}{
+		{"power-off-confirmed", []string{"ipmi"}, func(*world) {}, true},
+		{"auth-failure", []string{"ipmi"}, func(w *world) { w.power.InjectError(fake.MethodPowerOff, auth) }, false},
+		{"power-still-on", []string{"ipmi"}, func(w *world) { w.power.SetIgnoreOff(true) }, false},
+		{"escalation", []string{"ipmi", "backup"}, func(w *world) { w.power.InjectError(fake.MethodPowerOff, auth) }, true},
+		{"unreachable-then-ok", []string{"ipmi"}, func(w *world) {
+			w.power.InjectError(fake.MethodPowerOff, providers.NewError(providers.ReasonUnreachable, errors.New("no answer")))
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, tt.methods...)
+			tt.setup(w)
+			nf := w.run(t)
+			checkGolden(t, tt.name, goldenTrace(nf))
+			checkReleased(t, w, tt.released)
+		})
+	}
+}
+
+// checkReleased asserts the world: taint, pod and attachment gone together, or all untouched.
+func checkReleased(t *testing.T, w *world, want bool) {
+	t.Helper()
+	ctx := context.Background()
+	node := &corev1.Node{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	tainted := len(node.Spec.Taints) == 1 && node.Spec.Taints[0].Key == v1alpha1.TaintOutOfService
+	podErr := w.c.Get(ctx, client.ObjectKey{Namespace: "db", Name: "db-0"}, &corev1.Pod{})
+	vaErr := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, &storagev1.VolumeAttachment{})
+	got := []bool{tainted, client.IgnoreNotFound(podErr) == nil && podErr != nil, client.IgnoreNotFound(vaErr) == nil && vaErr != nil}
+	for i, what := range []string{"tainted", "pod deleted", "attachment deleted"} {
+		if got[i] != want {
+			t.Errorf("%s = %t, want %t", what, got[i], want)
+		}
+	}
+}
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden trace (run with -update to create it): %v", err)
+	}
+	if string(want) != got {
+		t.Errorf("step trace differs from %s:\n--- want\n%s--- got\n%s", path, want, got)
+	}
+}
+
+// A release step found in a record without a confirmed fence is refused (invariant 1), even
+// if the record was written by something else.
+func TestReleaseRefusedWithoutConfirmation(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	ctx := context.Background()
+	nf := &v1alpha1.NodeFence{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	nf.Status.Steps = []v1alpha1.Step{
+		{Name: v1alpha1.StepPowerOff, Method: "ipmi", State: v1alpha1.StepSucceeded},
+		{Name: v1alpha1.StepTaint, Method: "ipmi", State: v1alpha1.StepStarted},
+	}
+	if err := w.c.Status().Update(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+	nf = w.run(t)
+	checkGolden(t, "release-without-confirmation", goldenTrace(nf))
+	checkReleased(t, w, false)
+}
