@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -180,8 +181,11 @@ func (e *Env) StartController(ctx context.Context, edit func(*app.Options)) erro
 	if edit != nil {
 		edit(&o)
 	}
+	// The controller's logs go to stderr with PALISADE_TEST_LOG=1; otherwise they are dropped.
 	if os.Getenv("PALISADE_TEST_LOG") != "" {
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
 	}
 	mgr, err := app.NewManager(e.Cluster.Config, o)
 	if err != nil {
