@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -70,8 +71,12 @@ func summary(ctx context.Context, env *scenario.Env, tr *scenario.Tracker, say f
 		return err
 	}
 	nf := &v1alpha1.NodeFence{}
-	if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: n1.Name()}, nf); err != nil {
-		return err
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: n1.Name()}, nf)
+		return err == nil && nf.Status.Phase == v1alpha1.PhaseReleased, client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for NodeFence %s to be Released (phase %s): %w", n1.Name(), nf.Status.Phase, err)
 	}
 	say("replacement %s Running on %s", pod.Name, pod.Spec.NodeName)
 	say("NodeFence %s: phase %s, method %s, trigger %s (%s)", nf.Name, nf.Status.Phase, nf.Status.Method, nf.Spec.Trigger, nf.Spec.Reason)

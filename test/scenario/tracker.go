@@ -42,13 +42,13 @@ type Tracker struct {
 	start  time.Time
 	notify func(Milestone, time.Duration)
 
-	mu   sync.Mutex
-	at   map[Milestone]time.Duration
-	seq  []Milestone
+	mu    sync.Mutex
+	at    map[Milestone]time.Duration
+	seq   []Milestone
 	safe  *bool // at the first release seen: was the fence confirmed and the power Off?
 	order *orderWatch
 	stop  context.CancelFunc
-	done chan struct{}
+	done  chan struct{}
 }
 
 // Track starts tracking from now (the moment power is cut); notify, when set, is called for
