@@ -157,7 +157,7 @@ func (r *NodeFenceReconciler) eventForEnd(ctx context.Context, nf *v1alpha1.Node
 
 // take dispatches one step. Release steps refuse to act without a confirmed fence.
 func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, a action) outcome {
-	if isReleaseStep(a.step) && !confirmed(nf) {
+	if isReleaseStep(a.step) && !nf.Confirmed() {
 		return failed(ReasonNotConfirmed, "refusing to %s: the record holds no confirmed fence", a.step)
 	}
 	switch a.step {

@@ -119,17 +119,6 @@ func methodIndex(nf *v1alpha1.NodeFence, name string) int {
 	return 0
 }
 
-// confirmed says whether the record holds a confirmed fence: a ConfirmOff that Succeeded.
-// Every release step checks it again before acting (invariant 1).
-func confirmed(nf *v1alpha1.NodeFence) bool {
-	for _, s := range nf.Status.Steps {
-		if s.Name == v1alpha1.StepConfirmOff && s.State == v1alpha1.StepSucceeded {
-			return true
-		}
-	}
-	return false
-}
-
 // methodTimeout is the method's timeout or the default.
 func methodTimeout(m v1alpha1.Method) time.Duration {
 	if m.Timeout != nil && m.Timeout.Duration > 0 {

@@ -86,10 +86,10 @@ func TestPlanTerminal(t *testing.T) {
 
 func TestConfirmed(t *testing.T) {
 	ok, started := v1alpha1.StepSucceeded, v1alpha1.StepStarted
-	if confirmed(fenceWith([]string{"ipmi"}, v1alpha1.Release{}, st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", started))) {
+	if fenceWith([]string{"ipmi"}, v1alpha1.Release{}, st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", started)).Confirmed() {
 		t.Error("a ConfirmOff still Started counted as confirmed")
 	}
-	if !confirmed(fenceWith([]string{"ipmi"}, v1alpha1.Release{}, st(v1alpha1.StepConfirmOff, "ipmi", ok))) {
+	if !fenceWith([]string{"ipmi"}, v1alpha1.Release{}, st(v1alpha1.StepConfirmOff, "ipmi", ok)).Confirmed() {
 		t.Error("a ConfirmOff that Succeeded did not count")
 	}
 }

@@ -79,7 +79,7 @@ func (o *orderWatch) consume(ctx context.Context, w watch.Interface, see func(wa
 }
 
 func (o *orderWatch) seeFence(ev watch.Event, rv uint64) {
-	if nf, ok := ev.Object.(*v1alpha1.NodeFence); ok && fenceConfirmed(nf) {
+	if nf, ok := ev.Object.(*v1alpha1.NodeFence); ok && nf.Confirmed() {
 		o.mu.Lock()
 		if o.confirmRV == 0 {
 			o.confirmRV = rv

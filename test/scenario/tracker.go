@@ -115,7 +115,7 @@ func (t *Tracker) poll(ctx context.Context) {
 		released = true
 	}
 	if released {
-		t.recordSafety(fenceSeen && fenceConfirmed(nf))
+		t.recordSafety(fenceSeen && nf.Confirmed())
 	}
 }
 
@@ -229,15 +229,6 @@ func nodeReady(n *corev1.Node) bool {
 func hasOutOfService(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
 		if t.Key == v1alpha1.TaintOutOfService {
-			return true
-		}
-	}
-	return false
-}
-
-func fenceConfirmed(nf *v1alpha1.NodeFence) bool {
-	for _, s := range nf.Status.Steps {
-		if s.Name == v1alpha1.StepConfirmOff && s.State == v1alpha1.StepSucceeded {
 			return true
 		}
 	}
