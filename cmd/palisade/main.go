@@ -13,6 +13,8 @@ import (
 const usage = `usage: palisade <command>
 
 commands:
+  status  show the fencing policies and node fences of the cluster in the current
+          kubeconfig context, each fence with its latest step
   demo    cut a node's power on a real control plane and watch Palisade fence it
           (needs the test bed: run it as "make demo")
 `
@@ -26,6 +28,8 @@ func main() {
 	defer stop()
 	var err error
 	switch os.Args[1] {
+	case "status":
+		err = status(ctx, os.Stdout)
 	case "demo":
 		err = demo(ctx, os.Stdout)
 	case "help", "-h", "--help":
