@@ -188,9 +188,9 @@ func StartT(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// Stop stops kube-scheduler, kube-controller-manager and the CSI external-attacher, then the CSI
-// plugin, then kube-apiserver (SIGKILL after 3s), then etcd, and removes Dir. No process of the Cluster is left once it returns. It is
-// idempotent.
+// Stop stops kube-scheduler, kube-controller-manager and the CSI external-attacher, then the
+// CSI plugin, then kube-apiserver (SIGKILL after 3s), then etcd, and removes Dir. No process of
+// the Cluster is left once it returns. It is idempotent.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() { c.stopErr = c.stop() })
 	return c.stopErr
