@@ -8,7 +8,6 @@ const (
 	ReasonNoPolicy            = "NoFencingPolicy"
 	ReasonStormGuard          = "StormGuardActive"
 	ReasonDryRun              = "DryRun"
-	ReasonStepStarted         = "StepStarted"
 	ReasonStepRetrying        = "StepRetrying"
 	ReasonStepSucceeded       = "StepSucceeded"
 	ReasonMethodFailed        = "MethodFailed"

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -98,16 +97,13 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		return ctrl.Result{}, false, nil
 	case actFinish:
 		recordFinish(nf, r.now())
-		fencesEnded.WithLabelValues(string(v1alpha1.PhaseReleased)).Inc()
-		r.event(ctx, nf, corev1.EventTypeNormal, ReasonReleased, "node %s released: %d pods deleted, %d attachments released",
-			nf.Spec.NodeName, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased)
-		return ctrl.Result{}, false, r.saveStatus(ctx, nf)
+		return ctrl.Result{}, false, r.saveEnd(ctx, nf, corev1.EventTypeNormal, ReasonReleased,
+			fmt.Sprintf("node %s released: %d pods deleted, %d attachments released", nf.Spec.NodeName, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased))
 	case actFail:
 		last := lastStep(nf)
-		fencesEnded.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
 		recordFailure(nf, last.Reason, fmt.Sprintf("every fencing method failed; last: %s: %s", last.Method, last.Message))
-		r.event(ctx, nf, corev1.EventTypeWarning, ReasonFenceFailed, "fencing node %s failed, nothing released: %s", nf.Spec.NodeName, last.Message)
-		return ctrl.Result{}, false, r.saveStatus(ctx, nf)
+		return ctrl.Result{}, false, r.saveEnd(ctx, nf, corev1.EventTypeWarning, ReasonFenceFailed,
+			fmt.Sprintf("fencing node %s failed, nothing released: %s", nf.Spec.NodeName, last.Message))
 	case actStart:
 		if len(nf.Status.Steps) == 0 {
 			nf.Status.BootID = r.bootID(ctx, nf.Spec.NodeName)
@@ -186,15 +182,23 @@ func (r *NodeFenceReconciler) recordDryRun(ctx context.Context, nf *v1alpha1.Nod
 	return r.saveStatus(ctx, nf)
 }
 
-// saveStatus persists the record; a conflict means another writer moved it, so start over.
+// saveStatus persists the record. On a conflict the error makes the reconcile start over
+// from a fresh read: every step is idempotent.
 func (r *NodeFenceReconciler) saveStatus(ctx context.Context, nf *v1alpha1.NodeFence) error {
 	nf.Status.ObservedGeneration = nf.Generation
 	if err := r.Client.Status().Update(ctx, nf); err != nil {
-		if apierrors.IsConflict(err) {
-			return fmt.Errorf("recording fence of node %s (will re-read): %w", nf.Spec.NodeName, err)
-		}
 		return fmt.Errorf("recording fence of node %s: %w", nf.Spec.NodeName, err)
 	}
+	return nil
+}
+
+// saveEnd persists a fence's end, then counts it and says so, once.
+func (r *NodeFenceReconciler) saveEnd(ctx context.Context, nf *v1alpha1.NodeFence, typ, reason, msg string) error {
+	if err := r.saveStatus(ctx, nf); err != nil {
+		return err
+	}
+	fencesEnded.WithLabelValues(string(nf.Status.Phase)).Inc()
+	r.event(ctx, nf, typ, reason, "%s", msg)
 	return nil
 }
 
