@@ -13,7 +13,7 @@ ETCD_VERSION ?= v3.6.5
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN := $(CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 export PALISADE_TESTBED_BIN := $(CACHE)/testbed-kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)/bin
-DEB_PACKAGES := openipmi ipmitool
+DEB_PACKAGES := openipmi ipmitool containerd runc busybox-static
 TEST_TIMEOUT ?= 60m
 
 .PHONY: help
@@ -33,8 +33,9 @@ test-e2e: deps testbed ## Only the end-to-end fencing tests.
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: bench
-bench: deps testbed ## Failover benchmark: Palisade versus vanilla Kubernetes (prints BENCH lines).
-	go test -count=1 -timeout 40m -run '^$$' -bench . -benchtime 1x ./test/bench/ | tee $(CACHE)/bench.log
+bench: deps testbed ## Agent cost, then failover: Palisade versus vanilla Kubernetes (prints BENCH lines).
+	go test -count=1 -run '^$$' -bench . -benchtime 1x ./cmd/palisade-agent/ ./detectors/classify/ | tee $(CACHE)/bench.log
+	go test -count=1 -timeout 40m -run '^$$' -bench . -benchtime 1x ./test/bench/ | tee -a $(CACHE)/bench.log
 	@echo; grep '^BENCH' $(CACHE)/bench.log
 
 .PHONY: demo

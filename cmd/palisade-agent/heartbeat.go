@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"palisade.dev/palisade/detectors/agent"
+)
+
+// heartbeater checks the kubelet and sends one heartbeat per interval. It logs changes (kubelet
+// health, the controller refusing or becoming unreachable, and recovery), not every beat.
+type heartbeater struct {
+	opts    options
+	client  *agent.Client
+	kubelet *http.Client
+	bootID  string
+	log     logr.Logger
+
+	seq            uint64
+	kubeletHealthy *bool  // nil until the first check
+	sendState      string // of the last heartbeat: "" before the first, "accepted", "refused <code>", "unreachable"
+}
+
+func newHeartbeater(o options, c *agent.Client, bootID string, log logr.Logger) *heartbeater {
+	// The kubelet's healthz is plain HTTP on loopback: never through a proxy.
+	tr := &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: 4 * o.interval}
+	return &heartbeater{opts: o, client: c, kubelet: &http.Client{Transport: tr}, bootID: bootID, log: log}
+}
+
+// run beats at once, then every interval until ctx is done. A beat that runs late (a slow
+// kubelet or controller) delays the next tick instead of piling up beats.
+func (h *heartbeater) run(ctx context.Context) {
+	ticker := time.NewTicker(h.opts.interval)
+	defer ticker.Stop()
+	for {
+		h.beat(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func (h *heartbeater) beat(ctx context.Context) {
+	healthy := h.checkKubelet(ctx)
+	h.seq++
+	sendCtx, cancel := context.WithTimeout(ctx, h.opts.controllerCallTimeout)
+	defer cancel()
+	err := h.client.Send(sendCtx, agent.Report{
+		Node: h.opts.nodeName, BootID: h.bootID, Seq: h.seq, KubeletHealthy: healthy,
+		Peers: []agent.PeerReport{}, IntervalMillis: h.opts.interval.Milliseconds(), SentAt: time.Now(),
+	})
+	if ctx.Err() != nil {
+		return // stopping: the interrupted heartbeat is not news
+	}
+	h.logSend(err)
+	h.log.V(1).Info("heartbeat", "seq", h.seq, "kubeletHealthy", healthy, "sent", err == nil)
+}
+
+// checkKubelet GETs the kubelet's healthz with a timeout of half the interval: 200 is healthy.
+func (h *heartbeater) checkKubelet(parent context.Context) bool {
+	ctx, cancel := context.WithTimeout(parent, h.opts.interval/2)
+	defer cancel()
+	healthy, detail := false, ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.opts.kubeletHealthz, nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = h.kubelet.Do(req); err == nil {
+			healthy, detail = resp.StatusCode == http.StatusOK, resp.Status
+			discard(resp.Body)
+		}
+	}
+	if err != nil {
+		detail = err.Error()
+	}
+	if parent.Err() == nil { // stopping: an interrupted check is not news
+		h.logKubelet(healthy, detail)
+	}
+	return healthy
+}
+
+func (h *heartbeater) logKubelet(healthy bool, detail string) {
+	if h.kubeletHealthy != nil && *h.kubeletHealthy == healthy {
+		return
+	}
+	h.kubeletHealthy = &healthy
+	if healthy {
+		h.log.Info("kubelet healthy", "url", h.opts.kubeletHealthz)
+	} else {
+		h.log.Info("kubelet unhealthy", "url", h.opts.kubeletHealthz, "detail", detail)
+	}
+}
+
+func (h *heartbeater) logSend(err error) {
+	state := "accepted"
+	var rejected *agent.RejectedError
+	switch {
+	case errors.As(err, &rejected):
+		state = fmt.Sprintf("refused %d", rejected.Code)
+	case err != nil:
+		state = "unreachable"
+	}
+	if state == h.sendState {
+		return
+	}
+	h.sendState = state
+	switch state {
+	case "accepted":
+		h.log.Info("heartbeats accepted by the controller", "seq", h.seq)
+	case "unreachable":
+		h.log.Error(err, "cannot reach the controller", "seq", h.seq)
+	default:
+		h.log.Error(err, "controller refuses heartbeats", "seq", h.seq)
+	}
+}

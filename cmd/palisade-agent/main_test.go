@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"palisade.dev/palisade/detectors/agent"
+)
+
+// agentBin is the palisade-agent binary built for the tests.
+var agentBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "palisade-agent-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBin = filepath.Join(dir, "palisade-agent")
+	if out, err := exec.Command("go", "build", "-o", agentBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building palisade-agent: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const testNode = "node-1"
+
+// env is a controller-side heartbeat Server on loopback with the files an agent needs.
+type env struct {
+	dir, caFile, certFile, keyFile string
+	server                         *agent.Server
+	beats                          chan agent.Heartbeat
+}
+
+// newEnv makes the certificates and, unless addr is empty, starts the Server on addr.
+func newEnv(t testing.TB, addr string) *env {
+	t.Helper()
+	ca, err := agent.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	e := &env{dir: dir, caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "agent.crt"), keyFile: filepath.Join(dir, "agent.key"), beats: make(chan agent.Heartbeat, 1000)}
+	if err := os.WriteFile(e.caFile, ca.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write := func(pair *agent.KeyPair, err error, cert, key string) {
+		if err == nil {
+			err = pair.WriteFiles(filepath.Join(dir, cert), filepath.Join(dir, key))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair, err := ca.IssueServer([]string{"127.0.0.1"})
+	write(pair, err, "server.crt", "server.key")
+	pair, err = ca.IssueAgent(testNode)
+	write(pair, err, "agent.crt", "agent.key")
+	if addr != "" {
+		e.startServer(t, addr)
+	}
+	return e
+}
+
+func (e *env) startServer(t testing.TB, addr string) {
+	t.Helper()
+	s, err := agent.NewServer(agent.ServerOptions{
+		Addr: addr, CertFile: filepath.Join(e.dir, "server.crt"), KeyFile: filepath.Join(e.dir, "server.key"), CAFile: e.caFile,
+		OnHeartbeat: func(hb agent.Heartbeat) {
+			select {
+			case e.beats <- hb:
+			default:
+			}
+		},
+	})
+	if err == nil {
+		err = s.Listen()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	e.server = s
+}
+
+// next waits for the next heartbeat.
+func (e *env) next(t testing.TB, within time.Duration) agent.Heartbeat {
+	t.Helper()
+	select {
+	case hb := <-e.beats:
+		return hb
+	case <-time.After(within):
+		t.Fatalf("no heartbeat within %s", within)
+		return agent.Heartbeat{}
+	}
+}
+
+// proc is a running palisade-agent.
+type proc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	done   chan struct{}
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.Write(b)
+}
+
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+func (e *env) startAgent(t testing.TB, controller, healthz string, interval time.Duration, extra ...string) *proc {
+	t.Helper()
+	args := append([]string{
+		"--controller-address", controller, "--node-name", testNode, "--cert", e.certFile, "--key", e.keyFile,
+		"--ca", e.caFile, "--interval", interval.String(), "--kubelet-healthz", healthz,
+	}, extra...)
+	p := &proc{cmd: exec.Command(agentBin, args...), done: make(chan struct{})}
+	p.cmd.Stderr = p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("agent logs:\n%s", p.logs())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *proc) stop(t testing.TB) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(5 * time.Second):
+		t.Fatal("agent still running 5s after SIGTERM")
+		return -1
+	}
+}
+
+// waitForLog waits for a log line containing s.
+func (p *proc) waitForLog(t testing.TB, s string, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(p.logs(), s) {
+			return
+		}
+	}
+	t.Fatalf("no log line with %q within %s", s, within)
+}

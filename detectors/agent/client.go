@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// ClientOptions configure a Client.
+type ClientOptions struct {
+	// Address is the controller's heartbeat server, host:port.
+	Address string
+	// ServerName is the name the server's certificate must carry; default: Address's host.
+	ServerName string
+	// CertFile and KeyFile hold the agent's client certificate; they are re-read on change.
+	CertFile, KeyFile string
+	// CAFile holds the CA bundle the server's certificate must chain to, read once.
+	CAFile string
+	// Timeout bounds one heartbeat; default 5s.
+	Timeout time.Duration
+	// Logger defaults to a discarding logger.
+	Logger logr.Logger
+}
+
+// Client sends an agent's heartbeats to the controller over mutually authenticated TLS, one
+// long-lived HTTP/2 connection for all of them.
+type Client struct {
+	url       string
+	cert      *fileSource[*tls.Certificate]
+	transport *http.Transport
+	http      *http.Client
+	gen       atomic.Uint64 // generation of the client certificate the open connections use
+}
+
+// NewClient loads the certificate files, failing early when they are unusable.
+func NewClient(opts ClientOptions) (*Client, error) {
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.ServerName == "" {
+		host, _, err := net.SplitHostPort(opts.Address)
+		if err != nil {
+			return nil, fmt.Errorf("parsing the controller address %q: %w", opts.Address, err)
+		}
+		opts.ServerName = host
+	}
+	cert, err := keyPairSource(opts.CertFile, opts.KeyFile, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("loading the agent certificate: %w", err)
+	}
+	pool, err := caPoolSource(opts.CAFile, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("loading the controller CA: %w", err)
+	}
+	roots, _, _ := pool.get()
+	c := &Client{url: "https://" + opts.Address + HeartbeatPath, cert: cert}
+	c.transport = &http.Transport{
+		TLSClientConfig: &tls.Config{
+			MinVersion: tls.VersionTLS13,
+			RootCAs:    roots,
+			ServerName: opts.ServerName,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				cert, _, err := c.cert.get()
+				return cert, err
+			},
+		},
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: opts.Timeout,
+		IdleConnTimeout:     time.Minute,
+	}
+	c.http = &http.Client{Transport: c.transport, Timeout: opts.Timeout}
+	_, gen, _ := cert.get()
+	c.gen.Store(gen)
+	return c, nil
+}
+
+// Identity is the node name in the current client certificate.
+func (c *Client) Identity() (string, error) {
+	cert, _, err := c.cert.get()
+	if err != nil {
+		return "", err
+	}
+	return cert.Leaf.Subject.CommonName, nil
+}
+
+// Send posts one heartbeat. When the certificate files changed since the last one, it first
+// closes the idle connection, so that the next handshake presents the renewed certificate.
+func (c *Client) Send(ctx context.Context, rep Report) error {
+	if _, gen, err := c.cert.get(); err == nil && c.gen.Swap(gen) != gen {
+		c.transport.CloseIdleConnections()
+	}
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return fmt.Errorf("encoding heartbeat: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("building heartbeat request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("sending heartbeat: %w", err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode == http.StatusUnauthorized {
+		c.transport.CloseIdleConnections()
+	}
+	if resp.StatusCode != http.StatusNoContent {
+		return &RejectedError{Code: resp.StatusCode, Message: string(bytes.TrimSpace(msg))}
+	}
+	return nil
+}
+
+// Close closes the idle connection.
+func (c *Client) Close() { c.transport.CloseIdleConnections() }
+
+// RejectedError is the server's refusal of a heartbeat.
+type RejectedError struct {
+	Code    int
+	Message string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("heartbeat rejected: %d %s: %s", e.Code, http.StatusText(e.Code), e.Message)
+}
+
+// IsRejected says whether err is the server's refusal with the given status code (0: any).
+func IsRejected(err error, code int) bool {
+	var r *RejectedError
+	return errors.As(err, &r) && (code == 0 || r.Code == code)
+}
+
+// ReadBootID returns the node's boot ID, which changes on every boot.
+func ReadBootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("reading the boot ID: %w", err)
+	}
+	return string(bytes.TrimSpace(b)), nil
+}

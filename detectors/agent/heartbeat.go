@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"time"
+
+	"palisade.dev/palisade/detectors/classify"
+)
+
+// HeartbeatPath is the endpoint agents POST their Report to.
+const HeartbeatPath = "/v1/heartbeat"
+
+// MaxPeers bounds the peer reports one heartbeat may carry.
+const MaxPeers = 64
+
+// Report is the JSON body of one heartbeat, as the agent sends it.
+type Report struct {
+	// Node must be the CommonName of the agent's client certificate.
+	Node string `json:"node"`
+	// BootID is the node's /proc/sys/kernel/random/boot_id: a new one means the node rebooted.
+	BootID string `json:"bootID"`
+	// Seq counts the heartbeats of this agent process, from 1.
+	Seq uint64 `json:"seq"`
+	// KubeletHealthy is the agent's view of its kubelet (its healthz endpoint).
+	KubeletHealthy bool `json:"kubeletHealthy"`
+	// Peers are the agent's latest probes of its peers.
+	Peers []PeerReport `json:"peers"`
+	// IntervalMillis is the agent's heartbeat interval; 0 means the classifier's default.
+	IntervalMillis int64 `json:"intervalMillis,omitempty"`
+	// SentAt is the agent's clock when sending; the server uses it to move the peers' times
+	// onto its own clock, so that clock skew between nodes does not age or freshen reports.
+	SentAt time.Time `json:"sentAt,omitzero"`
+}
+
+// PeerReport is one probe of a peer.
+type PeerReport struct {
+	Node      string    `json:"node"`
+	Reachable bool      `json:"reachable"`
+	At        time.Time `json:"at"`
+}
+
+// Heartbeat is the latest heartbeat the server accepted from one node.
+type Heartbeat struct {
+	// Node is the CommonName of the client certificate it came with.
+	Node           string
+	BootID         string
+	Seq            uint64
+	KubeletHealthy bool
+	Interval       time.Duration
+	// Peers are the node's probes of its peers, their times on the server's clock. The slice
+	// is never modified after it is recorded.
+	Peers []PeerReport
+	// Received is when the server accepted it, on the server's clock.
+	Received time.Time
+	// CertNotAfter is when the agent's client certificate expires.
+	CertNotAfter time.Time
+}
+
+// Signals turns a Snapshot into the classifier's inputs: each node's own heartbeat, and the
+// reports about each node made by its peers. O(nodes × peers).
+func Signals(snapshot map[string]Heartbeat) (map[string]classify.Agent, map[string][]classify.PeerReport) {
+	agents := make(map[string]classify.Agent, len(snapshot))
+	peers := make(map[string][]classify.PeerReport, len(snapshot))
+	for node, hb := range snapshot {
+		agents[node] = classify.Agent{LastSeen: hb.Received, Interval: hb.Interval, KubeletHealthy: hb.KubeletHealthy}
+		for _, p := range hb.Peers {
+			peers[p.Node] = append(peers[p.Node], classify.PeerReport{From: node, Reachable: p.Reachable, At: p.At})
+		}
+	}
+	return agents, peers
+}

@@ -1,0 +1,143 @@
+package classify
+
+import (
+	"fmt"
+	"time"
+
+	"palisade.dev/palisade/detectors"
+)
+
+const (
+	// DefaultMissedHeartbeats is how many agent heartbeat intervals may pass without a heartbeat
+	// before the agent counts as lost.
+	DefaultMissedHeartbeats = 3
+	// DefaultInterval is the agent heartbeat interval assumed when an agent states none.
+	DefaultInterval = time.Second
+	// DefaultPeerStaleness is how old a peer report may be before it is ignored.
+	DefaultPeerStaleness = 10 * time.Second
+)
+
+// Agent is what the controller knows of a node's agent from its direct heartbeats.
+type Agent struct {
+	// LastSeen is when the controller received the latest heartbeat, on the controller's clock;
+	// zero when the node's agent never reported.
+	LastSeen time.Time
+	// Interval is the agent's heartbeat interval; zero means DefaultInterval.
+	Interval time.Duration
+	// KubeletHealthy is the agent's view of its kubelet in the latest heartbeat.
+	KubeletHealthy bool
+}
+
+// PeerReport is one peer's word on whether it can reach the node.
+type PeerReport struct {
+	// From names the reporting peer.
+	From string
+	// Reachable says whether the peer's probe reached the node.
+	Reachable bool
+	// At is when the peer probed, on the controller's clock.
+	At time.Time
+}
+
+// Signals are the independent views of one node at one moment.
+type Signals struct {
+	Node string
+	// Lease is the lease detector's observation: the API server's view.
+	Lease detectors.Observation
+	// Agent is the node agent's direct heartbeat to the controller.
+	Agent Agent
+	// Peers are the reports of the node's peers, any number per peer; the latest of each counts.
+	Peers []PeerReport
+}
+
+// Config holds the thresholds. The zero value means the defaults.
+type Config struct {
+	// MissedHeartbeats is how many heartbeat intervals may pass before the agent is lost.
+	MissedHeartbeats int
+	// PeerStaleness is how old a peer report may be before it is ignored.
+	PeerStaleness time.Duration
+	// HeartbeatsSince is when the controller began receiving heartbeats. Until one heartbeat
+	// timeout has passed since, an agent it has not heard from may just not have reported yet,
+	// so a stale Lease makes its node Suspect rather than Dead. Zero disables this warm-up.
+	HeartbeatsSince time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.MissedHeartbeats <= 0 {
+		c.MissedHeartbeats = DefaultMissedHeartbeats
+	}
+	if c.PeerStaleness <= 0 {
+		c.PeerStaleness = DefaultPeerStaleness
+	}
+	return c
+}
+
+// Classify combines the signals of one node into an Observation:
+//
+//   - a fresh Lease: Healthy; a late one: Suspect (the API server still hears the kubelet);
+//   - a stale Lease and fresh agent heartbeats: KubeletDown when the agent reports its kubelet
+//     unhealthy, else Partitioned (alive, cut off from the control plane);
+//   - a stale Lease and late agent heartbeats: Suspect until the agent counts as lost;
+//   - a stale Lease, no agent heartbeat, and a fresh peer report that reaches the node:
+//     Partitioned; no fresh peer report reaching it: Dead;
+//   - a node whose agent never reported: the Lease verdict alone (unless a fresh peer report
+//     reaches it, which makes it Partitioned), and the Reason says so.
+func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
+	cfg = cfg.withDefaults()
+	lease := s.Lease
+	if lease.Verdict == "" {
+		lease.Verdict, lease.Reason = detectors.Suspect, "no Lease observation"
+	}
+	hb := cfg.heartbeat(s.Agent, now)
+	peers := cfg.peers(s.Peers, now)
+	obs := detectors.Observation{
+		Node:     s.Node,
+		LastSeen: latest(lease.LastSeen, s.Agent.LastSeen, peers.lastReached),
+		Deadline: lease.Deadline,
+	}
+	if !obs.LastSeen.IsZero() {
+		obs.Age = now.Sub(obs.LastSeen)
+	}
+	var summary string
+	obs.Verdict, summary = decide(lease.Verdict, hb, peers)
+	if obs.Verdict == detectors.Suspect && lease.Verdict.Failed() {
+		obs.Deadline = hb.deadline
+	}
+	obs.Reason = fmt.Sprintf("%s; API: %s; agent: %s; peers: %s", summary, lease.Reason, hb, peers)
+	return obs
+}
+
+// decide applies the rules of Classify and returns the verdict with a summary of why.
+func decide(api detectors.Verdict, hb heartbeat, p peerView) (detectors.Verdict, string) {
+	switch {
+	case !api.Failed() && hb.state == never:
+		return api, "no agent heartbeat ever received, verdict from the Lease alone"
+	case api == detectors.Healthy:
+		return api, "Lease fresh"
+	case !api.Failed():
+		return detectors.Suspect, "Lease late"
+	case hb.state == fresh && !hb.kubeletHealthy:
+		return detectors.KubeletDown, "kubelet down: Lease expired, agent heartbeats fresh and the agent reports its kubelet unhealthy"
+	case hb.state == fresh:
+		return detectors.Partitioned, "partitioned: Lease expired but agent heartbeats fresh and kubelet healthy (alive, cut off from the API server)"
+	case hb.state == late:
+		return detectors.Suspect, "Lease expired, agent heartbeat late"
+	case len(p.reaching) > 0:
+		return detectors.Partitioned, "partitioned: Lease expired and no agent heartbeat, but peers reach the node (alive, cut off from the API server and the controller)"
+	case hb.state == warmingUp:
+		return detectors.Suspect, "Lease expired, controller still waiting for the first agent heartbeats"
+	case hb.state == never:
+		return detectors.Dead, "no agent heartbeat ever received, verdict from the Lease alone (and no fresh peer report reaches the node)"
+	default:
+		return detectors.Dead, "dead: Lease expired, agent heartbeat lost and no fresh peer report reaches the node"
+	}
+}
+
+func latest(ts ...time.Time) time.Time {
+	var max time.Time
+	for _, t := range ts {
+		if t.After(max) {
+			max = t
+		}
+	}
+	return max
+}

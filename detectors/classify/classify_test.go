@@ -1,0 +1,151 @@
+package classify
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"palisade.dev/palisade/detectors"
+	"palisade.dev/palisade/detectors/lease"
+)
+
+const leaseTimeout = 20 * time.Second
+
+var now = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+// leaseAged is the real lease detector's observation of a Lease last renewed age ago.
+func leaseAged(age time.Duration) detectors.Observation {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
+	renew := metav1.NewMicroTime(now.Add(-age))
+	return lease.Observe(node, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, leaseTimeout, now)
+}
+
+func agentAged(age time.Duration, kubeletHealthy bool) Agent {
+	return Agent{LastSeen: now.Add(-age), Interval: time.Second, KubeletHealthy: kubeletHealthy}
+}
+
+func peer(from string, reachable bool, age time.Duration) PeerReport {
+	return PeerReport{From: from, Reachable: reachable, At: now.Add(-age)}
+}
+
+var (
+	freshLease = leaseAged(time.Second)
+	lateLease  = leaseAged(15 * time.Second)
+	staleLease = leaseAged(45 * time.Second)
+	noAgent    = Agent{}
+	lostAgent  = agentAged(10*time.Second, true)
+)
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name   string
+		lease  detectors.Observation
+		agent  Agent
+		peers  []PeerReport
+		cfg    Config
+		want   detectors.Verdict
+		reason []string // substrings the reason must contain
+	}{
+		{"fresh lease and agent", freshLease, agentAged(0, true), nil, Config{}, detectors.Healthy, []string{"Lease fresh", "kubelet healthy"}},
+		{"fresh lease wins over a lost agent", freshLease, lostAgent, nil, Config{}, detectors.Healthy, []string{"no heartbeat for 10s"}},
+		{"late lease", lateLease, agentAged(0, true), nil, Config{}, detectors.Suspect, []string{"Lease late", "last renewed 15s ago"}},
+		{"stale lease, agent fresh, kubelet down", staleLease, agentAged(500*time.Millisecond, false), nil, Config{}, detectors.KubeletDown, []string{"kubelet down", "kubelet unhealthy", "not renewed for 45s"}},
+		{"API says NotReady, agent alive: partitioned, not dead", staleLease, agentAged(time.Second, true), nil, Config{}, detectors.Partitioned, []string{"cut off from the API server", "last heartbeat 1s ago"}},
+		{"stale lease, agent late", staleLease, agentAged(2*time.Second, true), nil, Config{}, detectors.Suspect, []string{"agent heartbeat late", "lost after 3s"}},
+		{"API and controller cut off, peers see it: partitioned, not dead", staleLease, lostAgent, []PeerReport{peer("n2", true, time.Second), peer("n3", false, time.Second)}, Config{}, detectors.Partitioned, []string{"peers reach the node", "reached by [n2]", "not reached by [n3]"}},
+		{"no path reaches it", staleLease, lostAgent, []PeerReport{peer("n2", false, time.Second), peer("n3", false, 2*time.Second)}, Config{}, detectors.Dead, []string{"dead", "not reached by [n2 n3]"}},
+		{"no peer reports at all", staleLease, lostAgent, nil, Config{}, detectors.Dead, []string{"peers: no fresh report"}},
+		{"stale peer report is ignored", staleLease, lostAgent, []PeerReport{peer("n2", true, 30*time.Second)}, Config{}, detectors.Dead, []string{"no fresh report, 1 stale ignored"}},
+		{"peer staleness is configurable", staleLease, lostAgent, []PeerReport{peer("n2", true, 30*time.Second)}, Config{PeerStaleness: time.Minute}, detectors.Partitioned, []string{"reached by [n2]"}},
+		{"a peer's latest report counts", staleLease, lostAgent, []PeerReport{peer("n2", true, 3*time.Second), peer("n2", false, time.Second)}, Config{}, detectors.Dead, []string{"not reached by [n2]"}},
+		{"never an agent, fresh lease", freshLease, noAgent, nil, Config{}, detectors.Healthy, []string{"verdict from the Lease alone", "no heartbeat ever received"}},
+		{"never an agent, late lease", lateLease, noAgent, nil, Config{}, detectors.Suspect, []string{"verdict from the Lease alone"}},
+		{"never an agent, stale lease", staleLease, noAgent, nil, Config{}, detectors.Dead, []string{"verdict from the Lease alone"}},
+		{"never an agent, stale lease, peers see it", staleLease, noAgent, []PeerReport{peer("n2", true, time.Second)}, Config{}, detectors.Partitioned, []string{"peers reach the node"}},
+		{"controller just started listening", staleLease, noAgent, nil, Config{HeartbeatsSince: now.Add(-time.Second)}, detectors.Suspect, []string{"waiting for the first agent heartbeats"}},
+		{"controller listening long enough", staleLease, noAgent, nil, Config{HeartbeatsSince: now.Add(-time.Minute)}, detectors.Dead, []string{"verdict from the Lease alone"}},
+		{"slow agent interval respected", staleLease, Agent{LastSeen: now.Add(-6 * time.Second), Interval: 5 * time.Second, KubeletHealthy: true}, nil, Config{}, detectors.Partitioned, []string{"lost after 15s"}},
+		{"more missed heartbeats allowed", staleLease, agentAged(4*time.Second, true), nil, Config{MissedHeartbeats: 5}, detectors.Suspect, []string{"lost after 5s"}},
+		{"no lease observation", detectors.Observation{}, agentAged(0, true), nil, Config{}, detectors.Suspect, []string{"no Lease observation"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Classify(Signals{Node: "n1", Lease: tt.lease, Agent: tt.agent, Peers: tt.peers}, tt.cfg, now)
+			if got.Verdict != tt.want {
+				t.Errorf("verdict = %s, want %s (reason %q)", got.Verdict, tt.want, got.Reason)
+			}
+			for _, s := range append(tt.reason, "API: ", "agent: ", "peers: ") {
+				if !strings.Contains(got.Reason, s) {
+					t.Errorf("reason %q does not contain %q", got.Reason, s)
+				}
+			}
+		})
+	}
+}
+
+// TestNeverDeadWhileAlive is invariant 4: whatever the API server says, a node whose agent
+// heartbeats are fresh, or that a fresh peer report reaches, is never Dead.
+func TestNeverDeadWhileAlive(t *testing.T) {
+	leases := []detectors.Observation{freshLease, lateLease, staleLease, leaseAged(time.Hour), {}}
+	for _, l := range leases {
+		for _, kubelet := range []bool{true, false} {
+			for _, agentAge := range []time.Duration{0, 900 * time.Millisecond, 1500 * time.Millisecond} {
+				got := Classify(Signals{Lease: l, Agent: agentAged(agentAge, kubelet)}, Config{}, now)
+				if got.Verdict == detectors.Dead {
+					t.Errorf("fresh agent (%s old), lease %q: Dead (%s)", agentAge, l.Reason, got.Reason)
+				}
+			}
+			for _, a := range []Agent{noAgent, lostAgent, agentAged(2500*time.Millisecond, kubelet)} {
+				peers := []PeerReport{peer("n2", false, 0), peer("n3", true, 9*time.Second)}
+				got := Classify(Signals{Lease: l, Agent: a, Peers: peers}, Config{}, now)
+				if got.Verdict == detectors.Dead {
+					t.Errorf("peer reaches it, lease %q: Dead (%s)", l.Reason, got.Reason)
+				}
+			}
+		}
+	}
+}
+
+// TestVerdictWithinMissedHeartbeats follows a node that dies at t0 after its Lease already
+// expired: the verdict is Dead once three heartbeat intervals have passed, not before.
+func TestVerdictWithinMissedHeartbeats(t *testing.T) {
+	t0 := now
+	agent := Agent{LastSeen: t0, Interval: time.Second, KubeletHealthy: true}
+	var got []detectors.Verdict
+	for _, after := range []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second, 3100 * time.Millisecond} {
+		at := t0.Add(after)
+		l := Signals{Lease: detectors.Observation{Verdict: detectors.Dead, Reason: "Lease expired"}, Agent: agent}
+		got = append(got, Classify(l, Config{}, at).Verdict)
+	}
+	want := []detectors.Verdict{detectors.Partitioned, detectors.Partitioned, detectors.Suspect, detectors.Suspect, detectors.Dead}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("verdicts over time (-want +got):\n%s", diff)
+	}
+}
+
+func TestClassifyTimes(t *testing.T) {
+	t.Run("last seen is the freshest signal", func(t *testing.T) {
+		got := Classify(Signals{Lease: staleLease, Agent: lostAgent, Peers: []PeerReport{peer("n2", true, 2*time.Second)}}, Config{}, now)
+		if want := now.Add(-2 * time.Second); !got.LastSeen.Equal(want) || got.Age != 2*time.Second {
+			t.Errorf("last seen %s age %s, want %s age 2s", got.LastSeen, got.Age, want)
+		}
+	})
+	t.Run("healthy deadline is the lease's", func(t *testing.T) {
+		got := Classify(Signals{Lease: freshLease, Agent: agentAged(0, true)}, Config{}, now)
+		if !got.Deadline.Equal(freshLease.Deadline) {
+			t.Errorf("deadline %s, want %s", got.Deadline, freshLease.Deadline)
+		}
+	})
+	t.Run("late agent deadline is when it is lost", func(t *testing.T) {
+		a := agentAged(2*time.Second, true)
+		got := Classify(Signals{Lease: staleLease, Agent: a}, Config{}, now)
+		if want := a.LastSeen.Add(3 * time.Second); !got.Deadline.Equal(want) {
+			t.Errorf("deadline %s, want %s", got.Deadline, want)
+		}
+	})
+}
