@@ -1,0 +1,173 @@
+package executor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"palisade.dev/palisade/providers/executor"
+)
+
+// TestTermThenKillAtGrace: a container that traps TERM and ignores it gets SIGTERM, then
+// SIGKILL when the grace period ends, as seen by the container itself.
+func TestTermThenKillAtGrace(t *testing.T) {
+	t.Parallel()
+	pod := newPod("term-kill", 3, ctr("stubborn", ""))
+	dir := runPod(t, pod)
+	rep := terminate(t, executor.Request{Pod: pod})
+	evs := events(t, dir, "stubborn")
+	term := at(t, evs, "stubborn", "TERM")
+	assertNear(t, "TERM to death (grace 3s)", evs.Last()-term, 3*time.Second)
+	c := rep.Container("stubborn")
+	if c.Outcome != executor.OutcomeKilled || c.ExitCode != 137 || c.Signal != "SIGTERM" || c.SignalSource != executor.SignalDefault {
+		t.Errorf("report = %+v, want killed by SIGKILL after the default SIGTERM", c)
+	}
+	if rep.Confirmed.IsZero() || !rep.SandboxesStopped {
+		t.Errorf("report not confirmed: %+v", rep)
+	}
+	time.Sleep(500 * time.Millisecond) // nothing restarts it: read it back again
+	if err := executor.New(bed.rt).Confirm(context.Background(), string(pod.UID)); err != nil {
+		t.Errorf("confirming again: %v", err)
+	}
+}
+
+// TestStopSignals: lifecycle.stopSignal first, then the image's STOPSIGNAL, then SIGTERM.
+func TestStopSignals(t *testing.T) {
+	t.Parallel()
+	lifecycle := ctr("lifecycle", "TERM USR1 USR2")
+	lifecycle.Image = usr2Image
+	lifecycle.Lifecycle = &corev1.Lifecycle{StopSignal: ptr.To(corev1.SIGUSR1)}
+	image := ctr("image", "TERM USR1 USR2")
+	image.Image = usr2Image
+	pod := newPod("signals", 10, lifecycle, image, ctr("default", "TERM USR1 USR2"))
+	dir := runPod(t, pod)
+	rep := terminate(t, executor.Request{Pod: pod})
+	for _, tc := range []struct {
+		container, event, signal string
+		source                   executor.SignalSource
+	}{
+		{"lifecycle", "USR1", "SIGUSR1", executor.SignalFromLifecycle},
+		{"image", "USR2", "SIGUSR2", executor.SignalFromImage},
+		{"default", "TERM", "SIGTERM", executor.SignalDefault},
+	} {
+		evs := events(t, dir, tc.container)
+		if !evs.Has(tc.event) || !evs.Has("exit") {
+			t.Errorf("container %s saw %s, want %s then exit", tc.container, summary(evs), tc.event)
+		}
+		c := rep.Container(tc.container)
+		if c.Signal != tc.signal || c.SignalSource != tc.source || c.Outcome != executor.OutcomeExited || c.ExitCode != 0 {
+			t.Errorf("report of %s = %+v, want %s from %s, exited 0 on its own", tc.container, c, tc.signal, tc.source)
+		}
+	}
+}
+
+// TestPreStopTakenFromGrace: a 3 s preStop hook with a 5 s grace period: TERM at ~3 s, KILL
+// at ~5 s, counted from the hook's start as the container saw it.
+func TestPreStopTakenFromGrace(t *testing.T) {
+	t.Parallel()
+	pod := newPod("prestop", 5, withPreStop(ctr("app", ""), 3))
+	dir := runPod(t, pod)
+	rep := terminate(t, executor.Request{Pod: pod})
+	evs := events(t, dir, "app")
+	start := at(t, evs, "app", "prestop")
+	assertNear(t, "preStop start to TERM (hook 3s, grace 5s)", at(t, evs, "app", "TERM")-start, 3*time.Second)
+	assertNear(t, "preStop start to death (grace 5s)", evs.Last()-start, 5*time.Second)
+	if c := rep.Container("app"); c.PreStop == nil || !c.PreStop.Completed || c.Outcome != executor.OutcomeKilled {
+		t.Errorf("report = %+v, want a completed hook and a kill", c)
+	}
+}
+
+// TestMinimumGrace: a grace period of 0 or 1 s still gives 2 s between TERM and KILL.
+func TestMinimumGrace(t *testing.T) {
+	t.Parallel()
+	for _, grace := range []int64{0, 1} {
+		t.Run(map[int64]string{0: "zero", 1: "one"}[grace], func(t *testing.T) {
+			t.Parallel()
+			pod := newPod(map[int64]string{0: "min-zero", 1: "min-one"}[grace], 30, ctr("app", ""))
+			pod.DeletionGracePeriodSeconds = ptr.To(grace)
+			dir := runPod(t, pod)
+			terminate(t, executor.Request{Pod: pod})
+			evs := events(t, dir, "app")
+			assertNear(t, "TERM to death (grace ≤1s)", evs.Last()-at(t, evs, "app", "TERM"), 2*time.Second)
+		})
+	}
+}
+
+// TestPreStopExtension: a preStop hook still running when the 3 s grace period expires: the
+// stop signal goes at expiry and SIGKILL 2 s later, once.
+func TestPreStopExtension(t *testing.T) {
+	t.Parallel()
+	pod := newPod("extension", 3, withPreStop(ctr("app", ""), 30))
+	dir := runPod(t, pod)
+	rep := terminate(t, executor.Request{Pod: pod})
+	evs := events(t, dir, "app")
+	start := at(t, evs, "app", "prestop")
+	assertNear(t, "preStop start to TERM (hook 30s, grace 3s)", at(t, evs, "app", "TERM")-start, 3*time.Second)
+	assertNear(t, "preStop start to death (grace 3s + 2s)", evs.Last()-start, 5*time.Second)
+	if evs.Has("prestop-done") {
+		t.Errorf("the hook completed: %s", summary(evs))
+	}
+	if c := rep.Container("app"); c.PreStop == nil || c.PreStop.Completed {
+		t.Errorf("report = %+v, want a hook cut short", c)
+	}
+}
+
+// TestGraceOnlyShortens: a longer grace period is refused, a shorter one counts from when it
+// was given.
+func TestGraceOnlyShortens(t *testing.T) {
+	t.Parallel()
+	pod := newPod("shorten", 30, ctr("app", ""))
+	dir := runPod(t, pod)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	term, err := executor.New(bed.rt).Start(ctx, executor.Request{Pod: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if term.Shorten(60) {
+		t.Error("Shorten(60) on a 30 s grace period was accepted")
+	}
+	waitForEvent(t, dir, "app", "TERM")
+	time.Sleep(time.Second)
+	if !term.Shorten(2) {
+		t.Error("Shorten(2) was refused")
+	}
+	if term.Shorten(5) {
+		t.Error("Shorten(5) after Shorten(2) was accepted")
+	}
+	rep, err := term.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report:\n%s", rep)
+	evs := events(t, dir, "app")
+	assertNear(t, "TERM to death (30s, shortened to 2s after 1s)", evs.Last()-at(t, evs, "app", "TERM"), 3*time.Second)
+	if rep.GracePeriodSeconds != 2 {
+		t.Errorf("grace period = %d, want 2", rep.GracePeriodSeconds)
+	}
+}
+
+// TestLivenessProbeKill: a liveness probe's kill stops that container only, with the probe's
+// own grace period, and leaves the pod's other containers and its sandbox running.
+func TestLivenessProbeKill(t *testing.T) {
+	t.Parallel()
+	app := ctr("app", "")
+	app.LivenessProbe = &corev1.Probe{TerminationGracePeriodSeconds: ptr.To[int64](2)}
+	pod := newPod("probe", 30, app, ctr("other", "TERM"))
+	dir := runPod(t, pod)
+	rep := terminate(t, executor.Request{Pod: pod, Reason: executor.ReasonLivenessProbe, Container: "app"})
+	evs := events(t, dir, "app")
+	assertNear(t, "TERM to death (probe grace 2s, pod 30s)", evs.Last()-at(t, evs, "app", "TERM"), 2*time.Second)
+	if len(rep.Containers) != 1 || rep.SandboxesStopped || rep.GracePeriodSeconds != 2 {
+		t.Errorf("report = %+v, want app alone stopped with a 2 s grace, sandbox left", rep)
+	}
+	waitForEvent(t, dir, "other", "tick")
+	before := events(t, dir, "other").Last()
+	time.Sleep(200 * time.Millisecond)
+	if other := events(t, dir, "other"); other.Has("TERM") || other.Last() <= before {
+		t.Errorf("the other container was disturbed: %s", summary(other))
+	}
+}

@@ -1,0 +1,134 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// stopContainer stops one container: its preStop hook, its turn, its stop signal, SIGKILL at
+// its deadline, and its exit read back.
+func (t *Termination) stopContainer(ctx context.Context, tg target) ContainerReport {
+	rep := ContainerReport{Name: tg.Name, ID: tg.ID, Sidecar: tg.plan.Sidecar}
+	hookCtx, cancelHook := context.WithCancel(ctx)
+	defer cancelHook() // a hook still running ends with its container at the latest
+	if tg.plan.PreStop != nil && time.Now().Before(t.deadline.At()) {
+		rep.PreStop = t.runPreStop(hookCtx, tg)
+	}
+	t.waitForTurn(ctx, tg.plan.WaitFor)
+	if st, err := t.e.runtime.Status(ctx, tg.ID); err == nil && st.State == StateExited {
+		rep.Outcome, rep.ExitCode, rep.ExitedAt = OutcomeAlreadyExited, st.ExitCode, st.FinishedAt
+		if rep.PreStop != nil {
+			rep.Outcome = OutcomeExited // it ended during its hook
+		}
+		return rep
+	}
+	if _, err := t.e.runtime.PreventRestart(ctx, tg.ID); err != nil {
+		rep.Error = fmt.Sprintf("preventing restarts: %v", err) // the exit is confirmed below all the same
+	}
+	image, err := t.e.runtime.ImageStopSignal(ctx, tg.ID)
+	if err != nil {
+		image = "" // the runtime's default then, as for an image without STOPSIGNAL
+	}
+	sig, src, err := StopSignal(tg.plan.StopSignal, image)
+	if err != nil {
+		sig, src = syscall.SIGTERM, SignalDefault
+	}
+	rep.Signal, rep.SignalSource = SignalName(sig), src
+	t.signalAndWait(ctx, tg, sig, &rep)
+	return rep
+}
+
+// runPreStop runs the hook until it ends or the grace period expires; a hook still running
+// then goes on (until its container ends) while the container gets its stop signal.
+func (t *Termination) runPreStop(ctx context.Context, tg target) *HookReport {
+	h := &HookReport{Started: time.Now()}
+	ended := make(chan struct{})
+	var hookErr error
+	go func() {
+		defer close(ended)
+		hookErr = t.e.runHook(ctx, t.req.Pod, tg)
+	}()
+	expired := t.deadline.Wait(ended, ctx.Done())
+	h.Ended = time.Now()
+	if !expired && ctx.Err() == nil {
+		h.Completed = true
+		if hookErr != nil {
+			h.Error = hookErr.Error()
+		}
+	}
+	return h
+}
+
+// waitForTurn waits until every named container has ended, or the grace period expires.
+func (t *Termination) waitForTurn(ctx context.Context, names []string) {
+	for _, name := range names {
+		ch := t.ended[name]
+		if ch == nil {
+			continue
+		}
+		if t.deadline.Wait(ch, ctx.Done()) || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// signalAndWait sends the stop signal, then SIGKILL once KillAt has passed, and polls the
+// container's status until it is read back as exited.
+func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.Signal, rep *ContainerReport) {
+	rt := t.e.runtime
+	rep.SignalledAt = time.Now()
+	if err := rt.Signal(ctx, tg.ID, sig); err != nil && !errors.Is(err, ErrNotFound) {
+		rep.Error = fmt.Sprintf("sending %s: %v", rep.Signal, err) // confirmed below either way
+	}
+	for {
+		rep.KillAt = t.deadline.KillAt(rep.SignalledAt)
+		st, err := rt.Status(ctx, tg.ID)
+		if errors.Is(err, ErrNotFound) {
+			st, err = ContainerStatus{State: StateExited, ExitCode: -1, FinishedAt: time.Now()}, nil
+		}
+		if err == nil && st.State == StateExited {
+			rep.ExitCode, rep.ExitedAt, rep.Outcome = st.ExitCode, st.FinishedAt, OutcomeExited
+			if !rep.KilledAt.IsZero() && isExitedBySIGKILL(st.ExitCode) {
+				rep.Outcome = OutcomeKilled
+			}
+			return
+		}
+		now := time.Now()
+		if rep.KilledAt.IsZero() && !now.Before(rep.KillAt) {
+			rep.KilledAt = now
+			if err := rt.Signal(ctx, tg.ID, syscall.SIGKILL); err != nil && !errors.Is(err, ErrNotFound) {
+				rep.Error = fmt.Sprintf("sending SIGKILL: %v", err)
+			}
+		}
+		if !rep.KilledAt.IsZero() && now.Sub(rep.KilledAt) > t.e.ExitTimeout {
+			rep.Outcome = OutcomeFailed
+			rep.Error = fmt.Sprintf("not exited %s after SIGKILL (last state %s, %v)", t.e.ExitTimeout, st.State, err)
+			return
+		}
+		if err := t.sleep(ctx, rep.KillAt); err != nil {
+			rep.Outcome, rep.Error = OutcomeFailed, fmt.Sprintf("waiting for exit: %v", err)
+			return
+		}
+	}
+}
+
+// sleep waits one poll interval, less if killAt comes sooner; it wakes early when the
+// deadline is shortened.
+func (t *Termination) sleep(ctx context.Context, killAt time.Time) error {
+	d := t.e.PollInterval
+	if until := time.Until(killAt); until > 0 && until < d {
+		d = until
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.deadline.Changed():
+	case <-timer.C:
+	}
+	return nil
+}
