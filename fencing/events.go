@@ -7,6 +7,7 @@ const (
 	ReasonInvalidFenceRequest = "InvalidFenceRequest"
 	ReasonNoPolicy            = "NoFencingPolicy"
 	ReasonStormGuard          = "StormGuardActive"
+	ReasonAliveNotFencing     = "NodeAliveNotFencing"
 	ReasonDryRun              = "DryRun"
 	ReasonStepRetrying        = "StepRetrying"
 	ReasonStepSucceeded       = "StepSucceeded"

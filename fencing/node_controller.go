@@ -17,11 +17,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors"
 	"palisade.dev/palisade/detectors/lease"
 )
 
-// stormRecheck is how often a node held back by the storm guard is looked at again.
-const stormRecheck = 5 * time.Second
+const (
+	// stormRecheck is how often a node held back by the storm guard is looked at again.
+	stormRecheck = 5 * time.Second
+	// aliveRecheck is how often a node seen alive by its agent or peers is looked at again.
+	aliveRecheck = time.Second
+)
 
 // NodeReconciler decides whether a node is to be fenced: a valid manual request, or a failed
 // verdict from the detectors under a policy whose storm guard allows it. It creates the
@@ -29,6 +34,7 @@ const stormRecheck = 5 * time.Second
 type NodeReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	Observer Observer
 	Now      func() time.Time
 }
 
@@ -103,15 +109,18 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 // detect fences a node whose verdict is failed, unless the storm guard holds.
 func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy) (ctrl.Result, error) {
 	now := r.now()
-	obs, err := observe(ctx, r.Client, node, p, now)
+	obs, err := r.Observer.observe(ctx, node, p, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !obs.Verdict.Failed() {
 		// Look again the moment the node would turn failed if nothing new arrives.
-		return ctrl.Result{RequeueAfter: obs.Deadline.Sub(now) + 50*time.Millisecond}, nil
+		return ctrl.Result{RequeueAfter: max(obs.Deadline.Sub(now), 0) + 50*time.Millisecond}, nil
 	}
-	h, err := policyHealth(ctx, r.Client, p, now)
+	if obs.Verdict != detectors.Dead {
+		return r.aliveNotFencing(ctx, node, obs)
+	}
+	h, err := r.Observer.policyHealth(ctx, p, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -124,6 +133,16 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	}
 	nf := newNodeFence(node, p, v1alpha1.TriggerDetected, fmt.Sprintf("%s: %s", obs.Verdict, obs.Reason))
 	return ctrl.Result{}, r.create(ctx, node, nf, "node failed: "+nf.Spec.Reason)
+}
+
+// aliveNotFencing holds back a node that independent signals show alive (Partitioned,
+// KubeletDown): never a blind power-off (invariant 4). Until a policy can name the node-side
+// executor, Palisade waits and says so; the verdict is looked at again every second.
+func (r *NodeReconciler) aliveNotFencing(ctx context.Context, node *corev1.Node, obs detectors.Observation) (ctrl.Result, error) {
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonAliveNotFencing, "Detect",
+		"not powering off node %s: %s: %s", node.Name, obs.Verdict, obs.Reason)
+	ctrl.LoggerFrom(ctx).Info("node failed on the API's view but alive on others: not fencing", "verdict", obs.Verdict, "reason", obs.Reason)
+	return ctrl.Result{RequeueAfter: aliveRecheck}, nil
 }
 
 func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, why string) error {

@@ -15,6 +15,8 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors"
+	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/detectors/classify"
 	"palisade.dev/palisade/detectors/lease"
 )
 
@@ -50,17 +52,36 @@ func leaseTimeout(p *v1alpha1.FencingPolicy) time.Duration {
 	return DefaultLeaseTimeout
 }
 
-// observe asks the lease detector about node.
-func observe(ctx context.Context, c client.Reader, node *corev1.Node, p *v1alpha1.FencingPolicy, now time.Time) (detectors.Observation, error) {
+// Heartbeats is the source of the node agents' direct heartbeats (detectors/agent.Server).
+type Heartbeats interface {
+	Snapshot() map[string]agent.Heartbeat
+}
+
+// Observer asks the detectors about a node: the lease detector always, and the classifier
+// over the agents' heartbeats and peer reports when Heartbeats is set.
+type Observer struct {
+	Reader     client.Reader
+	Heartbeats Heartbeats
+	// Since is when the controller began listening for heartbeats (the classifier's warm-up).
+	Since time.Time
+}
+
+func (o Observer) observe(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, now time.Time) (detectors.Observation, error) {
 	l := &coordinationv1.Lease{}
-	err := c.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node.Name}, l)
+	err := o.Reader.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node.Name}, l)
 	if client.IgnoreNotFound(err) != nil {
 		return detectors.Observation{}, fmt.Errorf("reading lease of node %s: %w", node.Name, err)
 	}
 	if err != nil {
 		l = nil
 	}
-	return lease.Observe(node, l, leaseTimeout(p), now), nil
+	obs := lease.Observe(node, l, leaseTimeout(p), now)
+	if o.Heartbeats == nil {
+		return obs, nil
+	}
+	agents, peers := agent.Signals(o.Heartbeats.Snapshot())
+	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agents[node.Name], Peers: peers[node.Name]},
+		classify.Config{HeartbeatsSince: o.Since}, now), nil
 }
 
 // health counts the policy's nodes and those that look failed or late (Suspect).
@@ -71,7 +92,8 @@ type health struct {
 // Blocked says whether the storm guard forbids automatic fencing.
 func (h health) Blocked() bool { return h.Unhealthy > h.MaxUnhealthy }
 
-func policyHealth(ctx context.Context, c client.Reader, p *v1alpha1.FencingPolicy, now time.Time) (health, error) {
+func (o Observer) policyHealth(ctx context.Context, p *v1alpha1.FencingPolicy, now time.Time) (health, error) {
+	c := o.Reader
 	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector)
 	if err != nil {
 		return health{}, fmt.Errorf("parsing the node selector of policy %s: %w", p.Name, err)
@@ -82,7 +104,7 @@ func policyHealth(ctx context.Context, c client.Reader, p *v1alpha1.FencingPolic
 	}
 	h := health{Nodes: len(nodes.Items)}
 	for i := range nodes.Items {
-		obs, err := observe(ctx, c, &nodes.Items[i], p, now)
+		obs, err := o.observe(ctx, &nodes.Items[i], p, now)
 		if err != nil {
 			return health{}, err
 		}

@@ -23,6 +23,7 @@ const policyResync = 5 * time.Second
 type PolicyReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	Observer Observer
 	Now      func() time.Time
 }
 
@@ -41,7 +42,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if r.Now != nil {
 		now = r.Now()
 	}
-	h, err := policyHealth(ctx, r.Client, p, now)
+	h, err := r.Observer.policyHealth(ctx, p, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -49,6 +49,10 @@ func parseFlags() flags {
 	flag.DurationVar(&f.opts.AttachmentForceAge, "attachment-force-after", 30*time.Second, "how long a deleted VolumeAttachment of a fenced node may wait for its CSI attacher before its finalizer is removed")
 	flag.StringVar(&f.ipmitool, "ipmitool", "ipmitool", "path of the ipmitool binary")
 	flag.DurationVar(&f.providerTimeout, "provider-call-timeout", 15*time.Second, "timeout of one call to a BMC")
+	flag.StringVar(&f.opts.Agents.Addr, "agent-listen-address", "", `address of the mTLS server for the node agents' direct heartbeats ("" disables it)`)
+	flag.StringVar(&f.opts.Agents.CertFile, "agent-tls-cert", "", "server certificate for the agent heartbeat server (re-read on change)")
+	flag.StringVar(&f.opts.Agents.KeyFile, "agent-tls-key", "", "server key for the agent heartbeat server")
+	flag.StringVar(&f.opts.Agents.CAFile, "agent-ca", "", "CA bundle that agents' client certificates must chain to")
 	flag.IntVar(&f.verbosity, "v", 0, "log verbosity (0: info; higher: debug)")
 	flag.Parse()
 	return f

@@ -13,10 +13,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/agent"
 	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers"
@@ -34,6 +36,9 @@ type Options struct {
 	AttachmentForceAge time.Duration
 	// Fencers holds the provider for each method type.
 	Fencers map[v1alpha1.MethodType]providers.PowerFencer
+	// Agents, when its Addr is set, runs the mTLS server that receives the node agents'
+	// direct heartbeats; the detectors then classify nodes on them too.
+	Agents agent.ServerOptions
 	// SkipNameValidation lets one process start the controller more than once (tests).
 	SkipNameValidation bool
 	// AfterRecord is passed to the NodeFence reconciler (fault injection in tests).
@@ -86,10 +91,14 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 func setup(mgr ctrl.Manager, o Options) error {
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()
 	rec := mgr.GetEventRecorder("palisade-controller")
-	if err := (&fencing.NodeReconciler{Client: c, Recorder: rec}).SetupWithManager(mgr); err != nil {
+	obs, err := observer(mgr, o)
+	if err != nil {
+		return err
+	}
+	if err := (&fencing.NodeReconciler{Client: c, Recorder: rec, Observer: obs}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up node controller: %w", err)
 	}
-	if err := (&fencing.PolicyReconciler{Client: c, Recorder: rec}).SetupWithManager(mgr); err != nil {
+	if err := (&fencing.PolicyReconciler{Client: c, Recorder: rec, Observer: obs}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up policy controller: %w", err)
 	}
 	nf := &fencing.NodeFenceReconciler{
@@ -104,6 +113,26 @@ func setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("adding health check: %w", err)
 	}
 	return mgr.AddReadyzCheck("readyz", healthz.Ping)
+}
+
+// observer builds the detectors' view, with the agents' heartbeat server when configured (it
+// runs on the leader only: agents must reach the active controller).
+func observer(mgr ctrl.Manager, o Options) (fencing.Observer, error) {
+	obs := fencing.Observer{Reader: mgr.GetClient()}
+	if o.Agents.Addr == "" {
+		return obs, nil
+	}
+	opts := o.Agents
+	opts.Logger = mgr.GetLogger().WithName("agent-heartbeats")
+	srv, err := agent.NewServer(opts)
+	if err != nil {
+		return obs, fmt.Errorf("creating the agent heartbeat server: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(srv.Start)); err != nil {
+		return obs, fmt.Errorf("adding the agent heartbeat server: %w", err)
+	}
+	obs.Heartbeats, obs.Since = srv, time.Now()
+	return obs, nil
 }
 
 func durationOrNil(d time.Duration) *time.Duration {

@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"palisade.dev/palisade/cmd/palisade-controller/app"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/test/scenario"
+)
+
+// Invariant 4: the API server says node 1 is gone (its Lease stops), but its agent keeps
+// heartbeating straight to the controller over mTLS: no power-off, and the Node says why. Once
+// the agent falls silent too, the node is Dead and is fenced.
+func TestAgentAliveMeansNoPowerOff(t *testing.T) {
+	env := startScene(t, scenario.Options{})
+	dir := t.TempDir()
+	ca, err := agent.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := writeCerts(t, dir, ca)
+	addr := freeAddr(t)
+	err = env.StartController(context.Background(), func(o *app.Options) {
+		o.Agents = agent.ServerOptions{Addr: addr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	defer kubelet.Close()
+	n1 := env.Node(1)
+	agentProc := startAgent(t, dir, addr, n1.Name(), kubelet.URL, files)
+
+	n1.PauseHeartbeats() // the API server's view: Lease no longer renewed
+	time.Sleep(leaseTimeout + 5*time.Second)
+	err = env.Cluster.Client.Get(context.Background(), client.ObjectKey{Name: n1.Name()}, &v1alpha1.NodeFence{})
+	if err == nil || client.IgnoreNotFound(err) != nil {
+		t.Fatalf("a NodeFence exists for %s although its agent heartbeats (err %v)", n1.Name(), err)
+	}
+	if offs, err := n1.BMC.OffCommands(); err != nil || offs != 0 {
+		t.Fatalf("%d power-off commands reached the BMC of a node seen alive (err %v)", offs, err)
+	}
+	events := eventsFor(t, env, "Node", n1.Name())
+	if !hasEvent(events, "NodeAliveNotFencing") || !strings.Contains(strings.Join(events, "\n"), "Partitioned") {
+		t.Errorf("no NodeAliveNotFencing event naming Partitioned on the node; events: %v", events)
+	}
+
+	if err := agentProc.Process.Kill(); err != nil { // the agent falls silent too: no signal on any path
+		t.Fatal(err)
+	}
+	_ = agentProc.Wait()
+	nf := waitFence(t, env, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
+	if !strings.Contains(nf.Spec.Reason, "Dead") {
+		t.Errorf("fence reason %q, want a Dead verdict", nf.Spec.Reason)
+	}
+}
+
+func writeCerts(t *testing.T, dir string, ca *agent.CA) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	for _, name := range []string{"ca.crt", "server.crt", "server.key", "node-1.crt", "node-1.key"} {
+		files[name] = filepath.Join(dir, name)
+	}
+	if err := os.WriteFile(files["ca.crt"], ca.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	server, err := ca.IssueServer([]string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.WriteFiles(files["server.crt"], files["server.key"]); err != nil {
+		t.Fatal(err)
+	}
+	node, err := ca.IssueAgent("node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.WriteFiles(files["node-1.crt"], files["node-1.key"]); err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]string) *exec.Cmd {
+	t.Helper()
+	bin := filepath.Join(dir, "palisade-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/palisade-agent").CombinedOutput(); err != nil {
+		t.Fatalf("building palisade-agent: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--controller-address", addr, "--node-name", node, "--cert", files[node+".crt"],
+		"--key", files[node+".key"], "--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", kubelet+"/healthz")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd
+}
