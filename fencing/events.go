@@ -8,6 +8,7 @@ const (
 	ReasonNoPolicy            = "NoFencingPolicy"
 	ReasonStormGuard          = "StormGuardActive"
 	ReasonAliveNotFencing     = "NodeAliveNotFencing"
+	ReasonNoMethod            = "NoUsableMethod"
 	ReasonDryRun              = "DryRun"
 	ReasonStepRetrying        = "StepRetrying"
 	ReasonStepSucceeded       = "StepSucceeded"

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -117,7 +118,13 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		// Look again the moment the node would turn failed if nothing new arrives.
 		return ctrl.Result{RequeueAfter: max(obs.Deadline.Sub(now), 0) + 50*time.Millisecond}, nil
 	}
-	if obs.Verdict != detectors.Dead {
+	methods := methodsFor(p.Spec.Methods, obs.Verdict)
+	if len(methods) == 0 && obs.Verdict == detectors.Dead {
+		r.Recorder.Eventf(node, p, corev1.EventTypeWarning, ReasonNoMethod, "Detect",
+			"cannot fence node %s (%s): policy %s has no method that works without the node's agent", node.Name, obs.Reason, p.Name)
+		return ctrl.Result{RequeueAfter: stormRecheck}, nil
+	}
+	if len(methods) == 0 {
 		return r.aliveNotFencing(ctx, node, obs)
 	}
 	h, err := r.Observer.policyHealth(ctx, p, now)
@@ -132,12 +139,27 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		return ctrl.Result{RequeueAfter: stormRecheck}, nil
 	}
 	nf := newNodeFence(node, p, v1alpha1.TriggerDetected, fmt.Sprintf("%s: %s", obs.Verdict, obs.Reason))
+	nf.Spec.Methods = methods
 	return ctrl.Result{}, r.create(ctx, node, nf, "node failed: "+nf.Spec.Reason)
 }
 
+// methodsFor picks the policy's methods that fit the verdict. A node with no signal on any path
+// (Dead) cannot run the executor, so its chain skips it. A node independent signals show alive
+// (Partitioned, KubeletDown) is never powered off blindly (invariant 4): only a chain that
+// starts with the executor may fence it, escalating to power-off when the executor fails.
+func methodsFor(chain []v1alpha1.Method, v detectors.Verdict) []v1alpha1.Method {
+	if v == detectors.Dead {
+		return slices.DeleteFunc(slices.Clone(chain), func(m v1alpha1.Method) bool { return m.Type == v1alpha1.MethodExecutor })
+	}
+	if len(chain) > 0 && chain[0].Type == v1alpha1.MethodExecutor {
+		return chain
+	}
+	return nil
+}
+
 // aliveNotFencing holds back a node that independent signals show alive (Partitioned,
-// KubeletDown): never a blind power-off (invariant 4). Until a policy can name the node-side
-// executor, Palisade waits and says so; the verdict is looked at again every second.
+// KubeletDown) and whose policy does not start with the executor: never a blind power-off
+// (invariant 4). Palisade waits and says so; the verdict is looked at again every second.
 func (r *NodeReconciler) aliveNotFencing(ctx context.Context, node *corev1.Node, obs detectors.Observation) (ctrl.Result, error) {
 	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonAliveNotFencing, "Detect",
 		"not powering off node %s: %s: %s", node.Name, obs.Verdict, obs.Reason)

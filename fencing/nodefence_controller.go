@@ -30,6 +30,8 @@ type NodeFenceReconciler struct {
 	Recorder  events.EventRecorder
 	// Fencers holds one provider per method type (wired in cmd/).
 	Fencers map[v1alpha1.MethodType]providers.PowerFencer
+	// Terminator reaches the node agents' executors (nil: the Executor method fails).
+	Terminator providers.WorkloadTerminator
 	// Attachments releases a node's VolumeAttachments.
 	Attachments *attach.Releaser
 	// Now is the clock (time.Now when nil).
@@ -144,7 +146,7 @@ func (r *NodeFenceReconciler) eventForEnd(ctx context.Context, nf *v1alpha1.Node
 	switch {
 	case s.State == v1alpha1.StepFailed:
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonMethodFailed, "method %s failed at %s (%s): %s", s.Method, s.Name, s.Reason, s.Message)
-	case s.Name == v1alpha1.StepConfirmOff:
+	case confirmReasons[s.Name] != "":
 		r.event(ctx, nf, corev1.EventTypeNormal, ReasonFenceConfirmed, "node %s fenced by %s: %s", nf.Spec.NodeName, s.Method, s.Message)
 	default:
 		r.event(ctx, nf, corev1.EventTypeNormal, ReasonStepSucceeded, "%s: %s", s.Name, s.Message)
@@ -161,6 +163,10 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 		return r.powerOff(ctx, nf, a.method)
 	case v1alpha1.StepConfirmOff:
 		return r.confirmOff(ctx, nf, a.method)
+	case v1alpha1.StepTerminate:
+		return r.terminate(ctx, nf, a.method)
+	case v1alpha1.StepConfirmTerminated:
+		return r.confirmTerminated(ctx, nf, a.method)
 	case v1alpha1.StepTaint:
 		return r.taint(ctx, nf)
 	case v1alpha1.StepDeletePods:

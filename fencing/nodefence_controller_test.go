@@ -31,6 +31,7 @@ var update = flag.Bool("update", false, "rewrite the golden step traces in testd
 type world struct {
 	c     client.Client
 	power *fake.Provider
+	agent *fake.Terminator
 	r     *NodeFenceReconciler
 	now   time.Time
 }
@@ -51,15 +52,19 @@ func newWorld(t *testing.T, methods ...string) *world {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "palisade-system", Name: "bmc"}, Data: map[string][]byte{"username": []byte("u"), "password": []byte("p")}}
 	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Trigger: v1alpha1.TriggerDetected}}
 	for _, m := range methods {
-		nf.Spec.Methods = append(nf.Spec.Methods, v1alpha1.Method{Name: m, Type: v1alpha1.MethodIPMI, Timeout: &metav1.Duration{Duration: 10 * time.Second},
-			IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}})
+		method := v1alpha1.Method{Name: m, Type: v1alpha1.MethodIPMI, Timeout: &metav1.Duration{Duration: 10 * time.Second},
+			IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}
+		if m == "executor" {
+			method = v1alpha1.Method{Name: m, Type: v1alpha1.MethodExecutor, Timeout: &metav1.Duration{Duration: 5 * time.Second}}
+		}
+		nf.Spec.Methods = append(nf.Spec.Methods, method)
 	}
 	c := fakeclient.NewClientBuilder().WithScheme(s).WithObjects(node, pod, va, secret, nf).
 		WithStatusSubresource(&v1alpha1.NodeFence{}, &corev1.Pod{}).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 		Build()
-	w := &world{c: c, power: fake.New(), now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	w.r = &NodeFenceReconciler{Client: c, APIReader: c, Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: w.power},
+	w := &world{c: c, power: fake.New(), agent: fake.NewTerminator(providers.TerminationConfirmed), now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	w.r = &NodeFenceReconciler{Client: c, APIReader: c, Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: w.power}, Terminator: w.agent,
 		Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now }}
 	return w
 }
@@ -108,6 +113,9 @@ func TestNodeFenceTraces(t *testing.T) {
 		{"auth-failure", []string{"ipmi"}, func(w *world) { w.power.InjectError(fake.MethodPowerOff, auth) }, false},
 		{"power-still-on", []string{"ipmi"}, func(w *world) { w.power.SetIgnoreOff(true) }, false},
 		{"escalation", []string{"ipmi", "backup"}, func(w *world) { w.power.InjectError(fake.MethodPowerOff, auth) }, true},
+		{"executor-confirmed", []string{"executor", "ipmi"}, func(*world) {}, true},
+		{"executor-failed-escalates", []string{"executor", "ipmi"}, func(w *world) { w.r.Terminator = fake.NewTerminator(providers.TerminationFailed) }, true},
+		{"executor-never-confirms-escalates", []string{"executor", "ipmi"}, func(w *world) { w.r.Terminator = fake.NewTerminator(providers.TerminationRunning) }, true},
 		{"unreachable-then-ok", []string{"ipmi"}, func(w *world) {
 			w.power.InjectError(fake.MethodPowerOff, providers.NewError(providers.ReasonUnreachable, errors.New("no answer")))
 		}, true},

@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"slices"
 	"time"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -41,7 +42,7 @@ func plan(nf *v1alpha1.NodeFence) action {
 	}
 	steps := nf.Status.Steps
 	if len(steps) == 0 {
-		return action{kind: actStart, step: v1alpha1.StepPowerOff, method: 0}
+		return action{kind: actStart, step: fenceSteps(nf.Spec.Methods[0].Type)[0], method: 0}
 	}
 	last := steps[len(steps)-1]
 	method := methodIndex(nf, last.Method)
@@ -50,7 +51,7 @@ func plan(nf *v1alpha1.NodeFence) action {
 		return action{kind: actResume, step: last.Name, method: method}
 	case v1alpha1.StepFailed:
 		if isFenceStep(last.Name) && method+1 < len(nf.Spec.Methods) {
-			return action{kind: actStart, step: v1alpha1.StepPowerOff, method: method + 1}
+			return action{kind: actStart, step: fenceSteps(nf.Spec.Methods[method+1].Type)[0], method: method + 1}
 		}
 		return action{kind: actFail}
 	}
@@ -61,33 +62,40 @@ func plan(nf *v1alpha1.NodeFence) action {
 	return action{kind: actStart, step: next, method: method}
 }
 
-// sequence is the order of steps after PowerOff for one method.
-var sequence = []v1alpha1.StepName{
-	v1alpha1.StepPowerOff,
-	v1alpha1.StepConfirmOff,
+// fenceSteps is each method type's pair of steps: the command, then its confirmation.
+func fenceSteps(t v1alpha1.MethodType) [2]v1alpha1.StepName {
+	if t == v1alpha1.MethodExecutor {
+		return [2]v1alpha1.StepName{v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated}
+	}
+	return [2]v1alpha1.StepName{v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff}
+}
+
+// releaseSequence is the order of the release steps after a confirmed fence.
+var releaseSequence = []v1alpha1.StepName{
 	v1alpha1.StepTaint,
 	v1alpha1.StepDeletePods,
 	v1alpha1.StepReleaseAttachments,
 }
 
-// nextStep is the enabled step after done, false when none is left.
+// nextStep is the enabled step after done, false when none is left: a method's command is
+// followed by its confirmation, a confirmation by the release steps in order.
 func nextStep(nf *v1alpha1.NodeFence, done v1alpha1.StepName) (v1alpha1.StepName, bool) {
-	i := indexOf(done)
-	for _, s := range sequence[i+1:] {
+	switch done {
+	case v1alpha1.StepPowerOff:
+		return v1alpha1.StepConfirmOff, true
+	case v1alpha1.StepTerminate:
+		return v1alpha1.StepConfirmTerminated, true
+	}
+	rest := releaseSequence
+	if i := slices.Index(releaseSequence, done); i >= 0 {
+		rest = releaseSequence[i+1:]
+	}
+	for _, s := range rest {
 		if stepEnabled(nf.Spec.Release, s) {
 			return s, true
 		}
 	}
 	return "", false
-}
-
-func indexOf(s v1alpha1.StepName) int {
-	for i, x := range sequence {
-		if x == s {
-			return i
-		}
-	}
-	return len(sequence)
 }
 
 func stepEnabled(r v1alpha1.Release, s v1alpha1.StepName) bool {
@@ -105,7 +113,7 @@ func stepEnabled(r v1alpha1.Release, s v1alpha1.StepName) bool {
 func enabled(b *bool) bool { return b == nil || *b }
 
 func isFenceStep(s v1alpha1.StepName) bool {
-	return s == v1alpha1.StepPowerOff || s == v1alpha1.StepConfirmOff
+	return !slices.Contains(releaseSequence, s)
 }
 
 func isReleaseStep(s v1alpha1.StepName) bool { return !isFenceStep(s) }

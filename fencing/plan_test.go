@@ -7,6 +7,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors"
 )
 
 func fenceWith(methods []string, release v1alpha1.Release, steps ...v1alpha1.Step) *v1alpha1.NodeFence {
@@ -91,5 +92,38 @@ func TestConfirmed(t *testing.T) {
 	}
 	if !fenceWith([]string{"ipmi"}, v1alpha1.Release{}, st(v1alpha1.StepConfirmOff, "ipmi", ok)).Confirmed() {
 		t.Error("a ConfirmOff that Succeeded did not count")
+	}
+}
+
+func TestMethodsFor(t *testing.T) {
+	ipmi := v1alpha1.Method{Name: "ipmi", Type: v1alpha1.MethodIPMI}
+	exec := v1alpha1.Method{Name: "executor", Type: v1alpha1.MethodExecutor}
+	names := func(ms []v1alpha1.Method) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Name)
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		chain   []v1alpha1.Method
+		verdict detectors.Verdict
+		want    []string
+	}{
+		{"dead node skips the executor", []v1alpha1.Method{exec, ipmi}, detectors.Dead, []string{"ipmi"}},
+		{"dead node, power-off only", []v1alpha1.Method{ipmi}, detectors.Dead, []string{"ipmi"}},
+		{"dead node, executor only: nothing", []v1alpha1.Method{exec}, detectors.Dead, nil},
+		{"partitioned node: executor first, then power-off", []v1alpha1.Method{exec, ipmi}, detectors.Partitioned, []string{"executor", "ipmi"}},
+		{"partitioned node, power-off only: never blind", []v1alpha1.Method{ipmi}, detectors.Partitioned, nil},
+		{"kubelet down, power-off before executor: never blind", []v1alpha1.Method{ipmi, exec}, detectors.KubeletDown, nil},
+		{"kubelet down, executor only", []v1alpha1.Method{exec}, detectors.KubeletDown, []string{"executor"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, names(methodsFor(tt.chain, tt.verdict))); diff != "" {
+				t.Errorf("methods (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -17,7 +17,7 @@ func recordStart(nf *v1alpha1.NodeFence, a action, now time.Time) {
 		m := nf.Spec.Methods[a.method]
 		step.Method = m.Name
 		st.Phase = v1alpha1.PhaseFencing
-		if a.step == v1alpha1.StepPowerOff {
+		if a.step == fenceSteps(m.Type)[0] {
 			st.Method = m.Name
 			st.MethodStartTime = &step.StartTime
 		}
@@ -34,16 +34,22 @@ func lastStep(nf *v1alpha1.NodeFence) *v1alpha1.Step {
 	return &nf.Status.Steps[len(nf.Status.Steps)-1]
 }
 
+// confirmReasons are the Fenced condition's reasons for each confirmation step.
+var confirmReasons = map[v1alpha1.StepName]string{
+	v1alpha1.StepConfirmOff:        "PowerOffConfirmed",
+	v1alpha1.StepConfirmTerminated: "WorkloadTerminationConfirmed",
+}
+
 // recordEnd closes the last step.
 func recordEnd(nf *v1alpha1.NodeFence, state v1alpha1.StepState, message string, now time.Time) {
 	s := lastStep(nf)
 	s.State, s.Message = state, message
 	end := metav1.NewTime(now)
 	s.EndTime = &end
-	if s.Name == v1alpha1.StepConfirmOff && state == v1alpha1.StepSucceeded {
+	if reason, ok := confirmReasons[s.Name]; ok && state == v1alpha1.StepSucceeded {
 		nf.Status.Phase = v1alpha1.PhaseFenced
 		nf.Status.FencedTime = &end
-		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionTrue, "PowerOffConfirmed", message)
+		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionTrue, reason, message)
 	}
 }
 

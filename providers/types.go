@@ -97,3 +97,33 @@ func IsRetryable(err error) bool {
 	}
 	return true
 }
+
+// TerminationState is what a node's agent reports of a termination it was ordered to run.
+type TerminationState string
+
+const (
+	// TerminationPending: the order has not reached the agent yet.
+	TerminationPending TerminationState = "Pending"
+	// TerminationRunning: the agent is terminating the workload.
+	TerminationRunning TerminationState = "Running"
+	// TerminationConfirmed: the agent terminated the workload and its read-back of the
+	// runtime shows no workload container running.
+	TerminationConfirmed TerminationState = "Confirmed"
+	// TerminationFailed: the agent could not terminate or confirm; the message says why.
+	TerminationFailed TerminationState = "Failed"
+)
+
+// WorkloadTerminator has a node's agent stop the kubelet and terminate every workload
+// container as the kubelet would, and reads the outcome back.
+//
+// Contract: Terminate is idempotent for one id (the agent runs an order once). Termination
+// returns Confirmed only when the agent's report says so and a read-back of the runtime made
+// after it shows no workload container running: a report alone is not a confirmation.
+type WorkloadTerminator interface {
+	// Name is the provider's name, for metrics and records ("agent").
+	Name() string
+	// Terminate sends the order; gracePeriodSeconds, when set, caps every pod's grace.
+	Terminate(ctx context.Context, node, id string, gracePeriodSeconds *int64) error
+	// Termination reads the order's state back, with a message for people.
+	Termination(ctx context.Context, node, id string) (TerminationState, string, error)
+}

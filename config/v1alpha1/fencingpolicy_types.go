@@ -6,13 +6,17 @@ import (
 )
 
 // MethodType names a fencing method.
-// +kubebuilder:validation:Enum=IPMI
+// +kubebuilder:validation:Enum=IPMI;Executor
 type MethodType string
 
 const (
 	// MethodIPMI powers the node off through its BMC over IPMI (bmclib's ipmitool provider) and
 	// confirms by reading the chassis power state back.
 	MethodIPMI MethodType = "IPMI"
+	// MethodExecutor has the node's agent stop the kubelet and terminate every workload
+	// container as the kubelet would, then confirms from the agent's read-back that none runs.
+	// It needs a reachable agent, so it is skipped for a node with no signal on any path (Dead).
+	MethodExecutor MethodType = "Executor"
 )
 
 // FencingPolicySpec says which nodes a policy covers, when one counts as failed, how it is
@@ -78,6 +82,19 @@ type Method struct {
 	// IPMI configures a method of type IPMI.
 	// +optional
 	IPMI *IPMIMethod `json:"ipmi,omitempty"`
+
+	// Executor configures a method of type Executor.
+	// +optional
+	Executor *ExecutorMethod `json:"executor,omitempty"`
+}
+
+// ExecutorMethod configures the node-side termination executor.
+type ExecutorMethod struct {
+	// GracePeriodSeconds caps every pod's grace period; unset keeps each pod's own (the
+	// kubelet's rules: deletion grace, else the pod's, else 30s; at least 2s per container).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
 }
 
 // IPMIMethod configures IPMI power fencing. The BMC address of each node is its annotation

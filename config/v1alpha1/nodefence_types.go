@@ -66,6 +66,8 @@ type StepName string
 const (
 	StepPowerOff           StepName = "PowerOff"           // send the power-off command
 	StepConfirmOff         StepName = "ConfirmOff"         // read the power state back until Off
+	StepTerminate          StepName = "Terminate"          // order the node's agent to terminate the workload
+	StepConfirmTerminated  StepName = "ConfirmTerminated"  // read back that no workload container runs
 	StepTaint              StepName = "Taint"              // add the out-of-service taint
 	StepDeletePods         StepName = "DeletePods"         // force-delete the pods bound to the node
 	StepReleaseAttachments StepName = "ReleaseAttachments" // delete the node's VolumeAttachments
