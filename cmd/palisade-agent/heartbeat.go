@@ -20,20 +20,22 @@ type heartbeater struct {
 	kubelet *http.Client
 	bootID  string
 	log     logr.Logger
+	cmds    *commander
 
 	seq            uint64
 	kubeletHealthy *bool  // nil until the first check
 	sendState      string // of the last heartbeat: "" before the first, "accepted", "refused <code>", "unreachable"
 }
 
-func newHeartbeater(o options, c *agent.Client, bootID string, log logr.Logger) *heartbeater {
+func newHeartbeater(o options, c *agent.Client, cmds *commander, bootID string, log logr.Logger) *heartbeater {
 	// The kubelet's healthz is plain HTTP on loopback: never through a proxy.
 	tr := &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: 4 * o.interval}
-	return &heartbeater{opts: o, client: c, kubelet: &http.Client{Transport: tr}, bootID: bootID, log: log}
+	return &heartbeater{opts: o, client: c, kubelet: &http.Client{Transport: tr}, bootID: bootID, log: log, cmds: cmds}
 }
 
-// run beats at once, then every interval until ctx is done. A beat that runs late (a slow
-// kubelet or controller) delays the next tick instead of piling up beats.
+// run beats at once, then every interval until ctx is done, and at once when the executor's
+// status changes. A beat that runs late (a slow kubelet or controller) delays the next tick
+// instead of piling up beats.
 func (h *heartbeater) run(ctx context.Context) {
 	ticker := time.NewTicker(h.opts.interval)
 	defer ticker.Stop()
@@ -43,6 +45,7 @@ func (h *heartbeater) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-h.cmds.changed:
 		}
 	}
 }
@@ -52,15 +55,20 @@ func (h *heartbeater) beat(ctx context.Context) {
 	h.seq++
 	sendCtx, cancel := context.WithTimeout(ctx, h.opts.controllerCallTimeout)
 	defer cancel()
-	err := h.client.Send(sendCtx, agent.Report{
+	status := h.cmds.status()
+	cmd, err := h.client.Send(sendCtx, agent.Report{
 		Node: h.opts.nodeName, BootID: h.bootID, Seq: h.seq, KubeletHealthy: healthy,
 		Peers: []agent.PeerReport{}, IntervalMillis: h.opts.interval.Milliseconds(), SentAt: time.Now(),
+		Executor: status, RunningContainers: h.cmds.readBack(sendCtx),
 	})
 	if ctx.Err() != nil {
 		return // stopping: the interrupted heartbeat is not news
 	}
 	h.logSend(err)
-	h.log.V(1).Info("heartbeat", "seq", h.seq, "kubeletHealthy", healthy, "sent", err == nil)
+	h.log.V(1).Info("heartbeat", "seq", h.seq, "kubeletHealthy", healthy, "sent", err == nil, "executor", status)
+	if cmd != nil {
+		h.cmds.handle(ctx, *cmd)
+	}
 }
 
 // checkKubelet GETs the kubelet's healthz with a timeout of half the interval: 200 is healthy.

@@ -2,6 +2,17 @@
 // healthz endpoint and sends a heartbeat straight to the controller over mutually authenticated
 // TLS, independent of the API server, so that the controller can tell a dead node from one cut
 // off from the control plane or one whose kubelet is down. It stops cleanly on SIGTERM.
+//
+// The controller may answer a heartbeat with a Terminate command. The agent then, once per
+// command ID and in the background: connects to containerd (--cri-endpoint; without one it
+// answers Failed "no runtime configured"); runs --kubelet-stop-command, so that nothing restarts
+// the pods; lists the pods of the runtime by the kubelet's labels, leaving out its own
+// (--pod-uid), and rebuilds each one from those labels and the kubelet's container annotations
+// (grace periods, preStop hooks, ports), as the kubelet does without the pod's spec; terminates
+// all of them at once with the termination executor, each grace period capped by the
+// command's; reads every pod back (executor.Confirm) and sweeps the whole runtime. Its
+// heartbeats report Running meanwhile, then Confirmed (only once every pod was read back with
+// no container running) or Failed, with what still runs. --executor-timeout bounds it all.
 package main
 
 import (
@@ -39,6 +50,12 @@ type options struct {
 	kubeletHealthz        string
 	verbosity             int
 	controllerCallTimeout time.Duration
+
+	criEndpoint        string
+	kubeletStopCommand string
+	executorTimeout    time.Duration
+	podUID             string
+	faultConfirmEarly  bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -53,6 +70,11 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.interval, "interval", time.Second, "heartbeat interval")
 	fs.StringVar(&o.kubeletHealthz, "kubelet-healthz", "http://127.0.0.1:10248/healthz", "URL of the kubelet's healthz endpoint")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity (0: info; 1: every heartbeat)")
+	fs.StringVar(&o.criEndpoint, "cri-endpoint", "", `containerd's socket (a path or unix://path) for Terminate commands; "" disables the executor`)
+	fs.StringVar(&o.kubeletStopCommand, "kubelet-stop-command", "", `command line run with /bin/sh -c before terminating, so that nothing restarts the pods (e.g. "nsenter -t 1 -m -- systemctl stop kubelet"); its failure fails the command; "" runs none`)
+	fs.DurationVar(&o.executorTimeout, "executor-timeout", 2*time.Minute, "time limit of one Terminate command")
+	fs.StringVar(&o.podUID, "pod-uid", os.Getenv("POD_UID"), "UID of the agent's own pod, which Terminate leaves running (default $POD_UID)")
+	fs.BoolVar(&o.faultConfirmEarly, "fault-report-confirmed-early", false, "testing only: report Confirmed without terminating")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -64,6 +86,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.interval <= 0 {
 		missing = append(missing, errors.New("--interval must be positive"))
+	}
+	if o.executorTimeout <= 0 {
+		missing = append(missing, errors.New("--executor-timeout must be positive"))
 	}
 	o.controllerCallTimeout = o.interval
 	return o, errors.Join(missing...)
@@ -93,6 +118,7 @@ func run(args []string) error {
 		return err
 	}
 	defer flush()
+	klog.SetLogger(log.WithName("klog")) // the CRI client's logs, as JSON like the rest
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
@@ -111,8 +137,17 @@ func run(args []string) error {
 	if err != nil {
 		log.Error(err, "no boot ID: the controller will not see reboots")
 	}
-	h := newHeartbeater(o, client, bootID, log)
-	log.Info("starting palisade-agent", "Node", klog.KRef("", o.nodeName), "controller", o.controller, "interval", o.interval.String(), "bootID", bootID)
+	cmds := newCommander(o, log)
+	defer cmds.close()
+	h := newHeartbeater(o, client, cmds, bootID, log)
+	log.Info("starting palisade-agent", "Node", klog.KRef("", o.nodeName), "controller", o.controller, "interval", o.interval.String(), "bootID", bootID,
+		"criEndpoint", o.criEndpoint, "podUID", o.podUID)
+	if o.criEndpoint != "" && o.podUID == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		log.Info("WARNING: running in a pod without --pod-uid ($POD_UID from the downward API): a Terminate command would stop the agent's own pod too")
+	}
+	if o.faultConfirmEarly {
+		log.Info("FAULT INJECTION: --fault-report-confirmed-early is set: Terminate commands will be reported Confirmed without terminating anything")
+	}
 	h.run(ctx)
 	log.Info("stopping palisade-agent", "reason", context.Cause(ctx).Error(), "heartbeatsSent", h.seq)
 	return nil

@@ -11,7 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -36,11 +36,14 @@ type ClientOptions struct {
 // Client sends an agent's heartbeats to the controller over mutually authenticated TLS, one
 // long-lived HTTP/2 connection for all of them.
 type Client struct {
-	url       string
-	cert      *fileSource[*tls.Certificate]
-	transport *http.Transport
-	http      *http.Client
-	gen       atomic.Uint64 // generation of the client certificate the open connections use
+	url          string
+	cert         *fileSource[*tls.Certificate]
+	timeout      time.Duration
+	newTransport func() *http.Transport
+
+	mu        sync.Mutex
+	transport *http.Transport // its connections were opened with certificate generation gen
+	gen       uint64
 }
 
 // NewClient loads the certificate files, failing early when they are unusable.
@@ -67,25 +70,47 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		return nil, fmt.Errorf("loading the controller CA: %w", err)
 	}
 	roots, _, _ := pool.get()
-	c := &Client{url: "https://" + opts.Address + HeartbeatPath, cert: cert}
-	c.transport = &http.Transport{
-		TLSClientConfig: &tls.Config{
-			MinVersion: tls.VersionTLS13,
-			RootCAs:    roots,
-			ServerName: opts.ServerName,
-			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-				cert, _, err := c.cert.get()
-				return cert, err
+	c := &Client{url: "https://" + opts.Address + HeartbeatPath, cert: cert, timeout: opts.Timeout}
+	c.newTransport = func() *http.Transport {
+		return &http.Transport{
+			TLSClientConfig: &tls.Config{
+				MinVersion: tls.VersionTLS13,
+				RootCAs:    roots,
+				ServerName: opts.ServerName,
+				GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+					cert, _, err := c.cert.get()
+					return cert, err
+				},
 			},
-		},
-		ForceAttemptHTTP2:   true,
-		TLSHandshakeTimeout: opts.Timeout,
-		IdleConnTimeout:     time.Minute,
+			ForceAttemptHTTP2:   true,
+			TLSHandshakeTimeout: opts.Timeout,
+			IdleConnTimeout:     time.Minute,
+		}
 	}
-	c.http = &http.Client{Transport: c.transport, Timeout: opts.Timeout}
-	_, gen, _ := cert.get()
-	c.gen.Store(gen)
+	c.transport = c.newTransport()
+	_, c.gen, _ = cert.get()
 	return c, nil
+}
+
+// httpClient returns the client of the current transport. When the certificate files changed
+// since the last heartbeat, or renew is set, it first replaces the transport, so that the
+// heartbeat opens a new connection whose handshake presents the current certificate. (Closing
+// the idle connection would not do: an HTTP/2 connection whose last response was just delivered
+// can still count its stream as active for a moment, and would be reused.) The old transport's
+// connections close once idle.
+func (c *Client) httpClient(renew bool) *http.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, gen, err := c.cert.get(); err == nil && gen != c.gen {
+		c.gen, renew = gen, true
+	}
+	if renew {
+		old := c.transport
+		c.transport = c.newTransport()
+		old.CloseIdleConnections()
+		time.AfterFunc(c.timeout, old.CloseIdleConnections) // once its last stream has ended
+	}
+	return &http.Client{Transport: c.transport, Timeout: c.timeout}
 }
 
 // Identity is the node name in the current client certificate.
@@ -97,38 +122,52 @@ func (c *Client) Identity() (string, error) {
 	return cert.Leaf.Subject.CommonName, nil
 }
 
-// Send posts one heartbeat. When the certificate files changed since the last one, it first
-// closes the idle connection, so that the next handshake presents the renewed certificate.
-func (c *Client) Send(ctx context.Context, rep Report) error {
-	if _, gen, err := c.cert.get(); err == nil && c.gen.Swap(gen) != gen {
-		c.transport.CloseIdleConnections()
-	}
+// Send posts one heartbeat and returns the command the controller answered with, nil when it
+// has none for this node. When the certificate files changed since the last heartbeat, it opens
+// a new connection, so that its handshake presents the renewed certificate.
+func (c *Client) Send(ctx context.Context, rep Report) (*Command, error) {
 	body, err := json.Marshal(rep)
 	if err != nil {
-		return fmt.Errorf("encoding heartbeat: %w", err)
+		return nil, fmt.Errorf("encoding heartbeat: %w", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("building heartbeat request: %w", err)
+		return nil, fmt.Errorf("building heartbeat request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
+	resp, err := c.httpClient(false).Do(req)
 	if err != nil {
-		return fmt.Errorf("sending heartbeat: %w", err)
+		return nil, fmt.Errorf("sending heartbeat: %w", err)
 	}
 	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return nil, nil
+	case http.StatusOK:
+		return decodeCommand(resp.Body)
+	case http.StatusUnauthorized:
+		c.httpClient(true) // the next heartbeat on a new connection, with the current certificate
+	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode == http.StatusUnauthorized {
-		c.transport.CloseIdleConnections()
+	return nil, &RejectedError{Code: resp.StatusCode, Message: string(bytes.TrimSpace(msg))}
+}
+
+// decodeCommand reads a 200 response: the heartbeat was accepted, and carries a command.
+func decodeCommand(body io.Reader) (*Command, error) {
+	var cr commandResponse
+	if err := json.NewDecoder(io.LimitReader(body, maxBodyBytes)).Decode(&cr); err != nil {
+		return nil, fmt.Errorf("heartbeat accepted, but reading the controller's command: %w", err)
 	}
-	if resp.StatusCode != http.StatusNoContent {
-		return &RejectedError{Code: resp.StatusCode, Message: string(bytes.TrimSpace(msg))}
-	}
-	return nil
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 4096)) // so that the connection is reused
+	return cr.Command, nil
 }
 
 // Close closes the idle connection.
-func (c *Client) Close() { c.transport.CloseIdleConnections() }
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.transport.CloseIdleConnections()
+}
 
 // RejectedError is the server's refusal of a heartbeat.
 type RejectedError struct {

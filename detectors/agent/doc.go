@@ -6,6 +6,20 @@
 // every node for the classifier (Snapshot, then Signals for the classify package). Client is
 // the agent's side.
 //
+// # Commands
+//
+// The same channel carries orders back: SetCommand makes a Command pending for one node, and
+// the Server answers every heartbeat of that node (of that certificate's node, never another)
+// with 200 and {"command": {...}} until ClearCommand; other heartbeats get 204. Client.Send
+// returns the command. The agent carries out each command ID at most once, in the background,
+// and reports an ExecutorStatus (Running, then Confirmed or Failed) in every later heartbeat;
+// the Server keeps the latest one per node (ExecutorStatus), also across heartbeats without one
+// (an agent restarted since). An invalid status is dropped, its heartbeat still recorded, so
+// that a malformed status never makes a live node look dead. To retry, the controller sets a
+// command with a new ID. Confirmed is the agent's own word: a controller that must not trust
+// it (an agent started with --fault-report-confirmed-early lies on purpose) confirms by
+// other means.
+//
 // # Issuance
 //
 // A small CA (NewCA: ECDSA P-256, self-signed, valid 10 years) signs everything. The controller

@@ -29,6 +29,13 @@ type Report struct {
 	// SentAt is the agent's clock when sending; the server uses it to move the peers' times
 	// onto its own clock, so that clock skew between nodes does not age or freshen reports.
 	SentAt time.Time `json:"sentAt,omitzero"`
+	// Executor is the agent's account of the latest Command it received, nil before any.
+	Executor *ExecutorStatus `json:"executor,omitempty"`
+	// RunningContainers is the runtime's own read-back when this heartbeat was sent: how many
+	// workload containers (the agent's pod excepted) have not exited. It is read afresh for
+	// every heartbeat, apart from the executor's account; nil while the agent has no runtime
+	// connection (before its first command).
+	RunningContainers *int `json:"runningContainers,omitempty"`
 }
 
 // PeerReport is one probe of a peer.
@@ -53,6 +60,11 @@ type Heartbeat struct {
 	Received time.Time
 	// CertNotAfter is when the agent's client certificate expires.
 	CertNotAfter time.Time
+	// Executor is the executor status this heartbeat carried, nil for none (see also
+	// Server.ExecutorStatus, which keeps the latest one across heartbeats without).
+	Executor *ExecutorStatus
+	// RunningContainers is the runtime read-back this heartbeat carried (Report's).
+	RunningContainers *int
 }
 
 // Signals turns a Snapshot into the classifier's inputs: each node's own heartbeat, and the

@@ -31,7 +31,7 @@ func TestServerCertRotation(t *testing.T) {
 	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
 	client := loadPair(t, certFile, keyFile)
 	c := newClient(t, p, s.Addr(), certFile, keyFile)
-	if err := c.Send(context.Background(), Report{Node: "n1", Seq: 1}); err != nil {
+	if _, err := c.Send(context.Background(), Report{Node: "n1", Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	first := serverCertOf(t, p, s.Addr(), client)
@@ -50,7 +50,7 @@ func TestServerCertRotation(t *testing.T) {
 	}
 	logs.waitFor(t, "keeping the last good ones")
 	c.Close() // the agent's next heartbeat opens a new connection
-	if err := c.Send(context.Background(), Report{Node: "n1", Seq: 2}); err != nil {
+	if _, err := c.Send(context.Background(), Report{Node: "n1", Seq: 2}); err != nil {
 		t.Errorf("heartbeat after the server's rotation: %v", err)
 	}
 }
@@ -62,7 +62,7 @@ func TestClientCertRotation(t *testing.T) {
 	s := startServer(t, p, ServerOptions{})
 	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
 	c := newClient(t, p, s.Addr(), certFile, keyFile)
-	if err := c.Send(context.Background(), Report{Node: "n1", Seq: 1}); err != nil {
+	if _, err := c.Send(context.Background(), Report{Node: "n1", Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	old := s.Snapshot()["n1"].CertNotAfter
@@ -76,7 +76,7 @@ func TestClientCertRotation(t *testing.T) {
 	if err := pair.WriteFiles(certFile, keyFile); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Send(context.Background(), Report{Node: "n1", Seq: 2}); err != nil {
+	if _, err := c.Send(context.Background(), Report{Node: "n1", Seq: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := s.Snapshot()["n1"].CertNotAfter, leaf(t, pair).NotAfter; !got.Equal(want) {

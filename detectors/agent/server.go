@@ -48,6 +48,9 @@ type Server struct {
 	lis   net.Listener
 	mu    sync.RWMutex
 	nodes map[string]Heartbeat
+	// commands are the pending commands by node; statuses the latest executor status by node.
+	commands map[string]Command
+	statuses map[string]ExecutorStatus
 }
 
 // NewServer loads the certificate files (failing early when they are unusable) and builds the
@@ -59,7 +62,10 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
-	s := &Server{opts: opts, log: opts.Logger, nodes: map[string]Heartbeat{}}
+	s := &Server{
+		opts: opts, log: opts.Logger, nodes: map[string]Heartbeat{},
+		commands: map[string]Command{}, statuses: map[string]ExecutorStatus{},
+	}
 	var err error
 	if s.cert, err = keyPairSource(opts.CertFile, opts.KeyFile, s.log); err != nil {
 		return nil, fmt.Errorf("loading the server certificate: %w", err)
@@ -156,11 +162,43 @@ func (s *Server) Snapshot() map[string]Heartbeat {
 	return out
 }
 
-// Forget drops a node's heartbeat, for a node deleted from the cluster.
+// Forget drops a node's heartbeat, its pending command and its executor status, for a node
+// deleted from the cluster.
 func (s *Server) Forget(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.nodes, node)
+	delete(s.commands, node)
+	delete(s.statuses, node)
+}
+
+// SetCommand makes cmd the node's pending command, replacing any other: it is sent in the
+// response to every heartbeat of that node (and of no other) until ClearCommand. The agent
+// carries out each command ID once.
+func (s *Server) SetCommand(node string, cmd Command) {
+	if cmd.GracePeriodSeconds != nil {
+		g := *cmd.GracePeriodSeconds
+		cmd.GracePeriodSeconds = &g // not shared with the caller
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commands[node] = cmd
+}
+
+// ClearCommand stops sending the node's pending command.
+func (s *Server) ClearCommand(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.commands, node)
+}
+
+// ExecutorStatus is the latest executor status the node's agent reported, kept across
+// heartbeats that carry none (an agent restarted since); false when it never reported one.
+func (s *Server) ExecutorStatus(node string) (ExecutorStatus, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st, ok := s.statuses[node]
+	return st, ok
 }
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
@@ -197,8 +235,22 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	s.record(toHeartbeat(rep, now, cert.NotAfter))
-	w.WriteHeader(http.StatusNoContent)
+	if rep.Executor != nil {
+		if err := validateStatus(*rep.Executor); err != nil {
+			// The heartbeat still says the node is alive: keep it, without the status.
+			s.log.Info("ignored an invalid executor status", "Node", klog.KRef("", node), "error", err.Error())
+			rep.Executor = nil
+		}
+	}
+	cmd, pending := s.record(toHeartbeat(rep, now, cert.NotAfter))
+	if !pending {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(commandResponse{Command: &cmd}); err != nil {
+		s.log.Info("sending a command failed", "Node", klog.KRef("", node), "command", cmd.ID, "error", err.Error())
+	}
 }
 
 func clientCert(r *http.Request) *x509.Certificate {
@@ -228,7 +280,7 @@ func toHeartbeat(rep Report, now, notAfter time.Time) Heartbeat {
 	hb := Heartbeat{
 		Node: rep.Node, BootID: rep.BootID, Seq: rep.Seq, KubeletHealthy: rep.KubeletHealthy,
 		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, CertNotAfter: notAfter,
-		Peers: make([]PeerReport, len(rep.Peers)),
+		Peers: make([]PeerReport, len(rep.Peers)), Executor: rep.Executor, RunningContainers: rep.RunningContainers,
 	}
 	var skew time.Duration
 	if !rep.SentAt.IsZero() {
@@ -244,10 +296,16 @@ func toHeartbeat(rep Report, now, notAfter time.Time) Heartbeat {
 	return hb
 }
 
-func (s *Server) record(hb Heartbeat) {
+// record keeps hb (and its executor status) and returns the node's pending command, if any.
+func (s *Server) record(hb Heartbeat) (Command, bool) {
 	s.mu.Lock()
 	prev, seen := s.nodes[hb.Node]
 	s.nodes[hb.Node] = hb
+	prevStatus, hadStatus := s.statuses[hb.Node]
+	if hb.Executor != nil {
+		s.statuses[hb.Node] = *hb.Executor
+	}
+	cmd, pending := s.commands[hb.Node]
 	s.mu.Unlock()
 	switch {
 	case !seen:
@@ -255,9 +313,14 @@ func (s *Server) record(hb Heartbeat) {
 	case prev.BootID != hb.BootID:
 		s.log.Info("node rebooted", "Node", klog.KRef("", hb.Node), "previousBootID", prev.BootID, "bootID", hb.BootID)
 	}
+	if st := hb.Executor; st != nil && (!hadStatus || prevStatus.ID != st.ID || prevStatus.State != st.State) {
+		s.log.Info("executor status", "Node", klog.KRef("", hb.Node), "command", st.ID, "state", st.State,
+			"message", st.Message, "pods", st.Pods, "containers", st.Containers)
+	}
 	if s.opts.OnHeartbeat != nil {
 		s.opts.OnHeartbeat(hb)
 	}
+	return cmd, pending
 }
 
 // logWriter sends the http.Server's own errors (failed TLS handshakes among them) to the logger.

@@ -27,7 +27,7 @@ func TestHeartbeatAccepted(t *testing.T) {
 		Node: "n1", BootID: "b1", Seq: 7, KubeletHealthy: true, IntervalMillis: 1000, SentAt: agentClock,
 		Peers: []PeerReport{{Node: "n2", Reachable: true, At: agentClock.Add(-2 * time.Second)}, {Node: "n3", At: agentClock.Add(time.Minute)}},
 	}
-	if err := c.Send(context.Background(), rep); err != nil {
+	if _, err := c.Send(context.Background(), rep); err != nil {
 		t.Fatal(err)
 	}
 	want := Heartbeat{
@@ -98,7 +98,7 @@ func TestRejectedAtHandshake(t *testing.T) {
 	}
 	// The same through the agent's own Client.
 	certFile, keyFile := p.agentFiles(t, other, "n3")
-	err = newClient(t, p, s.Addr(), certFile, keyFile).Send(context.Background(), Report{Node: "n3"})
+	_, err = newClient(t, p, s.Addr(), certFile, keyFile).Send(context.Background(), Report{Node: "n3"})
 	if err == nil || IsRejected(err, 0) {
 		t.Errorf("Send with a foreign certificate: %v, want a handshake error", err)
 	}
@@ -113,7 +113,7 @@ func TestBodyNamingAnotherNode(t *testing.T) {
 	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
 	c := newClient(t, p, s.Addr(), certFile, keyFile)
 	for _, node := range []string{"n2", ""} {
-		if err := c.Send(context.Background(), Report{Node: node, KubeletHealthy: true}); !IsRejected(err, http.StatusForbidden) {
+		if _, err := c.Send(context.Background(), Report{Node: node, KubeletHealthy: true}); !IsRejected(err, http.StatusForbidden) {
 			t.Errorf("heartbeat naming %q with n1's certificate: %v, want 403", node, err)
 		}
 	}
@@ -163,7 +163,7 @@ func TestCertificateExpiredDuringConnection(t *testing.T) {
 	s := startServer(t, p, ServerOptions{Now: func() time.Time { return time.Now().Add(48 * time.Hour) }})
 	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
 	c := newClient(t, p, s.Addr(), certFile, keyFile)
-	if err := c.Send(context.Background(), Report{Node: "n1"}); !IsRejected(err, http.StatusUnauthorized) {
+	if _, err := c.Send(context.Background(), Report{Node: "n1"}); !IsRejected(err, http.StatusUnauthorized) {
 		t.Errorf("Send: %v, want 401", err)
 	}
 }
@@ -179,7 +179,8 @@ func TestConcurrentHeartbeats(t *testing.T) {
 		c := newClient(t, p, s.Addr(), certFile, keyFile)
 		wg.Go(func() {
 			for seq := range uint64(10) {
-				errs <- c.Send(context.Background(), Report{Node: node, Seq: seq + 1})
+				_, err := c.Send(context.Background(), Report{Node: node, Seq: seq + 1})
+				errs <- err
 				_ = s.Snapshot()
 			}
 		})

@@ -92,14 +92,15 @@ func writeCerts(t *testing.T, dir string, ca *agent.CA) map[string]string {
 	return files
 }
 
-func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]string) *exec.Cmd {
+func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]string, extra ...string) *exec.Cmd {
 	t.Helper()
 	bin := filepath.Join(dir, "palisade-agent")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/palisade-agent").CombinedOutput(); err != nil {
 		t.Fatalf("building palisade-agent: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "--controller-address", addr, "--node-name", node, "--cert", files[node+".crt"],
-		"--key", files[node+".key"], "--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", kubelet+"/healthz")
+	args := []string{"--controller-address", addr, "--node-name", node, "--cert", files[node+".crt"],
+		"--key", files[node+".key"], "--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", kubelet + "/healthz"}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

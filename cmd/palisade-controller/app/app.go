@@ -22,6 +22,7 @@ import (
 	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/agentexec"
 )
 
 // Options configure the controller.
@@ -91,7 +92,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 func setup(mgr ctrl.Manager, o Options) error {
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()
 	rec := mgr.GetEventRecorder("palisade-controller")
-	obs, err := observer(mgr, o)
+	obs, term, err := agents(mgr, o)
 	if err != nil {
 		return err
 	}
@@ -102,7 +103,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up policy controller: %w", err)
 	}
 	nf := &fencing.NodeFenceReconciler{
-		Client: c, APIReader: reader, Recorder: rec, Fencers: o.Fencers,
+		Client: c, APIReader: reader, Recorder: rec, Fencers: o.Fencers, Terminator: term,
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
 		AfterRecord: o.AfterRecord,
 	}
@@ -115,24 +116,25 @@ func setup(mgr ctrl.Manager, o Options) error {
 	return mgr.AddReadyzCheck("readyz", healthz.Ping)
 }
 
-// observer builds the detectors' view, with the agents' heartbeat server when configured (it
-// runs on the leader only: agents must reach the active controller).
-func observer(mgr ctrl.Manager, o Options) (fencing.Observer, error) {
+// agents builds the detectors' view and, when the agents' heartbeat server is configured, the
+// channel to their executors (the server runs on the leader only: agents must reach the active
+// controller). Without it, the Executor method has no provider.
+func agents(mgr ctrl.Manager, o Options) (fencing.Observer, providers.WorkloadTerminator, error) {
 	obs := fencing.Observer{Reader: mgr.GetClient()}
 	if o.Agents.Addr == "" {
-		return obs, nil
+		return obs, nil, nil
 	}
 	opts := o.Agents
 	opts.Logger = mgr.GetLogger().WithName("agent-heartbeats")
 	srv, err := agent.NewServer(opts)
 	if err != nil {
-		return obs, fmt.Errorf("creating the agent heartbeat server: %w", err)
+		return obs, nil, fmt.Errorf("creating the agent heartbeat server: %w", err)
 	}
 	if err := mgr.Add(manager.RunnableFunc(srv.Start)); err != nil {
-		return obs, fmt.Errorf("adding the agent heartbeat server: %w", err)
+		return obs, nil, fmt.Errorf("adding the agent heartbeat server: %w", err)
 	}
 	obs.Heartbeats, obs.Since = srv, time.Now()
-	return obs, nil
+	return obs, agentexec.New(srv), nil
 }
 
 func durationOrNil(d time.Duration) *time.Duration {

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"palisade.dev/palisade/cmd/palisade-controller/app"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed/containerd"
+)
+
+const workloadImage = "palisade.test/workload:1"
+
+// executorScene is a scene whose policy starts with the Executor, node 1's agent heartbeating
+// to the controller over mTLS, and a workload container that ignores SIGTERM running on a real
+// containerd as node 1's runtime.
+type executorScene struct {
+	env   *scenario.Env
+	ctr   *containerd.Containerd
+	pod   *containerd.RunningPod
+	w     *scenario.Workload
+	agent func(extra ...string)
+}
+
+func startExecutorScene(t *testing.T, methods func(ipmi v1alpha1.Method) []v1alpha1.Method) *executorScene {
+	t.Helper()
+	ctx := context.Background()
+	env := startScene(t, scenario.Options{Policy: func(p *v1alpha1.FencingPolicy) {
+		p.Spec.Methods = methods(p.Spec.Methods[0])
+	}})
+	ctr := containerd.StartT(t)
+	if err := ctr.ImportImage(ctx, containerd.Image{Name: workloadImage, Cmd: []string{"sh", "-c", "trap '' TERM; while true; do sleep 1; done"}}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := ctr.RunPod(ctx, containerd.Pod{Name: "db-0", Namespace: "default", UID: "db-0-uid",
+		Containers: []containerd.Container{{Name: "db", Image: workloadImage}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, err := agent.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, addr := writeCerts(t, dir, ca), freeAddr(t)
+	err = env.StartController(ctx, func(o *app.Options) {
+		o.Agents = agent.ServerOptions{Addr: addr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := deploy(t, env)
+	// The kubelet stand-in has died: its healthz fails, and it renews no Lease.
+	kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
+	t.Cleanup(kubelet.Close)
+	s := &executorScene{env: env, ctr: ctr, pod: pod, w: w}
+	s.agent = func(extra ...string) {
+		args := append([]string{"--cri-endpoint", ctr.Socket, "--kubelet-stop-command", "true"}, extra...)
+		startAgent(t, dir, addr, env.Node(1).Name(), kubelet.URL, files, args...)
+	}
+	return s
+}
+
+func executorMethod(timeout time.Duration) v1alpha1.Method {
+	return v1alpha1.Method{Name: "executor", Type: v1alpha1.MethodExecutor, Timeout: &metav1.Duration{Duration: timeout},
+		Executor: &v1alpha1.ExecutorMethod{GracePeriodSeconds: ptr.To[int64](2)}}
+}
+
+// workloadRunning says whether the workload container's task still runs on containerd.
+func (s *executorScene) workloadRunning(t *testing.T) bool {
+	t.Helper()
+	out, err := s.ctr.Ctr(context.Background(), "tasks", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, s.pod.ContainerIDs["db"]) && strings.Contains(line, "RUNNING") {
+			return true
+		}
+	}
+	return false
+}
+
+// A node whose kubelet died but whose agent still heartbeats (KubeletDown) is fenced by the
+// node-side executor, not by power-off: the container is terminated on the real runtime, the
+// agent's read-back confirms it, and only then the node is released.
+func TestExecutorFencesKubeletDownNode(t *testing.T) {
+	s := startExecutorScene(t, func(ipmi v1alpha1.Method) []v1alpha1.Method {
+		return []v1alpha1.Method{executorMethod(30 * time.Second), ipmi}
+	})
+	s.agent()
+	n1 := s.env.Node(1)
+	n1.PauseHeartbeats()
+	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
+	want := []string{"Terminate:Succeeded", "ConfirmTerminated:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded", "ReleaseAttachments:Succeeded"}
+	if diff := cmp.Diff(want, trace(nf)); diff != "" {
+		t.Errorf("step trace (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(nf.Spec.Reason, "KubeletDown") || nf.Status.Method != "executor" {
+		t.Errorf("reason %q method %q, want a KubeletDown verdict fenced by the executor", nf.Spec.Reason, nf.Status.Method)
+	}
+	if s.workloadRunning(t) {
+		t.Error("the workload container still runs on containerd after a confirmed termination")
+	}
+	if offs, err := n1.BMC.OffCommands(); err != nil || offs != 0 {
+		t.Errorf("%d power-off commands reached the BMC (err %v); the executor should have been enough", offs, err)
+	}
+	if _, err := s.env.WaitPodRunning(context.Background(), "", n1.Name(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An agent that reports success while its container still runs is caught by the controller's
+// confirmation (the agent's runtime read-back), and nothing is released.
+func TestLyingAgentIsCaught(t *testing.T) {
+	s := startExecutorScene(t, func(v1alpha1.Method) []v1alpha1.Method {
+		return []v1alpha1.Method{executorMethod(8 * time.Second)}
+	})
+	s.agent("--fault-report-confirmed-early")
+	n1 := s.env.Node(1)
+	n1.PauseHeartbeats()
+	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseFailed))
+	if st, reason, msg := condition(nf, v1alpha1.ConditionFenced); st != "False" || reason != "MethodTimedOut" || !strings.Contains(msg, "running") {
+		t.Errorf("Fenced condition = %s/%s (%s), want False/MethodTimedOut naming running containers", st, reason, msg)
+	}
+	if !s.workloadRunning(t) {
+		t.Error("the workload container is gone: the fault injection did not leave it running, so the test proves nothing")
+	}
+	assertNothingReleased(t, s.env, s.w)
+}
