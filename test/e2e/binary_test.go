@@ -35,11 +35,8 @@ type controllerProc struct {
 // leader fences a node on request; killing it hands leadership to the other.
 func TestControllerBinaryLeaderElection(t *testing.T) {
 	env := startScene(t, scenario.Options{})
-	bin := filepath.Join(t.TempDir(), "palisade-controller")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/palisade-controller").CombinedOutput(); err != nil {
-		t.Fatalf("building palisade-controller: %v\n%s", err, out)
-	}
-	a, b := startBinary(t, env, bin), startBinary(t, env, bin)
+	bin := buildController(t)
+	a, b := startBinary(t, env.Cluster.KubeconfigPath(), bin), startBinary(t, env.Cluster.KubeconfigPath(), bin)
 	for _, p := range []*controllerProc{a, b} {
 		waitHTTP(t, p.health+"/readyz", "ok")
 	}
@@ -63,14 +60,26 @@ func TestControllerBinaryLeaderElection(t *testing.T) {
 	assertJSONLogs(t, a.stderr.Name())
 }
 
-func startBinary(t *testing.T, env *scenario.Env, bin string) *controllerProc {
+// buildController builds palisade-controller into a temporary directory.
+func buildController(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "palisade-controller")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/palisade-controller").CombinedOutput(); err != nil {
+		t.Fatalf("building palisade-controller: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startBinary runs palisade-controller against the API server of kubeconfig, with leader
+// election in palisade-system, its logs in a file, and health and metrics on free ports.
+func startBinary(t *testing.T, kubeconfig, bin string) *controllerProc {
 	t.Helper()
 	health, metrics := freeAddr(t), freeAddr(t)
 	logf, err := os.Create(filepath.Join(t.TempDir(), "controller.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--kubeconfig", env.Cluster.KubeconfigPath(),
+	cmd := exec.Command(bin, "--kubeconfig", kubeconfig,
 		"--leader-election-namespace", scenario.SecretNamespace, "--leader-elect-lease-duration", "4s",
 		"--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
 		"--health-probe-bind-address", health, "--metrics-bind-address", metrics)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -50,37 +49,15 @@ func TestHelmChartRBACIsEnough(t *testing.T) {
 	installChart(t, env)
 	kubeconfig := serviceAccountKubeconfig(t, env, scenario.SecretNamespace, chartSA)
 
-	bin := filepath.Join(t.TempDir(), "palisade-controller")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/palisade-controller").CombinedOutput(); err != nil {
-		t.Fatalf("building palisade-controller: %v\n%s", err, out)
-	}
-	health, metrics := freeAddr(t), freeAddr(t)
-	logf, err := os.Create(filepath.Join(t.TempDir(), "controller.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--kubeconfig", kubeconfig,
-		"--leader-election-namespace", scenario.SecretNamespace, "--leader-elect-lease-duration", "4s",
-		"--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
-		"--health-probe-bind-address", health, "--metrics-bind-address", metrics)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
+	p := startBinary(t, kubeconfig, buildController(t))
 	defer func() {
 		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
+			b, _ := os.ReadFile(p.stderr.Name())
 			t.Logf("controller log:\n%s", b)
 		}
 	}()
 
-	waitHTTP(t, "http://"+health+"/readyz", "ok")
+	waitHTTP(t, p.health+"/readyz", "ok")
 	waitLeader(t, env, "")
 	patchAnnotations(t, env, node, map[string]any{v1alpha1.AnnotationFenceRequest: "helm RBAC test"})
 	nf := waitFence(t, env, node, time.Minute, phaseIs(v1alpha1.PhaseReleased))
@@ -116,11 +93,11 @@ func TestHelmChartRBACIsEnough(t *testing.T) {
 	}
 	// A graceful stop flushes the event recorders and releases the leader-election Lease, so
 	// their calls are in the log too.
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { exited <- p.cmd.Wait() }()
 	select {
 	case err := <-exited:
 		if err != nil {
@@ -129,7 +106,7 @@ func TestHelmChartRBACIsEnough(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Error("palisade-controller did not stop within 30s of SIGTERM")
 	}
-	assertNoForbidden(t, logf.Name())
+	assertNoForbidden(t, p.stderr.Name())
 }
 
 // installChart installs charts/palisade as release "palisade" in palisade-system with the
