@@ -32,7 +32,7 @@ type executorScene struct {
 	agent func(extra ...string)
 }
 
-func startExecutorScene(t *testing.T, methods func(ipmi v1alpha1.Method) []v1alpha1.Method) *executorScene {
+func startExecutorScene(t *testing.T, kubeletHealthy bool, methods func(ipmi v1alpha1.Method) []v1alpha1.Method) *executorScene {
 	t.Helper()
 	ctx := context.Background()
 	env := startScene(t, scenario.Options{Policy: func(p *v1alpha1.FencingPolicy) {
@@ -60,8 +60,12 @@ func startExecutorScene(t *testing.T, methods func(ipmi v1alpha1.Method) []v1alp
 		t.Fatal(err)
 	}
 	w := deploy(t, env)
-	// The kubelet stand-in has died: its healthz fails, and it renews no Lease.
-	kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
+	// The kubelet stand-in's healthz: failing when it has died.
+	kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !kubeletHealthy {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
 	t.Cleanup(kubelet.Close)
 	s := &executorScene{env: env, ctr: ctr, pod: pod, w: w}
 	s.agent = func(extra ...string) {
@@ -91,11 +95,22 @@ func (s *executorScene) workloadRunning(t *testing.T) bool {
 	return false
 }
 
-// A node whose kubelet died but whose agent still heartbeats (KubeletDown) is fenced by the
-// node-side executor, not by power-off: the container is terminated on the real runtime, the
-// agent's read-back confirms it, and only then the node is released.
-func TestExecutorFencesKubeletDownNode(t *testing.T) {
-	s := startExecutorScene(t, func(ipmi v1alpha1.Method) []v1alpha1.Method {
+// A node whose Lease stops while its agent still heartbeats straight to the controller is fenced
+// by the node-side executor over the direct channel, not by power-off: the container is
+// terminated on the real runtime, the agent's read-back confirms it, and only then the node is
+// released. KubeletDown: the kubelet died. Partitioned: the kubelet is healthy but cut off from
+// the API server.
+func TestExecutorFencesLiveNode(t *testing.T) {
+	for _, tc := range []struct {
+		verdict        string
+		kubeletHealthy bool
+	}{{"KubeletDown", false}, {"Partitioned", true}} {
+		t.Run(tc.verdict, func(t *testing.T) { executorFences(t, tc.verdict, tc.kubeletHealthy) })
+	}
+}
+
+func executorFences(t *testing.T, verdict string, kubeletHealthy bool) {
+	s := startExecutorScene(t, kubeletHealthy, func(ipmi v1alpha1.Method) []v1alpha1.Method {
 		return []v1alpha1.Method{executorMethod(30 * time.Second), ipmi}
 	})
 	s.agent()
@@ -106,8 +121,8 @@ func TestExecutorFencesKubeletDownNode(t *testing.T) {
 	if diff := cmp.Diff(want, trace(nf)); diff != "" {
 		t.Errorf("step trace (-want +got):\n%s", diff)
 	}
-	if !strings.Contains(nf.Spec.Reason, "KubeletDown") || nf.Status.Method != "executor" {
-		t.Errorf("reason %q method %q, want a KubeletDown verdict fenced by the executor", nf.Spec.Reason, nf.Status.Method)
+	if !strings.HasPrefix(nf.Spec.Reason, verdict) || nf.Status.Method != "executor" {
+		t.Errorf("reason %q method %q, want a %s verdict fenced by the executor", nf.Spec.Reason, nf.Status.Method, verdict)
 	}
 	if s.workloadRunning(t) {
 		t.Error("the workload container still runs on containerd after a confirmed termination")
@@ -123,7 +138,7 @@ func TestExecutorFencesKubeletDownNode(t *testing.T) {
 // An agent that reports success while its container still runs is caught by the controller's
 // confirmation (the agent's runtime read-back), and nothing is released.
 func TestLyingAgentIsCaught(t *testing.T) {
-	s := startExecutorScene(t, func(v1alpha1.Method) []v1alpha1.Method {
+	s := startExecutorScene(t, false, func(v1alpha1.Method) []v1alpha1.Method {
 		return []v1alpha1.Method{executorMethod(8 * time.Second)}
 	})
 	s.agent("--fault-report-confirmed-early")
