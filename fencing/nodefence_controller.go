@@ -30,6 +30,8 @@ type NodeFenceReconciler struct {
 	Recorder  events.EventRecorder
 	// Fencers holds one provider per method type (wired in cmd/).
 	Fencers map[v1alpha1.MethodType]providers.PowerFencer
+	// Observer tells the freshest signal of a node (the SelfFence method's safe time).
+	Observer Observer
 	// Terminator reaches the node agents' executors (nil: the Executor method fails).
 	Terminator providers.WorkloadTerminator
 	// Attachments releases a node's VolumeAttachments.
@@ -167,6 +169,10 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 		return r.terminate(ctx, nf, a.method)
 	case v1alpha1.StepConfirmTerminated:
 		return r.confirmTerminated(ctx, nf, a.method)
+	case v1alpha1.StepAwaitIsolation:
+		return r.awaitIsolation(ctx, nf, a.method)
+	case v1alpha1.StepConfirmSelfFenced:
+		return r.confirmSelfFenced(ctx, nf, a.method)
 	case v1alpha1.StepTaint:
 		return r.taint(ctx, nf)
 	case v1alpha1.StepDeletePods:

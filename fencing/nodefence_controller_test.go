@@ -57,6 +57,10 @@ func newWorld(t *testing.T, methods ...string) *world {
 		if m == "executor" {
 			method = v1alpha1.Method{Name: m, Type: v1alpha1.MethodExecutor, Timeout: &metav1.Duration{Duration: 5 * time.Second}}
 		}
+		if m == "self-fence" {
+			method = v1alpha1.Method{Name: m, Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: 30 * time.Second},
+				SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 5 * time.Second}}}
+		}
 		nf.Spec.Methods = append(nf.Spec.Methods, method)
 	}
 	c := fakeclient.NewClientBuilder().WithScheme(s).WithObjects(node, pod, va, secret, nf).
@@ -65,7 +69,7 @@ func newWorld(t *testing.T, methods ...string) *world {
 		Build()
 	w := &world{c: c, power: fake.New(), agent: fake.NewTerminator(providers.TerminationConfirmed), now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
 	w.r = &NodeFenceReconciler{Client: c, APIReader: c, Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: w.power}, Terminator: w.agent,
-		Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now }}
+		Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now }, Observer: Observer{Reader: c}}
 	return w
 }
 
@@ -116,6 +120,7 @@ func TestNodeFenceTraces(t *testing.T) {
 		{"executor-confirmed", []string{"executor", "ipmi"}, func(*world) {}, true},
 		{"executor-failed-escalates", []string{"executor", "ipmi"}, func(w *world) { w.r.Terminator = fake.NewTerminator(providers.TerminationFailed) }, true},
 		{"executor-never-confirms-escalates", []string{"executor", "ipmi"}, func(w *world) { w.r.Terminator = fake.NewTerminator(providers.TerminationRunning) }, true},
+		{"self-fence-safe-time", []string{"self-fence"}, func(*world) {}, true},
 		{"unreachable-then-ok", []string{"ipmi"}, func(w *world) {
 			w.power.InjectError(fake.MethodPowerOff, providers.NewError(providers.ReasonUnreachable, errors.New("no answer")))
 		}, true},

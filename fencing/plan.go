@@ -64,8 +64,11 @@ func plan(nf *v1alpha1.NodeFence) action {
 
 // fenceSteps is each method type's pair of steps: the command, then its confirmation.
 func fenceSteps(t v1alpha1.MethodType) [2]v1alpha1.StepName {
-	if t == v1alpha1.MethodExecutor {
+	switch t {
+	case v1alpha1.MethodExecutor:
 		return [2]v1alpha1.StepName{v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated}
+	case v1alpha1.MethodSelfFence:
+		return [2]v1alpha1.StepName{v1alpha1.StepAwaitIsolation, v1alpha1.StepConfirmSelfFenced}
 	}
 	return [2]v1alpha1.StepName{v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff}
 }
@@ -85,6 +88,8 @@ func nextStep(nf *v1alpha1.NodeFence, done v1alpha1.StepName) (v1alpha1.StepName
 		return v1alpha1.StepConfirmOff, true
 	case v1alpha1.StepTerminate:
 		return v1alpha1.StepConfirmTerminated, true
+	case v1alpha1.StepAwaitIsolation:
+		return v1alpha1.StepConfirmSelfFenced, true
 	}
 	rest := releaseSequence
 	if i := slices.Index(releaseSequence, done); i >= 0 {

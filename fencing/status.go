@@ -38,6 +38,7 @@ func lastStep(nf *v1alpha1.NodeFence) *v1alpha1.Step {
 var confirmReasons = map[v1alpha1.StepName]string{
 	v1alpha1.StepConfirmOff:        "PowerOffConfirmed",
 	v1alpha1.StepConfirmTerminated: "WorkloadTerminationConfirmed",
+	v1alpha1.StepConfirmSelfFenced: "SelfFenceSafeTimePassed",
 }
 
 // recordEnd closes the last step.

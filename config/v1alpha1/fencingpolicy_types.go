@@ -6,7 +6,7 @@ import (
 )
 
 // MethodType names a fencing method.
-// +kubebuilder:validation:Enum=IPMI;Executor
+// +kubebuilder:validation:Enum=IPMI;Executor;SelfFence
 type MethodType string
 
 const (
@@ -17,6 +17,12 @@ const (
 	// container as the kubelet would, then confirms from the agent's read-back that none runs.
 	// It needs a reachable agent, so it is skipped for a node with no signal on any path (Dead).
 	MethodExecutor MethodType = "Executor"
+	// MethodSelfFence relies on the node's agent fencing itself: an agent cut off from the
+	// controller and the API server for longer than its --self-fence-after terminates its
+	// workload (and reboots through its watchdog when configured). The controller counts the
+	// node fenced only once it has had no signal from it on any path for safeAfter, and records
+	// that it relied on it.
+	MethodSelfFence MethodType = "SelfFence"
 )
 
 // FencingPolicySpec says which nodes a policy covers, when one counts as failed, how it is
@@ -64,6 +70,7 @@ type Detection struct {
 
 // Method is one step of the escalation chain.
 // +kubebuilder:validation:XValidation:rule="self.type != 'IPMI' || has(self.ipmi)",message="a method of type IPMI needs its ipmi settings (credentialsSecretRef)"
+// +kubebuilder:validation:XValidation:rule="self.type != 'SelfFence' || has(self.selfFence)",message="a method of type SelfFence needs selfFence.safeAfter: how long after the last signal the node's agent has surely fenced itself"
 // +kubebuilder:validation:XValidation:rule="!has(self.timeout) || (duration(self.timeout) >= duration('1s') && duration(self.timeout) <= duration('30m'))",message="a method's timeout must be between 1s and 30m"
 type Method struct {
 	// Name identifies the method in NodeFence records and events.
@@ -86,6 +93,19 @@ type Method struct {
 	// Executor configures a method of type Executor.
 	// +optional
 	Executor *ExecutorMethod `json:"executor,omitempty"`
+
+	// SelfFence configures a method of type SelfFence.
+	// +optional
+	SelfFence *SelfFenceMethod `json:"selfFence,omitempty"`
+}
+
+// SelfFenceMethod configures reliance on the agents' self-fencing.
+// +kubebuilder:validation:XValidation:rule="duration(self.safeAfter) >= duration('1s')",message="selfFence.safeAfter must be at least 1s, and should exceed the agents' --self-fence-after plus the longest grace period"
+type SelfFenceMethod struct {
+	// SafeAfter is how long after the last signal from the node, on any path, its agent has
+	// surely terminated its workload: more than the agents' --self-fence-after plus the longest
+	// grace period of its pods.
+	SafeAfter metav1.Duration `json:"safeAfter"`
 }
 
 // ExecutorMethod configures the node-side termination executor.

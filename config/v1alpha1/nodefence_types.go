@@ -68,6 +68,8 @@ const (
 	StepConfirmOff         StepName = "ConfirmOff"         // read the power state back until Off
 	StepTerminate          StepName = "Terminate"          // order the node's agent to terminate the workload
 	StepConfirmTerminated  StepName = "ConfirmTerminated"  // read back that no workload container runs
+	StepAwaitIsolation     StepName = "AwaitIsolation"     // note the last signal from a node expected to fence itself
+	StepConfirmSelfFenced  StepName = "ConfirmSelfFenced"  // no signal on any path for the method's safeAfter
 	StepTaint              StepName = "Taint"              // add the out-of-service taint
 	StepDeletePods         StepName = "DeletePods"         // force-delete the pods bound to the node
 	StepReleaseAttachments StepName = "ReleaseAttachments" // delete the node's VolumeAttachments

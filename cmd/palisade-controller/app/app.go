@@ -103,7 +103,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up policy controller: %w", err)
 	}
 	nf := &fencing.NodeFenceReconciler{
-		Client: c, APIReader: reader, Recorder: rec, Fencers: o.Fencers, Terminator: term,
+		Client: c, APIReader: reader, Recorder: rec, Fencers: o.Fencers, Terminator: term, Observer: obs,
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
 		AfterRecord: o.AfterRecord,
 	}
