@@ -21,6 +21,7 @@ type heartbeater struct {
 	bootID  string
 	log     logr.Logger
 	cmds    *commander
+	fence   *selfFencer // nil: no self-fencing
 
 	seq            uint64
 	kubeletHealthy *bool  // nil until the first check
@@ -51,6 +52,8 @@ func (h *heartbeater) run(ctx context.Context) {
 }
 
 func (h *heartbeater) beat(ctx context.Context) {
+	apiReachable := make(chan bool, 1)
+	go func() { apiReachable <- h.fence.probeAPIServer(ctx) }() // alongside the kubelet check
 	healthy := h.checkKubelet(ctx)
 	h.seq++
 	sendCtx, cancel := context.WithTimeout(ctx, h.opts.controllerCallTimeout)
@@ -65,6 +68,8 @@ func (h *heartbeater) beat(ctx context.Context) {
 		return // stopping: the interrupted heartbeat is not news
 	}
 	h.logSend(err)
+	var rejected *agent.RejectedError
+	h.fence.observe(ctx, err == nil || errors.As(err, &rejected), <-apiReachable, time.Now())
 	h.log.V(1).Info("heartbeat", "seq", h.seq, "kubeletHealthy", healthy, "sent", err == nil, "executor", status)
 	if cmd != nil {
 		h.cmds.handle(ctx, *cmd)

@@ -56,6 +56,10 @@ type options struct {
 	executorTimeout    time.Duration
 	podUID             string
 	faultConfirmEarly  bool
+
+	selfFenceAfter   time.Duration
+	apiServerHealthz string
+	watchdogDevice   string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -74,6 +78,9 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.kubeletStopCommand, "kubelet-stop-command", "", `command line run with /bin/sh -c before terminating, so that nothing restarts the pods (e.g. "nsenter -t 1 -m -- systemctl stop kubelet"); its failure fails the command; "" runs none`)
 	fs.DurationVar(&o.executorTimeout, "executor-timeout", 2*time.Minute, "time limit of one Terminate command")
 	fs.StringVar(&o.podUID, "pod-uid", os.Getenv("POD_UID"), "UID of the agent's own pod, which Terminate leaves running (default $POD_UID)")
+	fs.DurationVar(&o.selfFenceAfter, "self-fence-after", 0, "fence this node itself (stop the kubelet, terminate every pod, then the watchdog) once neither the controller nor the API server has been reachable for longer than this; 0 disables self-fencing")
+	fs.StringVar(&o.apiServerHealthz, "api-server-healthz", "", `URL the agent GETs every interval to see whether it reaches the API server (e.g. https://<apiserver>/readyz); only a 200 counts, so it must answer unauthenticated requests. TLS verification is skipped for this reachability probe only. "" treats the API server as unreachable`)
+	fs.StringVar(&o.watchdogDevice, "watchdog-device", "", `hardware watchdog device (e.g. /dev/watchdog) the agent opens after a self-fence, writes once and never pets again, so that the watchdog reboots the node; it must exist (it is not created). "" uses none`)
 	fs.BoolVar(&o.faultConfirmEarly, "fault-report-confirmed-early", false, "testing only: report Confirmed without terminating")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -89,6 +96,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.executorTimeout <= 0 {
 		missing = append(missing, errors.New("--executor-timeout must be positive"))
+	}
+	if o.selfFenceAfter < 0 {
+		missing = append(missing, errors.New("--self-fence-after must not be negative"))
 	}
 	o.controllerCallTimeout = o.interval
 	return o, errors.Join(missing...)
@@ -140,8 +150,13 @@ func run(args []string) error {
 	cmds := newCommander(o, log)
 	defer cmds.close()
 	h := newHeartbeater(o, client, cmds, bootID, log)
+	h.fence = newSelfFencer(o, cmds, log, time.Now())
 	log.Info("starting palisade-agent", "Node", klog.KRef("", o.nodeName), "controller", o.controller, "interval", o.interval.String(), "bootID", bootID,
-		"criEndpoint", o.criEndpoint, "podUID", o.podUID)
+		"criEndpoint", o.criEndpoint, "podUID", o.podUID, "selfFenceAfter", o.selfFenceAfter.String(), "apiServerHealthz", o.apiServerHealthz,
+		"watchdogDevice", o.watchdogDevice)
+	if o.selfFenceAfter > 0 && o.criEndpoint == "" {
+		log.Info("WARNING: --self-fence-after without --cri-endpoint: a self-fence would fail (no runtime configured) and only arm the watchdog")
+	}
 	if o.criEndpoint != "" && o.podUID == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 		log.Info("WARNING: running in a pod without --pod-uid ($POD_UID from the downward API): a Terminate command would stop the agent's own pod too")
 	}

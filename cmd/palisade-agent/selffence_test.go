@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/test/testbed/containerd"
+)
+
+// TestSelfFencerDecides: the decision alone, on a commander without a runtime (so a self-fence
+// fails at once, "no runtime configured", and then arms the watchdog anyway): never when
+// disabled or while the controller or the API server is reachable; once per isolation; again
+// after the node was reachable in between.
+func TestSelfFencerDecides(t *testing.T) {
+	wd := filepath.Join(t.TempDir(), "watchdog")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t0 := time.Unix(1_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	o := options{interval: interval, executorTimeout: time.Second, watchdogDevice: wd}
+
+	disabled := newCommander(o, logr.Discard())
+	f := newSelfFencer(o, disabled, logr.Discard(), t0)
+	f.observe(ctx, false, false, at(100))
+	if st := disabled.status(); st != nil {
+		t.Errorf("self-fenced with --self-fence-after 0: %+v", st)
+	}
+
+	o.selfFenceAfter = 2 * time.Second
+	c := newCommander(o, logr.Discard())
+	f = newSelfFencer(o, c, logr.Discard(), t0)
+	f.observe(ctx, true, false, at(1))  // controller reachable
+	f.observe(ctx, false, true, at(3))  // API server reachable
+	f.observe(ctx, false, false, at(5)) // isolated 2 s: not longer than the threshold
+	if st := c.status(); st != nil {
+		t.Fatalf("self-fenced while reachable or not isolated long enough: %+v", st)
+	}
+	f.observe(ctx, false, false, at(5.5))
+	c.wg.Wait()
+	first := c.status()
+	if first == nil || first.ID != "self-fence-1000005" || first.State != agent.ExecutorFailed || first.Message != errNoRuntime.Error() {
+		t.Fatalf("status %+v, want self-fence-1000005 Failed: no runtime configured", first)
+	}
+	if b, _ := os.ReadFile(wd); string(b) != "1" {
+		t.Errorf("watchdog device holds %q, want \"1\"", b)
+	}
+	f.observe(ctx, false, false, at(9)) // still the same isolation
+	c.wg.Wait()
+	if st := c.status(); st.ID != first.ID {
+		t.Errorf("self-fenced twice in one isolation: %+v", st)
+	}
+	f.observe(ctx, false, true, at(10)) // reachable: re-armed
+	f.observe(ctx, false, false, at(11))
+	f.observe(ctx, false, false, at(12.5))
+	c.wg.Wait()
+	if st := c.status(); st.ID != "self-fence-1000012" {
+		t.Errorf("after a new isolation: %+v, want self-fence-1000012", st)
+	}
+}
+
+// startStoppableServer starts a heartbeat Server for e on addr and returns its address and a
+// function that stops it (also run at cleanup).
+func startStoppableServer(t *testing.T, e *env, addr string) (string, func()) {
+	t.Helper()
+	s, err := agent.NewServer(agent.ServerOptions{
+		Addr: addr, CertFile: filepath.Join(e.dir, "server.crt"), KeyFile: filepath.Join(e.dir, "server.key"), CAFile: e.caFile,
+		OnHeartbeat: func(hb agent.Heartbeat) {
+			select {
+			case e.beats <- hb:
+			default:
+			}
+		},
+	})
+	if err == nil {
+		err = s.Listen()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	e.server = s
+	return s.Addr(), stop
+}
+
+func newAPIHealthz() *httptest.Server {
+	return httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+}
+
+// TestSelfFence: the real binary on a real containerd, with --self-fence-after 2s. While the
+// controller and the API server (a self-signed TLS healthz: not verified) are reachable, nothing
+// happens. Once both are gone, the agent stops the kubelet, terminates the workload (read back
+// through the CRI), and arms the watchdog; when the controller listens again on the same
+// address, the heartbeats report the self-fence Confirmed.
+func TestSelfFence(t *testing.T) {
+	t.Parallel()
+	ctd := startContainerd(t)
+	runPod(t, ctd, "work", "uid-work", map[string]string{"app": "TERM", "sidecar": "TERM"})
+	e := newEnv(t, "")
+	addr, stopServer := startStoppableServer(t, e, "127.0.0.1:0")
+	api := newAPIHealthz()
+	defer api.Close()
+	k := newKubelet()
+	defer k.srv.Close()
+	dir := t.TempDir()
+	wd, stopped := filepath.Join(dir, "watchdog"), filepath.Join(dir, "kubelet-stopped")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := e.startAgent(t, addr, k.srv.URL, interval, "--cri-endpoint", ctd.Socket, "--kubelet-stop-command", "touch "+stopped,
+		"--self-fence-after", "2s", "--api-server-healthz", api.URL, "--watchdog-device", wd)
+	e.next(t, 5*time.Second)
+	p.waitForLog(t, `"API server reachable"`, 5*time.Second)
+
+	time.Sleep(3 * time.Second)
+	checkNotFenced(t, ctd, p, wd, "uid-work", "app", "sidecar")
+
+	cut := time.Now()
+	api.Close()
+	stopServer()
+	t.Logf("MEASURED stopping the API healthz and the heartbeat server: %.3fs", time.Since(cut).Seconds())
+	var took time.Duration
+	for deadline := cut.Add(12 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st := containerStates(t, ctd, "uid-work")
+		if st["app"] == runtimeapi.ContainerState_CONTAINER_EXITED && st["sidecar"] == runtimeapi.ContainerState_CONTAINER_EXITED {
+			took = time.Since(cut)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workload still %v 12 s after the node was isolated", st)
+		}
+	}
+	t.Logf("MEASURED isolation to workload exited: %.3fs (threshold 2 s)", took.Seconds())
+	// The last heartbeat the controller accepted may have been an interval before the cut.
+	if took < 2*time.Second-interval {
+		t.Errorf("self-fenced %s after isolation, before the 2 s threshold", took)
+	}
+	if took > 6*time.Second {
+		t.Errorf("self-fenced %s after isolation, want ~2 s + an interval or two + the containers' exit", took)
+	}
+	if _, err := os.Stat(stopped); err != nil {
+		t.Errorf("the kubelet stop command did not run: %v", err)
+	}
+	p.waitForLog(t, "watchdog armed", 5*time.Second)
+	if b, _ := os.ReadFile(wd); string(b) != "1" {
+		t.Errorf("watchdog device holds %q, want \"1\" (written once)", b)
+	}
+
+	// The controller is back on the same address: the next heartbeats report the self-fence.
+	for len(e.beats) > 0 {
+		<-e.beats
+	}
+	startStoppableServer(t, e, addr)
+	var final *agent.ExecutorStatus
+	for deadline := time.Now().Add(10 * time.Second); final == nil && time.Now().Before(deadline); {
+		if st := e.next(t, 10*time.Second).Executor; st != nil && strings.HasPrefix(st.ID, "self-fence-") && st.State != agent.ExecutorRunning {
+			final = st
+		}
+	}
+	if final == nil || final.State != agent.ExecutorConfirmed || final.Pods != 1 || final.Containers != 2 {
+		t.Fatalf("executor status after reconnecting %+v, want a self-fence-… Confirmed for 1 pod, 2 containers", final)
+	}
+	if got, ok := e.server.ExecutorStatus(testNode); !ok || got.ID != final.ID {
+		t.Errorf("server's executor status %+v, %v", got, ok)
+	}
+	p.waitForLog(t, "reachable again after self-fencing", 5*time.Second)
+	if n := strings.Count(p.logs(), `"SELF-FENCING: neither`); n != 1 {
+		t.Errorf("%d self-fence log lines, want 1", n)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+	checkJSONLogs(t, p.logs(), "API server unreachable", "cannot reach the controller", "kubelet stopped", "terminating pods", "command confirmed",
+		"reachable again after self-fencing: self-fencing re-armed")
+}
+
+// TestNoSelfFenceWhileReachable: an agent that cannot reach the controller but reaches the API
+// server, and one that reaches the controller but not the API server (no URL), do not fence
+// themselves within 3× the threshold.
+func TestNoSelfFenceWhileReachable(t *testing.T) {
+	t.Parallel()
+	ctd := startContainerd(t)
+	runPod(t, ctd, "work", "uid-work", map[string]string{"app": "TERM"})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := lis.Addr().String()
+	lis.Close()
+	e := newEnv(t, "127.0.0.1:0")
+	api := newAPIHealthz()
+	defer api.Close()
+	k := newKubelet()
+	defer k.srv.Close()
+	dir := t.TempDir()
+	wd := filepath.Join(dir, "watchdog")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--cri-endpoint", ctd.Socket, "--self-fence-after", "1s", "--watchdog-device", wd}
+	started := time.Now()
+	cut := e.startAgent(t, nowhere, k.srv.URL, interval, append([]string{"--api-server-healthz", api.URL}, common...)...)
+	noAPI := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, common...)
+	cut.waitForLog(t, "cannot reach the controller", 5*time.Second)
+	cut.waitForLog(t, `"API server reachable"`, 5*time.Second)
+	e.next(t, 5*time.Second)
+	time.Sleep(time.Until(started.Add(3*time.Second + 500*time.Millisecond))) // 3× the threshold, and more
+	for _, p := range []*proc{cut, noAPI} {
+		checkNotFenced(t, ctd, p, wd, "uid-work", "app")
+	}
+}
+
+// checkNotFenced: the agent has not self-fenced: the pod's containers run, no self-fence was
+// logged, and the watchdog device was not written.
+func checkNotFenced(t *testing.T, ctd *containerd.Containerd, p *proc, wd, uid string, containers ...string) {
+	t.Helper()
+	states := containerStates(t, ctd, uid)
+	for _, c := range containers {
+		if states[c] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Errorf("container %s of pod %s: %v, want running (no self-fence)", c, uid, states[c])
+		}
+	}
+	if strings.Contains(p.logs(), "SELF-FENCING") {
+		t.Errorf("the agent self-fenced")
+	}
+	if b, err := os.ReadFile(wd); err != nil || len(b) != 0 {
+		t.Errorf("watchdog device holds %q (%v), want untouched", b, err)
+	}
+}

@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"palisade.dev/palisade/cmd/palisade-controller/app"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed/containerd"
+)
+
+// cutLink is a TCP proxy the test owns between an agent and the controller: Cut severs the
+// link (no new connection is accepted, open ones are closed).
+type cutLink struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newLink(t *testing.T, to string) *cutLink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &cutLink{ln: ln}
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", to)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			l.mu.Lock()
+			l.conns = append(l.conns, in, out)
+			l.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+	t.Cleanup(l.Cut)
+	return l
+}
+
+func (l *cutLink) Addr() string { return l.ln.Addr().String() }
+
+func (l *cutLink) Cut() {
+	l.ln.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close()
+	}
+}
+
+// A node cut off from the API server and the controller fences itself: its agent terminates
+// the workload on the real runtime; the controller, relying on it, counts the node fenced only
+// after the policy's safe time without any signal, and records that it relied on it.
+func TestSelfFence(t *testing.T) {
+	ctx := context.Background()
+	env := startScene(t, scenario.Options{Policy: func(p *v1alpha1.FencingPolicy) {
+		p.Spec.Methods = []v1alpha1.Method{{Name: "self-fence", Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: time.Minute},
+			SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 8 * time.Second}}}}
+	}})
+	ctr := containerd.StartT(t)
+	if err := ctr.ImportImage(ctx, containerd.Image{Name: workloadImage, Cmd: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"}}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := ctr.RunPod(ctx, containerd.Pod{Name: "db-0", Namespace: "default", UID: "db-0-uid",
+		Containers: []containerd.Container{{Name: "db", Image: workloadImage}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, err := agent.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, addr := writeCerts(t, dir, ca), freeAddr(t)
+	if err := env.StartController(ctx, func(o *app.Options) {
+		o.Agents = agent.ServerOptions{Addr: addr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w := deploy(t, env)
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
+	kubelet, apiserver := httptest.NewServer(http.HandlerFunc(ok)), httptest.NewServer(http.HandlerFunc(ok))
+	defer kubelet.Close()
+	link := newLink(t, addr)
+	startAgent(t, dir, link.Addr(), env.Node(1).Name(), kubelet.URL, files, "--cri-endpoint", ctr.Socket,
+		"--kubelet-stop-command", "true", "--self-fence-after", "2s", "--api-server-healthz", apiserver.URL)
+	s := &executorScene{env: env, ctr: ctr, pod: pod, w: w}
+	time.Sleep(3 * time.Second)
+	if !s.workloadRunning(t) {
+		t.Fatal("the agent fenced itself while it reached the controller and the API server")
+	}
+
+	n1 := env.Node(1)
+	n1.PauseHeartbeats() // cut off from the API server ...
+	apiserver.Close()
+	link.Cut() // ... and from the controller
+	nf := waitFence(t, env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
+	if st, reason, msg := condition(nf, v1alpha1.ConditionFenced); st != "True" || reason != "SelfFenceSafeTimePassed" {
+		t.Errorf("Fenced condition = %s/%s (%s), want True/SelfFenceSafeTimePassed", st, reason, msg)
+	}
+	if s.workloadRunning(t) {
+		t.Error("the workload still runs although the controller relied on the node's self-fence")
+	}
+	if offs, err := n1.BMC.OffCommands(); err != nil || offs != 0 {
+		t.Errorf("%d power-off commands reached the BMC (err %v)", offs, err)
+	}
+}
