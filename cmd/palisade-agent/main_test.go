@@ -74,7 +74,9 @@ func newEnv(t testing.TB, addr string) *env {
 	return e
 }
 
-func (e *env) startServer(t testing.TB, addr string) {
+// startServer starts a heartbeat Server for e on addr and returns its address and a function
+// that stops it (idempotent; also run at cleanup).
+func (e *env) startServer(t testing.TB, addr string) (string, func()) {
 	t.Helper()
 	s, err := agent.NewServer(agent.ServerOptions{
 		Addr: addr, CertFile: filepath.Join(e.dir, "server.crt"), KeyFile: filepath.Join(e.dir, "server.key"), CAFile: e.caFile,
@@ -94,8 +96,10 @@ func (e *env) startServer(t testing.TB, addr string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
 	e.server = s
+	return s.Addr(), stop
 }
 
 // next waits for the next heartbeat.

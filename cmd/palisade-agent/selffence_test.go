@@ -71,41 +71,6 @@ func TestSelfFencerDecides(t *testing.T) {
 	}
 }
 
-// startStoppableServer starts a heartbeat Server for e on addr and returns its address and a
-// function that stops it (also run at cleanup).
-func startStoppableServer(t *testing.T, e *env, addr string) (string, func()) {
-	t.Helper()
-	s, err := agent.NewServer(agent.ServerOptions{
-		Addr: addr, CertFile: filepath.Join(e.dir, "server.crt"), KeyFile: filepath.Join(e.dir, "server.key"), CAFile: e.caFile,
-		OnHeartbeat: func(hb agent.Heartbeat) {
-			select {
-			case e.beats <- hb:
-			default:
-			}
-		},
-	})
-	if err == nil {
-		err = s.Listen()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Start(ctx) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	e.server = s
-	return s.Addr(), stop
-}
-
 func newAPIHealthz() *httptest.Server {
 	return httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
 }
@@ -120,7 +85,7 @@ func TestSelfFence(t *testing.T) {
 	ctd := startContainerd(t)
 	runPod(t, ctd, "work", "uid-work", map[string]string{"app": "TERM", "sidecar": "TERM"})
 	e := newEnv(t, "")
-	addr, stopServer := startStoppableServer(t, e, "127.0.0.1:0")
+	addr, stopServer := e.startServer(t, "127.0.0.1:0")
 	api := newAPIHealthz()
 	defer api.Close()
 	k := newKubelet()
@@ -173,7 +138,7 @@ func TestSelfFence(t *testing.T) {
 	for len(e.beats) > 0 {
 		<-e.beats
 	}
-	startStoppableServer(t, e, addr)
+	e.startServer(t, addr)
 	var final *agent.ExecutorStatus
 	for deadline := time.Now().Add(10 * time.Second); final == nil && time.Now().Before(deadline); {
 		if st := e.next(t, 10*time.Second).Executor; st != nil && strings.HasPrefix(st.ID, "self-fence-") && st.State != agent.ExecutorRunning {
