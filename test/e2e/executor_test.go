@@ -29,17 +29,31 @@ type executorScene struct {
 	ctr   *containerd.Containerd
 	pod   *containerd.RunningPod
 	w     *scenario.Workload
-	agent func(extra ...string)
+	dir   string            // certificates and the agent binary
+	files map[string]string // certificate files by name (writeCerts)
+	addr  string            // the controller's heartbeat server
+	// kubeletURL is the kubelet stand-in's healthz.
+	kubeletURL string
 }
 
-func startExecutorScene(t *testing.T, kubeletHealthy bool, methods func(ipmi v1alpha1.Method) []v1alpha1.Method) *executorScene {
+// sceneOptions shape an executorScene.
+type sceneOptions struct {
+	kubeletHealthy bool
+	methods        func(ipmi v1alpha1.Method) []v1alpha1.Method
+	workload       []string // the workload container's command; default: ignores SIGTERM
+}
+
+func startExecutorScene(t *testing.T, o sceneOptions) *executorScene {
 	t.Helper()
 	ctx := context.Background()
 	env := startScene(t, scenario.Options{Policy: func(p *v1alpha1.FencingPolicy) {
-		p.Spec.Methods = methods(p.Spec.Methods[0])
+		p.Spec.Methods = o.methods(p.Spec.Methods[0])
 	}})
 	ctr := containerd.StartT(t)
-	if err := ctr.ImportImage(ctx, containerd.Image{Name: workloadImage, Cmd: []string{"sh", "-c", "trap '' TERM; while true; do sleep 1; done"}}); err != nil {
+	if o.workload == nil {
+		o.workload = []string{"sh", "-c", "trap '' TERM; while true; do sleep 1; done"}
+	}
+	if err := ctr.ImportImage(ctx, containerd.Image{Name: workloadImage, Cmd: o.workload}); err != nil {
 		t.Fatal(err)
 	}
 	pod, err := ctr.RunPod(ctx, containerd.Pod{Name: "db-0", Namespace: "default", UID: "db-0-uid",
@@ -62,17 +76,20 @@ func startExecutorScene(t *testing.T, kubeletHealthy bool, methods func(ipmi v1a
 	w := deploy(t, env)
 	// The kubelet stand-in's healthz: failing when it has died.
 	kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if !kubeletHealthy {
+		if !o.kubeletHealthy {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
 	}))
 	t.Cleanup(kubelet.Close)
-	s := &executorScene{env: env, ctr: ctr, pod: pod, w: w}
-	s.agent = func(extra ...string) {
-		args := append([]string{"--cri-endpoint", ctr.Socket, "--kubelet-stop-command", "true"}, extra...)
-		startAgent(t, dir, addr, env.Node(1).Name(), kubelet.URL, files, args...)
-	}
-	return s
+	return &executorScene{env: env, ctr: ctr, pod: pod, w: w, dir: dir, files: files, addr: addr, kubeletURL: kubelet.URL}
+}
+
+// agent starts node 1's agent, heartbeating to controller (the scene's server, or a link to it),
+// with the scene's containerd as its runtime.
+func (s *executorScene) agent(t *testing.T, controller string, extra ...string) {
+	t.Helper()
+	args := append([]string{"--cri-endpoint", s.ctr.Socket, "--kubelet-stop-command", "true"}, extra...)
+	startAgent(t, s.dir, controller, s.env.Node(1).Name(), s.kubeletURL, s.files, args...)
 }
 
 func executorMethod(timeout time.Duration) v1alpha1.Method {
@@ -110,10 +127,10 @@ func TestExecutorFencesLiveNode(t *testing.T) {
 }
 
 func executorFences(t *testing.T, verdict string, kubeletHealthy bool) {
-	s := startExecutorScene(t, kubeletHealthy, func(ipmi v1alpha1.Method) []v1alpha1.Method {
+	s := startExecutorScene(t, sceneOptions{kubeletHealthy: kubeletHealthy, methods: func(ipmi v1alpha1.Method) []v1alpha1.Method {
 		return []v1alpha1.Method{executorMethod(30 * time.Second), ipmi}
-	})
-	s.agent()
+	}})
+	s.agent(t, s.addr)
 	n1 := s.env.Node(1)
 	n1.PauseHeartbeats()
 	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
@@ -138,10 +155,10 @@ func executorFences(t *testing.T, verdict string, kubeletHealthy bool) {
 // An agent that reports success while its container still runs is caught by the controller's
 // confirmation (the agent's runtime read-back), and nothing is released.
 func TestLyingAgentIsCaught(t *testing.T) {
-	s := startExecutorScene(t, false, func(v1alpha1.Method) []v1alpha1.Method {
+	s := startExecutorScene(t, sceneOptions{methods: func(v1alpha1.Method) []v1alpha1.Method {
 		return []v1alpha1.Method{executorMethod(8 * time.Second)}
-	})
-	s.agent("--fault-report-confirmed-early")
+	}})
+	s.agent(t, s.addr, "--fault-report-confirmed-early")
 	n1 := s.env.Node(1)
 	n1.PauseHeartbeats()
 	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseFailed))

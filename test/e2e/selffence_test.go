@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -12,11 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/detectors/agent"
-	"palisade.dev/palisade/test/scenario"
-	"palisade.dev/palisade/test/testbed/containerd"
 )
 
 // cutLink is a TCP proxy the test owns between an agent and the controller: Cut severs the
@@ -71,49 +66,28 @@ func (l *cutLink) Cut() {
 // the workload on the real runtime; the controller, relying on it, counts the node fenced only
 // after the policy's safe time without any signal, and records that it relied on it.
 func TestSelfFence(t *testing.T) {
-	ctx := context.Background()
-	env := startScene(t, scenario.Options{Policy: func(p *v1alpha1.FencingPolicy) {
-		p.Spec.Methods = []v1alpha1.Method{{Name: "self-fence", Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: time.Minute},
-			SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 8 * time.Second}}}}
-	}})
-	ctr := containerd.StartT(t)
-	if err := ctr.ImportImage(ctx, containerd.Image{Name: workloadImage, Cmd: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"}}); err != nil {
-		t.Fatal(err)
-	}
-	pod, err := ctr.RunPod(ctx, containerd.Pod{Name: "db-0", Namespace: "default", UID: "db-0-uid",
-		Containers: []containerd.Container{{Name: "db", Image: workloadImage}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	ca, err := agent.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, addr := writeCerts(t, dir, ca), freeAddr(t)
-	if err := env.StartController(ctx, func(o *app.Options) {
-		o.Agents = agent.ServerOptions{Addr: addr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	w := deploy(t, env)
-	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
-	kubelet, apiserver := httptest.NewServer(http.HandlerFunc(ok)), httptest.NewServer(http.HandlerFunc(ok))
-	defer kubelet.Close()
-	link := newLink(t, addr)
-	startAgent(t, dir, link.Addr(), env.Node(1).Name(), kubelet.URL, files, "--cri-endpoint", ctr.Socket,
-		"--kubelet-stop-command", "true", "--self-fence-after", "2s", "--api-server-healthz", apiserver.URL)
-	s := &executorScene{env: env, ctr: ctr, pod: pod, w: w}
+	s := startExecutorScene(t, sceneOptions{
+		kubeletHealthy: true,
+		methods: func(v1alpha1.Method) []v1alpha1.Method {
+			return []v1alpha1.Method{{Name: "self-fence", Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: time.Minute},
+				SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 8 * time.Second}}}}
+		},
+		workload: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"},
+	})
+	apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	t.Cleanup(apiserver.Close)
+	link := newLink(t, s.addr)
+	s.agent(t, link.Addr(), "--self-fence-after", "2s", "--api-server-healthz", apiserver.URL)
 	time.Sleep(3 * time.Second)
 	if !s.workloadRunning(t) {
 		t.Fatal("the agent fenced itself while it reached the controller and the API server")
 	}
 
-	n1 := env.Node(1)
+	n1 := s.env.Node(1)
 	n1.PauseHeartbeats() // cut off from the API server ...
 	apiserver.Close()
 	link.Cut() // ... and from the controller
-	nf := waitFence(t, env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
+	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
 	if st, reason, msg := condition(nf, v1alpha1.ConditionFenced); st != "True" || reason != "SelfFenceSafeTimePassed" {
 		t.Errorf("Fenced condition = %s/%s (%s), want True/SelfFenceSafeTimePassed", st, reason, msg)
 	}
