@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors"
@@ -50,12 +51,19 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
 	})
-	return ctrl.NewControllerManagedBy(mgr).Named("node").
+	b := ctrl.NewControllerManagedBy(mgr).Named("node").
 		For(&corev1.Node{}).
 		Watches(&coordinationv1.Lease{}, leaseToNode).
 		Watches(&v1alpha1.NodeFence{}, byName).
-		Watches(&v1alpha1.FencingPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes)).
-		Complete(r)
+		Watches(&v1alpha1.FencingPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes))
+	if r.Observer.Heartbeats != nil {
+		w := newAgentLossWatch(r.Observer.Heartbeats, r.now)
+		if err := mgr.Add(w); err != nil {
+			return fmt.Errorf("adding the agent loss watch: %w", err)
+		}
+		b = b.WatchesRawSource(source.Channel(w.events, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile looks at one node.

@@ -64,6 +64,10 @@ type Observer struct {
 	Heartbeats Heartbeats
 	// Since is when the controller began listening for heartbeats (the classifier's warm-up).
 	Since time.Time
+	// Renewals, when set, records when the controller saw each Lease renewal, so that the
+	// classifier can tell a node silent on every path before its Lease expires. Shared by all
+	// copies of the Observer.
+	Renewals *lease.Renewals
 }
 
 func (o Observer) observe(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, now time.Time) (detectors.Observation, error) {
@@ -79,8 +83,12 @@ func (o Observer) observe(ctx context.Context, node *corev1.Node, p *v1alpha1.Fe
 	if o.Heartbeats == nil {
 		return obs, nil
 	}
+	var renewalSeen time.Time
+	if l != nil && l.Spec.RenewTime != nil {
+		renewalSeen = o.Renewals.Seen(node.Name, l.Spec.RenewTime.Time, now)
+	}
 	agents, peers := agent.Signals(o.Heartbeats.Snapshot())
-	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agents[node.Name], Peers: peers[node.Name]},
+	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agents[node.Name], Peers: peers[node.Name], LeaseRenewalSeen: renewalSeen},
 		classify.Config{HeartbeatsSince: o.Since}, now), nil
 }
 

@@ -22,6 +22,9 @@ type heartbeater struct {
 	log     logr.Logger
 	cmds    *commander
 	fence   *selfFencer // nil: no self-fencing
+	peers   *prober     // nil: no peer probing
+	// probePort is the port this node accepts its peers' probes on, 0 for none.
+	probePort int
 
 	seq            uint64
 	kubeletHealthy *bool  // nil until the first check
@@ -59,11 +62,20 @@ func (h *heartbeater) beat(ctx context.Context) {
 	sendCtx, cancel := context.WithTimeout(ctx, h.opts.controllerCallTimeout)
 	defer cancel()
 	status := h.cmds.status()
-	cmd, err := h.client.Send(sendCtx, agent.Report{
+	peers := []agent.PeerReport{}
+	if h.peers != nil {
+		peers = h.peers.reports()
+	}
+	resp, err := h.client.Exchange(sendCtx, agent.Report{
 		Node: h.opts.nodeName, BootID: h.bootID, Seq: h.seq, KubeletHealthy: healthy,
-		Peers: []agent.PeerReport{}, IntervalMillis: h.opts.interval.Milliseconds(), SentAt: time.Now(),
+		Peers: peers, IntervalMillis: h.opts.interval.Milliseconds(), SentAt: time.Now(),
 		Executor: status, RunningContainers: h.cmds.readBack(sendCtx),
+		ProbePort: h.probePort, ProbeHost: h.opts.probeHost, KubeletPort: h.opts.kubeletPort,
 	})
+	cmd := resp.Command
+	if err == nil && h.peers != nil {
+		h.peers.setTargets(resp.Peers)
+	}
 	if ctx.Err() != nil {
 		return // stopping: the interrupted heartbeat is not news
 	}

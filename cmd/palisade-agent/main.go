@@ -60,6 +60,10 @@ type options struct {
 	selfFenceAfter   time.Duration
 	apiServerHealthz string
 	watchdogDevice   string
+
+	probeAddress string
+	probeHost    string
+	kubeletPort  int
 }
 
 func parseFlags(args []string) (options, error) {
@@ -81,6 +85,9 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.selfFenceAfter, "self-fence-after", 0, "fence this node itself (stop the kubelet, terminate every pod, then the watchdog) once neither the controller nor the API server has been reachable for longer than this; 0 disables self-fencing")
 	fs.StringVar(&o.apiServerHealthz, "api-server-healthz", "", `URL the agent GETs every interval to see whether it reaches the API server (e.g. https://<apiserver>/readyz); only a 200 counts, so it must answer unauthenticated requests. TLS verification is skipped for this reachability probe only. "" treats the API server as unreachable`)
 	fs.StringVar(&o.watchdogDevice, "watchdog-device", "", `hardware watchdog device (e.g. /dev/watchdog) the agent opens after a self-fence, writes once and never pets again, so that the watchdog reboots the node; it must exist (it is not created). "" uses none`)
+	fs.StringVar(&o.probeAddress, "probe-address", ":9444", `address to accept peer probes on (TCP; a connection accepted is the answer); "" accepts none, and then this agent probes no peers either`)
+	fs.StringVar(&o.probeHost, "probe-advertise-host", "", "IP address peers probe this node at (default: the address the controller sees its heartbeats come from)")
+	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the kubelet's port, which peers probe too (a node whose agent crashed but whose kubelet answers is not dead); 0: not probed")
 	fs.BoolVar(&o.faultConfirmEarly, "fault-report-confirmed-early", false, "testing only: report Confirmed without terminating")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -96,6 +103,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.executorTimeout <= 0 {
 		missing = append(missing, errors.New("--executor-timeout must be positive"))
+	}
+	if o.kubeletPort < 0 || o.kubeletPort > 65535 {
+		missing = append(missing, errors.New("--kubelet-port must be a port number or 0"))
 	}
 	if o.selfFenceAfter < 0 {
 		missing = append(missing, errors.New("--self-fence-after must not be negative"))
@@ -151,6 +161,16 @@ func run(args []string) error {
 	defer cmds.close()
 	h := newHeartbeater(o, client, cmds, bootID, log)
 	h.fence = newSelfFencer(o, cmds, log, time.Now())
+	if o.probeAddress != "" {
+		probes, err := listenProbes(o.probeAddress, log.WithName("probes"))
+		if err != nil {
+			return fmt.Errorf("listening for peer probes on --probe-address %s: %w", o.probeAddress, err)
+		}
+		defer probes.close()
+		go probes.serve()
+		h.probePort, h.peers = probes.port(), newProber(o.interval, log.WithName("peers"))
+		go h.peers.run(ctx)
+	}
 	log.Info("starting palisade-agent", "Node", klog.KRef("", o.nodeName), "controller", o.controller, "interval", o.interval.String(), "bootID", bootID,
 		"criEndpoint", o.criEndpoint, "podUID", o.podUID, "selfFenceAfter", o.selfFenceAfter.String(), "apiServerHealthz", o.apiServerHealthz,
 		"watchdogDevice", o.watchdogDevice)

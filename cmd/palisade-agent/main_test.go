@@ -40,6 +40,7 @@ const testNode = "node-1"
 // env is a controller-side heartbeat Server on loopback with the files an agent needs.
 type env struct {
 	dir, caFile, certFile, keyFile string
+	ca                             *agent.CA
 	server                         *agent.Server
 	beats                          chan agent.Heartbeat
 }
@@ -52,7 +53,7 @@ func newEnv(t testing.TB, addr string) *env {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	e := &env{dir: dir, caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "agent.crt"), keyFile: filepath.Join(dir, "agent.key"), beats: make(chan agent.Heartbeat, 1000)}
+	e := &env{ca: ca, dir: dir, caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "agent.crt"), keyFile: filepath.Join(dir, "agent.key"), beats: make(chan agent.Heartbeat, 1000)}
 	if err := os.WriteFile(e.caFile, ca.CertPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +140,7 @@ func (e *env) startAgent(t testing.TB, controller, healthz string, interval time
 	args := append([]string{
 		"--controller-address", controller, "--node-name", testNode, "--cert", e.certFile, "--key", e.keyFile,
 		"--ca", e.caFile, "--interval", interval.String(), "--kubelet-healthz", healthz,
+		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0", // extra may override these
 	}, extra...)
 	p := &proc{cmd: exec.Command(agentBin, args...), done: make(chan struct{})}
 	p.cmd.Stderr = p

@@ -123,43 +123,51 @@ func (c *Client) Identity() (string, error) {
 }
 
 // Send posts one heartbeat and returns the command the controller answered with, nil when it
-// has none for this node. When the certificate files changed since the last heartbeat, it opens
-// a new connection, so that its handshake presents the renewed certificate.
+// has none for this node (see Exchange).
 func (c *Client) Send(ctx context.Context, rep Report) (*Command, error) {
+	resp, err := c.Exchange(ctx, rep)
+	return resp.Command, err
+}
+
+// Exchange posts one heartbeat and returns the controller's answer: the node's pending command
+// and the peers to probe (both empty on 204). When the certificate files changed since the
+// last heartbeat, it opens a new connection, so that its handshake presents the renewed
+// certificate.
+func (c *Client) Exchange(ctx context.Context, rep Report) (Response, error) {
 	body, err := json.Marshal(rep)
 	if err != nil {
-		return nil, fmt.Errorf("encoding heartbeat: %w", err)
+		return Response{}, fmt.Errorf("encoding heartbeat: %w", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("building heartbeat request: %w", err)
+		return Response{}, fmt.Errorf("building heartbeat request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.httpClient(false).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("sending heartbeat: %w", err)
+		return Response{}, fmt.Errorf("sending heartbeat: %w", err)
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusNoContent:
-		return nil, nil
+		return Response{}, nil
 	case http.StatusOK:
-		return decodeCommand(resp.Body)
+		return decodeResponse(resp.Body)
 	case http.StatusUnauthorized:
 		c.httpClient(true) // the next heartbeat on a new connection, with the current certificate
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	return nil, &RejectedError{Code: resp.StatusCode, Message: string(bytes.TrimSpace(msg))}
+	return Response{}, &RejectedError{Code: resp.StatusCode, Message: string(bytes.TrimSpace(msg))}
 }
 
-// decodeCommand reads a 200 response: the heartbeat was accepted, and carries a command.
-func decodeCommand(body io.Reader) (*Command, error) {
-	var cr commandResponse
-	if err := json.NewDecoder(io.LimitReader(body, maxBodyBytes)).Decode(&cr); err != nil {
-		return nil, fmt.Errorf("heartbeat accepted, but reading the controller's command: %w", err)
+// decodeResponse reads a 200 response: the heartbeat was accepted, with a command or peers.
+func decodeResponse(body io.Reader) (Response, error) {
+	var r Response
+	if err := json.NewDecoder(io.LimitReader(body, maxBodyBytes)).Decode(&r); err != nil {
+		return Response{}, fmt.Errorf("heartbeat accepted, but reading the controller's answer: %w", err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, 4096)) // so that the connection is reused
-	return cr.Command, nil
+	return r, nil
 }
 
 // Close closes the idle connection.

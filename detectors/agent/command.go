@@ -95,7 +95,11 @@ func TruncateMessage(msg string) string {
 	return msg[:cut] + more
 }
 
-// commandResponse is the JSON body of a heartbeat's 200 response.
-type commandResponse struct {
-	Command *Command `json:"command"`
+// Response is the JSON body of a heartbeat's 200 response: the node's pending command and the
+// peers it is to probe. A 204 response means neither.
+type Response struct {
+	// Command is the node's pending command, nil for none.
+	Command *Command `json:"command,omitempty"`
+	// Peers are the nodes this node's agent is to probe until the next response says otherwise.
+	Peers []PeerTarget `json:"peers,omitempty"`
 }

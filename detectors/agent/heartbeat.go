@@ -36,6 +36,14 @@ type Report struct {
 	// every heartbeat, apart from the executor's account; nil while the agent has no runtime
 	// connection (before its first command).
 	RunningContainers *int `json:"runningContainers,omitempty"`
+	// ProbePort is the TCP port the agent accepts its peers' probes on; 0: it accepts none.
+	ProbePort int `json:"probePort,omitempty"`
+	// ProbeHost is the address peers probe the node at; empty means the address the heartbeat
+	// came from (set it when the agent's traffic to the controller is translated, e.g. by NAT).
+	ProbeHost string `json:"probeHost,omitempty"`
+	// KubeletPort is the kubelet's port on ProbeHost, which peers probe too (a node whose agent
+	// crashed but whose kubelet answers is not dead); 0: not probed.
+	KubeletPort int `json:"kubeletPort,omitempty"`
 }
 
 // PeerReport is one probe of a peer.
@@ -65,6 +73,9 @@ type Heartbeat struct {
 	Executor *ExecutorStatus
 	// RunningContainers is the runtime read-back this heartbeat carried (Report's).
 	RunningContainers *int
+	// ProbeAddresses are where peers probe this node (its agent's probe port, then its
+	// kubelet's port), empty when it accepts no probes.
+	ProbeAddresses []string
 }
 
 // Signals turns a Snapshot into the classifier's inputs: each node's own heartbeat, and the

@@ -35,6 +35,9 @@ type ServerOptions struct {
 	OnHeartbeat func(Heartbeat)
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// ProbePeers is how many peers every agent probes (see classify.Ring); 0 means
+	// classify.DefaultProbePeers, a negative number turns peer probing off.
+	ProbePeers int
 }
 
 // Server receives the direct heartbeats of node agents over mutually authenticated TLS,
@@ -51,6 +54,7 @@ type Server struct {
 	// commands are the pending commands by node; statuses the latest executor status by node.
 	commands map[string]Command
 	statuses map[string]ExecutorStatus
+	peers    *peerBook
 }
 
 // NewServer loads the certificate files (failing early when they are unusable) and builds the
@@ -64,7 +68,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	s := &Server{
 		opts: opts, log: opts.Logger, nodes: map[string]Heartbeat{},
-		commands: map[string]Command{}, statuses: map[string]ExecutorStatus{},
+		commands: map[string]Command{}, statuses: map[string]ExecutorStatus{}, peers: newPeerBook(opts.ProbePeers),
 	}
 	var err error
 	if s.cert, err = keyPairSource(opts.CertFile, opts.KeyFile, s.log); err != nil {
@@ -170,6 +174,7 @@ func (s *Server) Forget(node string) {
 	delete(s.nodes, node)
 	delete(s.commands, node)
 	delete(s.statuses, node)
+	s.peers.forget(node)
 }
 
 // SetCommand makes cmd the node's pending command, replacing any other: it is sent in the
@@ -242,14 +247,21 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 			rep.Executor = nil
 		}
 	}
-	cmd, pending := s.record(toHeartbeat(rep, now, cert.NotAfter))
-	if !pending {
+	hb := toHeartbeat(rep, now, cert.NotAfter)
+	hb.ProbeAddresses = probeAddresses(rep, r.RemoteAddr)
+	s.peers.update(node, hb.ProbeAddresses)
+	var resp Response
+	if cmd, pending := s.record(hb); pending {
+		resp.Command = &cmd
+	}
+	resp.Peers = s.peers.targets(node)
+	if resp.Command == nil && len(resp.Peers) == 0 {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(commandResponse{Command: &cmd}); err != nil {
-		s.log.Info("sending a command failed", "Node", klog.KRef("", node), "command", cmd.ID, "error", err.Error())
+	if err := json.NewEncoder(w).Encode(resp); err != nil {
+		s.log.Info("answering a heartbeat failed", "Node", klog.KRef("", node), "error", err.Error())
 	}
 }
 
@@ -271,6 +283,12 @@ func validate(rep Report) error {
 	}
 	if rep.IntervalMillis < 0 {
 		return errors.New("negative interval")
+	}
+	if rep.ProbePort < 0 || rep.ProbePort > 65535 || rep.KubeletPort < 0 || rep.KubeletPort > 65535 {
+		return errors.New("probe or kubelet port out of range")
+	}
+	if rep.ProbeHost != "" && net.ParseIP(rep.ProbeHost) == nil {
+		return fmt.Errorf("probe host %q is not an IP address", rep.ProbeHost)
 	}
 	return nil
 }

@@ -47,6 +47,11 @@ type Signals struct {
 	Agent Agent
 	// Peers are the reports of the node's peers, any number per peer; the latest of each counts.
 	Peers []PeerReport
+	// LeaseRenewalSeen is when the controller, on its own clock, first saw the Lease's latest
+	// renewal; zero when unknown. A renewal seen after the agent's last heartbeat means the
+	// kubelet still reaches the API server, so the node is not dead whatever the agent and
+	// peers say.
+	LeaseRenewalSeen time.Time
 }
 
 // Config holds the thresholds. The zero value means the defaults.
@@ -59,6 +64,9 @@ type Config struct {
 	// timeout has passed since, an agent it has not heard from may just not have reported yet,
 	// so a stale Lease makes its node Suspect rather than Dead. Zero disables this warm-up.
 	HeartbeatsSince time.Time
+	// MinPeerReports is how many peers must have failed to reach the node since its agent went
+	// silent before the node counts as Dead while its Lease has not yet expired; default 1.
+	MinPeerReports int
 }
 
 func (c Config) withDefaults() Config {
@@ -67,6 +75,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PeerStaleness <= 0 {
 		c.PeerStaleness = DefaultPeerStaleness
+	}
+	if c.MinPeerReports <= 0 {
+		c.MinPeerReports = 1
 	}
 	return c
 }
@@ -80,7 +91,13 @@ func (c Config) withDefaults() Config {
 //   - a stale Lease, no agent heartbeat, and a fresh peer report that reaches the node:
 //     Partitioned; no fresh peer report reaching it: Dead;
 //   - a node whose agent never reported: the Lease verdict alone (unless a fresh peer report
-//     reaches it, which makes it Partitioned), and the Reason says so.
+//     reaches it, which makes it Partitioned), and the Reason says so;
+//   - before the Lease expires: Dead at once when every path is silent — the agent lost, no
+//     fresh peer report reaching the node and at least MinPeerReports peers failing to reach it
+//     since the agent's last heartbeat, and no Lease renewal seen since that heartbeat either.
+//     A renewal seen since keeps the Lease's verdict: the signals disagree, so no blind
+//     power-off (invariant 4). While the agent is lost and this is not yet settled, Deadline is
+//     at most one heartbeat interval away, so that the caller looks again.
 func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 	cfg = cfg.withDefaults()
 	lease := s.Lease
@@ -88,7 +105,7 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		lease.Verdict, lease.Reason = detectors.Suspect, "no Lease observation"
 	}
 	hb := cfg.heartbeat(s.Agent, now)
-	peers := cfg.peers(s.Peers, now)
+	peers := cfg.peers(s.Peers, now, s.Agent.LastSeen)
 	obs := detectors.Observation{
 		Node:     s.Node,
 		LastSeen: latest(lease.LastSeen, s.Agent.LastSeen, peers.lastReached),
@@ -99,6 +116,19 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 	}
 	var summary string
 	obs.Verdict, summary = decide(lease.Verdict, hb, peers)
+	if !lease.Verdict.Failed() && hb.state == lost {
+		silentLease := !s.LeaseRenewalSeen.IsZero() && s.LeaseRenewalSeen.Before(s.Agent.LastSeen)
+		switch {
+		case silentLease && len(peers.reaching) == 0 && peers.failedSince >= cfg.MinPeerReports:
+			obs.Verdict = detectors.Dead
+			summary = fmt.Sprintf("dead: agent heartbeat lost, %d peer(s) cannot reach the node since its last heartbeat, none can, and no Lease renewal seen since either (Lease not yet expired)", peers.failedSince)
+		case silentLease && len(peers.reaching) == 0:
+			summary += fmt.Sprintf("; agent lost: waiting for %d peer report(s) made since its last heartbeat", cfg.MinPeerReports)
+			obs.Deadline = earliest(obs.Deadline, now.Add(hb.interval))
+		case !silentLease && !s.LeaseRenewalSeen.IsZero():
+			summary += "; agent lost, but the Lease was renewed since its last heartbeat: the kubelet reaches the API server"
+		}
+	}
 	if obs.Verdict == detectors.Suspect && lease.Verdict.Failed() {
 		obs.Deadline = hb.deadline
 	}
@@ -130,6 +160,14 @@ func decide(api detectors.Verdict, hb heartbeat, p peerView) (detectors.Verdict,
 	default:
 		return detectors.Dead, "dead: Lease expired, agent heartbeat lost and no fresh peer report reaches the node"
 	}
+}
+
+// earliest is the earlier of a and b, ignoring zero times.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 func latest(ts ...time.Time) time.Time {

@@ -149,3 +149,44 @@ func TestClassifyTimes(t *testing.T) {
 		}
 	})
 }
+
+// TestFastDead: before the Lease expires, a node counts as Dead only when every path is silent
+// since its agent's last heartbeat; any sign of life since keeps it out of Dead.
+func TestFastDead(t *testing.T) {
+	lost := agentAged(4*time.Second, true) // lost after 3s: last heartbeat at now-4s
+	before := now.Add(-6 * time.Second)    // a Lease renewal seen before that heartbeat
+	after := now.Add(-2 * time.Second)     // and one seen after it
+	tests := []struct {
+		name    string
+		lease   detectors.Observation
+		agent   Agent
+		peers   []PeerReport
+		renewal time.Time
+		cfg     Config
+		want    detectors.Verdict
+		reason  string
+		recheck bool // Deadline at most one interval away
+	}{
+		{"everything silent since the last heartbeat", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, before, Config{}, detectors.Dead, "cannot reach the node since its last heartbeat", false},
+		{"late lease, everything silent", lateLease, lost, []PeerReport{peer("n2", false, time.Second), peer("n3", false, 500*time.Millisecond)}, before, Config{}, detectors.Dead, "2 peer(s) cannot reach", false},
+		{"Lease renewed after the agent went silent: not dead", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, after, Config{}, detectors.Healthy, "the Lease was renewed since its last heartbeat", false},
+		{"renewal never seen: not dead", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, time.Time{}, Config{}, detectors.Healthy, "Lease fresh", false},
+		{"one peer still reaches it", freshLease, lost, []PeerReport{peer("n2", false, time.Second), peer("n3", true, time.Second)}, before, Config{}, detectors.Healthy, "reached by [n3]", false},
+		{"peer failures older than the silence do not count", freshLease, lost, []PeerReport{peer("n2", false, 5*time.Second)}, before, Config{}, detectors.Healthy, "waiting for 1 peer report", true},
+		{"no peer report yet: look again within an interval", freshLease, lost, nil, before, Config{}, detectors.Healthy, "waiting for 1 peer report", true},
+		{"quorum of peers configurable", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, before, Config{MinPeerReports: 2}, detectors.Healthy, "waiting for 2 peer report", true},
+		{"agent only late: not yet", freshLease, agentAged(2*time.Second, true), []PeerReport{peer("n2", false, time.Second)}, before, Config{}, detectors.Healthy, "Lease fresh", false},
+		{"agent fresh, peers cut off from it: healthy", freshLease, agentAged(0, true), []PeerReport{peer("n2", false, time.Second)}, before, Config{}, detectors.Healthy, "not reached by [n2]", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Classify(Signals{Node: "n1", Lease: tt.lease, Agent: tt.agent, Peers: tt.peers, LeaseRenewalSeen: tt.renewal}, tt.cfg, now)
+			if got.Verdict != tt.want || !strings.Contains(got.Reason, tt.reason) {
+				t.Fatalf("got %s %q, want %s with %q", got.Verdict, got.Reason, tt.want, tt.reason)
+			}
+			if soon := !got.Deadline.After(now.Add(time.Second)); soon != tt.recheck {
+				t.Errorf("deadline in %s; want within one interval: %v", got.Deadline.Sub(now), tt.recheck)
+			}
+		})
+	}
+}

@@ -21,6 +21,7 @@ const (
 type heartbeat struct {
 	state          heartbeatState
 	age, timeout   time.Duration
+	interval       time.Duration
 	deadline       time.Time // when the agent counts as lost
 	kubeletHealthy bool
 }
@@ -30,7 +31,7 @@ func (c Config) heartbeat(a Agent, now time.Time) heartbeat {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	hb := heartbeat{timeout: time.Duration(c.MissedHeartbeats) * interval, kubeletHealthy: a.KubeletHealthy}
+	hb := heartbeat{timeout: time.Duration(c.MissedHeartbeats) * interval, interval: interval, kubeletHealthy: a.KubeletHealthy}
 	if a.LastSeen.IsZero() {
 		hb.state = never
 		if !c.HeartbeatsSince.IsZero() && now.Sub(c.HeartbeatsSince) <= hb.timeout {
@@ -71,9 +72,12 @@ type peerView struct {
 	reaching, notReaching []string
 	stale                 int
 	lastReached           time.Time
+	// failedSince counts the peers whose latest fresh report, made after the time given to
+	// peers (the agent's last heartbeat), failed to reach the node.
+	failedSince int
 }
 
-func (c Config) peers(reports []PeerReport, now time.Time) peerView {
+func (c Config) peers(reports []PeerReport, now, since time.Time) peerView {
 	latestOf := make(map[string]PeerReport, len(reports))
 	for _, r := range reports {
 		if cur, ok := latestOf[r.From]; !ok || r.At.After(cur.At) {
@@ -90,6 +94,9 @@ func (c Config) peers(reports []PeerReport, now time.Time) peerView {
 			v.lastReached = latest(v.lastReached, r.At)
 		default:
 			v.notReaching = append(v.notReaching, from)
+			if !since.IsZero() && r.At.After(since) {
+				v.failedSince++
+			}
 		}
 	}
 	sort.Strings(v.reaching)

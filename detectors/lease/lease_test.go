@@ -59,3 +59,29 @@ func TestObserveDeadline(t *testing.T) {
 		t.Errorf("deadline = %s, want %s", got.Deadline, want)
 	}
 }
+
+func TestRenewalsSeenOnControllerClock(t *testing.T) {
+	r := NewRenewals()
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	renew := t0.Add(-time.Hour) // a node clock an hour behind
+	if got := r.Seen("n1", renew, t0); !got.Equal(t0) {
+		t.Fatalf("first sight = %v, want %v", got, t0)
+	}
+	if got := r.Seen("n1", renew, t0.Add(5*time.Second)); !got.Equal(t0) {
+		t.Errorf("same renewal seen again = %v, want the first sight %v", got, t0)
+	}
+	if got := r.Seen("n1", renew.Add(10*time.Second), t0.Add(10*time.Second)); !got.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("new renewal = %v, want %v", got, t0.Add(10*time.Second))
+	}
+	if got := r.Seen("n1", time.Time{}, t0); !got.IsZero() {
+		t.Errorf("no renewal = %v, want zero", got)
+	}
+	r.Forget("n1")
+	if got := r.Seen("n1", renew, t0.Add(time.Minute)); !got.Equal(t0.Add(time.Minute)) {
+		t.Errorf("after Forget = %v, want a first sight", got)
+	}
+	var none *Renewals
+	if got := none.Seen("n1", renew, t0); !got.IsZero() {
+		t.Errorf("nil Renewals = %v, want zero", got)
+	}
+}

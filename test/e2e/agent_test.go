@@ -99,7 +99,8 @@ func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]
 		t.Fatalf("building palisade-agent: %v\n%s", err, out)
 	}
 	args := []string{"--controller-address", addr, "--node-name", node, "--cert", files[node+".crt"],
-		"--key", files[node+".key"], "--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", kubelet + "/healthz"}
+		"--key", files[node+".key"], "--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", kubelet + "/healthz",
+		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0"}
 	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

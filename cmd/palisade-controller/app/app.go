@@ -120,7 +120,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 // channel to their executors (the server runs on the leader only: agents must reach the active
 // controller). Without it, the Executor method has no provider.
 func agents(mgr ctrl.Manager, o Options) (fencing.Observer, providers.WorkloadTerminator, error) {
-	obs := fencing.Observer{Reader: mgr.GetClient()}
+	obs := fencing.Observer{Reader: mgr.GetClient(), Renewals: lease.NewRenewals()}
 	if o.Agents.Addr == "" {
 		return obs, nil, nil
 	}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"palisade.dev/palisade/detectors/agent"
+)
+
+// probeListener accepts the TCP probes of this node's peers: a connection accepted is the whole
+// answer (it is closed at once), so that a peer learns the node's kernel and agent are alive and
+// that the network between the two works. It carries no data, so it needs no authentication.
+type probeListener struct {
+	lis net.Listener
+	log logr.Logger
+}
+
+func listenProbes(addr string, log logr.Logger) (*probeListener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &probeListener{lis: lis, log: log}, nil
+}
+
+// port is the port listened on.
+func (p *probeListener) port() int { return p.lis.Addr().(*net.TCPAddr).Port }
+
+// serve accepts until close.
+func (p *probeListener) serve() {
+	for {
+		conn, err := p.lis.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				p.log.Error(err, "accepting peer probes stopped")
+			}
+			return
+		}
+		_ = conn.Close()
+	}
+}
+
+func (p *probeListener) close() { _ = p.lis.Close() }
+
+// prober probes the peers the controller assigns (agent.Response.Peers), once per interval, each
+// with a timeout of half the interval, and keeps the latest result of each for the heartbeats.
+// A peer is reachable when a TCP connection to any of its addresses (its agent's probe port, its
+// kubelet's port) is accepted; refused or timed out means no path to it. Probing runs apart from
+// the heartbeats, so that unreachable peers never delay the node's own life signal.
+type prober struct {
+	interval time.Duration
+	log      logr.Logger
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	mu      sync.Mutex
+	targets []agent.PeerTarget
+	results map[string]agent.PeerReport
+	wake    chan struct{}
+}
+
+func newProber(interval time.Duration, log logr.Logger) *prober {
+	d := &net.Dialer{}
+	return &prober{interval: interval, log: log, dial: d.DialContext, results: map[string]agent.PeerReport{}, wake: make(chan struct{}, 1)}
+}
+
+// setTargets replaces the peers to probe; a changed set is probed at once.
+func (p *prober) setTargets(targets []agent.PeerTarget) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sameTargets(p.targets, targets) {
+		return
+	}
+	p.targets = targets
+	keep := make(map[string]agent.PeerReport, len(targets))
+	for _, t := range targets {
+		if r, ok := p.results[t.Node]; ok {
+			keep[t.Node] = r
+		}
+	}
+	p.results = keep
+	p.log.Info("peers to probe", "peers", targetNames(targets))
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reports are the latest results, at most agent.MaxPeers.
+func (p *prober) reports() []agent.PeerReport {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]agent.PeerReport, 0, len(p.results))
+	for _, t := range p.targets {
+		if r, ok := p.results[t.Node]; ok && len(out) < agent.MaxPeers {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// run probes every interval until ctx is done.
+func (p *prober) run(ctx context.Context) {
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.wake:
+		}
+		p.probeAll(ctx)
+	}
+}
+
+func (p *prober) probeAll(ctx context.Context) {
+	p.mu.Lock()
+	targets := p.targets
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	results := make([]agent.PeerReport, len(targets))
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = agent.PeerReport{Node: t.Node, Reachable: p.probe(ctx, t.Addresses), At: time.Now()}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range results {
+		prev, had := p.results[r.Node]
+		if !had || prev.Reachable != r.Reachable {
+			p.log.Info("peer reachability", "peer", r.Node, "reachable", r.Reachable)
+		}
+		if sameTargetSet(p.targets, r.Node) {
+			p.results[r.Node] = r
+		}
+	}
+}
+
+// probe dials every address at once and reports whether any connection was accepted.
+func (p *prober) probe(parent context.Context, addrs []string) bool {
+	ctx, cancel := context.WithTimeout(parent, p.interval/2)
+	defer cancel()
+	ok := make(chan bool, len(addrs))
+	for _, a := range addrs {
+		go func() {
+			conn, err := p.dial(ctx, "tcp", a)
+			if err == nil {
+				_ = conn.Close()
+			}
+			ok <- err == nil
+		}()
+	}
+	for range addrs {
+		if <-ok {
+			return true
+		}
+	}
+	return false
+}
+
+func sameTargetSet(targets []agent.PeerTarget, node string) bool {
+	for _, t := range targets {
+		if t.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
+func sameTargets(a, b []agent.PeerTarget) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Node != b[i].Node || len(a[i].Addresses) != len(b[i].Addresses) {
+			return false
+		}
+		for j := range a[i].Addresses {
+			if a[i].Addresses[j] != b[i].Addresses[j] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func targetNames(ts []agent.PeerTarget) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Node
+	}
+	return out
+}

@@ -1,0 +1,52 @@
+package lease
+
+import (
+	"sync"
+	"time"
+)
+
+// Renewals remembers, per node, the Lease renewal last seen and when the controller first saw
+// it, on the controller's own clock. The renewTime in a Lease is the node's clock; the moment
+// the controller saw it change is free of clock skew, which is what the classifier needs to
+// order a renewal against an agent's last heartbeat. Safe for concurrent use; the zero value
+// and nil are ready to use (nil remembers nothing).
+type Renewals struct {
+	mu   sync.Mutex
+	seen map[string]renewal
+}
+
+type renewal struct {
+	renewTime, seenAt time.Time
+}
+
+// NewRenewals returns an empty Renewals.
+func NewRenewals() *Renewals { return &Renewals{} }
+
+// Seen records that node's Lease carries renewTime at now and returns when the controller first
+// saw that renewal (now, when it is new). A controller that just started has seen every
+// renewal "now": it cannot know better, and later is the safe side. Zero renewTime: zero.
+func (r *Renewals) Seen(node string, renewTime, now time.Time) time.Time {
+	if r == nil || renewTime.IsZero() {
+		return time.Time{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string]renewal{}
+	}
+	if cur, ok := r.seen[node]; ok && cur.renewTime.Equal(renewTime) {
+		return cur.seenAt
+	}
+	r.seen[node] = renewal{renewTime: renewTime, seenAt: now}
+	return now
+}
+
+// Forget drops a deleted node.
+func (r *Renewals) Forget(node string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.seen, node)
+}

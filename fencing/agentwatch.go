@@ -1,0 +1,74 @@
+package fencing
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"palisade.dev/palisade/detectors/classify"
+)
+
+// agentLossTick is how often agentLossWatch looks at the heartbeats: a quarter of the default
+// heartbeat interval, so that a lost agent is looked at within 250 ms of its timeout.
+const agentLossTick = 250 * time.Millisecond
+
+// agentLossWatch wakes the node controller the moment a node's agent heartbeats time out.
+// Heartbeats change no API object, so nothing else would: a node with a fresh Lease is
+// otherwise looked at again only when its Lease is due. It scans the latest heartbeats
+// (O(nodes)) every tick and sends only the nodes whose agent has just been lost; from then on
+// the classifier's Deadline keeps such a node looked at every interval until it is settled.
+type agentLossWatch struct {
+	heartbeats Heartbeats
+	events     chan event.GenericEvent
+	now        func() time.Time
+	lost       map[string]bool
+}
+
+func newAgentLossWatch(h Heartbeats, now func() time.Time) *agentLossWatch {
+	return &agentLossWatch{heartbeats: h, events: make(chan event.GenericEvent, 1024), now: now, lost: map[string]bool{}}
+}
+
+// NeedLeaderElection: only the leader fences, and only the leader hears heartbeats.
+func (w *agentLossWatch) NeedLeaderElection() bool { return true }
+
+// Start scans until ctx is done.
+func (w *agentLossWatch) Start(ctx context.Context) error {
+	t := time.NewTicker(agentLossTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			w.scan(ctx)
+		}
+	}
+}
+
+func (w *agentLossWatch) scan(ctx context.Context) {
+	now := w.now()
+	snapshot := w.heartbeats.Snapshot()
+	for node, hb := range snapshot {
+		interval := hb.Interval
+		if interval <= 0 {
+			interval = classify.DefaultInterval
+		}
+		lost := now.Sub(hb.Received) > time.Duration(classify.DefaultMissedHeartbeats)*interval
+		if lost && !w.lost[node] {
+			select {
+			case w.events <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
+			case <-ctx.Done():
+				return
+			}
+		}
+		w.lost[node] = lost
+	}
+	for node := range w.lost {
+		if _, ok := snapshot[node]; !ok {
+			delete(w.lost, node)
+		}
+	}
+}
