@@ -94,10 +94,16 @@ func (c Config) withDefaults() Config {
 //     reaches it, which makes it Partitioned), and the Reason says so;
 //   - before the Lease expires: Dead at once when every path is silent — the agent lost, no
 //     fresh peer report reaching the node and at least MinPeerReports peers failing to reach it
-//     since the agent's last heartbeat, and no Lease renewal seen since that heartbeat either.
-//     A renewal seen since keeps the Lease's verdict: the signals disagree, so no blind
-//     power-off (invariant 4). While the agent is lost and this is not yet settled, Deadline is
-//     at most one heartbeat interval away, so that the caller looks again.
+//     since the agent's last heartbeat, and no Lease renewal seen after the agent's next
+//     heartbeat was due. A renewal seen later keeps the Lease's verdict: the kubelet still
+//     reaches the API server, the signals disagree, so no blind power-off (invariant 4). While
+//     the agent is lost and this is not yet settled, Deadline is at most one heartbeat interval
+//     away, so that the caller looks again.
+//
+// The price of the fast Dead: a node cut off from the controller and from every peer probing
+// it, yet still reaching the API server, counts as Dead after MissedHeartbeats intervals unless
+// its kubelet's next renewal (every 10 s by default) arrives first. It is then fenced by a
+// confirmed power-off: never unsafe, but a fence of a node that one path still reached.
 func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 	cfg = cfg.withDefaults()
 	lease := s.Lease
@@ -117,11 +123,15 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 	var summary string
 	obs.Verdict, summary = decide(lease.Verdict, hb, peers)
 	if !lease.Verdict.Failed() && hb.state == lost {
-		silentLease := !s.LeaseRenewalSeen.IsZero() && s.LeaseRenewalSeen.Before(s.Agent.LastSeen)
+		// A renewal seen before the agent's next heartbeat was due is no sign of life after the
+		// silence: the kubelet's last renewal and the agent's missing heartbeat fit one moment of
+		// death. A renewal seen later is: the kubelet still reaches the API server.
+		nextDue := s.Agent.LastSeen.Add(hb.interval + hb.interval/2)
+		silentLease := !s.LeaseRenewalSeen.IsZero() && !s.LeaseRenewalSeen.After(nextDue)
 		switch {
 		case silentLease && len(peers.reaching) == 0 && peers.failedSince >= cfg.MinPeerReports:
 			obs.Verdict = detectors.Dead
-			summary = fmt.Sprintf("dead: agent heartbeat lost, %d peer(s) cannot reach the node since its last heartbeat, none can, and no Lease renewal seen since either (Lease not yet expired)", peers.failedSince)
+			summary = fmt.Sprintf("dead: agent heartbeat lost, %d peer(s) cannot reach the node since its last heartbeat, none can, and no Lease renewal seen after its next heartbeat was due (Lease not yet expired)", peers.failedSince)
 		case silentLease && len(peers.reaching) == 0:
 			summary += fmt.Sprintf("; agent lost: waiting for %d peer report(s) made since its last heartbeat", cfg.MinPeerReports)
 			obs.Deadline = earliest(obs.Deadline, now.Add(hb.interval))

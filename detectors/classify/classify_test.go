@@ -169,6 +169,7 @@ func TestFastDead(t *testing.T) {
 	}{
 		{"everything silent since the last heartbeat", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, before, Config{}, detectors.Dead, "cannot reach the node since its last heartbeat", false},
 		{"late lease, everything silent", lateLease, lost, []PeerReport{peer("n2", false, time.Second), peer("n3", false, 500*time.Millisecond)}, before, Config{}, detectors.Dead, "2 peer(s) cannot reach", false},
+		{"renewal seen before the next heartbeat was due: one moment of death", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, now.Add(-3500 * time.Millisecond), Config{}, detectors.Dead, "cannot reach the node", false},
 		{"Lease renewed after the agent went silent: not dead", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, after, Config{}, detectors.Healthy, "the Lease was renewed since its last heartbeat", false},
 		{"renewal never seen: not dead", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, time.Time{}, Config{}, detectors.Healthy, "Lease fresh", false},
 		{"one peer still reaches it", freshLease, lost, []PeerReport{peer("n2", false, time.Second), peer("n3", true, time.Second)}, before, Config{}, detectors.Healthy, "reached by [n3]", false},

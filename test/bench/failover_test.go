@@ -27,8 +27,9 @@ type result struct {
 	confirmedBeforeRelease                             bool
 }
 
-// BenchmarkFailover cuts node 1's power under the database pod, once per run with Palisade and
-// once with vanilla Kubernetes, and reports seconds from power loss to each milestone.
+// BenchmarkFailover cuts node 1's power under the database pod, once per run with Palisade (its
+// controller and a node agent on every node) and once with vanilla Kubernetes and the ideal
+// operator, and reports seconds from power loss to each milestone.
 func BenchmarkFailover(b *testing.B) {
 	runs := 3
 	if v, err := strconv.Atoi(os.Getenv("PALISADE_BENCH_RUNS")); err == nil && v > 0 {
@@ -66,7 +67,8 @@ func printRun(kind string, i int, r result) {
 // failover runs one scene: with Palisade's controller, or with the ideal operator instead.
 func failover(b *testing.B, withPalisade bool) result {
 	ctx := context.Background()
-	env, err := scenario.Start(ctx, scenario.Options{LeaseRenewInterval: kubeletRenew, NoPolicy: !withPalisade})
+	// Palisade runs as deployed: with its node agents (1 s heartbeats, peer probing).
+	env, err := scenario.Start(ctx, scenario.Options{LeaseRenewInterval: kubeletRenew, NoPolicy: !withPalisade, Agents: withPalisade})
 	if err != nil {
 		b.Fatalf("starting scene: %v", err)
 	}

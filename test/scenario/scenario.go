@@ -44,7 +44,12 @@ type Options struct {
 	Policy func(*v1alpha1.FencingPolicy)
 	// NoPolicy creates no FencingPolicy.
 	NoPolicy bool
-	Logf     func(format string, args ...any)
+	// Agents runs a real palisade-agent per node (see agents), and StartController serves
+	// their heartbeats.
+	Agents bool
+	// AgentInterval is the agents' heartbeat interval; default 1s (the agent's default).
+	AgentInterval time.Duration
+	Logf          func(format string, args ...any)
 }
 
 // Node is a simulated node and its BMC.
@@ -61,6 +66,7 @@ type Env struct {
 	opts    Options
 	dir     string
 	ctl     *controller
+	agents  *agents
 }
 
 // Start builds the scene; Stop tears it down.
@@ -70,6 +76,9 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
+	}
+	if o.AgentInterval == 0 {
+		o.AgentInterval = time.Second
 	}
 	e := &Env{opts: o}
 	defer func() {
@@ -94,6 +103,11 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if !o.NoPolicy {
 		if err = e.createPolicy(ctx); err != nil {
 			return nil, err
+		}
+	}
+	if o.Agents {
+		if err = e.startAgents(ctx); err != nil {
+			return nil, fmt.Errorf("starting agents: %w", err)
 		}
 	}
 	return e, nil
@@ -178,6 +192,9 @@ func (e *Env) StartController(ctx context.Context, edit func(*app.Options)) erro
 	}
 	o := app.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true,
 		Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: ipmi.New()}}
+	if e.agents != nil {
+		o.Agents = e.agents.opts
+	}
 	if edit != nil {
 		edit(&o)
 	}
@@ -212,6 +229,9 @@ func (e *Env) StopController() error {
 // Stop tears everything down, controller first and control plane last.
 func (e *Env) Stop() error {
 	errs := []error{e.StopController()}
+	if e.agents != nil {
+		e.agents.stopAll()
+	}
 	for _, n := range e.Nodes {
 		if n.Node != nil {
 			n.Node.Stop()
