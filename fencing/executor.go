@@ -5,6 +5,7 @@ import (
 	"time"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors"
 	"palisade.dev/palisade/providers"
 )
 
@@ -22,16 +23,35 @@ func (r *NodeFenceReconciler) terminate(ctx context.Context, nf *v1alpha1.NodeFe
 	if m.Executor != nil {
 		grace = m.Executor.GracePeriodSeconds
 	}
-	if err := r.Terminator.Terminate(ctx, nf.Spec.NodeName, string(nf.UID), grace); err != nil {
+	o := order(nf, grace)
+	if err := r.Terminator.Terminate(ctx, o); err != nil {
 		return r.providerFailure(nf, m, "ordering the termination", err)
 	}
-	return done("termination ordered from the agent of node %s", nf.Spec.NodeName)
+	return done("termination ordered from the agent of node %s %s", nf.Spec.NodeName, viaText(o.Via))
+}
+
+// order is the fence's order to the node's agent: through the API server for a node whose
+// kubelet is down (its agent sees the API server), straight from the controller otherwise (a
+// partitioned node cannot see the API server; a manual request may concern either).
+func order(nf *v1alpha1.NodeFence, grace *int64) providers.TerminateOrder {
+	o := providers.TerminateOrder{Node: nf.Spec.NodeName, ID: string(nf.UID), GracePeriodSeconds: grace, Via: providers.ViaDirect}
+	if nf.Spec.Verdict == string(detectors.KubeletDown) {
+		o.Via = providers.ViaAPI
+	}
+	return o
+}
+
+func viaText(v providers.Via) string {
+	if v == providers.ViaAPI {
+		return "through the API server (annotation " + v1alpha1.AnnotationExecutorCommand + " on this NodeFence)"
+	}
+	return "over the direct channel (the answer to its next heartbeat)"
 }
 
 // confirmTerminated waits for the agent's confirmed read-back.
 func (r *NodeFenceReconciler) confirmTerminated(ctx context.Context, nf *v1alpha1.NodeFence, i int) outcome {
 	m := nf.Spec.Methods[i]
-	state, msg, err := r.Terminator.Termination(ctx, nf.Spec.NodeName, string(nf.UID))
+	state, msg, err := r.Terminator.Termination(ctx, order(nf, nil))
 	if err != nil {
 		return r.providerFailure(nf, m, "reading the termination back", err)
 	}

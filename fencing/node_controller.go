@@ -147,7 +147,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		return ctrl.Result{RequeueAfter: stormRecheck}, nil
 	}
 	nf := newNodeFence(node, p, v1alpha1.TriggerDetected, fmt.Sprintf("%s: %s", obs.Verdict, obs.Reason))
-	nf.Spec.Methods = methods
+	nf.Spec.Methods, nf.Spec.Verdict = methods, string(obs.Verdict)
 	return ctrl.Result{}, r.create(ctx, node, nf, "node failed: "+nf.Spec.Reason)
 }
 

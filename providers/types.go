@@ -113,17 +113,41 @@ const (
 	TerminationFailed TerminationState = "Failed"
 )
 
+// Via is the channel an order travels to a node's agent.
+type Via string
+
+const (
+	// ViaDirect: in the answer to the agent's next heartbeat, straight from the controller (a
+	// node cut off from the API server).
+	ViaDirect Via = "direct"
+	// ViaAPI: through the API server, on the node's NodeFence (a node whose kubelet is down but
+	// whose agent sees the API server).
+	ViaAPI Via = "api"
+)
+
+// TerminateOrder is one order to terminate a node's workload.
+type TerminateOrder struct {
+	Node string
+	// ID names the order; the agent runs an ID once.
+	ID string
+	// GracePeriodSeconds, when set, caps every pod's grace period.
+	GracePeriodSeconds *int64
+	// Via is the channel; empty means ViaDirect.
+	Via Via
+}
+
 // WorkloadTerminator has a node's agent stop the kubelet and terminate every workload
 // container as the kubelet would, and reads the outcome back.
 //
-// Contract: Terminate is idempotent for one id (the agent runs an order once). Termination
+// Contract: Terminate is idempotent for one order (the agent runs an ID once). Termination
 // returns Confirmed only when the agent's report says so and a read-back of the runtime made
 // after it shows no workload container running: a report alone is not a confirmation.
 type WorkloadTerminator interface {
 	// Name is the provider's name, for metrics and records ("agent").
 	Name() string
-	// Terminate sends the order; gracePeriodSeconds, when set, caps every pod's grace.
-	Terminate(ctx context.Context, node, id string, gracePeriodSeconds *int64) error
-	// Termination reads the order's state back, with a message for people.
-	Termination(ctx context.Context, node, id string) (TerminationState, string, error)
+	// Terminate sends the order.
+	Terminate(ctx context.Context, o TerminateOrder) error
+	// Termination reads the order's state back (on the order's channel), with a message for
+	// people.
+	Termination(ctx context.Context, o TerminateOrder) (TerminationState, string, error)
 }

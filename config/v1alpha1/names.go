@@ -10,6 +10,14 @@ const (
 	// AnnotationBMCSecret on a Node names a Secret (in the namespace of the policy's credentialsSecretRef) holding the
 	// BMC's "username" and "password", overriding the policy's credentialsSecretRef.
 	AnnotationBMCSecret = "palisade.dev/bmc-secret"
+	// AnnotationExecutorCommand on a NodeFence is the controller's order to the node's agent
+	// when the order goes through the API server (a node whose kubelet is down but whose agent
+	// sees the API server): the JSON of a detectors/agent Command. The agent watches its own
+	// node's NodeFence for it.
+	AnnotationExecutorCommand = "palisade.dev/executor-command"
+	// AnnotationExecutorStatus on a NodeFence is the agent's answer to AnnotationExecutorCommand:
+	// the JSON of a detectors/agent APIReport (the executor status and the runtime read-back).
+	AnnotationExecutorStatus = "palisade.dev/executor-status"
 	// LabelNode on a NodeFence names the node it fences.
 	LabelNode = "palisade.dev/node"
 

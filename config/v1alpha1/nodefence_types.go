@@ -31,6 +31,13 @@ type NodeFenceSpec struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// Verdict is the detectors' classification of the node when a detector asked: Dead (no
+	// signal on any path), Partitioned (alive, cut off from the API server) or KubeletDown (the
+	// node and its agent alive, its kubelet not). Empty for manual requests. It decides the
+	// Executor's channel: through the API server for KubeletDown, direct otherwise.
+	// +kubebuilder:validation:Enum=Dead;Partitioned;KubeletDown
+	// +optional
+	Verdict string `json:"verdict,omitempty"`
 	// RequestedBy is who asked for a manual fence, where known (the field manager that set the
 	// annotation).
 	// +optional
@@ -153,6 +160,7 @@ type NodeFenceStatus struct {
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Method",type=string,JSONPath=`.status.method`
+// +kubebuilder:printcolumn:name="Verdict",type=string,JSONPath=`.spec.verdict`
 // +kubebuilder:printcolumn:name="Trigger",type=string,JSONPath=`.spec.trigger`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -2,8 +2,13 @@ package agentexec
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/agent"
 	"palisade.dev/palisade/providers"
 )
@@ -18,41 +23,111 @@ type Channel interface {
 	Snapshot() map[string]agent.Heartbeat
 }
 
-// Provider implements providers.WorkloadTerminator over a Channel.
-type Provider struct{ ch Channel }
+// Provider implements providers.WorkloadTerminator over the direct Channel and, for orders
+// ViaAPI, over the annotations of the node's NodeFence (named after the node).
+type Provider struct {
+	ch  Channel
+	api client.Client
+}
 
 var _ providers.WorkloadTerminator = (*Provider)(nil)
 
-// New returns a provider over ch.
-func New(ch Channel) *Provider { return &Provider{ch: ch} }
+// New returns a provider over ch and, for orders through the API server, api (nil: such
+// orders fail with an error saying so).
+func New(ch Channel, api client.Client) *Provider { return &Provider{ch: ch, api: api} }
 
 // Name implements providers.WorkloadTerminator.
 func (p *Provider) Name() string { return Name }
 
-// Terminate sets the command; the agent picks it up with its next heartbeat and runs an ID once.
-func (p *Provider) Terminate(_ context.Context, node, id string, grace *int64) error {
-	p.ch.SetCommand(node, agent.Command{ID: id, Action: agent.ActionTerminate, GracePeriodSeconds: grace})
+// Terminate hands the order to the agent: ViaDirect in the answer to its next heartbeat,
+// ViaAPI in the palisade.dev/executor-command annotation of the node's NodeFence, which the
+// agent watches. The agent runs an ID once.
+func (p *Provider) Terminate(ctx context.Context, o providers.TerminateOrder) error {
+	cmd := agent.Command{ID: o.ID, Action: agent.ActionTerminate, GracePeriodSeconds: o.GracePeriodSeconds}
+	if o.Via != providers.ViaAPI {
+		p.ch.SetCommand(o.Node, cmd)
+		return nil
+	}
+	if p.api == nil {
+		return fmt.Errorf("no API client to order the agent of node %s through the API server", o.Node)
+	}
+	raw, err := json.Marshal(cmd)
+	if err != nil {
+		return err
+	}
+	nf := &v1alpha1.NodeFence{}
+	if err := p.api.Get(ctx, client.ObjectKey{Name: o.Node}, nf); err != nil {
+		return fmt.Errorf("reading the NodeFence of node %s: %w", o.Node, err)
+	}
+	if nf.Annotations[v1alpha1.AnnotationExecutorCommand] == string(raw) {
+		return nil
+	}
+	patch := client.MergeFrom(nf.DeepCopy())
+	if nf.Annotations == nil {
+		nf.Annotations = map[string]string{}
+	}
+	nf.Annotations[v1alpha1.AnnotationExecutorCommand] = string(raw)
+	if err := p.api.Patch(ctx, nf, patch); err != nil {
+		return fmt.Errorf("writing the order into the NodeFence of node %s: %w", o.Node, err)
+	}
 	return nil
 }
 
-// Termination reads the agent's account of id and the runtime read-back of its heartbeats.
-func (p *Provider) Termination(_ context.Context, node, id string) (providers.TerminationState, string, error) {
-	st, ok := p.ch.ExecutorStatus(node)
-	if !ok || st.ID != id {
-		return providers.TerminationPending, "the agent has not taken the order yet", nil
+// Termination reads the agent's account of the order and the runtime read-back that came with
+// it, on the order's channel.
+func (p *Provider) Termination(ctx context.Context, o providers.TerminateOrder) (providers.TerminationState, string, error) {
+	if o.Via != providers.ViaAPI {
+		st, ok := p.ch.ExecutorStatus(o.Node)
+		if !ok || st.ID != o.ID {
+			return providers.TerminationPending, "the agent has not taken the order yet", nil
+		}
+		var running *int
+		if hb, ok := p.ch.Snapshot()[o.Node]; ok {
+			running = hb.RunningContainers
+		}
+		state, msg := judge(st, running)
+		return state, msg, nil
 	}
+	if p.api == nil {
+		return "", "", fmt.Errorf("no API client to read the agent of node %s through the API server", o.Node)
+	}
+	nf := &v1alpha1.NodeFence{}
+	if err := p.api.Get(ctx, client.ObjectKey{Name: o.Node}, nf); err != nil {
+		if apierrors.IsNotFound(err) {
+			return providers.TerminationPending, "the NodeFence is gone", nil
+		}
+		return "", "", fmt.Errorf("reading the NodeFence of node %s: %w", o.Node, err)
+	}
+	raw, ok := nf.Annotations[v1alpha1.AnnotationExecutorStatus]
+	if !ok {
+		return providers.TerminationPending, "the agent has not answered through the API server yet", nil
+	}
+	rep, err := agent.ParseAPIReport(raw)
+	if err != nil {
+		// A malformed answer is no confirmation; the method's timeout ends the wait.
+		return providers.TerminationRunning, "ignoring the agent's answer: " + err.Error(), nil
+	}
+	if rep.Executor.ID != o.ID {
+		return providers.TerminationPending, fmt.Sprintf("the agent's latest answer is for another order (%s)", rep.Executor.ID), nil
+	}
+	state, msg := judge(rep.Executor, rep.RunningContainers)
+	return state, msg, nil
+}
+
+// judge turns the agent's status and the runtime read-back taken with it into a state: Confirmed
+// only when the agent says so and the read-back shows no workload container running.
+func judge(st agent.ExecutorStatus, running *int) (providers.TerminationState, string) {
 	switch st.State {
 	case agent.ExecutorFailed:
-		return providers.TerminationFailed, st.Message, nil
+		return providers.TerminationFailed, st.Message
 	case agent.ExecutorRunning:
-		return providers.TerminationRunning, "the agent is terminating the workload", nil
+		return providers.TerminationRunning, "the agent is terminating the workload"
 	}
-	hb, ok := p.ch.Snapshot()[node]
-	if !ok || hb.RunningContainers == nil {
-		return providers.TerminationRunning, "the agent reports done; waiting for its runtime read-back", nil
+	if running == nil {
+		return providers.TerminationRunning, "the agent reports done; waiting for its runtime read-back"
 	}
-	if n := *hb.RunningContainers; n > 0 {
-		return providers.TerminationRunning, fmt.Sprintf("the agent reports done but its runtime read-back shows %d workload containers running", n), nil
+	if *running > 0 {
+		return providers.TerminationRunning, fmt.Sprintf("the agent reports done but its runtime read-back shows %d workload containers running", *running)
 	}
-	return providers.TerminationConfirmed, fmt.Sprintf("%d pods, %d containers stopped; runtime read-back: none running", st.Pods, st.Containers), nil
+	return providers.TerminationConfirmed, fmt.Sprintf("%d pods, %d containers stopped; runtime read-back: none running", st.Pods, st.Containers)
 }

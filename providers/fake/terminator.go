@@ -26,19 +26,19 @@ func NewTerminator(state providers.TerminationState) *Terminator {
 func (t *Terminator) Name() string { return Name }
 
 // Terminate records the order.
-func (t *Terminator) Terminate(_ context.Context, node, id string, _ *int64) error {
+func (t *Terminator) Terminate(_ context.Context, o providers.TerminateOrder) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.orders = append(t.orders, node+"/"+id)
+	t.orders = append(t.orders, o.Node+"/"+o.ID)
 	return nil
 }
 
 // Termination answers the state set for every order, Pending before any order arrived.
-func (t *Terminator) Termination(_ context.Context, node, id string) (providers.TerminationState, string, error) {
+func (t *Terminator) Termination(_ context.Context, order providers.TerminateOrder) (providers.TerminationState, string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, o := range t.orders {
-		if o == node+"/"+id {
+		if o == order.Node+"/"+order.ID {
 			return t.states["*"], "fake", nil
 		}
 	}

@@ -40,6 +40,12 @@ type Options struct {
 	// Agents, when its Addr is set, runs the mTLS server that receives the node agents'
 	// direct heartbeats; the detectors then classify nodes on them too.
 	Agents agent.ServerOptions
+	// AgentCerts, when its CASecret is set, issues the agents' certificates through the CSR
+	// API and the heartbeat server's own (agentcerts.go).
+	AgentCerts AgentCertOptions
+	// Pod is the controller's own pod; the leader labels it LabelAgentEndpoint so that the
+	// heartbeat Service routes agents to it (agentendpoint.go). An empty Name disables that.
+	Pod PodRef
 	// SkipNameValidation lets one process start the controller more than once (tests).
 	SkipNameValidation bool
 	// AfterRecord is passed to the NodeFence reconciler (fault injection in tests).
@@ -82,6 +88,13 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	// Before setup: the heartbeat server loads the certificate files setupAgentCerts writes.
+	if err := setupAgentCerts(mgr, o); err != nil {
+		return nil, err
+	}
+	if err := setupAgentEndpoint(mgr, o); err != nil {
+		return nil, err
 	}
 	if err := setup(mgr, o); err != nil {
 		return nil, err
@@ -134,7 +147,7 @@ func agents(mgr ctrl.Manager, o Options) (fencing.Observer, providers.WorkloadTe
 		return obs, nil, fmt.Errorf("adding the agent heartbeat server: %w", err)
 	}
 	obs.Heartbeats, obs.Since = srv, time.Now()
-	return obs, agentexec.New(srv), nil
+	return obs, agentexec.New(srv, mgr.GetClient()), nil
 }
 
 func durationOrNil(d time.Duration) *time.Duration {
