@@ -9,5 +9,7 @@
 // PowerSource (an ipmi_sim BMC in the test bed): when the power goes off the node does nothing
 // at all, like a dead machine; when it comes back the node reboots with a new boot ID and
 // resumes. PauseHeartbeats simulates a network partition instead: the node keeps "running" but
-// no request of it reaches the API server.
+// no request of it reaches the API server. With Options.ExternalLease the Lease and the Ready
+// heartbeat belong to another process (simkubelet, in the node's network namespace), so that
+// a test can kill that "kubelet" or cut its network while the node's pods keep running.
 package simnode

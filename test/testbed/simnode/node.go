@@ -15,7 +15,8 @@ import (
 )
 
 // syncNode creates the Node when missing and rewrites its status when the Ready condition is
-// not True, its heartbeat is older than statusReportInterval or it reports another boot.
+// not True, its heartbeat is older than statusReportInterval or it reports another boot (with
+// Options.ExternalLease: only when it reports another boot).
 func (n *Node) syncNode(ctx context.Context) error {
 	// kube-controller-manager writes new nodes too (taints, annotations): retry on conflict.
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return n.syncNodeOnce(ctx) })
@@ -36,7 +37,7 @@ func (n *Node) syncNodeOnce(ctx context.Context) error {
 	n.nodeUID = node.UID
 	bootID := n.BootID()
 	now := time.Now()
-	if statusFresh(node, bootID, now) {
+	if statusFresh(node, bootID, now) || (n.opts.ExternalLease && node.Status.NodeInfo.BootID == bootID) {
 		return nil
 	}
 	node = node.DeepCopy()

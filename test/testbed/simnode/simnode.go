@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,17 @@ type Options struct {
 	// with the node's name as node ID, as the kubelet registers them. Nil means the test bed's
 	// driver (csidriver.Name); an empty slice, none.
 	CSIDrivers []string
+	// ExternalLease leaves the node's Lease and its Ready heartbeat to another process (the
+	// test bed's kubelet stand-in, simkubelet, running in the node's network namespace): the
+	// node neither creates nor renews the Lease, and writes the Node's status only when it
+	// registers it and on every boot (a new boot ID), never to refresh the Ready heartbeat or
+	// to set Ready back to True after the node lifecycle controller marked it Unknown. Pods,
+	// volumes, the CSINode and the power source work as without it; the caller stops the
+	// external process when the power goes off.
+	ExternalLease bool
+	// InternalIP is the Node's InternalIP address, also its pods' host IP (e.g. the node's
+	// address in a network namespace, netns.Node.IP); default a unique 10.0.x.y.
+	InternalIP string
 	// Logf, when set, receives what the node does; never called after Stop returns.
 	Logf func(format string, args ...any)
 }
@@ -93,7 +105,8 @@ type Node struct {
 }
 
 // Start registers the node (when its power is on) and runs it until Stop or until ctx ends.
-// It returns once the Node and its Lease exist and the node watches its pods.
+// It returns once the Node and its Lease (unless Options.ExternalLease) exist and the node
+// watches its pods.
 func Start(ctx context.Context, kube kubernetes.Interface, opts Options) (*Node, error) {
 	n, err := newNode(kube, opts)
 	if err != nil {
@@ -143,12 +156,20 @@ func newNode(kube kubernetes.Interface, opts Options) (*Node, error) {
 		capacity[name] = qty
 	}
 	seq := nodeSeq.Add(1)
+	ip := fmt.Sprintf("10.0.%d.%d", (seq/254)%256, seq%254+1)
+	if opts.InternalIP != "" {
+		addr, err := netip.ParseAddr(opts.InternalIP)
+		if err != nil {
+			return nil, fmt.Errorf("starting node %s: Options.InternalIP must be an IP address: %w", opts.Name, err)
+		}
+		ip = addr.String()
+	}
 	return &Node{
 		kube:     kube,
 		opts:     opts,
 		capacity: capacity,
 		seq:      seq,
-		ip:       fmt.Sprintf("10.0.%d.%d", (seq/254)%256, seq%254+1),
+		ip:       ip,
 		kick:     make(chan struct{}, 1),
 		waiting:  map[string]string{},
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
@@ -338,7 +359,8 @@ func (n *Node) heartbeatLoop(ctx context.Context) {
 }
 
 // heartbeat makes sure the Node exists with a fresh Ready status for this boot and its
-// CSINode lists its CSI drivers, then renews the Lease.
+// CSINode lists its CSI drivers, then renews the Lease (with Options.ExternalLease: the Node
+// exists with this boot's status, and the Lease is not touched).
 func (n *Node) heartbeat(ctx context.Context) error {
 	n.hbMu.Lock()
 	defer n.hbMu.Unlock()
@@ -347,6 +369,9 @@ func (n *Node) heartbeat(ctx context.Context) error {
 	}
 	if err := n.syncCSINode(ctx); err != nil {
 		return err
+	}
+	if n.opts.ExternalLease {
+		return nil
 	}
 	return n.renewLease(ctx)
 }

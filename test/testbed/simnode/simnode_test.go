@@ -31,6 +31,7 @@ func TestNode(t *testing.T) {
 	c := testbed.StartT(t, testbed.Options{})
 	t.Run("power cut halts the node, power back reboots it", func(t *testing.T) { testPower(t, c.Kube) })
 	t.Run("partition stops heartbeats and deletions, resume catches up", func(t *testing.T) { testPartition(t, c.Kube) })
+	t.Run("external lease: the Lease and Ready are left to another process", func(t *testing.T) { testExternalLease(t, c.Kube) })
 }
 
 func testPower(t *testing.T, kube kubernetes.Interface) {

@@ -1,0 +1,173 @@
+package netns
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// table is the nftables table (family inet) that holds a node's cuts, inside its namespace.
+const table = "palisade"
+
+// Endpoint is a peer of a node that a cut separates it from: an IP address and a TCP port,
+// where port 0 means every packet to or from the address (any protocol, any port).
+type Endpoint struct {
+	IP   string
+	Port int
+}
+
+// ParseEndpoint parses "ip:port" (e.g. an address returned by LAN.Relay) or a bare "ip"
+// (port 0, every port).
+func ParseEndpoint(s string) (Endpoint, error) {
+	if addr, err := netip.ParseAddr(s); err == nil {
+		return Endpoint{IP: addr.String()}, nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("parsing endpoint %q: want ip or ip:port: %w", s, err)
+	}
+	return Endpoint{IP: ap.Addr().String(), Port: int(ap.Port())}, nil
+}
+
+// String is "ip:port", or "ip" for port 0.
+func (e Endpoint) String() string {
+	if e.Port == 0 {
+		return e.IP
+	}
+	return net.JoinHostPort(e.IP, strconv.Itoa(e.Port))
+}
+
+func (e Endpoint) validate() error {
+	addr, err := netip.ParseAddr(e.IP)
+	if err != nil {
+		return fmt.Errorf("endpoint %s: %w", e, err)
+	}
+	if e.Port < 0 || e.Port > 65535 {
+		return fmt.Errorf("endpoint %s: port out of range", e)
+	}
+	if addr.Zone() != "" {
+		return fmt.Errorf("endpoint %s: zoned addresses are not supported", e)
+	}
+	return nil
+}
+
+// Cut drops, from now on, every packet between the node and each peer, in both directions:
+// for a peer with a port, the TCP traffic of connections to that port; for a peer without,
+// all traffic with that address. Established connections stop passing data (packets are
+// dropped, not rejected: the peers see silence, as with a broken link). Cuts add up until Heal.
+func (n *Node) Cut(peers ...Endpoint) error {
+	for _, p := range peers {
+		if err := p.validate(); err != nil {
+			return fmt.Errorf("cutting node %s: %w", n.name, err)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range peers {
+		n.cuts[p] = true
+	}
+	return n.apply()
+}
+
+// CutNodes cuts the node off from the other nodes (every packet, both directions), leaving its
+// link to the root namespace and to the remaining nodes. The rules live in this node's
+// namespace: n.Heal, not other.Heal, removes them.
+func (n *Node) CutNodes(others ...*Node) error {
+	peers := make([]Endpoint, 0, len(others))
+	for _, o := range others {
+		peers = append(peers, Endpoint{IP: o.ip})
+	}
+	return n.Cut(peers...)
+}
+
+// CutAll drops every packet that does not stay on the node's loopback: the node is cut off
+// from the root namespace and every other node.
+func (n *Node) CutAll() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.all = true
+	return n.apply()
+}
+
+// Heal removes every cut of the node.
+func (n *Node) Heal() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	clear(n.cuts)
+	n.all = false
+	return n.apply()
+}
+
+// apply replaces the node's table with the rules of its cuts, atomically. Called with mu held.
+func (n *Node) apply() error {
+	peers := make([]Endpoint, 0, len(n.cuts))
+	for p := range n.cuts {
+		peers = append(peers, p)
+	}
+	if err := n.lan.tools.nft(n.ns, ruleset(peers, n.all)); err != nil {
+		return fmt.Errorf("cutting node %s: %w", n.name, err)
+	}
+	n.lan.logf("node %s: cuts %s", n.name, describe(peers, n.all))
+	return nil
+}
+
+func describe(peers []Endpoint, all bool) string {
+	switch {
+	case all:
+		return "everything but loopback"
+	case len(peers) == 0:
+		return "none"
+	}
+	s := make([]string, len(peers))
+	for i, p := range peers {
+		s[i] = p.String()
+	}
+	slices.Sort(s)
+	return strings.Join(s, ", ")
+}
+
+// ruleset is the nft script that replaces table inet palisade with drop rules for peers (and
+// for everything but loopback when all), or just deletes it when there is nothing to cut.
+func ruleset(peers []Endpoint, all bool) string {
+	var b strings.Builder
+	// Creating the table first makes the delete succeed whether or not it exists.
+	fmt.Fprintf(&b, "table inet %s\ndelete table inet %s\n", table, table)
+	if len(peers) == 0 && !all {
+		return b.String()
+	}
+	peers = slices.Clone(peers)
+	slices.SortFunc(peers, func(a, b Endpoint) int {
+		if c := netip.MustParseAddr(a.IP).Compare(netip.MustParseAddr(b.IP)); c != 0 {
+			return c
+		}
+		return a.Port - b.Port
+	})
+	fmt.Fprintf(&b, "table inet %s {\n", table)
+	for _, c := range []struct{ chain, iface, addr, port string }{
+		{"input", "iif", "saddr", "sport"},
+		{"output", "oif", "daddr", "dport"},
+	} {
+		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook %s priority filter; policy accept;\n", c.chain, c.chain)
+		if all {
+			fmt.Fprintf(&b, "\t\t%s \"lo\" accept\n\t\tdrop\n\t}\n", c.iface)
+			continue
+		}
+		for _, p := range peers {
+			family := "ip"
+			if netip.MustParseAddr(p.IP).Is6() {
+				family = "ip6"
+			}
+			if p.Port == 0 {
+				fmt.Fprintf(&b, "\t\t%s %s %s drop\n", family, c.addr, p.IP)
+			} else {
+				fmt.Fprintf(&b, "\t\t%s %s %s tcp %s %d drop\n", family, c.addr, p.IP, c.port, p.Port)
+			}
+		}
+		b.WriteString("\t}\n")
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
