@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"os"
 	"path/filepath"
 	"sort"
@@ -154,6 +155,34 @@ func TestRenderObjects(t *testing.T) {
 		name: "defaults",
 		want: []string{
 			"ClusterRole -/palisade",
+			"ClusterRole -/palisade-agent",
+			"ClusterRoleBinding -/palisade",
+			"ClusterRoleBinding -/palisade-agent",
+			"DaemonSet palisade-system/palisade-agent",
+			"Deployment palisade-system/palisade",
+			"PodDisruptionBudget palisade-system/palisade",
+			"Role kube-node-lease/palisade-node-leases",
+			"Role palisade-system/palisade-agent",
+			"Role palisade-system/palisade-agent-pki",
+			"Role palisade-system/palisade-bmc-secrets",
+			"Role palisade-system/palisade-leader-election",
+			"RoleBinding kube-node-lease/palisade-node-leases",
+			"RoleBinding palisade-system/palisade-agent",
+			"RoleBinding palisade-system/palisade-agent-pki",
+			"RoleBinding palisade-system/palisade-bmc-secrets",
+			"RoleBinding palisade-system/palisade-leader-election",
+			"Service palisade-system/palisade-agent-heartbeat",
+			"Service palisade-system/palisade-metrics",
+			"ServiceAccount palisade-system/palisade",
+			"ServiceAccount palisade-system/palisade-agent",
+			"ValidatingAdmissionPolicy -/palisade-agent-nodefence-answers",
+			"ValidatingAdmissionPolicyBinding -/palisade-agent-nodefence-answers",
+		},
+	}, {
+		name: "without the agent",
+		vals: map[string]any{"agent": map[string]any{"enabled": false}},
+		want: []string{
+			"ClusterRole -/palisade",
 			"ClusterRoleBinding -/palisade",
 			"Deployment palisade-system/palisade",
 			"PodDisruptionBudget palisade-system/palisade",
@@ -175,12 +204,15 @@ func TestRenderObjects(t *testing.T) {
 			"rbac":           map[string]any{"create": false},
 		},
 		want: []string{
+			"DaemonSet palisade-system/palisade-agent",
 			"Deployment palisade-system/palisade",
+			"Service palisade-system/palisade-agent-heartbeat",
 			"ServiceAccount palisade-system/palisade",
+			"ServiceAccount palisade-system/palisade-agent",
 		},
 	}, {
 		name: "secrets in more namespaces",
-		vals: map[string]any{"bmcSecretNamespaces": []any{"bmc", namespace, "racks"}},
+		vals: map[string]any{"bmcSecretNamespaces": []any{"bmc", namespace, "racks"}, "agent": map[string]any{"enabled": false}},
 		want: []string{
 			"ClusterRole -/palisade",
 			"ClusterRoleBinding -/palisade",
@@ -224,6 +256,8 @@ func decodeAll(t *testing.T, ms []manifest) {
 		switch m.kind {
 		case "Deployment":
 			into = &appsv1.Deployment{}
+		case "DaemonSet":
+			into = &appsv1.DaemonSet{}
 		case "Service":
 			into = &corev1.Service{}
 		case "ServiceAccount":
@@ -238,6 +272,10 @@ func decodeAll(t *testing.T, ms []manifest) {
 			into = &rbacv1.Role{}
 		case "RoleBinding":
 			into = &rbacv1.RoleBinding{}
+		case "ValidatingAdmissionPolicy":
+			into = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		case "ValidatingAdmissionPolicyBinding":
+			into = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 		default:
 			t.Fatalf("%s: unexpected kind %s", m.template, m.kind)
 		}
@@ -328,7 +366,8 @@ func TestLeaderElectionRequiredForReplicas(t *testing.T) {
 }
 
 // TestRBACIsNarrow checks that no rule grants a wildcard, that the ClusterRole grants nothing
-// on Secrets or Leases (namespaced Roles do), and that Secrets are only ever readable with get.
+// on Secrets or Leases (namespaced Roles do), and that Secrets are only ever readable with get:
+// the BMC Secrets, and the agents' CA Secret by its name (which the controller may create).
 func TestRBACIsNarrow(t *testing.T) {
 	ms, err := render(t, map[string]any{"bmcSecretNamespaces": []any{"bmc"}, "bmcSecretNames": []any{"bmc-credentials"}})
 	if err != nil {
@@ -350,6 +389,12 @@ func TestRBACIsNarrow(t *testing.T) {
 			for _, res := range rule.Resources {
 				if m.kind == "ClusterRole" && (res == "secrets" || res == "leases") {
 					t.Errorf("ClusterRole grants %s cluster-wide: %+v", res, rule)
+				}
+				if res == "secrets" && m.name == "palisade-agent-pki" {
+					if !cmp.Equal(rule.Verbs, []string{"create"}) && (!cmp.Equal(rule.Verbs, []string{"get"}) || !cmp.Equal(rule.ResourceNames, []string{"palisade-agent-ca"})) {
+						t.Errorf("Role %s/%s: want create, or get on the agents' CA Secret only, got %+v", m.namespace, m.name, rule)
+					}
+					continue
 				}
 				if res == "secrets" && (!cmp.Equal(rule.Verbs, []string{"get"}) || !cmp.Equal(rule.ResourceNames, []string{"bmc-credentials"})) {
 					t.Errorf("%s %s/%s: want get on the named Secrets only, got %+v", m.kind, m.namespace, m.name, rule)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/zapr"
@@ -53,8 +54,18 @@ func parseFlags() flags {
 	flag.StringVar(&f.opts.Agents.CertFile, "agent-tls-cert", "", "server certificate for the agent heartbeat server (re-read on change)")
 	flag.StringVar(&f.opts.Agents.KeyFile, "agent-tls-key", "", "server key for the agent heartbeat server")
 	flag.StringVar(&f.opts.Agents.CAFile, "agent-ca", "", "CA bundle that agents' client certificates must chain to")
+	flag.StringVar(&f.opts.AgentCerts.CASecret, "agent-ca-secret", "", `Secret (in the controller's namespace) holding the agents' CA, created if missing; set, the controller signs the agents' CSRs (signer palisade.dev/agent) and writes its own server certificate to --agent-tls-cert, --agent-tls-key and --agent-ca ("" disables)`)
+	flag.StringVar(&f.opts.AgentCerts.CAConfigMap, "agent-ca-configmap", "palisade-agent-ca", "ConfigMap (in the controller's namespace) where the agents' CA bundle is published")
+	flag.StringVar(&f.opts.AgentCerts.AgentServiceAccount, "agent-service-account", "", "namespace/name of the agents' ServiceAccount: only its pod-bound tokens get agent certificates")
+	flag.Func("agent-tls-hosts", "comma-separated DNS names and IPs of the heartbeat server's certificate (the heartbeat Service's names)", func(v string) error {
+		f.opts.AgentCerts.ServerHosts = strings.Split(v, ",")
+		return nil
+	})
+	flag.StringVar(&f.opts.Pod.Namespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the controller's pod (default $POD_NAMESPACE), also of the agents' CA Secret and ConfigMap")
+	flag.StringVar(&f.opts.Pod.Name, "pod-name", os.Getenv("POD_NAME"), fmt.Sprintf("name of the controller's pod (default $POD_NAME), which the leader labels %s=true so that the heartbeat Service routes agents to it; \"\" disables", app.LabelAgentEndpoint))
 	flag.IntVar(&f.verbosity, "v", 0, "log verbosity (0: info; higher: debug)")
 	flag.Parse()
+	f.opts.AgentCerts.Namespace = f.opts.Pod.Namespace
 	return f
 }
 

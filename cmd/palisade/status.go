@@ -56,10 +56,10 @@ func render(out io.Writer, policies []v1alpha1.FencingPolicy, fences []v1alpha1.
 	}
 	fmt.Fprintln(w)
 	sort.Slice(fences, func(i, j int) bool { return fences[i].CreationTimestamp.After(fences[j].CreationTimestamp.Time) })
-	fmt.Fprintln(w, "NODE\tPHASE\tMETHOD\tTRIGGER\tAGE\tLAST STEP")
+	fmt.Fprintln(w, "NODE\tPHASE\tMETHOD\tTRIGGER\tVERDICT\tAGE\tLAST STEP")
 	for _, nf := range fences {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", nf.Spec.NodeName, orDash(string(nf.Status.Phase)), orDash(nf.Status.Method),
-			nf.Spec.Trigger, now.Sub(nf.CreationTimestamp.Time).Round(time.Second), lastStepText(nf))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nf.Spec.NodeName, orDash(string(nf.Status.Phase)), orDash(nf.Status.Method),
+			nf.Spec.Trigger, orDash(nf.Spec.Verdict), now.Sub(nf.CreationTimestamp.Time).Round(time.Second), lastStepText(nf))
 	}
 	return w.Flush()
 }

@@ -21,7 +21,7 @@ func TestRender(t *testing.T) {
 	}}
 	fences := []v1alpha1.NodeFence{
 		{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(now.Add(-90 * time.Second))},
-			Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Trigger: v1alpha1.TriggerDetected},
+			Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead"},
 			Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFailed, Method: "ipmi", Steps: []v1alpha1.Step{
 				{Name: v1alpha1.StepPowerOff, State: v1alpha1.StepFailed, Reason: "BMCAuthFailed", Message: "check the Secret"}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "n2", CreationTimestamp: metav1.NewTime(now.Add(-5 * time.Second))},
@@ -35,9 +35,9 @@ func TestRender(t *testing.T) {
 		"POLICY   NODES  UNHEALTHY  STORM GUARD                       METHODS\n" +
 		"workers  3      2          ACTIVE: 2 of 3 nodes look failed  ipmi(IPMI)\n" +
 		"\n" +
-		"NODE  PHASE   METHOD  TRIGGER   AGE    LAST STEP\n" +
-		"n2    -       -       Manual    5s     -\n" +
-		"n1    Failed  ipmi    Detected  1m30s  PowerOff Failed (BMCAuthFailed): check the Secret\n"
+		"NODE  PHASE   METHOD  TRIGGER   VERDICT  AGE    LAST STEP\n" +
+		"n2    -       -       Manual    -        5s     -\n" +
+		"n1    Failed  ipmi    Detected  Dead     1m30s  PowerOff Failed (BMCAuthFailed): check the Secret\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("render (-want +got):\n%s", diff)
 	}

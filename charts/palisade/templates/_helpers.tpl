@@ -96,4 +96,75 @@ Fails rendering on values that would make an unsafe or broken install.
 {{- if not .Values.image.repository }}
 {{- fail "image.repository must be set" }}
 {{- end }}
+{{- if and .Values.agent.enabled (not .Values.agent.image.repository) }}
+{{- fail "agent.image.repository must be set (or agent.enabled=false)" }}
+{{- end }}
+{{- if and .Values.agent.enabled .Values.agent.criEndpoint (not (hasPrefix "/" (include "palisade.criSocketPath" .))) }}
+{{- fail "agent.criEndpoint must be an absolute socket path or unix:///path" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Agent (palisade-agent DaemonSet) names and labels.
+*/}}
+{{- define "palisade.agentName" -}}
+{{- printf "%s-agent" (include "palisade.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "palisade.agentSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "palisade.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{- define "palisade.agentLabels" -}}
+helm.sh/chart: {{ include "palisade.chart" . }}
+{{ include "palisade.agentSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.agent.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: palisade
+{{- end }}
+
+{{- define "palisade.agentServiceAccountName" -}}
+{{- default (include "palisade.agentName" .) .Values.agent.serviceAccount.name }}
+{{- end }}
+
+{{- define "palisade.agentImage" -}}
+{{- printf "%s:%s" .Values.agent.image.repository (.Values.agent.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+The heartbeat Service (it selects the leader's pod) and the names in the controller's server
+certificate.
+*/}}
+{{- define "palisade.heartbeatService" -}}
+{{- printf "%s-agent-heartbeat" (include "palisade.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "palisade.heartbeatHosts" -}}
+{{- $svc := include "palisade.heartbeatService" . }}
+{{- $ns := .Release.Namespace }}
+{{- printf "%s,%s.%s,%s.%s.svc,%s.%s.svc.%s" $svc $svc $ns $svc $ns $svc $ns .Values.clusterDomain }}
+{{- end }}
+
+{{/*
+Secret holding the agents' CA (made by the controller) and ConfigMap publishing its bundle.
+*/}}
+{{- define "palisade.agentCAName" -}}
+{{- printf "%s-agent-ca" (include "palisade.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The CRI socket path of agent.criEndpoint, without a unix:// scheme.
+*/}}
+{{- define "palisade.criSocketPath" -}}
+{{- trimPrefix "unix://" .Values.agent.criEndpoint }}
+{{- end }}
+
+{{/*
+Whether self-fencing is on: agent.selfFenceAfter set and not zero.
+*/}}
+{{- define "palisade.selfFencing" -}}
+{{- $d := toString .Values.agent.selfFenceAfter }}
+{{- if and $d (not (has $d (list "0" "0s" "0m" "0h"))) }}true{{ end }}
 {{- end }}

@@ -1,0 +1,303 @@
+package palisade_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chartutil"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"palisade.dev/palisade/cmd/palisade-controller/app"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/detectors/agent/pki"
+	"palisade.dev/palisade/detectors/agent/pki/pkitest"
+	"palisade.dev/palisade/test/testbed"
+)
+
+// installChart installs the chart with the Helm SDK, as the admin, into namespace (created
+// first), without its CRDs (the test bed installed them).
+func installChart(t *testing.T, c *testbed.Cluster, vals map[string]any) {
+	t.Helper()
+	if _, err := c.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	getter := genericclioptions.NewConfigFlags(false)
+	getter.KubeConfig = ptr.To(c.KubeconfigPath())
+	getter.Namespace = ptr.To(namespace)
+	cfg := new(action.Configuration)
+	if err := cfg.Init(getter, namespace, "secret", t.Logf); err != nil {
+		t.Fatalf("initialising Helm: %v", err)
+	}
+	cfg.Capabilities = capabilities(t, c)
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace, install.SkipCRDs = "palisade", namespace, true
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := install.RunWithContext(ctx, loadChart(t), vals); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+}
+
+// testbedKubeVersion is the Kubernetes release of the test bed's binaries.
+const testbedKubeVersion = "v1.37.0"
+
+// capabilities are what Helm would discover, except a version the API server built from module
+// source does not know (v0.0.0-master fails the chart's kubeVersion constraint).
+func capabilities(t *testing.T, c *testbed.Cluster) *chartutil.Capabilities {
+	t.Helper()
+	dc := c.Kube.Discovery()
+	sv, err := dc.ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiVersions, err := action.GetVersionSet(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := chartutil.KubeVersion{Version: sv.GitVersion, Major: sv.Major, Minor: sv.Minor}
+	if v, err := version.ParseSemantic(sv.GitVersion); err != nil || v.Major() == 0 {
+		v = version.MustParseSemantic(testbedKubeVersion)
+		kv = chartutil.KubeVersion{Version: testbedKubeVersion, Major: fmt.Sprint(v.Major()), Minor: fmt.Sprint(v.Minor())}
+	}
+	return &chartutil.Capabilities{APIVersions: apiVersions, KubeVersion: kv, HelmVersion: chartutil.DefaultCapabilities.HelmVersion}
+}
+
+// access is one SubjectAccessReview question and its expected answer.
+type access struct {
+	verb, group, resource, subresource, name, ns string
+	allowed                                      bool
+}
+
+func checkAccess(t *testing.T, kube kubernetes.Interface, sa string, want []access) {
+	t.Helper()
+	for _, a := range want {
+		r, err := kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   pki.ServiceAccountUser(namespace, sa),
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource,
+				Subresource: a.subresource, Name: a.name, Namespace: a.ns},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Allowed != a.allowed {
+			t.Errorf("%s may %s %s/%s %s (name %q, namespace %q): %v, want %v (%s)", sa, a.verb, a.resource, a.subresource, a.group, a.name, a.ns, r.Status.Allowed, a.allowed, r.Status.Reason)
+		}
+	}
+}
+
+// TestChartRBACOnAPIServer installs the chart into the real API server and checks that its
+// ServiceAccounts may do what the code does and no more: the agent sends and watches its CSR and
+// reads the CA bundle, but approves nothing; the controller keeps the CA Secret, publishes the
+// bundle, labels its pod, approves and signs palisade.dev/agent CSRs, and no other signer's.
+// Beside the access reviews, the real calls run with each ServiceAccount's token.
+func TestChartRBACOnAPIServer(t *testing.T) {
+	ctrl.SetLogger(logr.Discard())
+	c := testbed.StartT(t, testbed.Options{NoCSIAttacher: true, Controllers: []string{"serviceaccount-token-controller"}})
+	installChart(t, c, nil)
+	const csrs, signers = "certificatesigningrequests", "signers"
+	const cg = "certificates.k8s.io"
+	checkAccess(t, c.Kube, "palisade-agent", []access{
+		{verb: "create", group: cg, resource: csrs, allowed: true},
+		{verb: "get", group: cg, resource: csrs, name: "x", allowed: true},
+		{verb: "watch", group: cg, resource: csrs, allowed: true},
+		{verb: "get", resource: "configmaps", ns: namespace, name: "palisade-agent-ca", allowed: true},
+		{verb: "watch", group: "fencing.palisade.dev", resource: "nodefences", allowed: true},
+		{verb: "patch", group: "fencing.palisade.dev", resource: "nodefences", name: "x", allowed: true},
+		{verb: "delete", group: "fencing.palisade.dev", resource: "nodefences", name: "x"},
+		{verb: "update", group: cg, resource: csrs, subresource: "approval", name: "x"},
+		{verb: "update", group: cg, resource: csrs, subresource: "status", name: "x"},
+		{verb: "approve", group: cg, resource: signers, name: pki.SignerName},
+		{verb: "sign", group: cg, resource: signers, name: pki.SignerName},
+		{verb: "get", resource: "configmaps", ns: namespace, name: "other"},
+		{verb: "get", resource: "secrets", ns: namespace, name: "palisade-agent-ca"},
+	})
+	checkAccess(t, c.Kube, "palisade", []access{
+		{verb: "list", group: cg, resource: csrs, allowed: true},
+		{verb: "watch", group: cg, resource: csrs, allowed: true},
+		{verb: "update", group: cg, resource: csrs, subresource: "approval", name: "x", allowed: true},
+		{verb: "update", group: cg, resource: csrs, subresource: "status", name: "x", allowed: true},
+		{verb: "approve", group: cg, resource: signers, name: pki.SignerName, allowed: true},
+		{verb: "sign", group: cg, resource: signers, name: pki.SignerName, allowed: true},
+		{verb: "approve", group: cg, resource: signers, name: "kubernetes.io/kube-apiserver-client"},
+		{verb: "sign", group: cg, resource: signers, name: "kubernetes.io/kube-apiserver-client"},
+		{verb: "approve", group: cg, resource: signers, name: "palisade.dev/*"},
+		{verb: "patch", resource: "pods", ns: namespace, name: "palisade-0", allowed: true},
+		{verb: "patch", resource: "pods", ns: "default", name: "x"},
+		{verb: "get", resource: "secrets", ns: namespace, name: "palisade-agent-ca", allowed: true},
+		{verb: "create", resource: "secrets", ns: namespace, allowed: true},
+		{verb: "update", resource: "secrets", ns: namespace, name: "palisade-agent-ca"},
+		{verb: "delete", resource: "secrets", ns: namespace, name: "palisade-agent-ca"},
+		{verb: "list", resource: "secrets", ns: namespace},
+		{verb: "update", resource: "configmaps", ns: namespace, name: "palisade-agent-ca", allowed: true},
+		{verb: "update", resource: "configmaps", ns: namespace, name: "other"},
+	})
+	t.Run("real calls", func(t *testing.T) { chartRealCalls(t, c) })
+	t.Run("agent answers only on its own NodeFence", func(t *testing.T) { agentAnswers(t, c) })
+}
+
+// agentAnswers: the agent's RBAC allows patching NodeFences, and the chart's admission policy
+// narrows it to the executor-status annotation of the NodeFence of the agent's own node.
+func agentAnswers(t *testing.T, c *testbed.Cluster) {
+	ctx := context.Background()
+	for _, node := range []string{"node-a", "node-b"} {
+		nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{v1alpha1.AnnotationExecutorCommand: `{"id":"x","action":"Terminate"}`}},
+			Spec: v1alpha1.NodeFenceSpec{NodeName: node, Trigger: v1alpha1.TriggerManual, Methods: []v1alpha1.Method{{Name: "m", Type: v1alpha1.MethodExecutor}}}}
+		if err := c.Client.Create(ctx, nf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agents := &pkitest.Agents{Kube: c.Kube, Config: c.Config, Namespace: namespace, Name: "palisade-agent"}
+	cfg := &rest.Config{Host: c.Config.Host, BearerToken: agents.PodToken(t, "node-a"), TLSClientConfig: rest.TLSClientConfig{CAData: c.Config.CAData}}
+	ag, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := func(node, body string) error {
+		nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		return ag.Patch(ctx, nf, client.RawPatch(types.MergePatchType, []byte(body)))
+	}
+	answer := `{"metadata":{"annotations":{"` + v1alpha1.AnnotationExecutorStatus + `":"{}"}}}`
+	if err := patch("node-a", answer); err != nil {
+		t.Errorf("the agent of node-a answering on its NodeFence: %v", err)
+	}
+	for _, tc := range []struct{ what, node, body, msg string }{
+		{"answering on another node's NodeFence", "node-b", answer, "its own node"},
+		{"changing the order", "node-a", `{"metadata":{"annotations":{"` + v1alpha1.AnnotationExecutorCommand + `":"{}"}}}`, "only the palisade.dev/executor-status annotation"},
+		{"adding an annotation", "node-a", `{"metadata":{"annotations":{"x":"y"}}}`, "only the palisade.dev/executor-status annotation"},
+		{"changing the spec", "node-a", `{"spec":{"dryRun":true}}`, "spec"},
+		{"adding a label", "node-a", `{"metadata":{"labels":{"l":"v"}}}`, "labels or finalizers"},
+	} {
+		err := patch(tc.node, tc.body)
+		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) || err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("the agent of node-a %s: %v; want a refusal saying %q", tc.what, err, tc.msg)
+		}
+	}
+	var nf v1alpha1.NodeFence
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: "node-a"}, &nf); err != nil || nf.Spec.DryRun || nf.Annotations["x"] != "" {
+		t.Errorf("node-a's NodeFence changed by a refused patch: %+v (%v)", nf.ObjectMeta.Annotations, err)
+	}
+}
+
+func chartRealCalls(t *testing.T, c *testbed.Cluster) {
+	ctx := context.Background()
+	tr, err := c.Kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, "palisade", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctlCfg := &rest.Config{Host: c.Config.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: c.Config.CAData}}
+	ctl, err := client.New(ctlCfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctlKube := kubernetes.NewForConfigOrDie(ctlCfg)
+
+	// The controller's start: the CA Secret (created, then read back), the bundle published
+	// (created, then updated), its pod's label removed.
+	caKey := types.NamespacedName{Namespace: namespace, Name: "palisade-agent-ca"}
+	ca, err := pki.EnsureCA(ctx, ctl, caKey)
+	if err == nil {
+		_, err = pki.EnsureCA(ctx, ctl, caKey)
+	}
+	if err != nil {
+		t.Fatalf("the controller keeping its CA: %v", err)
+	}
+	other, err := agent.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bundle := range []*agent.CA{other, ca} {
+		if err := pki.PublishBundle(ctx, ctl, caKey, bundle); err != nil {
+			t.Fatalf("the controller publishing the CA bundle: %v", err)
+		}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "palisade-0", Labels: map[string]string{app.LabelAgentEndpoint: "true"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "controller", Image: "palisade-controller"}}}}
+	if err := c.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+app.LabelAgentEndpoint+`":null}}}`))
+	if err := ctl.Patch(ctx, pod, patch); err != nil {
+		t.Errorf("the controller removing the label of its pod: %v", err)
+	}
+
+	// The agent: reads the bundle, sends its CSR, cannot approve it; the controller signs it.
+	agents := &pkitest.Agents{Kube: c.Kube, Config: c.Config, Namespace: namespace, Name: "palisade-agent"}
+	agentKube := agents.Client(t, agents.PodToken(t, "node-a"))
+	if _, err := agentKube.CoreV1().ConfigMaps(namespace).Get(ctx, caKey.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the agent reading the CA bundle: %v", err)
+	}
+	csr, err := agentKube.CertificatesV1().CertificateSigningRequests().Create(ctx, agentCSR(t, "node-a", pki.SignerName), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the agent sending its CSR: %v", err)
+	}
+	approve(csr)
+	if _, err := agentKube.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the agent approving its own CSR: %v, want Forbidden", err)
+	}
+	signer := &pki.Signer{Client: ctl, CA: ca, AgentUser: pki.ServiceAccountUser(namespace, "palisade-agent"), Now: time.Now}
+	if _, err := signer.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: csr.Name}}); err != nil {
+		t.Fatalf("the controller signing the agent's CSR: %v", err)
+	}
+	got, err := agentKube.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+	if err != nil || len(got.Status.Certificate) == 0 {
+		t.Fatalf("the agent getting its certificate: %v, status %+v", err, got.Status)
+	}
+
+	// Another signer's CSR: the controller may not approve it.
+	foreign, err := c.Kube.CertificatesV1().CertificateSigningRequests().Create(ctx, agentCSR(t, "node-a", "kubernetes.io/kube-apiserver-client"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approve(foreign)
+	if _, err := ctlKube.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, foreign.Name, foreign, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the controller approving a kube-apiserver-client CSR: %v, want Forbidden", err)
+	}
+}
+
+func agentCSR(t *testing.T, node, signer string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: node}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "chart-"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: signer, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})},
+	}
+}
+
+func approve(csr *certificatesv1.CertificateSigningRequest) {
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test", Message: "test"})
+}
