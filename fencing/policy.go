@@ -95,6 +95,8 @@ func (o Observer) observe(ctx context.Context, node *corev1.Node, p *v1alpha1.Fe
 // health counts the policy's nodes and those that look failed or late (Suspect).
 type health struct {
 	Nodes, Unhealthy, MaxUnhealthy int
+	// Listed are the first unhealthy nodes by name, at most v1alpha1.MaxUnhealthyListed.
+	Listed []v1alpha1.NodeVerdict
 }
 
 // Blocked says whether the storm guard forbids automatic fencing.
@@ -120,10 +122,26 @@ func (o Observer) policyHealth(ctx context.Context, p *v1alpha1.FencingPolicy, n
 		// must see the storm before the first of them is fenced.
 		if obs.Verdict.Failed() || obs.Verdict == detectors.Suspect {
 			h.Unhealthy++
+			h.Listed = append(h.Listed, v1alpha1.NodeVerdict{Node: obs.Node, Verdict: string(obs.Verdict), Reason: truncate(obs.Reason, 1024)})
 		}
 	}
 	h.MaxUnhealthy = maxUnhealthy(p, h.Nodes)
+	sort.Slice(h.Listed, func(i, j int) bool { return h.Listed[i].Node < h.Listed[j].Node })
+	if len(h.Listed) > v1alpha1.MaxUnhealthyListed {
+		h.Listed = h.Listed[:v1alpha1.MaxUnhealthyListed]
+	}
 	return h, nil
+}
+
+// truncate cuts s to at most n bytes, on a UTF-8 boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
 }
 
 // maxUnhealthy resolves the storm guard: a count, or a percentage rounded down but at least 1.

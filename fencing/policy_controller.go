@@ -48,7 +48,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	patch := client.MergeFrom(p.DeepCopy())
 	p.Status.ObservedGeneration = p.Generation
-	p.Status.Nodes, p.Status.UnhealthyNodes = int32(h.Nodes), int32(h.Unhealthy)
+	p.Status.Nodes, p.Status.UnhealthyNodes, p.Status.Unhealthy = int32(h.Nodes), int32(h.Unhealthy), h.Listed
 	guard := metav1.Condition{Type: v1alpha1.ConditionStormGuardActive, Status: metav1.ConditionFalse,
 		Reason: "WithinLimit", ObservedGeneration: p.Generation,
 		Message: fmt.Sprintf("%d of %d nodes look failed; fencing allowed up to %d", h.Unhealthy, h.Nodes, h.MaxUnhealthy)}

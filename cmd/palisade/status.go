@@ -43,7 +43,8 @@ func status(ctx context.Context, out io.Writer) error {
 	return render(out, policies.Items, fences.Items, time.Now())
 }
 
-// render writes the status tables: policies, then fences with their latest step.
+// render writes the status tables: policies, the nodes that look unhealthy with the detectors'
+// verdict and why, then fences with their latest step.
 func render(out io.Writer, policies []v1alpha1.FencingPolicy, fences []v1alpha1.NodeFence, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "POLICY\tNODES\tUNHEALTHY\tSTORM GUARD\tMETHODS")
@@ -53,6 +54,13 @@ func render(out io.Writer, policies []v1alpha1.FencingPolicy, fences []v1alpha1.
 			guard = map[bool]string{true: "ACTIVE: " + c.Message, false: "ok"}[c.Status == "True"]
 		}
 		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", p.Name, p.Status.Nodes, p.Status.UnhealthyNodes, guard, methodList(p.Spec.Methods))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "UNHEALTHY NODE\tPOLICY\tVERDICT\tWHY")
+	for _, p := range policies {
+		for _, n := range p.Status.Unhealthy {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", n.Node, p.Name, n.Verdict, n.Reason)
+		}
 	}
 	fmt.Fprintln(w)
 	sort.Slice(fences, func(i, j int) bool { return fences[i].CreationTimestamp.After(fences[j].CreationTimestamp.Time) })

@@ -16,7 +16,8 @@ func TestRender(t *testing.T) {
 	policies := []v1alpha1.FencingPolicy{{
 		ObjectMeta: metav1.ObjectMeta{Name: "workers"},
 		Spec:       v1alpha1.FencingPolicySpec{Methods: []v1alpha1.Method{{Name: "ipmi", Type: v1alpha1.MethodIPMI}}},
-		Status: v1alpha1.FencingPolicyStatus{Nodes: 3, UnhealthyNodes: 2, Conditions: []metav1.Condition{{
+		Status: v1alpha1.FencingPolicyStatus{Nodes: 3, UnhealthyNodes: 2, Unhealthy: []v1alpha1.NodeVerdict{
+			{Node: "n1", Verdict: "Dead", Reason: "no path"}, {Node: "n3", Verdict: "Suspect", Reason: "Lease late"}}, Conditions: []metav1.Condition{{
 			Type: v1alpha1.ConditionStormGuardActive, Status: "True", Message: "2 of 3 nodes look failed"}}},
 	}}
 	fences := []v1alpha1.NodeFence{
@@ -34,6 +35,10 @@ func TestRender(t *testing.T) {
 	want := "" +
 		"POLICY   NODES  UNHEALTHY  STORM GUARD                       METHODS\n" +
 		"workers  3      2          ACTIVE: 2 of 3 nodes look failed  ipmi(IPMI)\n" +
+		"\n" +
+		"UNHEALTHY NODE  POLICY   VERDICT  WHY\n" +
+		"n1              workers  Dead     no path\n" +
+		"n3              workers  Suspect  Lease late\n" +
 		"\n" +
 		"NODE  PHASE   METHOD  TRIGGER   VERDICT  AGE    LAST STEP\n" +
 		"n2    -       -       Manual    -        5s     -\n" +

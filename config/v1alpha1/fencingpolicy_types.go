@@ -175,11 +175,31 @@ type FencingPolicyStatus struct {
 	// UnhealthyNodes is how many of them look failed now.
 	// +optional
 	UnhealthyNodes int32 `json:"unhealthyNodes"`
+	// Unhealthy lists the nodes that look failed or late, with the detectors' verdict and why
+	// (at most MaxUnhealthyListed, by name).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=50
+	Unhealthy []NodeVerdict `json:"unhealthy,omitempty"`
 	// Conditions: Ready, StormGuardActive.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// MaxUnhealthyListed bounds FencingPolicyStatus.Unhealthy.
+const MaxUnhealthyListed = 50
+
+// NodeVerdict is the detectors' view of one node.
+type NodeVerdict struct {
+	Node string `json:"node"`
+	// Verdict: Suspect, KubeletDown, Partitioned or Dead.
+	Verdict string `json:"verdict"`
+	// Reason says which signals led there.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // FencingPolicy selects nodes and says how Palisade fences them.

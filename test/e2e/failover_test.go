@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -206,6 +207,9 @@ func TestStormGuardFencesNothing(t *testing.T) {
 	}
 	if !active || p.Status.UnhealthyNodes != 2 {
 		t.Errorf("policy status: StormGuardActive=%t unhealthy=%d, want true and 2: %+v", active, p.Status.UnhealthyNodes, p.Status)
+	}
+	if l := p.Status.Unhealthy; len(l) != 2 || l[0].Node != "node-2" || l[1].Node != "node-3" || l[0].Verdict != "Dead" || !strings.Contains(l[0].Reason, "not renewed") {
+		t.Errorf("policy status lists the unhealthy nodes as %+v; want node-2 and node-3, Dead, with the Lease's reason", l)
 	}
 	if !hasEvent(eventsFor(t, env, "Node", env.Node(2).Name()), "StormGuardActive") {
 		t.Error("no StormGuardActive event on the held-back node")
