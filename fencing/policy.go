@@ -52,6 +52,32 @@ func leaseTimeout(p *v1alpha1.FencingPolicy) time.Duration {
 	return DefaultLeaseTimeout
 }
 
+// DefaultHeartbeatInterval applies when a policy sets none: the agent's own default.
+const DefaultHeartbeatInterval = time.Second
+
+// HeartbeatIntervals returns the heartbeat interval each node's agent is to use: its policy's
+// detection.heartbeatInterval, the default for a node under a policy without one, and 0 (the
+// agent keeps its own) for a node no policy covers or that cannot be read (c is a cache, so
+// this is quick enough to ask for every heartbeat).
+func HeartbeatIntervals(c client.Reader) func(node string) time.Duration {
+	return func(name string) time.Duration {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		node := &corev1.Node{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return 0
+		}
+		p, err := policyFor(ctx, c, node)
+		if err != nil || p == nil {
+			return 0
+		}
+		if d := p.Spec.Detection.HeartbeatInterval; d != nil && d.Duration > 0 {
+			return d.Duration
+		}
+		return DefaultHeartbeatInterval
+	}
+}
+
 // Heartbeats is the source of the node agents' direct heartbeats (detectors/agent.Server).
 type Heartbeats interface {
 	Snapshot() map[string]agent.Heartbeat

@@ -61,11 +61,18 @@ type FencingPolicySpec struct {
 // Detection holds the thresholds of the detectors.
 // +kubebuilder:validation:XValidation:rule="!has(self.leaseTimeout) || duration(self.leaseTimeout) >= duration('2s')",message="spec.detection.leaseTimeout must be at least 2s (the kubelet renews its Lease every 10s by default; 20s or more is safer)"
 // +kubebuilder:validation:XValidation:rule="!has(self.leaseTimeout) || duration(self.leaseTimeout) <= duration('1h')",message="spec.detection.leaseTimeout must be at most 1h"
+// +kubebuilder:validation:XValidation:rule="!has(self.heartbeatInterval) || (duration(self.heartbeatInterval) >= duration('100ms') && duration(self.heartbeatInterval) <= duration('1m'))",message="detection.heartbeatInterval must be between 100ms and 1m"
 type Detection struct {
 	// LeaseTimeout is how long a node's Lease in kube-node-lease may go without renewal before
 	// the node counts as failed. Default 20s.
 	// +optional
 	LeaseTimeout *metav1.Duration `json:"leaseTimeout,omitempty"`
+	// HeartbeatInterval is how often the agents of the policy's nodes send their heartbeats
+	// straight to the controller and probe their peers; the controller tells each agent in
+	// its answers. An agent counts as lost after 3 missed intervals, so this sets how fast a
+	// dead node is found. Default 1s.
+	// +optional
+	HeartbeatInterval *metav1.Duration `json:"heartbeatInterval,omitempty"`
 }
 
 // Method is one step of the escalation chain.

@@ -102,4 +102,7 @@ type Response struct {
 	Command *Command `json:"command,omitempty"`
 	// Peers are the nodes this node's agent is to probe until the next response says otherwise.
 	Peers []PeerTarget `json:"peers,omitempty"`
+	// IntervalMillis is the heartbeat (and probe) interval the node's policy asks for; 0: keep
+	// the agent's own.
+	IntervalMillis int64 `json:"intervalMillis,omitempty"`
 }

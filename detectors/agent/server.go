@@ -38,6 +38,9 @@ type ServerOptions struct {
 	// ProbePeers is how many peers every agent probes (see classify.Ring); 0 means
 	// classify.DefaultProbePeers, a negative number turns peer probing off.
 	ProbePeers int
+	// IntervalFor, when set, gives the heartbeat interval a node's agent is to use (0: its
+	// own), sent in every answer. It is called for every heartbeat and must be quick.
+	IntervalFor func(node string) time.Duration
 }
 
 // Server receives the direct heartbeats of node agents over mutually authenticated TLS,
@@ -255,7 +258,12 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		resp.Command = &cmd
 	}
 	resp.Peers = s.peers.targets(node)
-	if resp.Command == nil && len(resp.Peers) == 0 {
+	if s.opts.IntervalFor != nil {
+		if d := s.opts.IntervalFor(node); d > 0 && d != hb.Interval {
+			resp.IntervalMillis = d.Milliseconds()
+		}
+	}
+	if resp.Command == nil && len(resp.Peers) == 0 && resp.IntervalMillis == 0 {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}

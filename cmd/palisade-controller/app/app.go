@@ -139,6 +139,9 @@ func agents(mgr ctrl.Manager, o Options) (fencing.Observer, providers.WorkloadTe
 	}
 	opts := o.Agents
 	opts.Logger = mgr.GetLogger().WithName("agent-heartbeats")
+	if opts.IntervalFor == nil {
+		opts.IntervalFor = fencing.HeartbeatIntervals(mgr.GetClient())
+	}
 	srv, err := agent.NewServer(opts)
 	if err != nil {
 		return obs, nil, fmt.Errorf("creating the agent heartbeat server: %w", err)
