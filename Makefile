@@ -21,7 +21,7 @@ help: ## Show the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build palisade-controller and palisade into bin/.
+build: ## Build palisade-controller, palisade-agent (with palisade-executor beside it) and palisade into bin/.
 	go build -o bin/ ./cmd/...
 
 .PHONY: test
@@ -33,7 +33,7 @@ test-e2e: deps testbed ## Only the end-to-end fencing tests.
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: bench
-bench: deps testbed ## Agent cost, then failover: Palisade versus vanilla Kubernetes (prints BENCH lines).
+bench: deps testbed ## Agent cost, detection latency, then failover: Palisade versus vanilla Kubernetes (prints BENCH lines).
 	go test -count=1 -run '^$$' -bench . -benchtime 1x ./cmd/palisade-agent/ ./detectors/classify/ | tee $(CACHE)/bench.log
 	go test -count=1 -timeout 40m -run '^$$' -bench . -benchtime 1x ./test/bench/ | tee -a $(CACHE)/bench.log
 	@echo; grep '^BENCH' $(CACHE)/bench.log

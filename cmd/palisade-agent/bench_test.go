@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/test/testbed/containerd"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat: 100 on Linux.
@@ -32,6 +35,7 @@ func BenchmarkAgentCost(b *testing.B) {
 	time.Sleep(window)
 	ticks, sched, elapsed, heartbeats := cpuTicks(b, pid)-startTicks, schedNanos(b, pid)-startSched, time.Since(start), len(e.beats)
 	rss := rssKiB(b, pid)
+	mem := smapsRollup(b, pid)
 	if code := p.stop(b); code != 0 {
 		b.Errorf("exit status %d after SIGTERM", code)
 	}
@@ -44,6 +48,87 @@ func BenchmarkAgentCost(b *testing.B) {
 	fmt.Printf("BENCH agent rss_mib=%.1f cpu_pct=%.2f\n", rssMiB, cpuPct)
 	fmt.Printf("  (%d heartbeats over %s; utime+stime %d ticks of 10 ms, so cpu_pct resolves to %.2f; "+
 		"the threads' schedstat run time says %.3f%%)\n", heartbeats, elapsed.Round(time.Millisecond), ticks, 100/clockTicks/elapsed.Seconds(), schedPct)
+	fmt.Printf("  (smaps_rollup: Rss %d KiB = Anonymous %d KiB + file-backed %d KiB; Private_Dirty %d KiB)\n",
+		mem["Rss"], mem["Anonymous"], mem["Rss"]-mem["Anonymous"], mem["Private_Dirty"])
+}
+
+// smapsRollup reads /proc/<pid>/smaps_rollup: its sizes in KiB by field name (Rss, Anonymous,
+// Private_Dirty, …). Its file-backed pages are Rss less Anonymous.
+func smapsRollup(b *testing.B, pid int) map[string]int64 {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		fields := strings.Fields(rest)
+		if !ok || len(fields) != 2 || fields[1] != "kB" {
+			continue
+		}
+		if kib, err := strconv.ParseInt(fields[0], 10, 64); err == nil {
+			out[name] = kib
+		}
+	}
+	if _, ok := out["Rss"]; !ok {
+		b.Fatalf("no Rss in /proc/%d/smaps_rollup", pid)
+	}
+	return out
+}
+
+// BenchmarkExecutorChildCost runs the agent as BenchmarkAgentCost does, with a real containerd
+// as its runtime and its palisade-executor child started by a Terminate command (on a runtime
+// without pods: Confirmed at once), which then answers every heartbeat's read-back. It measures
+// both processes over 10 s, after a 2 s warm-up: the cost of an agent once it has needed the
+// runtime.
+func BenchmarkExecutorChildCost(b *testing.B) {
+	const window = 10 * time.Second
+	ctd := containerd.StartT(b)
+	e := newEnv(b, "127.0.0.1:0")
+	k := newKubelet()
+	defer k.srv.Close()
+	p := e.startAgent(b, e.server.Addr(), k.srv.URL, time.Second, "--cri-endpoint", ctd.Socket)
+	e.server.SetCommand(testNode, agent.Command{ID: "c1", Action: agent.ActionTerminate})
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if st := e.next(b, 30*time.Second).Executor; st != nil && st.State == agent.ExecutorConfirmed {
+			break
+		} else if st != nil && st.State == agent.ExecutorFailed || time.Now().After(deadline) {
+			b.Fatalf("executor status %+v, want Confirmed", st)
+		}
+	}
+	pids := executorPIDs(b, p)
+	if len(pids) != 1 {
+		b.Fatalf("executor processes started: %v, want one", pids)
+	}
+	time.Sleep(2 * time.Second)
+	procs := []int{p.cmd.Process.Pid, pids[0]}
+	startTicks, start := []int64{cpuTicks(b, procs[0]), cpuTicks(b, procs[1])}, time.Now()
+	for len(e.beats) > 0 {
+		<-e.beats
+	}
+	time.Sleep(window)
+	elapsed, beats := time.Since(start), 0
+	for len(e.beats) > 0 {
+		if hb := <-e.beats; hb.RunningContainers != nil {
+			beats++
+		}
+	}
+	var rss, cpu [2]float64
+	for i, pid := range procs {
+		rss[i] = float64(rssKiB(b, pid)) / 1024
+		cpu[i] = 100 * float64(cpuTicks(b, pid)-startTicks[i]) / clockTicks / elapsed.Seconds()
+	}
+	mem := smapsRollup(b, pids[0])
+	if code := p.stop(b); code != 0 {
+		b.Errorf("exit status %d after SIGTERM", code)
+	}
+	b.ReportMetric(rss[0]+rss[1], "rss_MiB")
+	b.ReportMetric(cpu[0]+cpu[1], "cpu_pct")
+	fmt.Printf("BENCH agent+executor rss_mib=%.1f (agent %.1f + executor %.1f) cpu_pct=%.2f (agent %.2f + executor %.2f)\n",
+		rss[0]+rss[1], rss[0], rss[1], cpu[0]+cpu[1], cpu[0], cpu[1])
+	fmt.Printf("  (%d heartbeats with a read-back over %s; executor smaps_rollup: Rss %d KiB = Anonymous %d KiB + file-backed %d KiB)\n",
+		beats, elapsed.Round(time.Millisecond), mem["Rss"], mem["Anonymous"], mem["Rss"]-mem["Anonymous"])
 }
 
 // cpuTicks is utime+stime of pid, fields 14 and 15 of /proc/<pid>/stat.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"palisade.dev/palisade/cmd/palisade-executor/protocol"
 	"palisade.dev/palisade/detectors/agent"
 )
 
@@ -28,11 +29,20 @@ type commander struct {
 	seen    map[string]bool // command IDs started
 	busy    string          // ID of the command running, "" when none
 	current *agent.ExecutorStatus
-	rt      *nodeRuntime // connected on the first command that needs it
+
+	// exec runs the palisade-executor child process, started on the first command that needs
+	// the runtime.
+	exec *executorClient
 }
 
 func newCommander(o options, log logr.Logger) *commander {
-	return &commander{o: o, log: log.WithName("executor"), changed: make(chan struct{}, 1), seen: map[string]bool{}}
+	log = log.WithName("executor")
+	if o.criEndpoint != "" {
+		if _, err := findExecutor(o.executorBinary); err != nil {
+			log.Error(err, "WARNING: a Terminate command or a self-fence would fail")
+		}
+	}
+	return &commander{o: o, log: log, changed: make(chan struct{}, 1), seen: map[string]bool{}, exec: newExecutorClient(o, log)}
 }
 
 // status is a copy of the latest command's status, nil before the first command.
@@ -83,9 +93,9 @@ func (c *commander) run(ctx context.Context, cmd agent.Command) {
 	c.notify()
 }
 
-// execute checks the command, connects to the runtime, stops the kubelet and terminates every
-// pod. Only a nil error reports Confirmed, and terminateAll returns nil only after reading every
-// pod back as exited.
+// execute checks the command, has the executor child process connect to the runtime, stops
+// the kubelet and has the executor terminate every pod. Only a nil error reports Confirmed, and
+// the executor answers without an error only after reading every pod back as exited.
 func (c *commander) execute(ctx context.Context, cmd agent.Command) (result, error) {
 	if err := cmd.Validate(); err != nil {
 		return result{}, err
@@ -96,7 +106,7 @@ func (c *commander) execute(ctx context.Context, cmd agent.Command) (result, err
 	ctx, cancel := context.WithTimeoutCause(ctx, c.o.executorTimeout,
 		fmt.Errorf("executor timeout (%s) expired", c.o.executorTimeout))
 	defer cancel()
-	rt, err := c.runtime(ctx)
+	p, err := c.exec.get(ctx)
 	if err != nil {
 		return result{}, err
 	}
@@ -109,50 +119,39 @@ func (c *commander) execute(ctx context.Context, cmd agent.Command) (result, err
 	if err := stopKubelet(ctx, c.o.kubeletStopCommand, c.log); err != nil {
 		return result{}, err
 	}
-	res, err := terminateAll(ctx, rt, cmd.GracePeriodSeconds, c.o.podUID, c.log)
+	res, err := terminateAll(ctx, p, cmd)
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
 	}
 	return res, err
 }
 
-// runtime connects to the container runtime once; a failed connection is retried by the next
-// command. The connection is made on demand, so that an agent never ordered to terminate
-// anything does not depend on the runtime.
-func (c *commander) runtime(ctx context.Context) (*nodeRuntime, error) {
-	c.mu.Lock()
-	rt := c.rt
-	c.mu.Unlock()
-	if rt != nil {
-		return rt, nil
-	}
-	rt, err := connectRuntime(ctx, c.o.criEndpoint)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.rt = rt
-	c.mu.Unlock()
-	return rt, nil
-}
-
 // readBack counts the workload containers the runtime lists as not exited, for every heartbeat
-// once the runtime is connected: the controller's confirmation, independent of the executor's
-// own account. nil when not connected or the runtime does not answer.
+// once the executor is connected: the controller's confirmation, independent of the executor's
+// own account. It waits at most half the time left to ctx's deadline (half an interval without
+// one), so that a slow or hung executor leaves the heartbeat the time to be sent. nil when no
+// executor is connected or it does not answer in time.
 func (c *commander) readBack(ctx context.Context) *int {
-	c.mu.Lock()
-	rt := c.rt
-	c.mu.Unlock()
-	if rt == nil {
+	p := c.exec.running()
+	if p == nil {
 		return nil
 	}
-	running, err := runningContainers(ctx, rt.cri, c.o.podUID)
+	limit := c.o.interval / 2
+	if deadline, ok := ctx.Deadline(); ok {
+		limit = time.Until(deadline) / 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	resp, err := p.call(ctx, protocol.Request{Op: protocol.OpReadBack, Deadline: deadline}, 0)
+	if err == nil && resp.Running == nil {
+		err = errors.New("the executor answered without a count")
+	}
 	if err != nil {
 		c.log.Error(err, "reading the runtime back")
 		return nil
 	}
-	n := len(running)
-	return &n
+	return resp.Running
 }
 
 // notify signals a status change without blocking; c.mu is held.
@@ -163,15 +162,9 @@ func (c *commander) notify() {
 	}
 }
 
-// close waits for the command running (its context is cancelled by then) and disconnects.
+// close waits for the command running (its context is cancelled by then) and stops the
+// executor child process.
 func (c *commander) close() {
 	c.wg.Wait()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.rt != nil {
-		if err := c.rt.Close(); err != nil {
-			c.log.Error(err, "closing the runtime connections")
-		}
-		c.rt = nil
-	}
+	c.exec.close()
 }

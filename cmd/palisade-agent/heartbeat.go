@@ -26,6 +26,9 @@ type heartbeater struct {
 	// probePort is the port this node accepts its peers' probes on, 0 for none.
 	probePort int
 
+	// interval is the heartbeat interval in force: --interval until the controller answers
+	// with its policy's.
+	interval       time.Duration
 	seq            uint64
 	kubeletHealthy *bool  // nil until the first check
 	sendState      string // of the last heartbeat: "" before the first, "accepted", "refused <code>", "unreachable"
@@ -34,17 +37,21 @@ type heartbeater struct {
 func newHeartbeater(o options, c *agent.Client, cmds *commander, bootID string, log logr.Logger) *heartbeater {
 	// The kubelet's healthz is plain HTTP on loopback: never through a proxy.
 	tr := &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: 4 * o.interval}
-	return &heartbeater{opts: o, client: c, kubelet: &http.Client{Transport: tr}, bootID: bootID, log: log, cmds: cmds}
+	return &heartbeater{opts: o, client: c, kubelet: &http.Client{Transport: tr}, bootID: bootID, log: log, cmds: cmds, interval: o.interval}
 }
 
 // run beats at once, then every interval until ctx is done, and at once when the executor's
 // status changes. A beat that runs late (a slow kubelet or controller) delays the next tick
 // instead of piling up beats.
 func (h *heartbeater) run(ctx context.Context) {
-	ticker := time.NewTicker(h.opts.interval)
+	ticker := time.NewTicker(h.interval)
 	defer ticker.Stop()
 	for {
+		before := h.interval
 		h.beat(ctx)
+		if h.interval != before {
+			ticker.Reset(h.interval)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -59,7 +66,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 	go func() { apiReachable <- h.fence.probeAPIServer(ctx) }() // alongside the kubelet check
 	healthy := h.checkKubelet(ctx)
 	h.seq++
-	sendCtx, cancel := context.WithTimeout(ctx, h.opts.controllerCallTimeout)
+	sendCtx, cancel := context.WithTimeout(ctx, min(h.opts.controllerCallTimeout, h.interval))
 	defer cancel()
 	status := h.cmds.status()
 	peers := []agent.PeerReport{}
@@ -68,29 +75,49 @@ func (h *heartbeater) beat(ctx context.Context) {
 	}
 	resp, err := h.client.Exchange(sendCtx, agent.Report{
 		Node: h.opts.nodeName, BootID: h.bootID, Seq: h.seq, KubeletHealthy: healthy,
-		Peers: peers, IntervalMillis: h.opts.interval.Milliseconds(), SentAt: time.Now(),
+		Peers: peers, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
 		Executor: status, RunningContainers: h.cmds.readBack(sendCtx),
 		ProbePort: h.probePort, ProbeHost: h.opts.probeHost, KubeletPort: h.opts.kubeletPort,
 	})
 	cmd := resp.Command
-	if err == nil && h.peers != nil {
-		h.peers.setTargets(resp.Peers)
+	if err == nil {
+		h.adoptInterval(resp.IntervalMillis)
+		if h.peers != nil {
+			h.peers.setTargets(resp.Peers)
+		}
 	}
 	if ctx.Err() != nil {
 		return // stopping: the interrupted heartbeat is not news
 	}
 	h.logSend(err)
 	var rejected *agent.RejectedError
-	h.fence.observe(ctx, err == nil || errors.As(err, &rejected), <-apiReachable, time.Now())
+	h.fence.observe(ctx, reachability{controller: err == nil || errors.As(err, &rejected), api: <-apiReachable, peers: h.peers.anyReachable(2 * h.interval)}, time.Now())
 	h.log.V(1).Info("heartbeat", "seq", h.seq, "kubeletHealthy", healthy, "sent", err == nil, "executor", status)
 	if cmd != nil {
 		h.cmds.handle(ctx, *cmd)
 	}
 }
 
+// adoptInterval takes the interval the controller asks for (its policy's), within 100ms..1m.
+func (h *heartbeater) adoptInterval(millis int64) {
+	d := time.Duration(millis) * time.Millisecond
+	if d <= 0 || d == h.interval {
+		return
+	}
+	if d < 100*time.Millisecond || d > time.Minute {
+		h.log.Info("ignoring a heartbeat interval out of range from the controller", "interval", d.String())
+		return
+	}
+	h.log.Info("heartbeat interval set by the controller (the node's FencingPolicy)", "interval", d.String(), "was", h.interval.String())
+	h.interval = d
+	if h.peers != nil {
+		h.peers.setInterval(d)
+	}
+}
+
 // checkKubelet GETs the kubelet's healthz with a timeout of half the interval: 200 is healthy.
 func (h *heartbeater) checkKubelet(parent context.Context) bool {
-	ctx, cancel := context.WithTimeout(parent, h.opts.interval/2)
+	ctx, cancel := context.WithTimeout(parent, h.interval/2)
 	defer cancel()
 	healthy, detail := false, ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.opts.kubeletHealthz, nil)

@@ -1,18 +1,34 @@
 // Command palisade-agent is Palisade's node agent. Every interval it checks its kubelet's
 // healthz endpoint and sends a heartbeat straight to the controller over mutually authenticated
 // TLS, independent of the API server, so that the controller can tell a dead node from one cut
-// off from the control plane or one whose kubelet is down. It stops cleanly on SIGTERM.
+// off from the control plane or one whose kubelet is down. It stops cleanly on SIGTERM. With
+// --request-certificate it gets its client certificate through the Kubernetes CSR API with its
+// pod's ServiceAccount token, and renews it (certs.go; no client-go, to stay small).
 //
 // The controller may answer a heartbeat with a Terminate command. The agent then, once per
-// command ID and in the background: connects to containerd (--cri-endpoint; without one it
-// answers Failed "no runtime configured"); runs --kubelet-stop-command, so that nothing restarts
-// the pods; lists the pods of the runtime by the kubelet's labels, leaving out its own
-// (--pod-uid), and rebuilds each one from those labels and the kubelet's container annotations
-// (grace periods, preStop hooks, ports), as the kubelet does without the pod's spec; terminates
-// all of them at once with the termination executor, each grace period capped by the
-// command's; reads every pod back (executor.Confirm) and sweeps the whole runtime. Its
-// heartbeats report Running meanwhile, then Confirmed (only once every pod was read back with
-// no container running) or Failed, with what still runs. --executor-timeout bounds it all.
+// command ID and in the background: has its executor connect to containerd (--cri-endpoint;
+// without one it answers Failed "no runtime configured"); runs --kubelet-stop-command, so that
+// nothing restarts the pods; and has the executor list the pods of the runtime by the kubelet's
+// labels, leaving out the agent's own (--pod-uid), and rebuild each one from those labels and
+// the kubelet's container annotations (grace periods, preStop hooks, ports), as the kubelet
+// does without the pod's spec; terminate all of them at once with the termination executor,
+// each grace period capped by the command's; read every pod back (executor.Confirm) and sweep
+// the whole runtime. Its heartbeats report Running meanwhile, then Confirmed (only once every
+// pod was read back with no container running) or Failed, with what still runs.
+// --executor-timeout bounds it all.
+//
+// The executor is a child process, palisade-executor (--executor-binary; by default next to the
+// agent's own executable, else in $PATH), so that the agent itself, running on every node all
+// the time, does not carry the runtime's clients (containerd, the CRI, gRPC) in its memory. The
+// agent starts it on the first command that needs the runtime (a Terminate command or a
+// self-fence), and keeps it: it also answers every heartbeat's read-back of the containers
+// still running (RunningContainers), within half of what is left of the heartbeat's timeout,
+// so that a slow or hung executor never holds a heartbeat. They speak newline-delimited JSON
+// over its stdin and stdout (palisade-executor/protocol); its logs share the agent's stderr. It
+// exits when its stdin closes or the agent dies. An executor that cannot be started, ends, hangs
+// past --executor-timeout, or writes garbage fails the command (never Confirmed) with what to
+// do; the next command starts a new one, and so, for the read-back, does the agent in the
+// background (at most every 10 s) once an executor had been connected.
 package main
 
 import (
@@ -21,6 +37,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -56,14 +73,19 @@ type options struct {
 	executorTimeout    time.Duration
 	podUID             string
 	faultConfirmEarly  bool
+	executorBinary     string
 
 	selfFenceAfter   time.Duration
 	apiServerHealthz string
 	watchdogDevice   string
 
 	probeAddress string
+	apiCommands  bool
+	apiTLSName   string
 	probeHost    string
 	kubeletPort  int
+
+	certs certOptions // --request-certificate and its flags (certs.go)
 }
 
 func parseFlags(args []string) (options, error) {
@@ -81,19 +103,27 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.criEndpoint, "cri-endpoint", "", `containerd's socket (a path or unix://path) for Terminate commands; "" disables the executor`)
 	fs.StringVar(&o.kubeletStopCommand, "kubelet-stop-command", "", `command line run with /bin/sh -c before terminating, so that nothing restarts the pods (e.g. "nsenter -t 1 -m -- systemctl stop kubelet"); its failure fails the command; "" runs none`)
 	fs.DurationVar(&o.executorTimeout, "executor-timeout", 2*time.Minute, "time limit of one Terminate command")
+	fs.StringVar(&o.executorBinary, "executor-binary", "", `the palisade-executor binary, which the agent starts as a child process when it first needs the container runtime (a Terminate command or a self-fence); "" finds palisade-executor next to the agent's own executable, else in $PATH`)
 	fs.StringVar(&o.podUID, "pod-uid", os.Getenv("POD_UID"), "UID of the agent's own pod, which Terminate leaves running (default $POD_UID)")
 	fs.DurationVar(&o.selfFenceAfter, "self-fence-after", 0, "fence this node itself (stop the kubelet, terminate every pod, then the watchdog) once neither the controller nor the API server has been reachable for longer than this; 0 disables self-fencing")
 	fs.StringVar(&o.apiServerHealthz, "api-server-healthz", "", `URL the agent GETs every interval to see whether it reaches the API server (e.g. https://<apiserver>/readyz); only a 200 counts, so it must answer unauthenticated requests. TLS verification is skipped for this reachability probe only. "" treats the API server as unreachable`)
 	fs.StringVar(&o.watchdogDevice, "watchdog-device", "", `hardware watchdog device (e.g. /dev/watchdog) the agent opens after a self-fence, writes once and never pets again, so that the watchdog reboots the node; it must exist (it is not created). "" uses none`)
+	fs.BoolVar(&o.apiCommands, "api-commands", true, "watch this node's NodeFence for orders through the API server (for a node whose kubelet is down), with --api-server, --api-token-file and --api-ca-file; without an API server, orders arrive only over the direct channel")
+	fs.StringVar(&o.apiTLSName, "api-tls-server-name", "", "name the API server's certificate must carry, when --api-server's host is not in it (e.g. behind a relay)")
 	fs.StringVar(&o.probeAddress, "probe-address", ":9444", `address to accept peer probes on (TCP; a connection accepted is the answer); "" accepts none, and then this agent probes no peers either`)
 	fs.StringVar(&o.probeHost, "probe-advertise-host", "", "IP address peers probe this node at (default: the address the controller sees its heartbeats come from)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the kubelet's port, which peers probe too (a node whose agent crashed but whose kubelet answers is not dead); 0: not probed")
 	fs.BoolVar(&o.faultConfirmEarly, "fault-report-confirmed-early", false, "testing only: report Confirmed without terminating")
+	o.certs.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	var missing []error
-	for name, v := range map[string]string{"controller-address": o.controller, "node-name": o.nodeName, "cert": o.cert, "key": o.key, "ca": o.ca} {
+	missing := []error{o.certs.validate(o.cert, o.key, o.ca)}
+	required := map[string]string{"controller-address": o.controller, "node-name": o.nodeName}
+	if !o.certs.request {
+		required["cert"], required["key"], required["ca"] = o.cert, o.key, o.ca
+	}
+	for name, v := range required {
 		if v == "" {
 			missing = append(missing, fmt.Errorf("--%s is required", name))
 		}
@@ -138,10 +168,15 @@ func run(args []string) error {
 		return err
 	}
 	defer flush()
-	klog.SetLogger(log.WithName("klog")) // the CRI client's logs, as JSON like the rest
+	klog.SetLogger(log.WithName("klog")) // logs of the Kubernetes libraries, as JSON like the rest
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
+	if o.certs.request {
+		if o.cert, o.key, o.ca, err = requestCertificate(ctx, o.certs, o.nodeName, log.WithName("certificates")); err != nil {
+			return err
+		}
+	}
 	client, err := agent.NewClient(agent.ClientOptions{
 		Address: o.controller, ServerName: o.serverName, CertFile: o.cert, KeyFile: o.key, CAFile: o.ca,
 		Timeout: o.controllerCallTimeout, Logger: log.WithName("tls"),
@@ -161,6 +196,16 @@ func run(args []string) error {
 	defer cmds.close()
 	h := newHeartbeater(o, client, cmds, bootID, log)
 	h.fence = newSelfFencer(o, cmds, log, time.Now())
+	if o.apiCommands && o.certs.apiServer != "" {
+		api, err := newAPIClient(o.certs.apiServer, o.certs.tokenFile, o.certs.apiCAFile)
+		if err != nil {
+			return fmt.Errorf("orders through the API server (--api-commands): %w", err)
+		}
+		if o.apiTLSName != "" {
+			api.http.Transport.(*http.Transport).TLSClientConfig.ServerName = o.apiTLSName
+		}
+		go newAPICommands(api, o.nodeName, o.interval, cmds, log.WithName("api-commands")).run(ctx)
+	}
 	if o.probeAddress != "" {
 		probes, err := listenProbes(o.probeAddress, log.WithName("probes"))
 		if err != nil {

@@ -26,9 +26,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBin = filepath.Join(dir, "palisade-agent")
-	if out, err := exec.Command("go", "build", "-o", agentBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building palisade-agent: %v\n%s", err, out)
-		os.Exit(1)
+	// The agent finds palisade-executor next to itself.
+	for bin, pkg := range map[string]string{agentBin: ".", filepath.Join(dir, "palisade-executor"): "../palisade-executor"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", filepath.Base(bin), err, out)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -43,6 +46,8 @@ type env struct {
 	ca                             *agent.CA
 	server                         *agent.Server
 	beats                          chan agent.Heartbeat
+	// bin is the agent binary startAgent runs: agentBin unless a test changes it.
+	bin string
 }
 
 // newEnv makes the certificates and, unless addr is empty, starts the Server on addr.
@@ -53,7 +58,7 @@ func newEnv(t testing.TB, addr string) *env {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	e := &env{ca: ca, dir: dir, caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "agent.crt"), keyFile: filepath.Join(dir, "agent.key"), beats: make(chan agent.Heartbeat, 1000)}
+	e := &env{ca: ca, dir: dir, caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "agent.crt"), keyFile: filepath.Join(dir, "agent.key"), beats: make(chan agent.Heartbeat, 1000), bin: agentBin}
 	if err := os.WriteFile(e.caFile, ca.CertPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +82,9 @@ func newEnv(t testing.TB, addr string) *env {
 
 // startServer starts a heartbeat Server for e on addr and returns its address and a function
 // that stops it (idempotent; also run at cleanup).
-func (e *env) startServer(t testing.TB, addr string) (string, func()) {
+func (e *env) startServer(t testing.TB, addr string, edit ...func(*agent.ServerOptions)) (string, func()) {
 	t.Helper()
-	s, err := agent.NewServer(agent.ServerOptions{
+	opts := agent.ServerOptions{
 		Addr: addr, CertFile: filepath.Join(e.dir, "server.crt"), KeyFile: filepath.Join(e.dir, "server.key"), CAFile: e.caFile,
 		OnHeartbeat: func(hb agent.Heartbeat) {
 			select {
@@ -87,7 +92,11 @@ func (e *env) startServer(t testing.TB, addr string) (string, func()) {
 			default:
 			}
 		},
-	})
+	}
+	for _, f := range edit {
+		f(&opts)
+	}
+	s, err := agent.NewServer(opts)
 	if err == nil {
 		err = s.Listen()
 	}
@@ -142,7 +151,7 @@ func (e *env) startAgent(t testing.TB, controller, healthz string, interval time
 		"--ca", e.caFile, "--interval", interval.String(), "--kubelet-healthz", healthz,
 		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0", // extra may override these
 	}, extra...)
-	p := &proc{cmd: exec.Command(agentBin, args...), done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(e.bin, args...), done: make(chan struct{})}
 	p.cmd.Stderr = p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -90,6 +90,21 @@ func (p *prober) setTargets(targets []agent.PeerTarget) {
 	}
 }
 
+// anyReachable says whether a probe younger than within reached a peer (false for nil).
+func (p *prober) anyReachable(within time.Duration) bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.results {
+		if r.Reachable && time.Since(r.At) <= within {
+			return true
+		}
+	}
+	return false
+}
+
 // reports are the latest results, at most agent.MaxPeers.
 func (p *prober) reports() []agent.PeerReport {
 	p.mu.Lock()
@@ -103,9 +118,23 @@ func (p *prober) reports() []agent.PeerReport {
 	return out
 }
 
+// setInterval changes the probe interval (and timeout) from the next round on.
+func (p *prober) setInterval(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.interval = d
+}
+
+func (p *prober) currentInterval() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.interval
+}
+
 // run probes every interval until ctx is done.
 func (p *prober) run(ctx context.Context) {
-	t := time.NewTicker(p.interval)
+	interval := p.currentInterval()
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -113,6 +142,10 @@ func (p *prober) run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-p.wake:
+		}
+		if d := p.currentInterval(); d != interval {
+			interval = d
+			t.Reset(d)
 		}
 		p.probeAll(ctx)
 	}
@@ -150,7 +183,7 @@ func (p *prober) probeAll(ctx context.Context) {
 
 // probe dials every address at once and reports whether any connection was accepted.
 func (p *prober) probe(parent context.Context, addrs []string) bool {
-	ctx, cancel := context.WithTimeout(parent, p.interval/2)
+	ctx, cancel := context.WithTimeout(parent, p.currentInterval()/2)
 	defer cancel()
 	ok := make(chan bool, len(addrs))
 	for _, a := range addrs {

@@ -90,13 +90,18 @@ func (f *selfFencer) probeAPIServer(parent context.Context) bool {
 
 // observe is called once per heartbeat with what it found, and starts the self-fence when the
 // node has been isolated for longer than --self-fence-after.
-func (f *selfFencer) observe(ctx context.Context, controllerReachable, apiReachable bool, now time.Time) {
+// reachability is what one heartbeat round found reachable from this node.
+type reachability struct {
+	controller, api, peers bool
+}
+
+func (f *selfFencer) observe(ctx context.Context, r reachability, now time.Time) {
 	if !f.enabled() || ctx.Err() != nil {
 		return
 	}
-	if controllerReachable || apiReachable {
+	if r.controller || r.api || r.peers {
 		if f.fenced {
-			f.log.Info("reachable again after self-fencing: self-fencing re-armed", "controllerReachable", controllerReachable, "apiServerReachable", apiReachable)
+			f.log.Info("reachable again after self-fencing: self-fencing re-armed", "controllerReachable", r.controller, "apiServerReachable", r.api, "peersReachable", r.peers)
 		}
 		f.lastReachable, f.fenced = now, false
 		return
@@ -111,7 +116,7 @@ func (f *selfFencer) observe(ctx context.Context, controllerReachable, apiReacha
 		return
 	}
 	f.fenced = true
-	f.log.Error(errors.New("node isolated"), "SELF-FENCING: neither the controller nor the API server has been reachable: stopping the kubelet and terminating every pod",
+	f.log.Error(errors.New("node isolated"), "SELF-FENCING: neither the controller, the API server nor any peer has been reachable: stopping the kubelet and terminating every pod",
 		"command", id, "isolatedFor", isolated.String(), "selfFenceAfter", f.o.selfFenceAfter.String(),
 		"apiServerHealthz", f.o.apiServerHealthz, "watchdogDevice", f.o.watchdogDevice)
 }

@@ -34,7 +34,7 @@ func TestSelfFencerDecides(t *testing.T) {
 
 	disabled := newCommander(o, logr.Discard())
 	f := newSelfFencer(o, disabled, logr.Discard(), t0)
-	f.observe(ctx, false, false, at(100))
+	f.observe(ctx, reachability{}, at(100))
 	if st := disabled.status(); st != nil {
 		t.Errorf("self-fenced with --self-fence-after 0: %+v", st)
 	}
@@ -42,13 +42,13 @@ func TestSelfFencerDecides(t *testing.T) {
 	o.selfFenceAfter = 2 * time.Second
 	c := newCommander(o, logr.Discard())
 	f = newSelfFencer(o, c, logr.Discard(), t0)
-	f.observe(ctx, true, false, at(1))  // controller reachable
-	f.observe(ctx, false, true, at(3))  // API server reachable
-	f.observe(ctx, false, false, at(5)) // isolated 2 s: not longer than the threshold
+	f.observe(ctx, reachability{controller: true, api: false}, at(1)) // controller reachable
+	f.observe(ctx, reachability{controller: false, api: true}, at(3)) // API server reachable
+	f.observe(ctx, reachability{}, at(5))                             // isolated 2 s: not longer than the threshold
 	if st := c.status(); st != nil {
 		t.Fatalf("self-fenced while reachable or not isolated long enough: %+v", st)
 	}
-	f.observe(ctx, false, false, at(5.5))
+	f.observe(ctx, reachability{}, at(5.5))
 	c.wg.Wait()
 	first := c.status()
 	if first == nil || first.ID != "self-fence-1000005" || first.State != agent.ExecutorFailed || first.Message != errNoRuntime.Error() {
@@ -57,17 +57,29 @@ func TestSelfFencerDecides(t *testing.T) {
 	if b, _ := os.ReadFile(wd); string(b) != "1" {
 		t.Errorf("watchdog device holds %q, want \"1\"", b)
 	}
-	f.observe(ctx, false, false, at(9)) // still the same isolation
+	f.observe(ctx, reachability{}, at(9)) // still the same isolation
 	c.wg.Wait()
 	if st := c.status(); st.ID != first.ID {
 		t.Errorf("self-fenced twice in one isolation: %+v", st)
 	}
-	f.observe(ctx, false, true, at(10)) // reachable: re-armed
-	f.observe(ctx, false, false, at(11))
-	f.observe(ctx, false, false, at(12.5))
+	f.observe(ctx, reachability{controller: false, api: true}, at(10)) // reachable: re-armed
+	f.observe(ctx, reachability{}, at(11))
+	f.observe(ctx, reachability{}, at(12.5))
 	c.wg.Wait()
 	if st := c.status(); st.ID != "self-fence-1000012" {
 		t.Errorf("after a new isolation: %+v, want self-fence-1000012", st)
+	}
+	f.observe(ctx, reachability{peers: true}, at(13)) // a peer answers: not isolated, re-armed
+	f.observe(ctx, reachability{peers: true}, at(16))
+	c.wg.Wait()
+	if st := c.status(); st.ID != "self-fence-1000012" {
+		t.Errorf("self-fenced while a peer was reachable: %+v", st)
+	}
+	f.observe(ctx, reachability{}, at(17))
+	f.observe(ctx, reachability{}, at(18.5))
+	c.wg.Wait()
+	if st := c.status(); st.ID != "self-fence-1000018" {
+		t.Errorf("after peers too were lost: %+v, want self-fence-1000018", st)
 	}
 }
 

@@ -17,6 +17,18 @@ import (
 	"palisade.dev/palisade/test/testbed/containerd"
 )
 
+// The kubelet's labels and container annotations (as palisade-executor's restore.go reads
+// them), with which the tests make pods as the kubelet would.
+const (
+	labelPodName       = "io.kubernetes.pod.name"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelPodUID        = "io.kubernetes.pod.uid"
+	labelContainerName = "io.kubernetes.container.name"
+
+	annotationTerminationGrace = "io.kubernetes.pod.terminationGracePeriod"
+	annotationPreStop          = "io.kubernetes.container.preStopHandler"
+)
+
 // eventsImage runs containerd.EventCommand.
 const eventsImage = "palisade.test/events:plain"
 

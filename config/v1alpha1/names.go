@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "palisade.dev/palisade/config/names"
+
 // Well-known annotations, labels, taints and finalizers.
 const (
 	// AnnotationFenceRequest on a Node asks for that node to be fenced; its value is the reason,
@@ -14,10 +16,10 @@ const (
 	// when the order goes through the API server (a node whose kubelet is down but whose agent
 	// sees the API server): the JSON of a detectors/agent Command. The agent watches its own
 	// node's NodeFence for it.
-	AnnotationExecutorCommand = "palisade.dev/executor-command"
+	AnnotationExecutorCommand = names.AnnotationExecutorCommand
 	// AnnotationExecutorStatus on a NodeFence is the agent's answer to AnnotationExecutorCommand:
 	// the JSON of a detectors/agent APIReport (the executor status and the runtime read-back).
-	AnnotationExecutorStatus = "palisade.dev/executor-status"
+	AnnotationExecutorStatus = names.AnnotationExecutorStatus
 	// LabelNode on a NodeFence names the node it fences.
 	LabelNode = "palisade.dev/node"
 

@@ -92,12 +92,21 @@ func writeCerts(t *testing.T, dir string, ca *agent.CA) map[string]string {
 	return files
 }
 
+// buildAgent builds palisade-agent and, next to it where the agent looks for it,
+// palisade-executor into dir, and returns the agent's path.
+func buildAgent(t *testing.T, dir string) string {
+	t.Helper()
+	for _, name := range []string{"palisade-agent", "palisade-executor"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "../../cmd/"+name).CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", name, err, out)
+		}
+	}
+	return filepath.Join(dir, "palisade-agent")
+}
+
 func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]string, extra ...string) *exec.Cmd {
 	t.Helper()
-	bin := filepath.Join(dir, "palisade-agent")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/palisade-agent").CombinedOutput(); err != nil {
-		t.Fatalf("building palisade-agent: %v\n%s", err, out)
-	}
+	bin := buildAgent(t, dir)
 	args := []string{"--controller-address", addr, "--node-name", node, "--cert", files[node+".crt"],
 		"--key", files[node+".key"], "--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", kubelet + "/healthz",
 		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0"}

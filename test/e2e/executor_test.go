@@ -130,13 +130,30 @@ func executorFences(t *testing.T, verdict string, kubeletHealthy bool) {
 	s := startExecutorScene(t, sceneOptions{kubeletHealthy: kubeletHealthy, methods: func(ipmi v1alpha1.Method) []v1alpha1.Method {
 		return []v1alpha1.Method{executorMethod(30 * time.Second), ipmi}
 	}})
-	s.agent(t, s.addr)
+	// A node whose kubelet is down still sees the API server: its agent gets orders there. A
+	// partitioned node does not: its agent has no API access at all here.
+	var api []string
+	if verdict == "KubeletDown" {
+		api = agentAPIArgs(t, s.env, "", "")
+	}
+	s.agent(t, s.addr, api...)
 	n1 := s.env.Node(1)
 	n1.PauseHeartbeats()
 	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
 	want := []string{"Terminate:Succeeded", "ConfirmTerminated:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded", "ReleaseAttachments:Succeeded"}
 	if diff := cmp.Diff(want, trace(nf)); diff != "" {
 		t.Errorf("step trace (-want +got):\n%s", diff)
+	}
+	wantVia, answered := "over the direct channel", false
+	if verdict == "KubeletDown" {
+		wantVia, answered = "through the API server", true
+	}
+	if msg := stepMessage(nf, "Terminate"); !strings.Contains(msg, wantVia) {
+		t.Errorf("Terminate step %q, want the order sent %s", msg, wantVia)
+	}
+	if _, ok := nf.Annotations[v1alpha1.AnnotationExecutorStatus]; ok != answered || nf.Spec.Verdict != verdict {
+		t.Errorf("verdict %q, agent's answer on the NodeFence: %v (%q); want verdict %s and an answer there: %v",
+			nf.Spec.Verdict, ok, nf.Annotations[v1alpha1.AnnotationExecutorStatus], verdict, answered)
 	}
 	if !strings.HasPrefix(nf.Spec.Reason, verdict) || nf.Status.Method != "executor" {
 		t.Errorf("reason %q method %q, want a %s verdict fenced by the executor", nf.Spec.Reason, nf.Status.Method, verdict)

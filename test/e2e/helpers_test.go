@@ -89,6 +89,16 @@ func trace(nf *v1alpha1.NodeFence) []string {
 	return out
 }
 
+// stepMessage is the message of the fence's first step named name.
+func stepMessage(nf *v1alpha1.NodeFence, name string) string {
+	for _, s := range nf.Status.Steps {
+		if string(s.Name) == name {
+			return s.Message
+		}
+	}
+	return ""
+}
+
 func condition(nf *v1alpha1.NodeFence, typ string) (string, string, string) {
 	for _, c := range nf.Status.Conditions {
 		if c.Type == typ {

@@ -47,6 +47,8 @@ type Options struct {
 	// Agents runs a real palisade-agent per node (see agents), and StartController serves
 	// their heartbeats.
 	Agents bool
+	// Node, when set, edits each simulated node's options before it starts (i from 1).
+	Node func(i int, o *simnode.Options)
 	// AgentInterval is the agents' heartbeat interval; default 1s (the agent's default).
 	AgentInterval time.Duration
 	Logf          func(format string, args ...any)
@@ -96,7 +98,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 		return nil, err
 	}
 	for i := 1; i <= o.Nodes; i++ {
-		if err = e.addNode(ctx, fmt.Sprintf("node-%d", i)); err != nil {
+		if err = e.addNode(ctx, i); err != nil {
 			return nil, err
 		}
 	}
@@ -113,7 +115,8 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	return e, nil
 }
 
-func (e *Env) addNode(ctx context.Context, name string) error {
+func (e *Env) addNode(ctx context.Context, i int) error {
+	name := fmt.Sprintf("node-%d", i)
 	bmc, err := ipmisim.Start(ctx, ipmisim.Options{Dir: filepath.Join(e.dir, name+"-bmc")})
 	if err != nil {
 		return fmt.Errorf("starting BMC of %s: %w", name, err)
@@ -121,11 +124,15 @@ func (e *Env) addNode(ctx context.Context, name string) error {
 	n := &Node{BMC: bmc}
 	e.Nodes = append(e.Nodes, n)
 	// The node runs until Stop, not until the start's own deadline.
-	n.Node, err = simnode.Start(context.WithoutCancel(ctx), e.Cluster.Kube, simnode.Options{
+	so := simnode.Options{
 		Name: name, Power: bmc, LeaseRenewInterval: e.opts.LeaseRenewInterval, Logf: e.opts.Logf,
 		Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: bmc.Address()},
 		Labels:      map[string]string{"palisade.dev/fenced-by": "ipmi"},
-	})
+	}
+	if e.opts.Node != nil {
+		e.opts.Node(i, &so)
+	}
+	n.Node, err = simnode.Start(context.WithoutCancel(ctx), e.Cluster.Kube, so)
 	if err != nil {
 		return fmt.Errorf("starting node %s: %w", name, err)
 	}

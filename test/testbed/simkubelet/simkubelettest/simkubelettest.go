@@ -289,3 +289,15 @@ func (p *Process) Log() string {
 	}
 	return string(b)
 }
+
+// ServerName is the DNS name, read from the API server's certificate, that a process reaching
+// the API server of cfg through a relay verifies the certificate by (WriteKubeconfig's
+// tls-server-name).
+func ServerName(t testing.TB, cfg *rest.Config) string {
+	t.Helper()
+	name, err := certDNSName(cfg)
+	if err != nil {
+		t.Fatalf("reading the API server's certificate: %v", err)
+	}
+	return name
+}

@@ -17,7 +17,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
-	"palisade.dev/palisade/detectors/agent"
 	"palisade.dev/palisade/providers/executor"
 )
 
@@ -113,39 +112,6 @@ func TestSweepFindsLatecomers(t *testing.T) {
 	rt.mu.Unlock()
 	if _, err := terminateWithFakes(t, rt, nil); err != nil {
 		t.Errorf("terminateAll once nothing runs: %v", err)
-	}
-}
-
-// TestCommanderRunsEachIDOnce: a command ID is carried out once; a new ID waits while another
-// command runs.
-func TestCommanderRunsEachIDOnce(t *testing.T) {
-	c := newCommander(options{executorTimeout: time.Second}, logr.Discard())
-	ctx := context.Background()
-	c.handle(ctx, agent.Command{ID: "a", Action: agent.ActionTerminate})
-	c.wg.Wait()
-	first := c.status()
-	if first == nil || first.ID != "a" || first.State != agent.ExecutorFailed || first.Message != errNoRuntime.Error() {
-		t.Fatalf("status %+v, want a Failed: no runtime configured", first)
-	}
-	c.handle(ctx, agent.Command{ID: "a", Action: agent.ActionTerminate})
-	c.wg.Wait()
-	if again := c.status(); !again.StartedAt.Equal(first.StartedAt) {
-		t.Errorf("command a ran again: %+v", again)
-	}
-	c.mu.Lock()
-	c.busy = "other" // a command still running
-	c.mu.Unlock()
-	c.handle(ctx, agent.Command{ID: "b", Action: agent.ActionTerminate})
-	if st := c.status(); st.ID != "a" || c.seen["b"] {
-		t.Errorf("command b started while another ran: %+v", st)
-	}
-	c.mu.Lock()
-	c.busy = ""
-	c.mu.Unlock()
-	c.handle(ctx, agent.Command{ID: "b", Action: agent.ActionTerminate})
-	c.wg.Wait()
-	if st := c.status(); st.ID != "b" || st.State != agent.ExecutorFailed {
-		t.Errorf("command b once free: %+v", st)
 	}
 }
 

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"palisade.dev/palisade/config/names"
+	"palisade.dev/palisade/detectors/agent"
+)
+
+// nodeFencePath is the NodeFence collection of the API; a NodeFence is named after its node.
+const nodeFencePath = names.NodeFenceResource
+
+// apiCommands is the agent's second command channel: orders through the API server, for a node
+// whose kubelet is down while the node itself still sees the API server. It watches this node's
+// NodeFence for the palisade.dev/executor-command annotation, hands a new order to the same
+// commander as the direct channel (which runs an ID once, whichever channel brought it), and
+// answers in the palisade.dev/executor-status annotation: the executor's status and a runtime
+// read-back taken with it, written on every change of the status and, once Confirmed, only with
+// a read-back. The watch is re-opened after any error, one interval later.
+type apiCommands struct {
+	api      *apiClient
+	node     string
+	interval time.Duration
+	cmds     *commander
+	log      logr.Logger
+
+	mu       sync.Mutex
+	order    string // the ID of the order the NodeFence carries; "" for none
+	reported string // "<id>/<state>" of the last answer written
+	watching bool
+}
+
+func newAPICommands(api *apiClient, node string, interval time.Duration, cmds *commander, log logr.Logger) *apiCommands {
+	return &apiCommands{api: api, node: node, interval: interval, cmds: cmds, log: log}
+}
+
+// run watches and answers until ctx is done.
+func (a *apiCommands) run(ctx context.Context) {
+	go a.answerLoop(ctx)
+	for ctx.Err() == nil {
+		err := a.watch(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		a.setWatching(false, err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(a.interval):
+		}
+	}
+}
+
+func (a *apiCommands) setWatching(on bool, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.watching == on {
+		return
+	}
+	a.watching = on
+	if on {
+		a.log.Info("watching this node's NodeFence for orders through the API server")
+	} else {
+		a.log.Error(err, "watching this node's NodeFence failed; retrying every interval (orders still arrive over the direct channel)")
+	}
+}
+
+// watchEvent is one line of a watch stream: the NodeFence's name and annotations are all the
+// agent reads.
+type watchEvent struct {
+	Type   string `json:"type"`
+	Object struct {
+		Metadata struct {
+			Name        string            `json:"name"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	} `json:"object"`
+}
+
+// watch follows this node's NodeFence (the server sends its current state first) until the
+// stream ends.
+func (a *apiCommands) watch(ctx context.Context) error {
+	q := url.Values{"fieldSelector": {"metadata.name=" + a.node}, "watch": {"true"}, "timeoutSeconds": {"300"}}
+	resp, err := a.api.send(ctx, "watching the NodeFence", http.MethodGet, nodeFencePath+"?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	a.setWatching(true, nil)
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev watchEvent
+		if err := dec.Decode(&ev); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return fmt.Errorf("reading the NodeFence watch: %w", err)
+		}
+		switch ev.Type {
+		case "ADDED", "MODIFIED":
+			a.see(ctx, ev.Object.Metadata.Annotations[names.AnnotationExecutorCommand])
+		case "DELETED":
+			a.see(ctx, "")
+		case "ERROR":
+			return fmt.Errorf("the NodeFence watch ended with an error event")
+		}
+	}
+}
+
+// see takes the order annotation's current value.
+func (a *apiCommands) see(ctx context.Context, raw string) {
+	if raw == "" {
+		a.mu.Lock()
+		a.order = ""
+		a.mu.Unlock()
+		return
+	}
+	cmd, err := agent.ParseCommand(raw)
+	if err != nil {
+		a.log.Error(err, "ignoring a malformed order on the NodeFence")
+		return
+	}
+	a.mu.Lock()
+	isNew := a.order != cmd.ID
+	a.order = cmd.ID
+	a.mu.Unlock()
+	if isNew {
+		a.log.Info("order received through the API server", "command", cmd.ID, "action", cmd.Action)
+	}
+	a.cmds.handle(ctx, cmd)
+}
+
+// answerLoop writes the executor's status for the NodeFence's order every interval when it
+// changed since the last answer.
+func (a *apiCommands) answerLoop(ctx context.Context) {
+	t := time.NewTicker(a.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.answer(ctx)
+	}
+}
+
+func (a *apiCommands) answer(ctx context.Context) {
+	a.mu.Lock()
+	order, reported := a.order, a.reported
+	a.mu.Unlock()
+	st := a.cmds.status()
+	if order == "" || st == nil || st.ID != order || reported == st.ID+"/"+st.State {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, a.interval)
+	defer cancel()
+	rep := agent.APIReport{Executor: *st, RunningContainers: a.cmds.readBack(rctx), ReportedAt: time.Now()}
+	if st.State == agent.ExecutorConfirmed && rep.RunningContainers == nil {
+		return // a confirmation goes out only with its read-back; next interval
+	}
+	raw, err := json.Marshal(rep)
+	if err != nil {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.AnnotationExecutorStatus: string(raw)}}})
+	if err := a.mergePatch(rctx, nodeFencePath+"/"+url.PathEscape(a.node), patch); err != nil {
+		a.log.Error(err, "answering the order through the API server failed; retrying next interval", "command", st.ID, "state", st.State)
+		return
+	}
+	a.log.Info("answered the order through the API server", "command", st.ID, "state", st.State, "runningContainers", rep.RunningContainers)
+	a.mu.Lock()
+	a.reported = st.ID + "/" + st.State
+	a.mu.Unlock()
+}
+
+// mergePatch sends a JSON merge patch with the ServiceAccount token.
+func (a *apiCommands) mergePatch(ctx context.Context, path string, patch []byte) error {
+	token, err := os.ReadFile(a.api.tokenFile)
+	if err != nil {
+		return fmt.Errorf("reading the ServiceAccount token: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, a.api.base+path, bytes.NewReader(patch))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Content-Type", "application/merge-patch+json")
+	resp, err := a.api.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer discard(resp.Body)
+	if resp.StatusCode >= 300 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("patching %s: %s: %s", path, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}

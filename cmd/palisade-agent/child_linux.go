@@ -1,0 +1,12 @@
+package main
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setParentDeathSignal has the kernel kill the executor when the thread that started it ends
+// (startChild keeps that thread for the executor's life), so that it never outlives the agent.
+func setParentDeathSignal(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,100 @@
+// Command palisade-executor is the node agent's termination executor, in a process of its own so
+// that palisade-agent, which runs on every node all the time, does not carry the container
+// runtime's clients (containerd, the CRI, gRPC, protobuf) in its memory. The agent starts it as
+// a child process the first time it needs the runtime (a Terminate command or a self-fence) and
+// keeps it for the heartbeats' read-back; it is not meant to be run by hand, but can be, for
+// debugging.
+//
+// It speaks the protocol of palisade.dev/palisade/cmd/palisade-executor/protocol:
+// newline-delimited JSON requests on stdin, responses on stdout, answered concurrently. For
+// "terminate" it lists the pods of the runtime (--cri-endpoint) by the kubelet's labels,
+// leaving out the agent's own (--pod-uid), rebuilds each one from those labels and the
+// kubelet's container annotations (grace periods, preStop hooks, ports), as the kubelet does
+// without the pod's spec; terminates all of them at once with the termination executor
+// (providers/executor), each grace period capped by the request's; reads every pod back
+// (executor.Confirm) and sweeps the whole runtime, answering with an error unless no container
+// still runs. "readBack" counts the containers still running. Its logs are JSON on stderr,
+// which the agent shares with it; its stdout carries the protocol only (anything else a
+// library might print there goes to stderr).
+//
+// It exits when its stdin closes (the agent stopped it, or died), cancelling what runs; the
+// agent also has the kernel kill it when the agent dies (Pdeathsig).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "palisade-executor:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	criEndpoint string
+	podUID      string
+	verbosity   int
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("palisade-executor", flag.ContinueOnError)
+	fs.StringVar(&o.criEndpoint, "cri-endpoint", "", "containerd's socket (a path or unix://path) (required)")
+	fs.StringVar(&o.podUID, "pod-uid", "", "UID of the agent's own pod, which is neither terminated nor counted")
+	fs.IntVar(&o.verbosity, "v", 0, "log verbosity")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.criEndpoint == "" {
+		return o, errors.New("--cri-endpoint is required")
+	}
+	return o, nil
+}
+
+func newLogger(verbosity int) (logr.Logger, func(), error) {
+	cfg := zap.NewProductionConfig() // JSON to stderr, as the agent's
+	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-verbosity))
+	cfg.Sampling = nil
+	zl, err := cfg.Build()
+	if err != nil {
+		return logr.Discard(), func() {}, fmt.Errorf("building logger: %w", err)
+	}
+	return zapr.NewLogger(zl).WithName("executor"), func() { _ = zl.Sync() }, nil
+}
+
+func run(args []string) error {
+	o, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	out, err := protocolOutput()
+	if err != nil {
+		return err
+	}
+	log, flush, err := newLogger(o.verbosity)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	klog.SetLogger(log.WithName("klog")) // the CRI client's logs, as JSON like the rest
+	// An interrupt from a terminal reaches the agent's whole process group: the agent ends this
+	// process by closing its stdin.
+	signal.Ignore(os.Interrupt)
+	log.V(1).Info("starting palisade-executor", "criEndpoint", o.criEndpoint, "podUID", o.podUID, "pid", os.Getpid())
+	return newServer(o, out, log).serve(os.Stdin)
+}

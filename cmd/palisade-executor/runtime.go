@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	cri "k8s.io/cri-client/pkg"
+	"k8s.io/klog/v2"
+
+	"palisade.dev/palisade/providers/executor"
+)
+
+// nodeRuntime is the node's container runtime: the termination executor on containerd, and a
+// CRI client of the agent's own for listing the pods and reading the kubelet's labels and
+// annotations (the executor's Runtime lists one pod's containers only).
+type nodeRuntime struct {
+	ctd  *executor.Containerd
+	exec *executor.Executor
+	cri  internalapi.RuntimeService
+}
+
+// connectRuntime connects to containerd's socket at endpoint (a path, or unix://path).
+func connectRuntime(ctx context.Context, endpoint string) (*nodeRuntime, error) {
+	socket := strings.TrimPrefix(endpoint, "unix://")
+	ctd, err := executor.NewContainerd(ctx, socket)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := cri.NewRemoteRuntimeServiceBuilder().WithEndpoint("unix://" + socket).
+		WithConnectionTimeout(10 * time.Second).WithTracerProvider(nil).Build(ctx)
+	if err != nil {
+		_ = ctd.Close()
+		return nil, fmt.Errorf("connecting to the CRI at %s: %w", socket, err)
+	}
+	return &nodeRuntime{ctd: ctd, exec: executor.New(ctd), cri: rs}, nil
+}
+
+func (r *nodeRuntime) Close() error {
+	return errors.Join(r.ctd.Close(), r.cri.Close(context.Background()))
+}
+
+// result is what a Terminate command did.
+type result struct {
+	pods, containers int
+}
+
+// terminateAll terminates every pod on the runtime but the agent's own (UID exclude), all at
+// once, each by the kubelet's rules with its own grace period capped by limit; then it reads
+// every pod back (executor.Confirm) and finally sweeps the whole runtime. It returns a nil
+// error only when every Confirm returned nil and the sweep found no container still running.
+func terminateAll(ctx context.Context, rt *nodeRuntime, limit *int64, exclude string, log logr.Logger) (result, error) {
+	pods, err := listRuntimePods(ctx, rt.cri, exclude)
+	if err != nil {
+		return result{}, err
+	}
+	log.Info("terminating pods", "pods", len(pods))
+	counts := make([]int, len(pods))
+	errs := make([]error, len(pods))
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		wg.Go(func() { counts[i], errs[i] = terminatePod(ctx, rt, p, limit, log) })
+	}
+	wg.Wait()
+	res := result{pods: len(pods)}
+	for i, p := range pods {
+		res.containers += counts[i]
+		// Read back again, whatever Terminate said: Confirmed rests on this, not on reports.
+		if err := rt.exec.Confirm(ctx, p.uid); err != nil {
+			errs[i] = errors.Join(errs[i], fmt.Errorf("confirming pod %s/%s: %w", p.namespace, p.name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	return res, sweep(ctx, rt.cri, exclude)
+}
+
+// terminatePod terminates one pod and returns how many of its containers the executor stopped.
+func terminatePod(ctx context.Context, rt *nodeRuntime, p *runtimePod, limit *int64, log logr.Logger) (int, error) {
+	pod := restorePod(p)
+	own, err := executor.GracePeriodSeconds(executor.Request{Pod: pod})
+	if err != nil {
+		return 0, fmt.Errorf("pod %s/%s: %w", p.namespace, p.name, err)
+	}
+	capGrace(pod, own, limit)
+	if needsPodIP(pod) {
+		pod.Status.PodIP = podIP(ctx, rt.cri, p)
+	}
+	rep, err := rt.exec.Terminate(ctx, executor.Request{Pod: pod})
+	if rep != nil {
+		log.Info("pod terminated", "pod", klog.KObj(pod), "podUID", p.uid, "ownGraceSeconds", own,
+			"graceSeconds", rep.GracePeriodSeconds, "confirmed", !rep.Confirmed.IsZero(), "report", rep.String())
+	}
+	if err != nil {
+		return 0, fmt.Errorf("terminating pod %s/%s: %w", p.namespace, p.name, err)
+	}
+	return len(rep.Containers), nil
+}
+
+// sweep lists every container of the runtime and fails, naming them, when any one but the
+// agent's own pod's has not exited: a pod that appeared meanwhile, or one without the
+// kubelet's labels, is still workload.
+func sweep(ctx context.Context, rs internalapi.RuntimeService, exclude string) error {
+	running, err := runningContainers(ctx, rs, exclude)
+	if err != nil {
+		return fmt.Errorf("confirming: %w", err)
+	}
+	if len(running) > 0 {
+		sort.Strings(running)
+		return fmt.Errorf("confirming: still running after termination: %s", strings.Join(running, "; "))
+	}
+	return nil
+}
+
+// runningContainers names the runtime's containers that have not exited, but for the agent's
+// own pod's.
+func runningContainers(ctx context.Context, rs internalapi.RuntimeService, exclude string) ([]string, error) {
+	all, err := rs.ListContainers(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing containers: %w", err)
+	}
+	var running []string
+	for _, c := range all {
+		if c.Labels[labelPodUID] == exclude && exclude != "" {
+			continue
+		}
+		if c.State != runtimeapi.ContainerState_CONTAINER_EXITED && c.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+			running = append(running, fmt.Sprintf("container %s (%s) of pod %s/%s is %s", c.Labels[labelContainerName],
+				c.Id, c.Labels[labelPodNamespace], c.Labels[labelPodName], c.State))
+		}
+	}
+	return running, nil
+}
