@@ -275,7 +275,7 @@ func (r *certRequester) obtain(ctx context.Context) error {
 		return fmt.Errorf("encoding the agent key: %w", err)
 	}
 	certFile, keyFile, caFile := r.paths()
-	if err := writeFileAtomic(caFile, []byte(bundle)); err != nil {
+	if err := agent.WriteFileAtomic(caFile, []byte(bundle)); err != nil {
 		return err
 	}
 	pair := agent.KeyPair{CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}
@@ -375,27 +375,6 @@ func (r *certRequester) verify(certPEM []byte, key *ecdsa.PrivateKey, roots *x50
 	}
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: r.now()}); err != nil {
 		return fmt.Errorf("the signed certificate is not a client certificate of the CA in --ca-configmap %s (has the CA been replaced? restart the agent): %w", r.opts.caConfigMap, err)
-	}
-	return nil
-}
-
-// writeFileAtomic writes data to path (mode 0600) by a rename, so that a reader never sees half
-// a file.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"palisade.dev/palisade/cmd/palisade-executor/protocol"
 	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/test/testbed/containerd"
 )
 
 // executorPIDs returns the PIDs of the executor processes the agent logged as started, in order.
@@ -109,13 +110,13 @@ func TestExecutorMissing(t *testing.T) {
 func TestExecutorKilledMidCommand(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
-	work := runPod(t, ctd, "work", "uid-work", map[string]string{"stubborn": ""})
+	work := ctd.RunEventsPod(t, "work", "uid-work", eventsImage, map[string]string{"stubborn": ""})
 	e := newEnv(t, "127.0.0.1:0")
 	k := newKubelet()
 	defer k.srv.Close()
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", ctd.Socket)
 	e.server.SetCommand(testNode, agent.Command{ID: "c1", Action: agent.ActionTerminate, GracePeriodSeconds: ptr.To[int64](30)})
-	waitForEvent(t, work, "stubborn", "TERM")
+	containerd.WaitForEvent(t, work, "stubborn", "TERM")
 	pids := executorPIDs(t, p)
 	if len(pids) != 1 {
 		t.Fatalf("executor processes started: %v, want one", pids)

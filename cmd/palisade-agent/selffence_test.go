@@ -95,7 +95,7 @@ func newAPIHealthz() *httptest.Server {
 func TestSelfFence(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
-	runPod(t, ctd, "work", "uid-work", map[string]string{"app": "TERM", "sidecar": "TERM"})
+	ctd.RunEventsPod(t, "work", "uid-work", eventsImage, map[string]string{"app": "TERM", "sidecar": "TERM"})
 	e := newEnv(t, "")
 	addr, stopServer := e.startServer(t, "127.0.0.1:0")
 	api := newAPIHealthz()
@@ -180,7 +180,7 @@ func TestSelfFence(t *testing.T) {
 func TestNoSelfFenceWhileReachable(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
-	runPod(t, ctd, "work", "uid-work", map[string]string{"app": "TERM"})
+	ctd.RunEventsPod(t, "work", "uid-work", eventsImage, map[string]string{"app": "TERM"})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

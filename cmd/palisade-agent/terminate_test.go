@@ -47,26 +47,6 @@ func startContainerd(t *testing.T) *containerd.Containerd {
 	return ctd
 }
 
-// runPod runs a pod whose containers (name → $EXIT_ON) record their events in a directory it
-// returns, and waits until each one ticks.
-func runPod(t *testing.T, ctd *containerd.Containerd, name, uid string, exitOn map[string]string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dir := t.TempDir()
-	p := containerd.Pod{Name: name, Namespace: "default", UID: uid, EventsDir: dir}
-	for c, on := range exitOn {
-		p.Containers = append(p.Containers, containerd.Container{Name: c, Image: eventsImage, Env: map[string]string{"EXIT_ON": on}})
-	}
-	if _, err := ctd.RunPod(ctx, p); err != nil {
-		t.Fatalf("running pod %s: %v\n%s", name, err, ctd.LogTail(20))
-	}
-	for c := range exitOn {
-		waitForEvent(t, dir, c, "tick")
-	}
-	return dir
-}
-
 // runAnnotatedPod runs a one-container pod the way the kubelet creates it, with the
 // annotations the kubelet writes on every container (its pod's grace period, its preStop
 // hook), which the agent reads back since it has no pod spec. The container ignores TERM.
@@ -104,18 +84,8 @@ func runAnnotatedPod(t *testing.T, ctd *containerd.Containerd, name, uid string,
 	if err != nil {
 		t.Fatalf("starting the container of %s: %v", name, err)
 	}
-	waitForEvent(t, dir, "app", "tick")
+	containerd.WaitForEvent(t, dir, "app", "tick")
 	return dir
-}
-
-func waitForEvent(t *testing.T, dir, container, name string) {
-	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if evs, err := containerd.ReadEvents(dir, container); err == nil && evs.Has(name) {
-			return
-		}
-	}
-	t.Fatalf("container %s never recorded %q", container, name)
 }
 
 func events(t *testing.T, dir, container string) containerd.Events {
@@ -201,12 +171,12 @@ func waitForOutcome(t *testing.T, e *env, id string, within time.Duration) ([]st
 func TestTerminateCommand(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
-	work := runPod(t, ctd, "work", "uid-work", map[string]string{"graceful": "TERM", "stubborn": ""})
+	work := ctd.RunEventsPod(t, "work", "uid-work", eventsImage, map[string]string{"graceful": "TERM", "stubborn": ""})
 	preStop, _ := json.Marshal(corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: containerd.PreStopCommand(30)}})
 	annotated := runAnnotatedPod(t, ctd, "annotated", "uid-annotated", map[string]string{
 		annotationTerminationGrace: "1", annotationPreStop: string(preStop),
 	})
-	runPod(t, ctd, "agent-self", "uid-agent", map[string]string{"agent": ""})
+	ctd.RunEventsPod(t, "agent-self", "uid-agent", eventsImage, map[string]string{"agent": ""})
 
 	e := newEnv(t, "127.0.0.1:0")
 	k := newKubelet()
@@ -293,7 +263,7 @@ func checkNotRerun(t *testing.T, e *env, p *proc, final agent.ExecutorStatus) {
 func TestTerminateCommandNotCarriedOut(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
-	runPod(t, ctd, "victim", "uid-victim", map[string]string{"app": "TERM"})
+	ctd.RunEventsPod(t, "victim", "uid-victim", eventsImage, map[string]string{"app": "TERM"})
 	k := newKubelet()
 	defer k.srv.Close()
 	for _, tc := range []struct {

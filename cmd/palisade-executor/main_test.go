@@ -148,32 +148,6 @@ func (c *child) exit(t *testing.T, closeStdin bool, within time.Duration) int {
 	}
 }
 
-// runPod runs a pod of eventsImage containers (name → $EXIT_ON) and waits until each ticks.
-func runPod(t *testing.T, ctd *containerd.Containerd, name, uid string, exitOn map[string]string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dir := t.TempDir()
-	p := containerd.Pod{Name: name, Namespace: "default", UID: uid, EventsDir: dir}
-	for c, on := range exitOn {
-		p.Containers = append(p.Containers, containerd.Container{Name: c, Image: eventsImage, Env: map[string]string{"EXIT_ON": on}})
-	}
-	if _, err := ctd.RunPod(ctx, p); err != nil {
-		t.Fatalf("running pod %s: %v\n%s", name, err, ctd.LogTail(20))
-	}
-	for c := range exitOn {
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if evs, err := containerd.ReadEvents(dir, c); err == nil && evs.Has("tick") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("container %s never ticked", c)
-			}
-		}
-	}
-	return dir
-}
-
 func startContainerd(t *testing.T) *containerd.Containerd {
 	t.Helper()
 	ctd := containerd.StartT(t)
@@ -207,8 +181,8 @@ func containerState(t *testing.T, ctd *containerd.Containerd, uid, name string) 
 func TestProtocol(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
-	runPod(t, ctd, "work", "uid-work", map[string]string{"graceful": "TERM", "stubborn": ""})
-	runPod(t, ctd, "agent-self", "uid-agent", map[string]string{"agent": ""})
+	ctd.RunEventsPod(t, "work", "uid-work", eventsImage, map[string]string{"graceful": "TERM", "stubborn": ""})
+	ctd.RunEventsPod(t, "agent-self", "uid-agent", eventsImage, map[string]string{"agent": ""})
 	c := startExecutor(t, "--cri-endpoint", "unix://"+ctd.Socket, "--pod-uid", "uid-agent")
 	deadline := time.Now().Add(time.Minute)
 
@@ -266,7 +240,7 @@ func TestProtocol(t *testing.T) {
 func TestProtocolStops(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
-	runPod(t, ctd, "work", "uid-work", map[string]string{"stubborn": ""})
+	ctd.RunEventsPod(t, "work", "uid-work", eventsImage, map[string]string{"stubborn": ""})
 	c := startExecutor(t, "--cri-endpoint", ctd.Socket)
 	start := time.Now()
 	c.send(t, protocol.Request{ID: 1, Op: protocol.OpTerminate, Deadline: start.Add(3 * time.Second), GracePeriodSeconds: ptr.To[int64](30)})

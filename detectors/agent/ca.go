@@ -163,13 +163,15 @@ func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
 // reader never sees half a file. The key is written first: a reader that sees the new
 // certificate with the old key fails to load the pair and keeps its last good one.
 func (p *KeyPair) WriteFiles(certFile, keyFile string) error {
-	if err := writeAtomic(keyFile, p.KeyPEM); err != nil {
+	if err := WriteFileAtomic(keyFile, p.KeyPEM); err != nil {
 		return err
 	}
-	return writeAtomic(certFile, p.CertPEM)
+	return WriteFileAtomic(certFile, p.CertPEM)
 }
 
-func writeAtomic(path string, data []byte) error {
+// WriteFileAtomic writes data to path (mode 0600) by a rename, so that a reader of the file never
+// sees half of it: certificates and keys are read while they are replaced.
+func WriteFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"palisade.dev/palisade/providers/executor"
+	"palisade.dev/palisade/test/testbed/containerd"
 )
 
 // TestTermThenKillAtGrace: a container that traps TERM and ignores it gets SIGTERM, then
@@ -130,7 +131,7 @@ func TestGraceOnlyShortens(t *testing.T) {
 	if term.Shorten(60) {
 		t.Error("Shorten(60) on a 30 s grace period was accepted")
 	}
-	waitForEvent(t, dir, "app", "TERM")
+	containerd.WaitForEvent(t, dir, "app", "TERM")
 	time.Sleep(time.Second)
 	if !term.Shorten(2) {
 		t.Error("Shorten(2) was refused")
@@ -164,7 +165,7 @@ func TestLivenessProbeKill(t *testing.T) {
 	if len(rep.Containers) != 1 || rep.SandboxesStopped || rep.GracePeriodSeconds != 2 {
 		t.Errorf("report = %+v, want app alone stopped with a 2 s grace, sandbox left", rep)
 	}
-	waitForEvent(t, dir, "other", "tick")
+	containerd.WaitForEvent(t, dir, "other", "tick")
 	before := events(t, dir, "other").Last()
 	time.Sleep(200 * time.Millisecond)
 	if other := events(t, dir, "other"); other.Has("TERM") || other.Last() <= before {

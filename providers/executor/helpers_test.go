@@ -122,21 +122,9 @@ func runPod(t *testing.T, pod *corev1.Pod) string {
 		t.Fatalf("running pod %s: %v\n%s", pod.Name, err, bed.ctd.LogTail(20))
 	}
 	for _, c := range p.Containers {
-		waitForEvent(t, events, c.Name, "tick")
+		containerd.WaitForEvent(t, events, c.Name, "tick")
 	}
 	return events
-}
-
-func waitForEvent(t *testing.T, dir, container, name string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if evs, err := containerd.ReadEvents(dir, container); err == nil && evs.Has(name) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("container %s never recorded %q", container, name)
 }
 
 func terminate(t *testing.T, req executor.Request) *executor.Report {

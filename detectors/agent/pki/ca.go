@@ -115,7 +115,7 @@ func (s *ServerCert) Ensure() error {
 			return fmt.Errorf("creating the directory of %s: %w", f, err)
 		}
 	}
-	if err := writeFileAtomic(s.CAFile, s.CA.CertPEM()); err != nil {
+	if err := agent.WriteFileAtomic(s.CAFile, s.CA.CertPEM()); err != nil {
 		return err
 	}
 	pair, err := s.CA.IssueServer(s.Hosts)
@@ -189,23 +189,3 @@ func (s *ServerCert) Start(ctx context.Context) error {
 // NeedLeaderElection is false: every replica keeps its certificate current.
 func (s *ServerCert) NeedLeaderElection() bool { return false }
 
-// writeFileAtomic writes data to path (mode 0600) by a rename, so that a reader never sees half
-// a file.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
-}

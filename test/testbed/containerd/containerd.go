@@ -156,10 +156,23 @@ func (c *Containerd) connect(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	rt, err := cri.NewRemoteRuntimeServiceBuilder().WithEndpoint("unix://" + c.Socket).
-		WithConnectionTimeout(10 * time.Second).WithTracerProvider(nil).Build(ctx)
-	if err != nil {
-		return fmt.Errorf("connecting to containerd's CRI: %w", err)
+	// The socket is bound a moment before containerd listens on it (a loaded machine shows it):
+	// a refused connection is retried until ctx ends.
+	var rt internalapi.RuntimeService
+	for {
+		var err error
+		rt, err = cri.NewRemoteRuntimeServiceBuilder().WithEndpoint("unix://" + c.Socket).
+			WithConnectionTimeout(10 * time.Second).WithTracerProvider(nil).Build(ctx)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("connecting to containerd's CRI: %w", err)
+		case <-c.done:
+			return fmt.Errorf("containerd exited at start\n%s", c.LogTail(20))
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	if _, err := rt.Version(ctx, "v1"); err != nil {
 		return fmt.Errorf("asking containerd's CRI for its version: %w", err)

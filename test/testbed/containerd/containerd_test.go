@@ -32,7 +32,7 @@ func TestRunPodRecordsEvents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, ctd.LogTail(30))
 	}
-	waitForEvent(t, events, "app", "tick")
+	containerd.WaitForEvent(t, events, "app", "tick")
 	id := pod.ContainerIDs["app"]
 	if err := ctd.Runtime.StopContainer(ctx, id, 5); err != nil {
 		t.Fatal(err)
@@ -79,16 +79,4 @@ func assertNothingLeft(t *testing.T, dir string) {
 			t.Errorf("process %s still uses %s after Stop: %q", p, dir, cmdline)
 		}
 	}
-}
-
-func waitForEvent(t *testing.T, dir, container, name string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if evs, err := containerd.ReadEvents(dir, container); err == nil && evs.Has(name) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("container %s never recorded %q", container, name)
 }
