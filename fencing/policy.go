@@ -97,6 +97,26 @@ type Observer struct {
 }
 
 func (o Observer) observe(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, now time.Time) (detectors.Observation, error) {
+	return o.observeWith(ctx, node, p, now, o.agentSignals())
+}
+
+// agentSignals are the classifier's inputs from the agents, taken from one snapshot of their
+// heartbeats: O(nodes × peers), so that a pass over many nodes takes it once (nil without
+// agents).
+type agentSignals struct {
+	agents map[string]classify.Agent
+	peers  map[string][]classify.PeerReport
+}
+
+func (o Observer) agentSignals() *agentSignals {
+	if o.Heartbeats == nil {
+		return nil
+	}
+	a, p := agent.Signals(o.Heartbeats.Snapshot())
+	return &agentSignals{agents: a, peers: p}
+}
+
+func (o Observer) observeWith(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, now time.Time, sig *agentSignals) (detectors.Observation, error) {
 	l := &coordinationv1.Lease{}
 	err := o.Reader.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node.Name}, l)
 	if client.IgnoreNotFound(err) != nil {
@@ -106,15 +126,14 @@ func (o Observer) observe(ctx context.Context, node *corev1.Node, p *v1alpha1.Fe
 		l = nil
 	}
 	obs := lease.Observe(node, l, leaseTimeout(p), now)
-	if o.Heartbeats == nil {
+	if sig == nil {
 		return obs, nil
 	}
 	var renewalSeen time.Time
 	if l != nil && l.Spec.RenewTime != nil {
 		renewalSeen = o.Renewals.Seen(node.Name, l.Spec.RenewTime.Time, now)
 	}
-	agents, peers := agent.Signals(o.Heartbeats.Snapshot())
-	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agents[node.Name], Peers: peers[node.Name], LeaseRenewalSeen: renewalSeen},
+	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: sig.agents[node.Name], Peers: sig.peers[node.Name], LeaseRenewalSeen: renewalSeen},
 		classify.Config{HeartbeatsSince: o.Since}, now), nil
 }
 
@@ -139,8 +158,9 @@ func (o Observer) policyHealth(ctx context.Context, p *v1alpha1.FencingPolicy, n
 		return health{}, fmt.Errorf("listing nodes: %w", err)
 	}
 	h := health{Nodes: len(nodes.Items)}
+	sig := o.agentSignals() // one snapshot for the whole pass
 	for i := range nodes.Items {
-		obs, err := o.observe(ctx, &nodes.Items[i], p, now)
+		obs, err := o.observeWith(ctx, &nodes.Items[i], p, now, sig)
 		if err != nil {
 			return health{}, err
 		}
