@@ -22,8 +22,8 @@ func demo(ctx context.Context, out io.Writer) (err error) {
 	say := func(format string, args ...any) {
 		fmt.Fprintf(out, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
 	}
-	say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler; 3 simulated nodes, each with its own ipmi_sim BMC")
-	env, err := scenario.Start(ctx, scenario.Options{LeaseRenewInterval: demoRenew})
+	say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler; 3 simulated nodes, each with its own ipmi_sim BMC and a real palisade-agent")
+	env, err := scenario.Start(ctx, scenario.Options{LeaseRenewInterval: demoRenew, Agents: true})
 	if err != nil {
 		return err
 	}
@@ -36,7 +36,7 @@ func demo(ctx context.Context, out io.Writer) (err error) {
 	if err := env.StartController(ctx, nil); err != nil {
 		return err
 	}
-	say("palisade-controller running; FencingPolicy %q: IPMI power-off, lease timeout %s", scenario.PolicyName, leaseTimeoutOf(env.Policy))
+	say("palisade-controller running; FencingPolicy %q: IPMI power-off, lease timeout %s; agents heartbeat every second and probe each other", scenario.PolicyName, leaseTimeoutOf(env.Policy))
 	w, err := env.DeployDatabase(ctx, env.Node(1))
 	if err != nil {
 		return err

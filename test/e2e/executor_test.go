@@ -170,12 +170,14 @@ func executorFences(t *testing.T, verdict string, kubeletHealthy bool) {
 }
 
 // An agent that reports success while its container still runs is caught by the controller's
-// confirmation (the agent's runtime read-back), and nothing is released.
+// confirmation (the agent's runtime read-back), and nothing is released. The fault is injected
+// on the channel through the API server; the direct channel's check is the same code (judge).
 func TestLyingAgentIsCaught(t *testing.T) {
 	s := startExecutorScene(t, sceneOptions{methods: func(v1alpha1.Method) []v1alpha1.Method {
 		return []v1alpha1.Method{executorMethod(8 * time.Second)}
 	}})
-	s.agent(t, s.addr, "--fault-report-confirmed-early")
+	// Its kubelet is down (KubeletDown): the order and the lying answer go through the API server.
+	s.agent(t, s.addr, append(agentAPIArgs(t, s.env, "", ""), "--fault-report-confirmed-early")...)
 	n1 := s.env.Node(1)
 	n1.PauseHeartbeats()
 	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseFailed))
