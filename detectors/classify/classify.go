@@ -97,8 +97,8 @@ func (c Config) withDefaults() Config {
 //     since the agent's last heartbeat, and no Lease renewal seen after the agent's next
 //     heartbeat was due. A renewal seen later keeps the Lease's verdict: the kubelet still
 //     reaches the API server, the signals disagree, so no blind power-off (invariant 4). While
-//     the agent is lost and this is not yet settled, Deadline is at most one heartbeat interval
-//     away, so that the caller looks again.
+//     the agent is lost and the node not Dead, Deadline is at most one heartbeat interval away,
+//     so that the caller looks again as peer reports arrive.
 //
 // The price of the fast Dead: a node cut off from the controller and from every peer probing
 // it, yet still reaching the API server, counts as Dead after MissedHeartbeats intervals unless
@@ -134,9 +134,12 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 			summary = fmt.Sprintf("dead: agent heartbeat lost, %d peer(s) cannot reach the node since its last heartbeat, none can, and no Lease renewal seen after its next heartbeat was due (Lease not yet expired)", peers.failedSince)
 		case silentLease && len(peers.reaching) == 0:
 			summary += fmt.Sprintf("; agent lost: waiting for %d peer report(s) made since its last heartbeat", cfg.MinPeerReports)
-			obs.Deadline = earliest(obs.Deadline, now.Add(hb.interval))
 		case !silentLease && !s.LeaseRenewalSeen.IsZero():
 			summary += "; agent lost, but the Lease was renewed since its last heartbeat: the kubelet reaches the API server"
+		}
+		if obs.Verdict != detectors.Dead {
+			// Peer reports keep arriving with the peers' heartbeats: look again in an interval.
+			obs.Deadline = earliest(obs.Deadline, now.Add(hb.interval))
 		}
 	}
 	if obs.Verdict == detectors.Suspect && lease.Verdict.Failed() {

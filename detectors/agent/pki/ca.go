@@ -188,4 +188,3 @@ func (s *ServerCert) Start(ctx context.Context) error {
 
 // NeedLeaderElection is false: every replica keeps its certificate current.
 func (s *ServerCert) NeedLeaderElection() bool { return false }
-
