@@ -110,7 +110,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.watchdogDevice, "watchdog-device", "", `hardware watchdog device (e.g. /dev/watchdog) the agent opens after a self-fence, writes once and never pets again, so that the watchdog reboots the node; it must exist (it is not created). "" uses none`)
 	fs.BoolVar(&o.apiCommands, "api-commands", true, "watch this node's NodeFence for orders through the API server (for a node whose kubelet is down), with --api-server, --api-token-file and --api-ca-file; without an API server, orders arrive only over the direct channel")
 	fs.StringVar(&o.apiTLSName, "api-tls-server-name", "", "name the API server's certificate must carry, when --api-server's host is not in it (e.g. behind a relay)")
-	fs.StringVar(&o.probeAddress, "probe-address", ":9444", `address to accept peer probes on (TCP; a connection accepted is the answer); "" accepts none, and then this agent probes no peers either`)
+	fs.StringVar(&o.probeAddress, "probe-address", ":9444", `address to accept peer probes on (TLS: the answer is this agent's certificate, which names its node); "" accepts none, and then this agent probes no peers either`)
 	fs.StringVar(&o.probeHost, "probe-advertise-host", "", "IP address peers probe this node at (default: the address the controller sees its heartbeats come from)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the kubelet's port, which peers probe too (a node whose agent crashed but whose kubelet answers is not dead); 0: not probed")
 	fs.BoolVar(&o.faultConfirmEarly, "fault-report-confirmed-early", false, "testing only: report Confirmed without terminating")
@@ -207,13 +207,17 @@ func run(args []string) error {
 		go newAPICommands(api, o.nodeName, o.interval, cmds, log.WithName("api-commands")).run(ctx)
 	}
 	if o.probeAddress != "" {
-		probes, err := listenProbes(o.probeAddress, log.WithName("probes"))
+		probes, err := agent.ListenProbes(o.probeAddress, o.cert, o.key, log.WithName("probes"))
 		if err != nil {
 			return fmt.Errorf("listening for peer probes on --probe-address %s: %w", o.probeAddress, err)
 		}
-		defer probes.close()
-		go probes.serve()
-		h.probePort, h.peers = probes.port(), newProber(o.interval, log.WithName("peers"))
+		defer probes.Close()
+		go probes.Serve()
+		dialer, err := agent.NewProbeDialer(o.ca, log.WithName("probes"))
+		if err != nil {
+			return err
+		}
+		h.probePort, h.peers = probes.Port(), newProber(o.interval, log.WithName("peers"), dialer.Probe)
 		go h.peers.run(ctx)
 	}
 	log.Info("starting palisade-agent", "Node", klog.KRef("", o.nodeName), "controller", o.controller, "interval", o.interval.String(), "bootID", bootID,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net"
 	"sync"
 	"time"
@@ -12,50 +11,19 @@ import (
 	"palisade.dev/palisade/detectors/agent"
 )
 
-// probeListener accepts the TCP probes of this node's peers: a connection accepted is the whole
-// answer (it is closed at once), so that a peer learns the node's kernel and agent are alive and
-// that the network between the two works. It carries no data, so it needs no authentication.
-type probeListener struct {
-	lis net.Listener
-	log logr.Logger
-}
-
-func listenProbes(addr string, log logr.Logger) (*probeListener, error) {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	return &probeListener{lis: lis, log: log}, nil
-}
-
-// port is the port listened on.
-func (p *probeListener) port() int { return p.lis.Addr().(*net.TCPAddr).Port }
-
-// serve accepts until close.
-func (p *probeListener) serve() {
-	for {
-		conn, err := p.lis.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				p.log.Error(err, "accepting peer probes stopped")
-			}
-			return
-		}
-		_ = conn.Close()
-	}
-}
-
-func (p *probeListener) close() { _ = p.lis.Close() }
-
 // prober probes the peers the controller assigns (agent.Response.Peers), once per interval, each
 // with a timeout of half the interval, and keeps the latest result of each for the heartbeats.
-// A peer is reachable when a TCP connection to any of its addresses (its agent's probe port, its
-// kubelet's port) is accepted; refused or timed out means no path to it. Probing runs apart from
-// the heartbeats, so that unreachable peers never delay the node's own life signal.
+// A peer is reachable when its agent answers on its probe port (the first address) with a TLS
+// handshake whose certificate names that very node (agent.ProbeDialer), or when a TCP
+// connection to its kubelet's port (the other addresses) is accepted; refused, timed out, or
+// answered by another node means no path to it. Probing runs apart from the heartbeats, so that
+// unreachable peers never delay the node's own life signal.
 type prober struct {
 	interval time.Duration
 	log      logr.Logger
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+	// agentProbe checks a peer's agent at addr; nil: a TCP connection is enough.
+	agentProbe func(ctx context.Context, addr, node string) error
 
 	mu      sync.Mutex
 	targets []agent.PeerTarget
@@ -63,9 +31,9 @@ type prober struct {
 	wake    chan struct{}
 }
 
-func newProber(interval time.Duration, log logr.Logger) *prober {
+func newProber(interval time.Duration, log logr.Logger, agentProbe func(ctx context.Context, addr, node string) error) *prober {
 	d := &net.Dialer{}
-	return &prober{interval: interval, log: log, dial: d.DialContext, results: map[string]agent.PeerReport{}, wake: make(chan struct{}, 1)}
+	return &prober{interval: interval, log: log, dial: d.DialContext, agentProbe: agentProbe, results: map[string]agent.PeerReport{}, wake: make(chan struct{}, 1)}
 }
 
 // setTargets replaces the peers to probe; a changed set is probed at once.
@@ -161,7 +129,7 @@ func (p *prober) probeAll(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = agent.PeerReport{Node: t.Node, Reachable: p.probe(ctx, t.Addresses), At: time.Now()}
+			results[i] = agent.PeerReport{Node: t.Node, Reachable: p.probe(ctx, t), At: time.Now()}
 		}()
 	}
 	wg.Wait()
@@ -181,13 +149,17 @@ func (p *prober) probeAll(ctx context.Context) {
 	}
 }
 
-// probe dials every address at once and reports whether any connection was accepted.
-func (p *prober) probe(parent context.Context, addrs []string) bool {
+// probe tries every address of t at once and reports whether any answered.
+func (p *prober) probe(parent context.Context, t agent.PeerTarget) bool {
 	ctx, cancel := context.WithTimeout(parent, p.currentInterval()/2)
 	defer cancel()
-	ok := make(chan bool, len(addrs))
-	for _, a := range addrs {
+	ok := make(chan bool, len(t.Addresses))
+	for i, a := range t.Addresses {
 		go func() {
+			if i == 0 && p.agentProbe != nil {
+				ok <- p.agentProbe(ctx, a, t.Node) == nil
+				return
+			}
 			conn, err := p.dial(ctx, "tcp", a)
 			if err == nil {
 				_ = conn.Close()
@@ -195,7 +167,7 @@ func (p *prober) probe(parent context.Context, addrs []string) bool {
 			ok <- err == nil
 		}()
 	}
-	for range addrs {
+	for range t.Addresses {
 		if <-ok {
 			return true
 		}

@@ -115,7 +115,7 @@ func TestPeersProbeEachOther(t *testing.T) {
 // TestProberReports: results of a probe round are dropped for a peer the controller
 // no longer assigns, and a report carries at most agent.MaxPeers results.
 func TestProberReports(t *testing.T) {
-	p := newProber(100*time.Millisecond, logr.Discard())
+	p := newProber(100*time.Millisecond, logr.Discard(), nil)
 	targets := make([]agent.PeerTarget, agent.MaxPeers+5)
 	for i := range targets {
 		targets[i] = agent.PeerTarget{Node: "n" + strconv.Itoa(i), Addresses: []string{"127.0.0.1:1"}}

@@ -11,8 +11,9 @@ import (
 // PeerTarget is a node an agent is to probe, and where.
 type PeerTarget struct {
 	Node string `json:"node"`
-	// Addresses are host:port pairs: the peer counts as reachable when a TCP connection to any
-	// of them is accepted.
+	// Addresses are host:port pairs: first the peer's agent probe port (ProbeServer: its TLS
+	// certificate must name Node), then its kubelet's port (a TCP connection accepted is
+	// enough). The peer counts as reachable when any of them answers.
 	Addresses []string `json:"addresses"`
 }
 
