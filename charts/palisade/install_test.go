@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
@@ -183,6 +184,15 @@ func agentAnswers(t *testing.T, c *testbed.Cluster) {
 		return ag.Patch(ctx, nf, client.RawPatch(types.MergePatchType, []byte(body)))
 	}
 	answer := `{"metadata":{"annotations":{"` + v1alpha1.AnnotationExecutorStatus + `":"{}"}}}`
+	// The API server loads a new admission policy a moment after it is created: wait until it
+	// refuses a dry run of a forbidden answer.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}
+		return ag.Patch(ctx, nf, client.RawPatch(types.MergePatchType, []byte(answer)), client.DryRunAll) != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the chart's admission policy never took effect: %v", err)
+	}
 	if err := patch("node-a", answer); err != nil {
 		t.Errorf("the agent of node-a answering on its NodeFence: %v", err)
 	}

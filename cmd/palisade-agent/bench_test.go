@@ -17,23 +17,37 @@ import (
 const clockTicks = 100
 
 // BenchmarkAgentCost runs the agent as deployed (1 s interval, a healthy kubelet, heartbeats
-// accepted by a Server on loopback) and measures its resident memory (VmRSS) and its CPU
-// (utime+stime) over 10 s, after a 2 s warm-up.
+// accepted by a Server on loopback, 3 peer agents that it probes and that probe it, with TLS)
+// and measures its resident memory (VmRSS) and its CPU (utime+stime) over 10 s, after a 2 s
+// warm-up.
 func BenchmarkAgentCost(b *testing.B) {
 	const window = 10 * time.Second
 	e := newEnv(b, "127.0.0.1:0")
 	k := newKubelet()
 	defer k.srv.Close()
 	p := e.startAgent(b, e.server.Addr(), k.srv.URL, time.Second)
+	for _, peer := range []string{"peer-1", "peer-2", "peer-3"} {
+		cert, key := e.agentCert(b, peer)
+		e.startAgent(b, e.server.Addr(), k.srv.URL, time.Second, "--node-name", peer, "--cert", cert, "--key", key)
+	}
 	e.next(b, 10*time.Second)
-	time.Sleep(2 * time.Second)
+	time.Sleep(3 * time.Second)
 	pid := p.cmd.Process.Pid
 	startTicks, startSched, start := cpuTicks(b, pid), schedNanos(b, pid), time.Now()
 	for len(e.beats) > 0 {
 		<-e.beats
 	}
 	time.Sleep(window)
-	ticks, sched, elapsed, heartbeats := cpuTicks(b, pid)-startTicks, schedNanos(b, pid)-startSched, time.Since(start), len(e.beats)
+	ticks, sched, elapsed := cpuTicks(b, pid)-startTicks, schedNanos(b, pid)-startSched, time.Since(start)
+	heartbeats := 0
+	for len(e.beats) > 0 {
+		if hb := <-e.beats; hb.Node == testNode {
+			heartbeats++
+		}
+	}
+	if hb := e.server.Snapshot()[testNode]; len(hb.Peers) != 3 || !hb.Peers[0].Reachable || !hb.Peers[1].Reachable || !hb.Peers[2].Reachable {
+		b.Fatalf("the measured agent's peer reports %+v, want 3 peers reachable", hb.Peers)
+	}
 	rss := rssKiB(b, pid)
 	mem := smapsRollup(b, pid)
 	if code := p.stop(b); code != 0 {

@@ -13,7 +13,7 @@ import (
 )
 
 // agentCert issues a client certificate for node into e's directory and returns its files.
-func (e *env) agentCert(t *testing.T, node string) (cert, key string) {
+func (e *env) agentCert(t testing.TB, node string) (cert, key string) {
 	t.Helper()
 	pair, err := e.ca.IssueAgent(node)
 	cert, key = filepath.Join(e.dir, node+".crt"), filepath.Join(e.dir, node+".key")
