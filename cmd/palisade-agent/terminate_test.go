@@ -88,24 +88,6 @@ func runAnnotatedPod(t *testing.T, ctd *containerd.Containerd, name, uid string,
 	return dir
 }
 
-func events(t *testing.T, dir, container string) containerd.Events {
-	t.Helper()
-	evs, err := containerd.ReadEvents(dir, container)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return evs
-}
-
-func eventAt(t *testing.T, evs containerd.Events, container, name string) time.Duration {
-	t.Helper()
-	d, ok := evs.First(name)
-	if !ok {
-		t.Fatalf("container %s never recorded %q", container, name)
-	}
-	return d
-}
-
 func assertNear(t *testing.T, what string, got, want time.Duration) {
 	t.Helper()
 	t.Logf("MEASURED %s: %.3fs (want %.1fs ±%.1fs)", what, got.Seconds(), want.Seconds(), tolerance.Seconds())
@@ -227,16 +209,16 @@ func checkGone(t *testing.T, ctd *containerd.Containerd, work, annotated string)
 			}
 		}
 	}
-	if evs := events(t, work, "graceful"); !evs.Has("TERM") || !evs.Has("exit") {
+	if evs := containerd.MustReadEvents(t, work, "graceful"); !evs.Has("TERM") || !evs.Has("exit") {
 		t.Errorf("graceful container saw %v, want TERM then exit", evs)
 	}
-	stubborn := events(t, work, "stubborn")
-	assertNear(t, "stubborn: TERM to death (grace capped at 2 s)", stubborn.Last()-eventAt(t, stubborn, "stubborn", "TERM"), 2*time.Second)
+	stubborn := containerd.MustReadEvents(t, work, "stubborn")
+	assertNear(t, "stubborn: TERM to death (grace capped at 2 s)", stubborn.Last()-containerd.EventAt(t, stubborn, "stubborn", "TERM"), 2*time.Second)
 	// Its own grace (1 s, from the kubelet's annotation) is under the cap: the 30 s preStop
 	// hook is cut at 1 s, then TERM, then SIGKILL 2 s later (the minimum).
-	app := events(t, annotated, "app")
-	hook := eventAt(t, app, "app", "prestop")
-	assertNear(t, "annotated: preStop start to TERM (own grace 1 s)", eventAt(t, app, "app", "TERM")-hook, time.Second)
+	app := containerd.MustReadEvents(t, annotated, "app")
+	hook := containerd.EventAt(t, app, "app", "prestop")
+	assertNear(t, "annotated: preStop start to TERM (own grace 1 s)", containerd.EventAt(t, app, "app", "TERM")-hook, time.Second)
 	assertNear(t, "annotated: preStop start to death (1 s + 2 s minimum)", app.Last()-hook, 3*time.Second)
 }
 

@@ -19,8 +19,8 @@ func TestTermThenKillAtGrace(t *testing.T) {
 	pod := newPod("term-kill", 3, ctr("stubborn", ""))
 	dir := runPod(t, pod)
 	rep := terminate(t, executor.Request{Pod: pod})
-	evs := events(t, dir, "stubborn")
-	term := at(t, evs, "stubborn", "TERM")
+	evs := containerd.MustReadEvents(t, dir, "stubborn")
+	term := containerd.EventAt(t, evs, "stubborn", "TERM")
 	assertNear(t, "TERM to death (grace 3s)", evs.Last()-term, 3*time.Second)
 	c := rep.Container("stubborn")
 	if c.Outcome != executor.OutcomeKilled || c.ExitCode != 137 || c.Signal != "SIGTERM" || c.SignalSource != executor.SignalDefault {
@@ -54,9 +54,9 @@ func TestStopSignals(t *testing.T) {
 		{"image", "USR2", "SIGUSR2", executor.SignalFromImage},
 		{"default", "TERM", "SIGTERM", executor.SignalDefault},
 	} {
-		evs := events(t, dir, tc.container)
+		evs := containerd.MustReadEvents(t, dir, tc.container)
 		if !evs.Has(tc.event) || !evs.Has("exit") {
-			t.Errorf("container %s saw %s, want %s then exit", tc.container, summary(evs), tc.event)
+			t.Errorf("container %s saw %s, want %s then exit", tc.container, evs, tc.event)
 		}
 		c := rep.Container(tc.container)
 		if c.Signal != tc.signal || c.SignalSource != tc.source || c.Outcome != executor.OutcomeExited || c.ExitCode != 0 {
@@ -72,9 +72,9 @@ func TestPreStopTakenFromGrace(t *testing.T) {
 	pod := newPod("prestop", 5, withPreStop(ctr("app", ""), 3))
 	dir := runPod(t, pod)
 	rep := terminate(t, executor.Request{Pod: pod})
-	evs := events(t, dir, "app")
-	start := at(t, evs, "app", "prestop")
-	assertNear(t, "preStop start to TERM (hook 3s, grace 5s)", at(t, evs, "app", "TERM")-start, 3*time.Second)
+	evs := containerd.MustReadEvents(t, dir, "app")
+	start := containerd.EventAt(t, evs, "app", "prestop")
+	assertNear(t, "preStop start to TERM (hook 3s, grace 5s)", containerd.EventAt(t, evs, "app", "TERM")-start, 3*time.Second)
 	assertNear(t, "preStop start to death (grace 5s)", evs.Last()-start, 5*time.Second)
 	if c := rep.Container("app"); c.PreStop == nil || !c.PreStop.Completed || c.Outcome != executor.OutcomeKilled {
 		t.Errorf("report = %+v, want a completed hook and a kill", c)
@@ -91,8 +91,8 @@ func TestMinimumGrace(t *testing.T) {
 			pod.DeletionGracePeriodSeconds = ptr.To(grace)
 			dir := runPod(t, pod)
 			terminate(t, executor.Request{Pod: pod})
-			evs := events(t, dir, "app")
-			assertNear(t, "TERM to death (grace ≤1s)", evs.Last()-at(t, evs, "app", "TERM"), 2*time.Second)
+			evs := containerd.MustReadEvents(t, dir, "app")
+			assertNear(t, "TERM to death (grace ≤1s)", evs.Last()-containerd.EventAt(t, evs, "app", "TERM"), 2*time.Second)
 		})
 	}
 }
@@ -104,12 +104,12 @@ func TestPreStopExtension(t *testing.T) {
 	pod := newPod("extension", 3, withPreStop(ctr("app", ""), 30))
 	dir := runPod(t, pod)
 	rep := terminate(t, executor.Request{Pod: pod})
-	evs := events(t, dir, "app")
-	start := at(t, evs, "app", "prestop")
-	assertNear(t, "preStop start to TERM (hook 30s, grace 3s)", at(t, evs, "app", "TERM")-start, 3*time.Second)
+	evs := containerd.MustReadEvents(t, dir, "app")
+	start := containerd.EventAt(t, evs, "app", "prestop")
+	assertNear(t, "preStop start to TERM (hook 30s, grace 3s)", containerd.EventAt(t, evs, "app", "TERM")-start, 3*time.Second)
 	assertNear(t, "preStop start to death (grace 3s + 2s)", evs.Last()-start, 5*time.Second)
 	if evs.Has("prestop-done") {
-		t.Errorf("the hook completed: %s", summary(evs))
+		t.Errorf("the hook completed: %s", evs)
 	}
 	if c := rep.Container("app"); c.PreStop == nil || c.PreStop.Completed {
 		t.Errorf("report = %+v, want a hook cut short", c)
@@ -144,8 +144,8 @@ func TestGraceOnlyShortens(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("report:\n%s", rep)
-	evs := events(t, dir, "app")
-	assertNear(t, "TERM to death (30s, shortened to 2s after 1s)", evs.Last()-at(t, evs, "app", "TERM"), 3*time.Second)
+	evs := containerd.MustReadEvents(t, dir, "app")
+	assertNear(t, "TERM to death (30s, shortened to 2s after 1s)", evs.Last()-containerd.EventAt(t, evs, "app", "TERM"), 3*time.Second)
 	if rep.GracePeriodSeconds != 2 {
 		t.Errorf("grace period = %d, want 2", rep.GracePeriodSeconds)
 	}
@@ -160,15 +160,15 @@ func TestLivenessProbeKill(t *testing.T) {
 	pod := newPod("probe", 30, app, ctr("other", "TERM"))
 	dir := runPod(t, pod)
 	rep := terminate(t, executor.Request{Pod: pod, Reason: executor.ReasonLivenessProbe, Container: "app"})
-	evs := events(t, dir, "app")
-	assertNear(t, "TERM to death (probe grace 2s, pod 30s)", evs.Last()-at(t, evs, "app", "TERM"), 2*time.Second)
+	evs := containerd.MustReadEvents(t, dir, "app")
+	assertNear(t, "TERM to death (probe grace 2s, pod 30s)", evs.Last()-containerd.EventAt(t, evs, "app", "TERM"), 2*time.Second)
 	if len(rep.Containers) != 1 || rep.SandboxesStopped || rep.GracePeriodSeconds != 2 {
 		t.Errorf("report = %+v, want app alone stopped with a 2 s grace, sandbox left", rep)
 	}
 	containerd.WaitForEvent(t, dir, "other", "tick")
-	before := events(t, dir, "other").Last()
+	before := containerd.MustReadEvents(t, dir, "other").Last()
 	time.Sleep(200 * time.Millisecond)
-	if other := events(t, dir, "other"); other.Has("TERM") || other.Last() <= before {
-		t.Errorf("the other container was disturbed: %s", summary(other))
+	if other := containerd.MustReadEvents(t, dir, "other"); other.Has("TERM") || other.Last() <= before {
+		t.Errorf("the other container was disturbed: %s", other)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -139,25 +138,6 @@ func terminate(t *testing.T, req executor.Request) *executor.Report {
 	return rep
 }
 
-func events(t *testing.T, dir, container string) containerd.Events {
-	t.Helper()
-	evs, err := containerd.ReadEvents(dir, container)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return evs
-}
-
-// at returns when the container recorded event name, failing the test if it never did.
-func at(t *testing.T, evs containerd.Events, container, name string) time.Duration {
-	t.Helper()
-	d, ok := evs.First(name)
-	if !ok {
-		t.Fatalf("container %s never recorded %q: %s", container, name, summary(evs))
-	}
-	return d
-}
-
 // assertNear checks a duration measured from the container's view against the rule's.
 func assertNear(t *testing.T, what string, got, want time.Duration) {
 	t.Helper()
@@ -165,17 +145,6 @@ func assertNear(t *testing.T, what string, got, want time.Duration) {
 	if got < want-tolerance || got > want+tolerance {
 		t.Errorf("%s = %.3fs, want %.1fs ±%.1fs", what, got.Seconds(), want.Seconds(), tolerance.Seconds())
 	}
-}
-
-// summary lists the events other than ticks, and the last sign of life.
-func summary(evs containerd.Events) string {
-	var parts []string
-	for _, e := range evs {
-		if e.Name != "tick" {
-			parts = append(parts, fmt.Sprintf("%s@%.2f", e.Name, e.At.Seconds()))
-		}
-	}
-	return strings.Join(parts, " ") + fmt.Sprintf(" last@%.2f", evs.Last().Seconds())
 }
 
 func isInit(pod *corev1.Pod, name string) bool {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"palisade.dev/palisade/providers/executor"
+	"palisade.dev/palisade/test/testbed/containerd"
 )
 
 // TestSidecarsEndAfterMains: sidecars get their stop signal only once every main container
@@ -18,18 +19,18 @@ func TestSidecarsEndAfterMains(t *testing.T) {
 		sidecar(ctr("sidecar-a", "TERM")), ctr("init-done", ""), sidecar(ctr("sidecar-b", "TERM")))
 	dir := runPod(t, pod)
 	rep := terminate(t, executor.Request{Pod: pod})
-	m1, m2 := events(t, dir, "main-1"), events(t, dir, "main-2")
-	a, b := events(t, dir, "sidecar-a"), events(t, dir, "sidecar-b")
-	mainsEnded := max(at(t, m1, "main-1", "exit"), at(t, m2, "main-2", "exit"))
-	bTerm, aTerm := at(t, b, "sidecar-b", "TERM"), at(t, a, "sidecar-a", "TERM")
-	start := min(at(t, m1, "main-1", "TERM"), at(t, m2, "main-2", "TERM"))
+	m1, m2 := containerd.MustReadEvents(t, dir, "main-1"), containerd.MustReadEvents(t, dir, "main-2")
+	a, b := containerd.MustReadEvents(t, dir, "sidecar-a"), containerd.MustReadEvents(t, dir, "sidecar-b")
+	mainsEnded := max(containerd.EventAt(t, m1, "main-1", "exit"), containerd.EventAt(t, m2, "main-2", "exit"))
+	bTerm, aTerm := containerd.EventAt(t, b, "sidecar-b", "TERM"), containerd.EventAt(t, a, "sidecar-a", "TERM")
+	start := min(containerd.EventAt(t, m1, "main-1", "TERM"), containerd.EventAt(t, m2, "main-2", "TERM"))
 	t.Logf("MEASURED from the mains' TERM: mains ended %.3fs, sidecar-b TERM %.3fs exit %.3fs, sidecar-a TERM %.3fs",
-		(mainsEnded - start).Seconds(), (bTerm - start).Seconds(), (at(t, b, "sidecar-b", "exit") - start).Seconds(),
+		(mainsEnded - start).Seconds(), (bTerm - start).Seconds(), (containerd.EventAt(t, b, "sidecar-b", "exit") - start).Seconds(),
 		(aTerm - start).Seconds())
 	if bTerm < mainsEnded {
 		t.Errorf("sidecar-b got TERM at %.2f, before the mains ended at %.2f", bTerm.Seconds(), mainsEnded.Seconds())
 	}
-	if aTerm < at(t, b, "sidecar-b", "exit") {
+	if aTerm < containerd.EventAt(t, b, "sidecar-b", "exit") {
 		t.Errorf("sidecar-a got TERM at %.2f, before sidecar-b ended", aTerm.Seconds())
 	}
 	for _, name := range []string{"main-1", "main-2", "sidecar-a", "sidecar-b"} {
@@ -48,12 +49,12 @@ func TestSidecarsShareTheGrace(t *testing.T) {
 	pod.Spec.InitContainers = append(pod.Spec.InitContainers, sidecar(ctr("sidecar-a", "")), sidecar(ctr("sidecar-b", "")))
 	dir := runPod(t, pod)
 	terminate(t, executor.Request{Pod: pod})
-	m := events(t, dir, "main")
-	start := at(t, m, "main", "TERM")
+	m := containerd.MustReadEvents(t, dir, "main")
+	start := containerd.EventAt(t, m, "main", "TERM")
 	assertNear(t, "main TERM to death (grace 3s)", m.Last()-start, 3*time.Second)
 	for _, name := range []string{"sidecar-a", "sidecar-b"} {
-		evs := events(t, dir, name)
-		assertNear(t, name+" TERM after main's TERM", at(t, evs, name, "TERM")-start, 3*time.Second)
+		evs := containerd.MustReadEvents(t, dir, name)
+		assertNear(t, name+" TERM after main's TERM", containerd.EventAt(t, evs, name, "TERM")-start, 3*time.Second)
 		assertNear(t, name+" death after main's TERM", evs.Last()-start, 5*time.Second)
 	}
 }

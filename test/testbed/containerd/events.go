@@ -93,3 +93,15 @@ func (e Events) Has(name string) bool {
 	_, ok := e.First(name)
 	return ok
 }
+
+// String lists the events other than ticks with their times, then the last tick, for test
+// failure messages.
+func (e Events) String() string {
+	var parts []string
+	for _, ev := range e {
+		if ev.Name != "tick" {
+			parts = append(parts, fmt.Sprintf("%s@%.2f", ev.Name, ev.At.Seconds()))
+		}
+	}
+	return strings.Join(parts, " ") + fmt.Sprintf(" last@%.2f", e.Last().Seconds())
+}

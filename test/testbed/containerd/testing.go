@@ -38,3 +38,24 @@ func (c *Containerd) RunEventsPod(t testing.TB, name, uid, image string, exitOn 
 	}
 	return dir
 }
+
+// MustReadEvents is ReadEvents that fails t on error.
+func MustReadEvents(t testing.TB, dir, container string) Events {
+	t.Helper()
+	evs, err := ReadEvents(dir, container)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// EventAt returns when container recorded the event name (its first), and fails t when it
+// never did, with what it did record.
+func EventAt(t testing.TB, evs Events, container, name string) time.Duration {
+	t.Helper()
+	d, ok := evs.First(name)
+	if !ok {
+		t.Fatalf("container %s never recorded %q: %s", container, name, evs)
+	}
+	return d
+}
