@@ -82,28 +82,38 @@ func (a *apiClient) do(ctx context.Context, op, method, path string, in, out any
 	return nil
 }
 
-// send returns the response of a successful request, whose body the caller closes.
+// send returns the response of a successful request, whose body the caller closes; in, when
+// not nil, is sent as JSON.
 func (a *apiClient) send(ctx context.Context, op, method, path string, in any) (*http.Response, error) {
+	if in == nil {
+		return a.sendRaw(ctx, op, method, path, nil, "")
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("%s: encoding: %w", op, err)
+	}
+	return a.sendRaw(ctx, op, method, path, b, "application/json")
+}
+
+// sendRaw is send with a body already encoded as contentType (none when body is nil), such as
+// a JSON merge patch.
+func (a *apiClient) sendRaw(ctx context.Context, op, method, path string, body []byte, contentType string) (*http.Response, error) {
 	token, err := os.ReadFile(a.tokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading the ServiceAccount token (--api-token-file): %w", op, err)
 	}
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return nil, fmt.Errorf("%s: encoding: %w", op, err)
-		}
-		body = bytes.NewReader(b)
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -54,7 +51,9 @@ func (a *apiCommands) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		a.setWatching(false, err)
+		if err != nil { // nil: the server ended the watch (timeoutSeconds), no failure
+			a.setWatching(false, err)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(a.interval):
@@ -175,36 +174,14 @@ func (a *apiCommands) answer(ctx context.Context) {
 		return
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.AnnotationExecutorStatus: string(raw)}}})
-	if err := a.mergePatch(rctx, nodeFencePath+"/"+url.PathEscape(a.node), patch); err != nil {
+	resp, err := a.api.sendRaw(rctx, "answering on the NodeFence", http.MethodPatch, nodeFencePath+"/"+url.PathEscape(a.node), patch, "application/merge-patch+json")
+	if err != nil {
 		a.log.Error(err, "answering the order through the API server failed; retrying next interval", "command", st.ID, "state", st.State)
 		return
 	}
+	discard(resp.Body)
 	a.log.Info("answered the order through the API server", "command", st.ID, "state", st.State, "runningContainers", rep.RunningContainers)
 	a.mu.Lock()
 	a.reported = st.ID + "/" + st.State
 	a.mu.Unlock()
-}
-
-// mergePatch sends a JSON merge patch with the ServiceAccount token.
-func (a *apiCommands) mergePatch(ctx context.Context, path string, patch []byte) error {
-	token, err := os.ReadFile(a.api.tokenFile)
-	if err != nil {
-		return fmt.Errorf("reading the ServiceAccount token: %w", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, a.api.base+path, bytes.NewReader(patch))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-	req.Header.Set("Content-Type", "application/merge-patch+json")
-	resp, err := a.api.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer discard(resp.Body)
-	if resp.StatusCode >= 300 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("patching %s: %s: %s", path, resp.Status, bytes.TrimSpace(msg))
-	}
-	return nil
 }
