@@ -51,6 +51,15 @@ func TestFencingPolicyValidation(t *testing.T) {
 		{"lease timeout too short", func(p *v1alpha1.FencingPolicy) {
 			p.Spec.Detection.LeaseTimeout = &metav1.Duration{Duration: time.Second}
 		}, []string{"spec.detection.leaseTimeout must be at least 2s"}},
+		{"heartbeat interval too short", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Detection.HeartbeatInterval = &metav1.Duration{Duration: 10 * time.Millisecond}
+		}, []string{"detection.heartbeatInterval must be between 100ms and 1m"}},
+		{"heartbeat interval too long", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Detection.HeartbeatInterval = &metav1.Duration{Duration: 2 * time.Minute}
+		}, []string{"detection.heartbeatInterval must be between 100ms and 1m"}},
+		{"heartbeat interval in range", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Detection.HeartbeatInterval = &metav1.Duration{Duration: 500 * time.Millisecond}
+		}, nil},
 		{"method timeout too long", func(p *v1alpha1.FencingPolicy) {
 			p.Spec.Methods[0].Timeout = &metav1.Duration{Duration: time.Hour}
 		}, []string{"a method's timeout must be between 1s and 30m"}},
