@@ -83,6 +83,12 @@ func startPartitionScene(t *testing.T) *partitionScene {
 	if s.relay, err = netns.ParseEndpoint(relay); err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet stand-ins renew the Leases before the controller looks: a node registered
+	// longer ago than the Lease timeout without a Lease is rightly Dead.
+	kubeconfig := simkubelettest.WriteKubeconfig(t, s.env.Cluster.Config, relay)
+	for _, n := range s.ns {
+		s.kubelets = append(s.kubelets, simkubelettest.Start(t, n, simkubelettest.Options{Kubeconfig: kubeconfig, NodeName: n.Name(), RenewInterval: renew}))
+	}
 
 	// The controller, its heartbeat server on the LAN side of the root namespace.
 	dir := t.TempDir()
@@ -134,14 +140,12 @@ func startPartitionScene(t *testing.T) *partitionScene {
 		t.Fatal(err)
 	}
 
-	// Every node's kubelet stand-in and agent, in its namespace.
-	kubeconfig := simkubelettest.WriteKubeconfig(t, s.env.Cluster.Config, relay)
+	// Every node's agent, in its namespace.
 	api := agentAPIArgs(t, s.env, "https://"+relay, simkubelettest.ServerName(t, s.env.Cluster.Config))
 	bin := buildAgent(t, dir)
 	for i, n := range s.ns {
 		name := n.Name()
-		k := simkubelettest.Start(t, n, simkubelettest.Options{Kubeconfig: kubeconfig, NodeName: name, RenewInterval: renew})
-		s.kubelets = append(s.kubelets, k)
+		k := s.kubelets[i]
 		args := append([]string{"--controller-address", hbAddr, "--node-name", name, "--cert", files[name+".crt"], "--key", files[name+".key"],
 			"--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", "http://127.0.0.1:10248/healthz",
 			"--probe-address", ":9444", "--kubelet-port", "10250"}, api...)
