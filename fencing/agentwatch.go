@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"palisade.dev/palisade/detectors/classify"
+	"palisade.dev/palisade/detectors/observe"
 )
 
 // agentLossTick is how often agentLossWatch looks at the heartbeats: a quarter of the default
@@ -21,13 +22,13 @@ const agentLossTick = 250 * time.Millisecond
 // (O(nodes)) every tick and sends only the nodes whose agent has just been lost; from then on
 // the classifier's Deadline keeps such a node looked at every interval until it is settled.
 type agentLossWatch struct {
-	heartbeats Heartbeats
+	heartbeats observe.Heartbeats
 	events     chan event.GenericEvent
 	now        func() time.Time
 	lost       map[string]bool
 }
 
-func newAgentLossWatch(h Heartbeats, now func() time.Time) *agentLossWatch {
+func newAgentLossWatch(h observe.Heartbeats, now func() time.Time) *agentLossWatch {
 	return &agentLossWatch{heartbeats: h, events: make(chan event.GenericEvent, 1024), now: now, lost: map[string]bool{}}
 }
 

@@ -21,6 +21,7 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors"
 	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/detectors/observe"
 )
 
 const (
@@ -36,7 +37,7 @@ const (
 type NodeReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
-	Observer Observer
+	Observer observe.Observer
 	Now      func() time.Time
 }
 
@@ -118,7 +119,7 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 // detect fences a node whose verdict is failed, unless the storm guard holds.
 func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy) (ctrl.Result, error) {
 	now := r.now()
-	obs, err := r.Observer.observe(ctx, node, p, now)
+	obs, err := r.Observer.Observe(ctx, node, leaseTimeout(p), now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -135,7 +136,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	if len(methods) == 0 {
 		return r.aliveNotFencing(ctx, node, obs)
 	}
-	h, err := r.Observer.policyHealth(ctx, p, now)
+	h, err := policyHealth(ctx, r.Observer, p, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/providers"
 )
 
@@ -31,7 +32,7 @@ type NodeFenceReconciler struct {
 	// Fencers holds one provider per method type (wired in cmd/).
 	Fencers map[v1alpha1.MethodType]providers.PowerFencer
 	// Observer tells the freshest signal of a node (the SelfFence method's safe time).
-	Observer Observer
+	Observer observe.Observer
 	// Terminator reaches the node agents' executors (nil: the Executor method fails).
 	Terminator providers.WorkloadTerminator
 	// Attachments releases a node's VolumeAttachments.

@@ -22,6 +22,7 @@ import (
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/fake"
 )
@@ -69,7 +70,7 @@ func newWorld(t *testing.T, methods ...string) *world {
 		Build()
 	w := &world{c: c, power: fake.New(), agent: fake.NewTerminator(providers.TerminationConfirmed), now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
 	w.r = &NodeFenceReconciler{Client: c, APIReader: c, Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: w.power}, Terminator: w.agent,
-		Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now }, Observer: Observer{Reader: c}}
+		Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now }, Observer: observe.Observer{Reader: c}}
 	return w
 }
 

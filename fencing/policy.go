@@ -6,7 +6,6 @@ import (
 	"sort"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -15,9 +14,7 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors"
-	"palisade.dev/palisade/detectors/agent"
-	"palisade.dev/palisade/detectors/classify"
-	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/detectors/observe"
 )
 
 // DefaultLeaseTimeout applies when a policy sets none: two missed kubelet renewals.
@@ -78,65 +75,6 @@ func HeartbeatIntervals(c client.Reader) func(node string) time.Duration {
 	}
 }
 
-// Heartbeats is the source of the node agents' direct heartbeats (detectors/agent.Server).
-type Heartbeats interface {
-	Snapshot() map[string]agent.Heartbeat
-}
-
-// Observer asks the detectors about a node: the lease detector always, and the classifier
-// over the agents' heartbeats and peer reports when Heartbeats is set.
-type Observer struct {
-	Reader     client.Reader
-	Heartbeats Heartbeats
-	// Since is when the controller began listening for heartbeats (the classifier's warm-up).
-	Since time.Time
-	// Renewals, when set, records when the controller saw each Lease renewal, so that the
-	// classifier can tell a node silent on every path before its Lease expires. Shared by all
-	// copies of the Observer.
-	Renewals *lease.Renewals
-}
-
-func (o Observer) observe(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, now time.Time) (detectors.Observation, error) {
-	return o.observeWith(ctx, node, p, now, o.agentSignals())
-}
-
-// agentSignals are the classifier's inputs from the agents, taken from one snapshot of their
-// heartbeats: O(nodes × peers), so that a pass over many nodes takes it once (nil without
-// agents).
-type agentSignals struct {
-	agents map[string]classify.Agent
-	peers  map[string][]classify.PeerReport
-}
-
-func (o Observer) agentSignals() *agentSignals {
-	if o.Heartbeats == nil {
-		return nil
-	}
-	a, p := agent.Signals(o.Heartbeats.Snapshot())
-	return &agentSignals{agents: a, peers: p}
-}
-
-func (o Observer) observeWith(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, now time.Time, sig *agentSignals) (detectors.Observation, error) {
-	l := &coordinationv1.Lease{}
-	err := o.Reader.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node.Name}, l)
-	if client.IgnoreNotFound(err) != nil {
-		return detectors.Observation{}, fmt.Errorf("reading lease of node %s: %w", node.Name, err)
-	}
-	if err != nil {
-		l = nil
-	}
-	obs := lease.Observe(node, l, leaseTimeout(p), now)
-	if sig == nil {
-		return obs, nil
-	}
-	var renewalSeen time.Time
-	if l != nil && l.Spec.RenewTime != nil {
-		renewalSeen = o.Renewals.Seen(node.Name, l.Spec.RenewTime.Time, now)
-	}
-	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: sig.agents[node.Name], Peers: sig.peers[node.Name], LeaseRenewalSeen: renewalSeen},
-		classify.Config{HeartbeatsSince: o.Since}, now), nil
-}
-
 // health counts the policy's nodes and those that look failed or late (Suspect).
 type health struct {
 	Nodes, Unhealthy, MaxUnhealthy int
@@ -147,23 +85,27 @@ type health struct {
 // Blocked says whether the storm guard forbids automatic fencing.
 func (h health) Blocked() bool { return h.Unhealthy > h.MaxUnhealthy }
 
-func (o Observer) policyHealth(ctx context.Context, p *v1alpha1.FencingPolicy, now time.Time) (health, error) {
-	c := o.Reader
+// policyHealth observes every node the policy selects, in one pass.
+func policyHealth(ctx context.Context, o observe.Observer, p *v1alpha1.FencingPolicy, now time.Time) (health, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector)
 	if err != nil {
 		return health{}, fmt.Errorf("parsing the node selector of policy %s: %w", p.Name, err)
 	}
 	var nodes corev1.NodeList
-	if err := c.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := o.Reader.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return health{}, fmt.Errorf("listing nodes: %w", err)
 	}
-	h := health{Nodes: len(nodes.Items)}
-	sig := o.agentSignals() // one snapshot for the whole pass
-	for i := range nodes.Items {
-		obs, err := o.observeWith(ctx, &nodes.Items[i], p, now, sig)
-		if err != nil {
-			return health{}, err
-		}
+	all, err := o.ObserveAll(ctx, nodes.Items, leaseTimeout(p), now)
+	if err != nil {
+		return health{}, err
+	}
+	return countUnhealthy(all, p), nil
+}
+
+// countUnhealthy is the storm guard's arithmetic over one pass of observations.
+func countUnhealthy(all []detectors.Observation, p *v1alpha1.FencingPolicy) health {
+	h := health{Nodes: len(all)}
+	for _, obs := range all {
 		// Late nodes count too: nodes cut off together expire a moment apart, and the guard
 		// must see the storm before the first of them is fenced.
 		if obs.Verdict.Failed() || obs.Verdict == detectors.Suspect {
@@ -176,7 +118,7 @@ func (o Observer) policyHealth(ctx context.Context, p *v1alpha1.FencingPolicy, n
 	if len(h.Listed) > v1alpha1.MaxUnhealthyListed {
 		h.Listed = h.Listed[:v1alpha1.MaxUnhealthyListed]
 	}
-	return h, nil
+	return h
 }
 
 // truncate cuts s to at most n bytes, on a UTF-8 boundary.

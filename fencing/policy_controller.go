@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/observe"
 )
 
 // policyResync is how often a policy's status is refreshed.
@@ -23,7 +24,7 @@ const policyResync = 5 * time.Second
 type PolicyReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
-	Observer Observer
+	Observer observe.Observer
 	Now      func() time.Time
 }
 
@@ -42,7 +43,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if r.Now != nil {
 		now = r.Now()
 	}
-	h, err := r.Observer.policyHealth(ctx, p, now)
+	h, err := policyHealth(ctx, r.Observer, p, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

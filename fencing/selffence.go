@@ -2,12 +2,7 @@ package fencing
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
@@ -15,28 +10,13 @@ import (
 // ReasonNodeReachable: a node expected to have fenced itself sent a signal again.
 const ReasonNodeReachable = "NodeReachableAgain"
 
-// lastSignal is the time of the freshest signal from the node on any path the controller has
-// (Lease, agent heartbeat, peer reports); zero when there is none.
-func (o Observer) lastSignal(ctx context.Context, name string, now time.Time) (time.Time, error) {
-	node := &corev1.Node{}
-	if err := o.Reader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-		if apierrors.IsNotFound(err) {
-			node.Name = name
-		} else {
-			return time.Time{}, fmt.Errorf("reading node %s: %w", name, err)
-		}
-	}
-	obs, err := o.observe(ctx, node, &v1alpha1.FencingPolicy{}, now)
-	return obs.LastSeen, err
-}
-
 // awaitIsolation notes the node's last signal: the self-fence's safe time counts from it.
 func (r *NodeFenceReconciler) awaitIsolation(ctx context.Context, nf *v1alpha1.NodeFence, i int) outcome {
 	m := nf.Spec.Methods[i]
 	if m.SelfFence == nil {
 		return failed(ReasonNoProvider, "method %s has no selfFence settings", m.Name)
 	}
-	last, err := r.Observer.lastSignal(ctx, nf.Spec.NodeName, r.now())
+	last, err := r.Observer.LastSignal(ctx, nf.Spec.NodeName, r.now())
 	if err != nil {
 		return pending(retryRelease, "APIError", "%v", err)
 	}
@@ -48,7 +28,7 @@ func (r *NodeFenceReconciler) awaitIsolation(ctx context.Context, nf *v1alpha1.N
 func (r *NodeFenceReconciler) confirmSelfFenced(ctx context.Context, nf *v1alpha1.NodeFence, i int) outcome {
 	m := nf.Spec.Methods[i]
 	now := r.now()
-	last, err := r.Observer.lastSignal(ctx, nf.Spec.NodeName, now)
+	last, err := r.Observer.LastSignal(ctx, nf.Spec.NodeName, now)
 	if err != nil {
 		return pending(retryRelease, "APIError", "%v", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"palisade.dev/palisade/providers/agent/pki"
+
 	"github.com/go-logr/logr"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -23,8 +25,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -34,9 +36,8 @@ import (
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/detectors/agent"
-	"palisade.dev/palisade/detectors/agent/pki"
-	"palisade.dev/palisade/detectors/agent/pki/pkitest"
+	"palisade.dev/palisade/providers/agent/pki/pkitest"
+	"palisade.dev/palisade/providers/agent/pki/signer"
 	"palisade.dev/palisade/test/testbed"
 )
 
@@ -98,7 +99,7 @@ func checkAccess(t *testing.T, kube kubernetes.Interface, sa string, want []acce
 	t.Helper()
 	for _, a := range want {
 		r, err := kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   pki.ServiceAccountUser(namespace, sa),
+			User:   signer.ServiceAccountUser(namespace, sa),
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource,
 				Subresource: a.subresource, Name: a.name, Namespace: a.ns},
@@ -133,8 +134,8 @@ func TestChartRBACOnAPIServer(t *testing.T) {
 		{verb: "delete", group: "fencing.palisade.dev", resource: "nodefences", name: "x"},
 		{verb: "update", group: cg, resource: csrs, subresource: "approval", name: "x"},
 		{verb: "update", group: cg, resource: csrs, subresource: "status", name: "x"},
-		{verb: "approve", group: cg, resource: signers, name: pki.SignerName},
-		{verb: "sign", group: cg, resource: signers, name: pki.SignerName},
+		{verb: "approve", group: cg, resource: signers, name: signer.SignerName},
+		{verb: "sign", group: cg, resource: signers, name: signer.SignerName},
 		{verb: "get", resource: "configmaps", ns: namespace, name: "other"},
 		{verb: "get", resource: "secrets", ns: namespace, name: "palisade-agent-ca"},
 	})
@@ -143,8 +144,8 @@ func TestChartRBACOnAPIServer(t *testing.T) {
 		{verb: "watch", group: cg, resource: csrs, allowed: true},
 		{verb: "update", group: cg, resource: csrs, subresource: "approval", name: "x", allowed: true},
 		{verb: "update", group: cg, resource: csrs, subresource: "status", name: "x", allowed: true},
-		{verb: "approve", group: cg, resource: signers, name: pki.SignerName, allowed: true},
-		{verb: "sign", group: cg, resource: signers, name: pki.SignerName, allowed: true},
+		{verb: "approve", group: cg, resource: signers, name: signer.SignerName, allowed: true},
+		{verb: "sign", group: cg, resource: signers, name: signer.SignerName, allowed: true},
 		{verb: "approve", group: cg, resource: signers, name: "kubernetes.io/kube-apiserver-client"},
 		{verb: "sign", group: cg, resource: signers, name: "kubernetes.io/kube-apiserver-client"},
 		{verb: "approve", group: cg, resource: signers, name: "palisade.dev/*"},
@@ -230,19 +231,19 @@ func chartRealCalls(t *testing.T, c *testbed.Cluster) {
 	// The controller's start: the CA Secret (created, then read back), the bundle published
 	// (created, then updated), its pod's label removed.
 	caKey := types.NamespacedName{Namespace: namespace, Name: "palisade-agent-ca"}
-	ca, err := pki.EnsureCA(ctx, ctl, caKey)
+	ca, err := signer.EnsureCA(ctx, ctl, caKey)
 	if err == nil {
-		_, err = pki.EnsureCA(ctx, ctl, caKey)
+		_, err = signer.EnsureCA(ctx, ctl, caKey)
 	}
 	if err != nil {
 		t.Fatalf("the controller keeping its CA: %v", err)
 	}
-	other, err := agent.NewCA()
+	other, err := pki.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bundle := range []*agent.CA{other, ca} {
-		if err := pki.PublishBundle(ctx, ctl, caKey, bundle); err != nil {
+	for _, bundle := range []*pki.CA{other, ca} {
+		if err := signer.PublishBundle(ctx, ctl, caKey, bundle); err != nil {
 			t.Fatalf("the controller publishing the CA bundle: %v", err)
 		}
 	}
@@ -262,7 +263,7 @@ func chartRealCalls(t *testing.T, c *testbed.Cluster) {
 	if _, err := agentKube.CoreV1().ConfigMaps(namespace).Get(ctx, caKey.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the agent reading the CA bundle: %v", err)
 	}
-	csr, err := agentKube.CertificatesV1().CertificateSigningRequests().Create(ctx, agentCSR(t, "node-a", pki.SignerName), metav1.CreateOptions{})
+	csr, err := agentKube.CertificatesV1().CertificateSigningRequests().Create(ctx, agentCSR(t, "node-a", signer.SignerName), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("the agent sending its CSR: %v", err)
 	}
@@ -270,7 +271,7 @@ func chartRealCalls(t *testing.T, c *testbed.Cluster) {
 	if _, err := agentKube.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the agent approving its own CSR: %v, want Forbidden", err)
 	}
-	signer := &pki.Signer{Client: ctl, CA: ca, AgentUser: pki.ServiceAccountUser(namespace, "palisade-agent"), Now: time.Now}
+	signer := &signer.Signer{Client: ctl, CA: ca, AgentUser: signer.ServiceAccountUser(namespace, "palisade-agent"), Now: time.Now}
 	if _, err := signer.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: csr.Name}}); err != nil {
 		t.Fatalf("the controller signing the agent's CSR: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 )
 
 const interval = 200 * time.Millisecond
@@ -40,9 +40,9 @@ func newKubelet() *kubelet {
 
 // beats collects n heartbeats and checks that they came one interval apart (±25% on average,
 // none later than 2.5 intervals) with consecutive sequence numbers and the kubelet as want.
-func beats(t *testing.T, e *env, n int, kubeletHealthy bool) []agent.Heartbeat {
+func beats(t *testing.T, e *env, n int, kubeletHealthy bool) []agentwire.Heartbeat {
 	t.Helper()
-	got := make([]agent.Heartbeat, n)
+	got := make([]agentwire.Heartbeat, n)
 	for i := range got {
 		got[i] = e.next(t, 3*interval)
 		if got[i].KubeletHealthy != kubeletHealthy {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/config/names"
-	"palisade.dev/palisade/detectors/agent"
 )
 
 // nodeFencePath is the NodeFence collection of the API; a NodeFence is named after its node.
@@ -125,7 +125,7 @@ func (a *apiCommands) see(ctx context.Context, raw string) {
 		a.mu.Unlock()
 		return
 	}
-	cmd, err := agent.ParseCommand(raw)
+	cmd, err := agentwire.ParseCommand(raw)
 	if err != nil {
 		a.log.Error(err, "ignoring a malformed order on the NodeFence")
 		return
@@ -165,8 +165,8 @@ func (a *apiCommands) answer(ctx context.Context) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, a.interval)
 	defer cancel()
-	rep := agent.APIReport{Executor: *st, RunningContainers: a.cmds.readBack(rctx), ReportedAt: time.Now()}
-	if st.State == agent.ExecutorConfirmed && rep.RunningContainers == nil {
+	rep := agentwire.APIReport{Executor: *st, RunningContainers: a.cmds.readBack(rctx), ReportedAt: time.Now()}
+	if st.State == agentwire.ExecutorConfirmed && rep.RunningContainers == nil {
 		return // a confirmation goes out only with its read-back; next interval
 	}
 	raw, err := json.Marshal(rep)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
 
@@ -103,11 +103,11 @@ func BenchmarkExecutorChildCost(b *testing.B) {
 	k := newKubelet()
 	defer k.srv.Close()
 	p := e.startAgent(b, e.server.Addr(), k.srv.URL, time.Second, "--cri-endpoint", ctd.Socket)
-	e.server.SetCommand(testNode, agent.Command{ID: "c1", Action: agent.ActionTerminate})
+	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if st := e.next(b, 30*time.Second).Executor; st != nil && st.State == agent.ExecutorConfirmed {
+		if st := e.next(b, 30*time.Second).Executor; st != nil && st.State == agentwire.ExecutorConfirmed {
 			break
-		} else if st != nil && st.State == agent.ExecutorFailed || time.Now().After(deadline) {
+		} else if st != nil && st.State == agentwire.ExecutorFailed || time.Now().After(deadline) {
 			b.Fatalf("executor status %+v, want Confirmed", st)
 		}
 	}

@@ -20,10 +20,10 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/providers/agent/pki"
 )
 
-// What the controller's signer (package detectors/agent/pki, which the agent does not link)
+// What the controller's signer (package providers/agent/pki/signer, which the agent does not link)
 // expects of a request; a test checks that both sides agree.
 const (
 	signerName        = "palisade.dev/agent"
@@ -63,7 +63,7 @@ func (c *certOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.apiServer, "api-server", apiServer, "URL of the Kubernetes API server for certificate requests (default from $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT)")
 	fs.StringVar(&c.tokenFile, "api-token-file", filepath.Join(serviceAccountDir, "token"), "ServiceAccount token for certificate requests (re-read for every request); it must be bound to this pod, as the projected token is")
 	fs.StringVar(&c.apiCAFile, "api-ca-file", filepath.Join(serviceAccountDir, "ca.crt"), "CA bundle of the API server")
-	fs.StringVar(&c.caConfigMap, "ca-configmap", ns+"/palisade-agent-ca", "namespace/name of the ConfigMap where the controller publishes the CA bundle (key "+agent.SecretCAKey+") its certificate chains to")
+	fs.StringVar(&c.caConfigMap, "ca-configmap", ns+"/palisade-agent-ca", "namespace/name of the ConfigMap where the controller publishes the CA bundle (key "+pki.SecretCAKey+") its certificate chains to")
 	c.checkInterval = time.Minute
 }
 
@@ -179,7 +179,7 @@ func (r *certRequester) chainsToPublishedCA(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	ns, name, _ := strings.Cut(r.opts.caConfigMap, "/")
-	bundle, err := r.api.getConfigMapKey(ctx, ns, name, agent.SecretCAKey)
+	bundle, err := r.api.getConfigMapKey(ctx, ns, name, pki.SecretCAKey)
 	if err != nil {
 		r.log.Info("cannot check the certificate from an earlier run against the published CA; using it", "reason", err.Error())
 		return nil
@@ -219,7 +219,7 @@ func (r *certRequester) run(ctx context.Context) {
 func (r *certRequester) renewIfDue(ctx context.Context) error {
 	certFile, _, _ := r.paths()
 	certPEM, _ := os.ReadFile(certFile)
-	if !agent.NeedsRenewal(certPEM, r.now()) || r.now().Before(r.notBefore) {
+	if !pki.NeedsRenewal(certPEM, r.now()) || r.now().Before(r.notBefore) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*r.opts.checkInterval)
@@ -245,13 +245,13 @@ func isPermanent(err error) bool {
 // certificate, checks it and writes the files: the bundle, then the key, then the certificate.
 func (r *certRequester) obtain(ctx context.Context) error {
 	ns, name, _ := strings.Cut(r.opts.caConfigMap, "/")
-	bundle, err := r.api.getConfigMapKey(ctx, ns, name, agent.SecretCAKey)
+	bundle, err := r.api.getConfigMapKey(ctx, ns, name, pki.SecretCAKey)
 	if err != nil {
 		return fmt.Errorf("getting the controller's CA bundle (is palisade-controller running with --agent-ca-secret, and may this ServiceAccount get that ConfigMap?): %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM([]byte(bundle)) {
-		return fmt.Errorf("ConfigMap %s key %s holds no PEM certificate", r.opts.caConfigMap, agent.SecretCAKey)
+		return fmt.Errorf("ConfigMap %s key %s holds no PEM certificate", r.opts.caConfigMap, pki.SecretCAKey)
 	}
 	if r.pending == nil {
 		if r.pending, err = r.send(ctx); err != nil {
@@ -275,10 +275,10 @@ func (r *certRequester) obtain(ctx context.Context) error {
 		return fmt.Errorf("encoding the agent key: %w", err)
 	}
 	certFile, keyFile, caFile := r.paths()
-	if err := agent.WriteFileAtomic(caFile, []byte(bundle)); err != nil {
+	if err := pki.WriteFileAtomic(caFile, []byte(bundle)); err != nil {
 		return err
 	}
-	pair := agent.KeyPair{CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}
+	pair := pki.KeyPair{CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}
 	if err := pair.WriteFiles(certFile, keyFile); err != nil {
 		return err
 	}

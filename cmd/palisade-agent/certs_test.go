@@ -10,15 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"palisade.dev/palisade/providers/agent/pki"
+
 	"github.com/go-logr/logr/testr"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"palisade.dev/palisade/detectors/agent"
-	"palisade.dev/palisade/detectors/agent/pki"
-	"palisade.dev/palisade/detectors/agent/pki/pkitest"
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/pki/pkitest"
+	"palisade.dev/palisade/providers/agent/pki/signer"
 	"palisade.dev/palisade/test/testbed"
 )
 
@@ -32,9 +35,9 @@ const (
 type csrEnv struct {
 	cluster *testbed.Cluster
 	agents  *pkitest.Agents
-	ca      *agent.CA
+	ca      *pki.CA
 	apiCA   string // the API server's CA bundle file
-	beats   chan agent.Heartbeat
+	beats   chan agentwire.Heartbeat
 	addr    string // of the heartbeat Server
 }
 
@@ -42,12 +45,12 @@ func newCSREnv(t *testing.T) *csrEnv {
 	t.Helper()
 	c := testbed.StartT(t, testbed.Options{NoCSIAttacher: true, Controllers: []string{"serviceaccount-token-controller"}})
 	ctx := context.Background()
-	e := &csrEnv{cluster: c, agents: pkitest.Setup(t, c.Kube, c.Config, csrNamespace, "palisade-agent"), beats: make(chan agent.Heartbeat, 100)}
+	e := &csrEnv{cluster: c, agents: pkitest.Setup(t, c.Kube, c.Config, csrNamespace, "palisade-agent"), beats: make(chan agentwire.Heartbeat, 100)}
 	var err error
-	if e.ca, err = pki.EnsureCA(ctx, c.Client, types.NamespacedName{Namespace: csrNamespace, Name: "palisade-agent-ca"}); err != nil {
+	if e.ca, err = signer.EnsureCA(ctx, c.Client, types.NamespacedName{Namespace: csrNamespace, Name: "palisade-agent-ca"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := pki.PublishBundle(ctx, c.Client, types.NamespacedName{Namespace: csrNamespace, Name: "palisade-agent-ca"}, e.ca); err != nil {
+	if err := signer.PublishBundle(ctx, c.Client, types.NamespacedName{Namespace: csrNamespace, Name: "palisade-agent-ca"}, e.ca); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -56,13 +59,13 @@ func newCSREnv(t *testing.T) *csrEnv {
 		t.Fatal(err)
 	}
 	e.startSigner(t)
-	sc := &pki.ServerCert{CA: e.ca, Hosts: []string{"127.0.0.1"},
+	sc := &signer.ServerCert{CA: e.ca, Hosts: []string{"127.0.0.1"},
 		CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key"), CAFile: filepath.Join(dir, "ca.crt")}
 	if err := sc.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := agent.NewServer(agent.ServerOptions{Addr: "127.0.0.1:0", CertFile: sc.CertFile, KeyFile: sc.KeyFile, CAFile: sc.CAFile,
-		OnHeartbeat: func(hb agent.Heartbeat) {
+	srv, err := channel.NewServer(channel.ServerOptions{Addr: "127.0.0.1:0", CertFile: sc.CertFile, KeyFile: sc.KeyFile, CAFile: sc.CAFile,
+		OnHeartbeat: func(hb agentwire.Heartbeat) {
 			select {
 			case e.beats <- hb:
 			default:
@@ -88,7 +91,7 @@ func (e *csrEnv) startSigner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&pki.Signer{Client: mgr.GetClient(), CA: e.ca, AgentUser: pki.ServiceAccountUser(csrNamespace, "palisade-agent")}).SetupWithManager(mgr); err != nil {
+	if err := (&signer.Signer{Client: mgr.GetClient(), CA: e.ca, AgentUser: signer.ServiceAccountUser(csrNamespace, "palisade-agent")}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	runUntilCleanup(t, mgr.Start)
@@ -129,8 +132,8 @@ func (e *csrEnv) certOptions(t *testing.T, tokenFile string) certOptions {
 // refused with the controller's reason, files from an earlier run are used without the API
 // server, and a certificate of a replaced CA is replaced at start.
 func TestCertificatesThroughCSRAPI(t *testing.T) {
-	if signerName != pki.SignerName || agentOrganization != pki.AgentOrganization {
-		t.Fatalf("the agent asks for signer %q, organization %q; the controller signs %q, %q", signerName, agentOrganization, pki.SignerName, pki.AgentOrganization)
+	if signerName != signer.SignerName || agentOrganization != signer.AgentOrganization {
+		t.Fatalf("the agent asks for signer %q, organization %q; the controller signs %q, %q", signerName, agentOrganization, signer.SignerName, signer.AgentOrganization)
 	}
 	e := newCSREnv(t)
 
@@ -174,7 +177,7 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 		}
 		certFile, keyFile, caFile := r.paths()
 		first := serial(t, certFile, keyFile)
-		client, err := agent.NewClient(agent.ClientOptions{Address: e.addr, CertFile: certFile, KeyFile: keyFile, CAFile: caFile})
+		client, err := channel.NewClient(channel.ClientOptions{Address: e.addr, CertFile: certFile, KeyFile: keyFile, CAFile: caFile})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +186,7 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 		if err := r.renewIfDue(ctx); err != nil || serial(t, certFile, keyFile) != first {
 			t.Fatalf("a fresh certificate was renewed (err %v)", err)
 		}
-		r.now = func() time.Time { return time.Now().Add(agent.DefaultLeafValidity/2 + time.Minute) }
+		r.now = func() time.Time { return time.Now().Add(pki.DefaultLeafValidity/2 + time.Minute) }
 		if err := r.renewIfDue(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +244,7 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 
 	t.Run("a certificate of a replaced CA is replaced at start", func(t *testing.T) {
 		o := e.certOptions(t, e.tokenFile(t, "node-a"))
-		old, err := agent.NewCA()
+		old, err := pki.NewCA()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +270,7 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 		if serial(t, certFile, keyFile) == oldSerial {
 			t.Fatal("kept a certificate that does not chain to the published CA")
 		}
-		client, err := agent.NewClient(agent.ClientOptions{Address: e.addr, CertFile: certFile, KeyFile: keyFile, CAFile: caFile})
+		client, err := channel.NewClient(channel.ClientOptions{Address: e.addr, CertFile: certFile, KeyFile: keyFile, CAFile: caFile})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +279,7 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 	})
 }
 
-func waitBeat(t *testing.T, beats <-chan agent.Heartbeat, node string, within time.Duration) {
+func waitBeat(t *testing.T, beats <-chan agentwire.Heartbeat, node string, within time.Duration) {
 	t.Helper()
 	deadline := time.After(within)
 	for {
@@ -291,11 +294,11 @@ func waitBeat(t *testing.T, beats <-chan agent.Heartbeat, node string, within ti
 	}
 }
 
-func send(t *testing.T, c *agent.Client, node string) {
+func send(t *testing.T, c *channel.Client, node string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.Send(ctx, agent.Report{Node: node, Seq: 1, IntervalMillis: 1000, SentAt: time.Now()}); err != nil {
+	if _, err := c.Send(ctx, agentwire.Report{Node: node, Seq: 1, IntervalMillis: 1000, SentAt: time.Now()}); err != nil {
 		t.Fatalf("heartbeat with the requested certificate: %v", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"palisade.dev/palisade/cmd/palisade-executor/protocol"
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 )
 
 // errNoRuntime answers a Terminate command on an agent started without --cri-endpoint.
@@ -28,7 +28,7 @@ type commander struct {
 	mu      sync.Mutex
 	seen    map[string]bool // command IDs started
 	busy    string          // ID of the command running, "" when none
-	current *agent.ExecutorStatus
+	current *agentwire.ExecutorStatus
 
 	// exec runs the palisade-executor child process, started on the first command that needs
 	// the runtime.
@@ -46,7 +46,7 @@ func newCommander(o options, log logr.Logger) *commander {
 }
 
 // status is a copy of the latest command's status, nil before the first command.
-func (c *commander) status() *agent.ExecutorStatus {
+func (c *commander) status() *agentwire.ExecutorStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.current == nil {
@@ -58,7 +58,7 @@ func (c *commander) status() *agent.ExecutorStatus {
 
 // handle starts cmd in the background unless its ID was started before; while another command
 // runs, it is left for a later heartbeat (the controller sends it until it clears it).
-func (c *commander) handle(ctx context.Context, cmd agent.Command) {
+func (c *commander) handle(ctx context.Context, cmd agentwire.Command) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seen[cmd.ID] {
@@ -69,21 +69,21 @@ func (c *commander) handle(ctx context.Context, cmd agent.Command) {
 		return
 	}
 	c.seen[cmd.ID], c.busy = true, cmd.ID
-	c.current = &agent.ExecutorStatus{ID: cmd.ID, State: agent.ExecutorRunning, StartedAt: time.Now()}
+	c.current = &agentwire.ExecutorStatus{ID: cmd.ID, State: agentwire.ExecutorRunning, StartedAt: time.Now()}
 	c.notify()
 	c.log.Info("command received", "command", cmd.ID, "action", cmd.Action, "gracePeriodSeconds", cmd.GracePeriodSeconds)
 	c.wg.Go(func() { c.run(ctx, cmd) })
 }
 
 // run carries cmd out and records how it ended.
-func (c *commander) run(ctx context.Context, cmd agent.Command) {
+func (c *commander) run(ctx context.Context, cmd agentwire.Command) {
 	res, err := c.execute(ctx, cmd)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := *c.current
-	st.State, st.Pods, st.Containers, st.FinishedAt = agent.ExecutorConfirmed, res.pods, res.containers, time.Now()
+	st.State, st.Pods, st.Containers, st.FinishedAt = agentwire.ExecutorConfirmed, res.pods, res.containers, time.Now()
 	if err != nil {
-		st.State, st.Message = agent.ExecutorFailed, agent.TruncateMessage(err.Error())
+		st.State, st.Message = agentwire.ExecutorFailed, agentwire.TruncateMessage(err.Error())
 		c.log.Error(err, "command failed", "command", cmd.ID, "pods", res.pods, "containers", res.containers)
 	} else {
 		c.log.Info("command confirmed", "command", cmd.ID, "pods", res.pods, "containers", res.containers,
@@ -96,7 +96,7 @@ func (c *commander) run(ctx context.Context, cmd agent.Command) {
 // execute checks the command, has the executor child process connect to the runtime, stops
 // the kubelet and has the executor terminate every pod. Only a nil error reports Confirmed, and
 // the executor answers without an error only after reading every pod back as exited.
-func (c *commander) execute(ctx context.Context, cmd agent.Command) (result, error) {
+func (c *commander) execute(ctx context.Context, cmd agentwire.Command) (result, error) {
 	if err := cmd.Validate(); err != nil {
 		return result{}, err
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 )
 
 // TestCommanderRunsEachIDOnce: a command ID is carried out once; a new ID waits while another
@@ -18,13 +18,13 @@ import (
 func TestCommanderRunsEachIDOnce(t *testing.T) {
 	c := newCommander(options{executorTimeout: time.Second}, logr.Discard())
 	ctx := context.Background()
-	c.handle(ctx, agent.Command{ID: "a", Action: agent.ActionTerminate})
+	c.handle(ctx, agentwire.Command{ID: "a", Action: agentwire.ActionTerminate})
 	c.wg.Wait()
 	first := c.status()
-	if first == nil || first.ID != "a" || first.State != agent.ExecutorFailed || first.Message != errNoRuntime.Error() {
+	if first == nil || first.ID != "a" || first.State != agentwire.ExecutorFailed || first.Message != errNoRuntime.Error() {
 		t.Fatalf("status %+v, want a Failed: no runtime configured", first)
 	}
-	c.handle(ctx, agent.Command{ID: "a", Action: agent.ActionTerminate})
+	c.handle(ctx, agentwire.Command{ID: "a", Action: agentwire.ActionTerminate})
 	c.wg.Wait()
 	if again := c.status(); !again.StartedAt.Equal(first.StartedAt) {
 		t.Errorf("command a ran again: %+v", again)
@@ -32,16 +32,16 @@ func TestCommanderRunsEachIDOnce(t *testing.T) {
 	c.mu.Lock()
 	c.busy = "other" // a command still running
 	c.mu.Unlock()
-	c.handle(ctx, agent.Command{ID: "b", Action: agent.ActionTerminate})
+	c.handle(ctx, agentwire.Command{ID: "b", Action: agentwire.ActionTerminate})
 	if st := c.status(); st.ID != "a" || c.seen["b"] {
 		t.Errorf("command b started while another ran: %+v", st)
 	}
 	c.mu.Lock()
 	c.busy = ""
 	c.mu.Unlock()
-	c.handle(ctx, agent.Command{ID: "b", Action: agent.ActionTerminate})
+	c.handle(ctx, agentwire.Command{ID: "b", Action: agentwire.ActionTerminate})
 	c.wg.Wait()
-	if st := c.status(); st.ID != "b" || st.State != agent.ExecutorFailed {
+	if st := c.status(); st.ID != "b" || st.State != agentwire.ExecutorFailed {
 		t.Errorf("command b once free: %+v", st)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"palisade.dev/palisade/cmd/palisade-executor/protocol"
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
 
@@ -62,9 +62,9 @@ func fakeExecutor(t *testing.T, script string) string {
 // failedWith sends command id and checks that it ends Failed (maybe before a heartbeat saw it
 // Running), never Confirmed, with a message holding every one of want, and that the heartbeats
 // go on.
-func failedWith(t *testing.T, e *env, id string, within time.Duration, want ...string) agent.ExecutorStatus {
+func failedWith(t *testing.T, e *env, id string, within time.Duration, want ...string) agentwire.ExecutorStatus {
 	t.Helper()
-	e.server.SetCommand(testNode, agent.Command{ID: id, Action: agent.ActionTerminate})
+	e.server.SetCommand(testNode, agentwire.Command{ID: id, Action: agentwire.ActionTerminate})
 	states, final := waitForOutcome(t, e, id, within)
 	if s := strings.Join(states, ","); (s != "Running,Failed" && s != "Failed") || !containsAll(final.Message, want) {
 		t.Errorf("command %s: states %v, final %+v; want Failed with a message holding %q", id, states, final, want)
@@ -115,7 +115,7 @@ func TestExecutorKilledMidCommand(t *testing.T) {
 	k := newKubelet()
 	defer k.srv.Close()
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", ctd.Socket)
-	e.server.SetCommand(testNode, agent.Command{ID: "c1", Action: agent.ActionTerminate, GracePeriodSeconds: ptr.To[int64](30)})
+	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate, GracePeriodSeconds: ptr.To[int64](30)})
 	containerd.WaitForEvent(t, work, "stubborn", "TERM")
 	pids := executorPIDs(t, p)
 	if len(pids) != 1 {
@@ -134,7 +134,7 @@ func TestExecutorKilledMidCommand(t *testing.T) {
 		t.Errorf("container after the executor was killed: %v, want still running", got)
 	}
 
-	e.server.SetCommand(testNode, agent.Command{ID: "c2", Action: agent.ActionTerminate, GracePeriodSeconds: ptr.To[int64](0)})
+	e.server.SetCommand(testNode, agentwire.Command{ID: "c2", Action: agentwire.ActionTerminate, GracePeriodSeconds: ptr.To[int64](0)})
 	states, final = waitForOutcome(t, e, "c2", 15*time.Second)
 	if strings.Join(states, ",") != "Running,Confirmed" || final.Pods != 1 || final.Containers != 1 {
 		t.Errorf("second command: states %v, final %+v; want Running then Confirmed for 1 pod, 1 container", states, final)
@@ -200,7 +200,7 @@ func TestExecutorHung(t *testing.T) {
 	hung := fakeExecutor(t, `read -r line; echo '{"id":1,"version":1}'; while read -r line; do :; done`)
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", "/nonexistent/containerd.sock",
 		"--executor-binary", hung, "--executor-timeout", "1s")
-	e.server.SetCommand(testNode, agent.Command{ID: "c1", Action: agent.ActionTerminate})
+	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
 	p.waitForLog(t, "executor process started", 5*time.Second)
 	start := time.Now()
 	for _, hb := range beats(t, e, 15, true) { // 3 s: the command's time limit and more
@@ -211,7 +211,7 @@ func TestExecutorHung(t *testing.T) {
 	_, final := waitForOutcome(t, e, "c1", 10*time.Second)
 	t.Logf("MEASURED hung executor to Failed: %.3fs", time.Since(start).Seconds())
 	want := []string{"executor timeout (1s) expired", "did not answer within 5s after it", "the agent stopped it as hung"}
-	if final.State != agent.ExecutorFailed || !containsAll(final.Message, want) {
+	if final.State != agentwire.ExecutorFailed || !containsAll(final.Message, want) {
 		t.Errorf("final status %+v, want Failed with a message holding %q", final, want)
 	}
 	beats(t, e, 3, true)
@@ -252,8 +252,8 @@ func TestExecutorEndsWithTheAgent(t *testing.T) {
 	deaf := fakeExecutor(t, `read -r line; echo '{"id":1,"version":1}'; exec sleep 600`)
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", "/nonexistent/containerd.sock",
 		"--executor-binary", deaf, "--fault-report-confirmed-early")
-	e.server.SetCommand(testNode, agent.Command{ID: "c1", Action: agent.ActionTerminate})
-	if _, final := waitForOutcome(t, e, "c1", 5*time.Second); final.State != agent.ExecutorConfirmed {
+	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
+	if _, final := waitForOutcome(t, e, "c1", 5*time.Second); final.State != agentwire.ExecutorConfirmed {
 		t.Fatalf("final status %+v, want Confirmed (fault injected)", final)
 	}
 	pids := executorPIDs(t, p)
@@ -292,7 +292,7 @@ func TestExecutorRestartedForReadBack(t *testing.T) {
 	if hb := e.next(t, 5*time.Second); hb.RunningContainers != nil {
 		t.Errorf("read-back %d before any command", *hb.RunningContainers)
 	}
-	e.server.SetCommand(testNode, agent.Command{ID: "c1", Action: agent.ActionTerminate})
+	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
 	waitForOutcome(t, e, "c1", 5*time.Second)
 	if hb := e.next(t, 5*time.Second); hb.RunningContainers == nil || *hb.RunningContainers != 0 {
 		t.Fatalf("read-back %v once the executor is connected, want 0", hb.RunningContainers)

@@ -9,14 +9,15 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/agent/channel"
 )
 
 // heartbeater checks the kubelet and sends one heartbeat per interval. It logs changes (kubelet
 // health, the controller refusing or becoming unreachable, and recovery), not every beat.
 type heartbeater struct {
 	opts    options
-	client  *agent.Client
+	client  *channel.Client
 	kubelet *http.Client
 	bootID  string
 	log     logr.Logger
@@ -34,7 +35,7 @@ type heartbeater struct {
 	sendState      string // of the last heartbeat: "" before the first, "accepted", "refused <code>", "unreachable"
 }
 
-func newHeartbeater(o options, c *agent.Client, cmds *commander, bootID string, log logr.Logger) *heartbeater {
+func newHeartbeater(o options, c *channel.Client, cmds *commander, bootID string, log logr.Logger) *heartbeater {
 	// The kubelet's healthz is plain HTTP on loopback: never through a proxy.
 	tr := &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: 4 * o.interval}
 	return &heartbeater{opts: o, client: c, kubelet: &http.Client{Transport: tr}, bootID: bootID, log: log, cmds: cmds, interval: o.interval}
@@ -69,11 +70,11 @@ func (h *heartbeater) beat(ctx context.Context) {
 	sendCtx, cancel := context.WithTimeout(ctx, min(h.opts.controllerCallTimeout, h.interval))
 	defer cancel()
 	status := h.cmds.status()
-	peers := []agent.PeerReport{}
+	peers := []agentwire.PeerReport{}
 	if h.peers != nil {
 		peers = h.peers.reports()
 	}
-	resp, err := h.client.Exchange(sendCtx, agent.Report{
+	resp, err := h.client.Exchange(sendCtx, agentwire.Report{
 		Node: h.opts.nodeName, BootID: h.bootID, Seq: h.seq, KubeletHealthy: healthy,
 		Peers: peers, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
 		Executor: status, RunningContainers: h.cmds.readBack(sendCtx),
@@ -90,7 +91,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 		return // stopping: the interrupted heartbeat is not news
 	}
 	h.logSend(err)
-	var rejected *agent.RejectedError
+	var rejected *channel.RejectedError
 	h.fence.observe(ctx, reachability{controller: err == nil || errors.As(err, &rejected), api: <-apiReachable, peers: h.peers.anyReachable(2 * h.interval)}, time.Now())
 	h.log.V(1).Info("heartbeat", "seq", h.seq, "kubeletHealthy", healthy, "sent", err == nil, "executor", status)
 	if cmd != nil {
@@ -151,7 +152,7 @@ func (h *heartbeater) logKubelet(healthy bool, detail string) {
 
 func (h *heartbeater) logSend(err error) {
 	state := "accepted"
-	var rejected *agent.RejectedError
+	var rejected *channel.RejectedError
 	switch {
 	case errors.As(err, &rejected):
 		state = fmt.Sprintf("refused %d", rejected.Code)

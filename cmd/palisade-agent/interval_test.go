@@ -4,7 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/agent/channel"
 )
 
 // TestIntervalFromController: the controller's answer carries the node's policy interval; the
@@ -17,7 +18,7 @@ func TestIntervalFromController(t *testing.T) {
 	}{{"policy interval adopted", 200 * time.Millisecond, 200 * time.Millisecond}, {"out of range ignored", 10 * time.Millisecond, time.Second}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, "")
-			e.startServer(t, "127.0.0.1:0", func(o *agent.ServerOptions) {
+			e.startServer(t, "127.0.0.1:0", func(o *channel.ServerOptions) {
 				o.IntervalFor = func(string) time.Duration { return tc.asked }
 			})
 			k := newKubelet()
@@ -26,7 +27,7 @@ func TestIntervalFromController(t *testing.T) {
 			e.next(t, 5*time.Second)
 			e.next(t, 5*time.Second) // the first answer set the interval (or was ignored)
 			start := time.Now()
-			var last agent.Heartbeat
+			var last agentwire.Heartbeat
 			for range 4 {
 				last = e.next(t, 5*time.Second)
 			}

@@ -49,7 +49,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/providers/agent/channel"
 )
 
 func main() {
@@ -177,7 +177,7 @@ func run(args []string) error {
 			return err
 		}
 	}
-	client, err := agent.NewClient(agent.ClientOptions{
+	client, err := channel.NewClient(channel.ClientOptions{
 		Address: o.controller, ServerName: o.serverName, CertFile: o.cert, KeyFile: o.key, CAFile: o.ca,
 		Timeout: o.controllerCallTimeout, Logger: log.WithName("tls"),
 	})
@@ -188,7 +188,7 @@ func run(args []string) error {
 	if id, err := client.Identity(); err != nil || id != o.nodeName {
 		return fmt.Errorf("checking the agent certificate: it names node %q (%v), this is node %q", id, err, o.nodeName)
 	}
-	bootID, err := agent.ReadBootID()
+	bootID, err := channel.ReadBootID()
 	if err != nil {
 		log.Error(err, "no boot ID: the controller will not see reboots")
 	}
@@ -207,13 +207,13 @@ func run(args []string) error {
 		go newAPICommands(api, o.nodeName, o.interval, cmds, log.WithName("api-commands")).run(ctx)
 	}
 	if o.probeAddress != "" {
-		probes, err := agent.ListenProbes(o.probeAddress, o.cert, o.key, log.WithName("probes"))
+		probes, err := channel.ListenProbes(o.probeAddress, o.cert, o.key, log.WithName("probes"))
 		if err != nil {
 			return fmt.Errorf("listening for peer probes on --probe-address %s: %w", o.probeAddress, err)
 		}
 		defer probes.Close()
 		go probes.Serve()
-		dialer, err := agent.NewProbeDialer(o.ca, log.WithName("probes"))
+		dialer, err := channel.NewProbeDialer(o.ca, log.WithName("probes"))
 		if err != nil {
 			return err
 		}

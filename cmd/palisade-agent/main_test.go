@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/pki"
 )
 
 // agentBin is the palisade-agent binary built for the tests.
@@ -43,9 +45,9 @@ const testNode = "node-1"
 // env is a controller-side heartbeat Server on loopback with the files an agent needs.
 type env struct {
 	dir, caFile, certFile, keyFile string
-	ca                             *agent.CA
-	server                         *agent.Server
-	beats                          chan agent.Heartbeat
+	ca                             *pki.CA
+	server                         *channel.Server
+	beats                          chan agentwire.Heartbeat
 	// bin is the agent binary startAgent runs: agentBin unless a test changes it.
 	bin string
 }
@@ -53,16 +55,16 @@ type env struct {
 // newEnv makes the certificates and, unless addr is empty, starts the Server on addr.
 func newEnv(t testing.TB, addr string) *env {
 	t.Helper()
-	ca, err := agent.NewCA()
+	ca, err := pki.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	e := &env{ca: ca, dir: dir, caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "agent.crt"), keyFile: filepath.Join(dir, "agent.key"), beats: make(chan agent.Heartbeat, 1000), bin: agentBin}
+	e := &env{ca: ca, dir: dir, caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "agent.crt"), keyFile: filepath.Join(dir, "agent.key"), beats: make(chan agentwire.Heartbeat, 1000), bin: agentBin}
 	if err := os.WriteFile(e.caFile, ca.CertPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	write := func(pair *agent.KeyPair, err error, cert, key string) {
+	write := func(pair *pki.KeyPair, err error, cert, key string) {
 		if err == nil {
 			err = pair.WriteFiles(filepath.Join(dir, cert), filepath.Join(dir, key))
 		}
@@ -82,11 +84,11 @@ func newEnv(t testing.TB, addr string) *env {
 
 // startServer starts a heartbeat Server for e on addr and returns its address and a function
 // that stops it (idempotent; also run at cleanup).
-func (e *env) startServer(t testing.TB, addr string, edit ...func(*agent.ServerOptions)) (string, func()) {
+func (e *env) startServer(t testing.TB, addr string, edit ...func(*channel.ServerOptions)) (string, func()) {
 	t.Helper()
-	opts := agent.ServerOptions{
+	opts := channel.ServerOptions{
 		Addr: addr, CertFile: filepath.Join(e.dir, "server.crt"), KeyFile: filepath.Join(e.dir, "server.key"), CAFile: e.caFile,
-		OnHeartbeat: func(hb agent.Heartbeat) {
+		OnHeartbeat: func(hb agentwire.Heartbeat) {
 			select {
 			case e.beats <- hb:
 			default:
@@ -96,7 +98,7 @@ func (e *env) startServer(t testing.TB, addr string, edit ...func(*agent.ServerO
 	for _, f := range edit {
 		f(&opts)
 	}
-	s, err := agent.NewServer(opts)
+	s, err := channel.NewServer(opts)
 	if err == nil {
 		err = s.Listen()
 	}
@@ -113,14 +115,14 @@ func (e *env) startServer(t testing.TB, addr string, edit ...func(*agent.ServerO
 }
 
 // next waits for the next heartbeat.
-func (e *env) next(t testing.TB, within time.Duration) agent.Heartbeat {
+func (e *env) next(t testing.TB, within time.Duration) agentwire.Heartbeat {
 	t.Helper()
 	select {
 	case hb := <-e.beats:
 		return hb
 	case <-time.After(within):
 		t.Fatalf("no heartbeat within %s", within)
-		return agent.Heartbeat{}
+		return agentwire.Heartbeat{}
 	}
 }
 

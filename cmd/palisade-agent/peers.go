@@ -8,13 +8,13 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 )
 
-// prober probes the peers the controller assigns (agent.Response.Peers), once per interval, each
+// prober probes the peers the controller assigns (agentwire.Response.Peers), once per interval, each
 // with a timeout of half the interval, and keeps the latest result of each for the heartbeats.
 // A peer is reachable when its agent answers on its probe port (the first address) with a TLS
-// handshake whose certificate names that very node (agent.ProbeDialer), or when a TCP
+// handshake whose certificate names that very node (channel.ProbeDialer), or when a TCP
 // connection to its kubelet's port (the other addresses) is accepted; refused, timed out, or
 // answered by another node means no path to it. Probing runs apart from the heartbeats, so that
 // unreachable peers never delay the node's own life signal.
@@ -26,25 +26,25 @@ type prober struct {
 	agentProbe func(ctx context.Context, addr, node string) error
 
 	mu      sync.Mutex
-	targets []agent.PeerTarget
-	results map[string]agent.PeerReport
+	targets []agentwire.PeerTarget
+	results map[string]agentwire.PeerReport
 	wake    chan struct{}
 }
 
 func newProber(interval time.Duration, log logr.Logger, agentProbe func(ctx context.Context, addr, node string) error) *prober {
 	d := &net.Dialer{}
-	return &prober{interval: interval, log: log, dial: d.DialContext, agentProbe: agentProbe, results: map[string]agent.PeerReport{}, wake: make(chan struct{}, 1)}
+	return &prober{interval: interval, log: log, dial: d.DialContext, agentProbe: agentProbe, results: map[string]agentwire.PeerReport{}, wake: make(chan struct{}, 1)}
 }
 
 // setTargets replaces the peers to probe; a changed set is probed at once.
-func (p *prober) setTargets(targets []agent.PeerTarget) {
+func (p *prober) setTargets(targets []agentwire.PeerTarget) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sameTargets(p.targets, targets) {
 		return
 	}
 	p.targets = targets
-	keep := make(map[string]agent.PeerReport, len(targets))
+	keep := make(map[string]agentwire.PeerReport, len(targets))
 	for _, t := range targets {
 		if r, ok := p.results[t.Node]; ok {
 			keep[t.Node] = r
@@ -73,13 +73,13 @@ func (p *prober) anyReachable(within time.Duration) bool {
 	return false
 }
 
-// reports are the latest results, at most agent.MaxPeers.
-func (p *prober) reports() []agent.PeerReport {
+// reports are the latest results, at most agentwire.MaxPeers.
+func (p *prober) reports() []agentwire.PeerReport {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]agent.PeerReport, 0, len(p.results))
+	out := make([]agentwire.PeerReport, 0, len(p.results))
 	for _, t := range p.targets {
-		if r, ok := p.results[t.Node]; ok && len(out) < agent.MaxPeers {
+		if r, ok := p.results[t.Node]; ok && len(out) < agentwire.MaxPeers {
 			out = append(out, r)
 		}
 	}
@@ -124,12 +124,12 @@ func (p *prober) probeAll(ctx context.Context) {
 	targets := p.targets
 	p.mu.Unlock()
 	var wg sync.WaitGroup
-	results := make([]agent.PeerReport, len(targets))
+	results := make([]agentwire.PeerReport, len(targets))
 	for i, t := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = agent.PeerReport{Node: t.Node, Reachable: p.probe(ctx, t), At: time.Now()}
+			results[i] = agentwire.PeerReport{Node: t.Node, Reachable: p.probe(ctx, t), At: time.Now()}
 		}()
 	}
 	wg.Wait()
@@ -150,7 +150,7 @@ func (p *prober) probeAll(ctx context.Context) {
 }
 
 // probe tries every address of t at once and reports whether any answered.
-func (p *prober) probe(parent context.Context, t agent.PeerTarget) bool {
+func (p *prober) probe(parent context.Context, t agentwire.PeerTarget) bool {
 	ctx, cancel := context.WithTimeout(parent, p.currentInterval()/2)
 	defer cancel()
 	ok := make(chan bool, len(t.Addresses))
@@ -175,7 +175,7 @@ func (p *prober) probe(parent context.Context, t agent.PeerTarget) bool {
 	return false
 }
 
-func sameTargetSet(targets []agent.PeerTarget, node string) bool {
+func sameTargetSet(targets []agentwire.PeerTarget, node string) bool {
 	for _, t := range targets {
 		if t.Node == node {
 			return true
@@ -184,7 +184,7 @@ func sameTargetSet(targets []agent.PeerTarget, node string) bool {
 	return false
 }
 
-func sameTargets(a, b []agent.PeerTarget) bool {
+func sameTargets(a, b []agentwire.PeerTarget) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -201,7 +201,7 @@ func sameTargets(a, b []agent.PeerTarget) bool {
 	return true
 }
 
-func targetNames(ts []agent.PeerTarget) []string {
+func targetNames(ts []agentwire.PeerTarget) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.Node

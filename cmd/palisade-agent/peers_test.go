@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 )
 
 // agentCert issues a client certificate for node into e's directory and returns its files.
@@ -113,17 +113,17 @@ func TestPeersProbeEachOther(t *testing.T) {
 }
 
 // TestProberReports: results of a probe round are dropped for a peer the controller
-// no longer assigns, and a report carries at most agent.MaxPeers results.
+// no longer assigns, and a report carries at most agentwire.MaxPeers results.
 func TestProberReports(t *testing.T) {
 	p := newProber(100*time.Millisecond, logr.Discard(), nil)
-	targets := make([]agent.PeerTarget, agent.MaxPeers+5)
+	targets := make([]agentwire.PeerTarget, agentwire.MaxPeers+5)
 	for i := range targets {
-		targets[i] = agent.PeerTarget{Node: "n" + strconv.Itoa(i), Addresses: []string{"127.0.0.1:1"}}
+		targets[i] = agentwire.PeerTarget{Node: "n" + strconv.Itoa(i), Addresses: []string{"127.0.0.1:1"}}
 	}
 	p.setTargets(targets)
 	p.probeAll(t.Context())
-	if got := len(p.reports()); got != agent.MaxPeers {
-		t.Fatalf("%d reports, want the cap %d", got, agent.MaxPeers)
+	if got := len(p.reports()); got != agentwire.MaxPeers {
+		t.Fatalf("%d reports, want the cap %d", got, agentwire.MaxPeers)
 	}
 	for _, r := range p.reports() {
 		if r.Reachable {

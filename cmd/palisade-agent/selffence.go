@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 )
 
 // Self-fencing. An agent started with --self-fence-after > 0 fences its own node when it is
@@ -131,7 +131,7 @@ var (
 
 // watchdog is the last step of a self-fence: open --watchdog-device (which arms a hardware
 // watchdog), write one byte, and stop petting it, so that it reboots the node.
-func (f *selfFencer) watchdog(st agent.ExecutorStatus) {
+func (f *selfFencer) watchdog(st agentwire.ExecutorStatus) {
 	if f.o.watchdogDevice == "" {
 		return
 	}
@@ -153,15 +153,15 @@ func (f *selfFencer) watchdog(st agent.ExecutorStatus) {
 // startSelfFence starts a self-fence as command id on the Terminate command's executor path,
 // then calls after with its final status. It returns false, starting nothing, when a command
 // runs or id was started before.
-func (c *commander) startSelfFence(ctx context.Context, id string, after func(agent.ExecutorStatus)) bool {
-	cmd := agent.Command{ID: id, Action: agent.ActionTerminate}
+func (c *commander) startSelfFence(ctx context.Context, id string, after func(agentwire.ExecutorStatus)) bool {
+	cmd := agentwire.Command{ID: id, Action: agentwire.ActionTerminate}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.busy != "" || c.seen[id] {
 		return false
 	}
 	c.seen[id], c.busy = true, id
-	c.current = &agent.ExecutorStatus{ID: id, State: agent.ExecutorRunning, StartedAt: time.Now()}
+	c.current = &agentwire.ExecutorStatus{ID: id, State: agentwire.ExecutorRunning, StartedAt: time.Now()}
 	c.notify()
 	c.wg.Go(func() {
 		c.run(ctx, cmd)

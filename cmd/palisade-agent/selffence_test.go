@@ -14,7 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
 
@@ -51,7 +51,7 @@ func TestSelfFencerDecides(t *testing.T) {
 	f.observe(ctx, reachability{}, at(5.5))
 	c.wg.Wait()
 	first := c.status()
-	if first == nil || first.ID != "self-fence-1000005" || first.State != agent.ExecutorFailed || first.Message != errNoRuntime.Error() {
+	if first == nil || first.ID != "self-fence-1000005" || first.State != agentwire.ExecutorFailed || first.Message != errNoRuntime.Error() {
 		t.Fatalf("status %+v, want self-fence-1000005 Failed: no runtime configured", first)
 	}
 	if b, _ := os.ReadFile(wd); string(b) != "1" {
@@ -151,13 +151,13 @@ func TestSelfFence(t *testing.T) {
 		<-e.beats
 	}
 	e.startServer(t, addr)
-	var final *agent.ExecutorStatus
+	var final *agentwire.ExecutorStatus
 	for deadline := time.Now().Add(10 * time.Second); final == nil && time.Now().Before(deadline); {
-		if st := e.next(t, 10*time.Second).Executor; st != nil && strings.HasPrefix(st.ID, "self-fence-") && st.State != agent.ExecutorRunning {
+		if st := e.next(t, 10*time.Second).Executor; st != nil && strings.HasPrefix(st.ID, "self-fence-") && st.State != agentwire.ExecutorRunning {
 			final = st
 		}
 	}
-	if final == nil || final.State != agent.ExecutorConfirmed || final.Pods != 1 || final.Containers != 2 {
+	if final == nil || final.State != agentwire.ExecutorConfirmed || final.Pods != 1 || final.Containers != 2 {
 		t.Fatalf("executor status after reconnecting %+v, want a self-fence-… Confirmed for 1 pod, 2 containers", final)
 	}
 	if got, ok := e.server.ExecutorStatus(testNode); !ok || got.ID != final.ID {

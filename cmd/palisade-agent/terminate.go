@@ -11,7 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"palisade.dev/palisade/cmd/palisade-executor/protocol"
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 )
 
 // result is what a Terminate command did.
@@ -46,7 +46,7 @@ func stopKubelet(ctx context.Context, line string, log logr.Logger) error {
 // (palisade-executor's doc comment says how). It returns a nil error only when the executor
 // answered without one; a failure of the executor process itself (it ended, hung past ctx's
 // deadline, or wrote garbage) is an error too.
-func terminateAll(ctx context.Context, p *childProcess, cmd agent.Command) (result, error) {
+func terminateAll(ctx context.Context, p *childProcess, cmd agentwire.Command) (result, error) {
 	deadline, _ := ctx.Deadline()
 	resp, err := p.call(ctx, protocol.Request{Op: protocol.OpTerminate, Deadline: deadline, Command: cmd.ID,
 		GracePeriodSeconds: cmd.GracePeriodSeconds}, answerGrace)

@@ -13,7 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
 
@@ -125,7 +125,7 @@ func sandboxStates(t *testing.T, ctd *containerd.Containerd, uid string) []runti
 
 // waitForOutcome reads heartbeats until one reports command id Confirmed or Failed, and
 // returns the states reported for id in order (repeats folded) and the final status.
-func waitForOutcome(t *testing.T, e *env, id string, within time.Duration) ([]string, agent.ExecutorStatus) {
+func waitForOutcome(t *testing.T, e *env, id string, within time.Duration) ([]string, agentwire.ExecutorStatus) {
 	t.Helper()
 	var states []string
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); {
@@ -137,12 +137,12 @@ func waitForOutcome(t *testing.T, e *env, id string, within time.Duration) ([]st
 		if len(states) == 0 || states[len(states)-1] != st.State {
 			states = append(states, st.State)
 		}
-		if st.State != agent.ExecutorRunning {
+		if st.State != agentwire.ExecutorRunning {
 			return states, *st
 		}
 	}
 	t.Fatalf("command %s not finished within %s (states %v)", id, within, states)
-	return nil, agent.ExecutorStatus{}
+	return nil, agentwire.ExecutorStatus{}
 }
 
 // TestTerminateCommand: the controller orders the agent (the real binary, on a real
@@ -169,7 +169,7 @@ func TestTerminateCommand(t *testing.T) {
 	if hb := e.next(t, 5*time.Second); hb.Executor != nil {
 		t.Errorf("executor status %+v before any command", hb.Executor)
 	}
-	e.server.SetCommand(testNode, agent.Command{ID: "fence-1", Action: agent.ActionTerminate, GracePeriodSeconds: ptr.To[int64](2)})
+	e.server.SetCommand(testNode, agentwire.Command{ID: "fence-1", Action: agentwire.ActionTerminate, GracePeriodSeconds: ptr.To[int64](2)})
 	start := time.Now()
 	states, final := waitForOutcome(t, e, "fence-1", 15*time.Second)
 	t.Logf("MEASURED command set to Confirmed: %.3fs (states %v)", time.Since(start).Seconds(), states)
@@ -179,7 +179,7 @@ func TestTerminateCommand(t *testing.T) {
 	if took := time.Since(start); took > 8*time.Second {
 		t.Errorf("Confirmed %s after the command, want ~3.5 s", took)
 	}
-	if got, ok := e.server.ExecutorStatus(testNode); !ok || got.State != agent.ExecutorConfirmed || got.ID != "fence-1" {
+	if got, ok := e.server.ExecutorStatus(testNode); !ok || got.State != agentwire.ExecutorConfirmed || got.ID != "fence-1" {
 		t.Errorf("server's executor status %+v, %v", got, ok)
 	}
 	if _, err := os.Stat(stopped); err != nil {
@@ -223,10 +223,10 @@ func checkGone(t *testing.T, ctd *containerd.Containerd, work, annotated string)
 }
 
 // checkNotRerun: the command is still pending, but its ID is carried out once only.
-func checkNotRerun(t *testing.T, e *env, p *proc, final agent.ExecutorStatus) {
+func checkNotRerun(t *testing.T, e *env, p *proc, final agentwire.ExecutorStatus) {
 	t.Helper()
 	for range 3 {
-		if st := e.next(t, 5*time.Second).Executor; st == nil || !st.FinishedAt.Equal(final.FinishedAt) || st.State != agent.ExecutorConfirmed {
+		if st := e.next(t, 5*time.Second).Executor; st == nil || !st.FinishedAt.Equal(final.FinishedAt) || st.State != agentwire.ExecutorConfirmed {
 			t.Errorf("later executor status %+v, want the first run's %+v", st, final)
 		}
 	}
@@ -253,14 +253,14 @@ func TestTerminateCommandNotCarriedOut(t *testing.T) {
 		flags       []string
 		message     []string
 	}{
-		{"kubelet stop command fails", agent.ExecutorFailed, []string{"--kubelet-stop-command", "echo no kubelet here >&2; exit 3"},
+		{"kubelet stop command fails", agentwire.ExecutorFailed, []string{"--kubelet-stop-command", "echo no kubelet here >&2; exit 3"},
 			[]string{"kubelet stop command", "exit status 3", "no kubelet here"}},
-		{"fault injected", agent.ExecutorConfirmed, []string{"--fault-report-confirmed-early"}, nil},
+		{"fault injected", agentwire.ExecutorConfirmed, []string{"--fault-report-confirmed-early"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, "127.0.0.1:0")
 			e.startAgent(t, e.server.Addr(), k.srv.URL, interval, append([]string{"--cri-endpoint", ctd.Socket}, tc.flags...)...)
-			e.server.SetCommand(testNode, agent.Command{ID: "c1", Action: agent.ActionTerminate})
+			e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
 			_, final := waitForOutcome(t, e, "c1", 10*time.Second)
 			if final.State != tc.state || !containsAll(final.Message, tc.message) {
 				t.Errorf("final status %+v, want %s with a message holding %q", final, tc.state, tc.message)
@@ -281,12 +281,12 @@ func TestTerminateCommandWithoutRuntime(t *testing.T) {
 	defer k.srv.Close()
 	e.startAgent(t, e.server.Addr(), k.srv.URL, interval)
 	for _, tc := range []struct{ id, action, message string }{
-		{"c1", agent.ActionTerminate, "no runtime configured"},
+		{"c1", agentwire.ActionTerminate, "no runtime configured"},
 		{"c2", "Reboot", `unknown action "Reboot"`},
 	} {
-		e.server.SetCommand(testNode, agent.Command{ID: tc.id, Action: tc.action})
+		e.server.SetCommand(testNode, agentwire.Command{ID: tc.id, Action: tc.action})
 		_, final := waitForOutcome(t, e, tc.id, 5*time.Second)
-		if final.State != agent.ExecutorFailed || !strings.Contains(final.Message, tc.message) || final.FinishedAt.IsZero() {
+		if final.State != agentwire.ExecutorFailed || !strings.Contains(final.Message, tc.message) || final.FinishedAt.IsZero() {
 			t.Errorf("final status %+v, want Failed %q", final, tc.message)
 		}
 	}

@@ -14,11 +14,11 @@ const (
 	AnnotationBMCSecret = "palisade.dev/bmc-secret"
 	// AnnotationExecutorCommand on a NodeFence is the controller's order to the node's agent
 	// when the order goes through the API server (a node whose kubelet is down but whose agent
-	// sees the API server): the JSON of a detectors/agent Command. The agent watches its own
+	// sees the API server): the JSON of an agentwire Command (config/agentwire). The agent watches its own
 	// node's NodeFence for it.
 	AnnotationExecutorCommand = names.AnnotationExecutorCommand
 	// AnnotationExecutorStatus on a NodeFence is the agent's answer to AnnotationExecutorCommand:
-	// the JSON of a detectors/agent APIReport (the executor status and the runtime read-back).
+	// the JSON of an agentwire APIReport (the executor status and the runtime read-back).
 	AnnotationExecutorStatus = names.AnnotationExecutorStatus
 	// LabelNode on a NodeFence names the node it fences.
 	LabelNode = "palisade.dev/node"

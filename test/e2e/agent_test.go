@@ -15,7 +15,8 @@ import (
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/scenario"
 )
 
@@ -25,14 +26,14 @@ import (
 func TestAgentAliveMeansNoPowerOff(t *testing.T) {
 	env := startScene(t, scenario.Options{})
 	dir := t.TempDir()
-	ca, err := agent.NewCA()
+	ca, err := pki.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := writeCerts(t, dir, ca)
 	addr := freeAddr(t)
 	err = env.StartController(context.Background(), func(o *app.Options) {
-		o.Agents = agent.ServerOptions{Addr: addr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
+		o.Agents = channel.ServerOptions{Addr: addr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func TestAgentAliveMeansNoPowerOff(t *testing.T) {
 	}
 }
 
-func writeCerts(t *testing.T, dir string, ca *agent.CA) map[string]string {
+func writeCerts(t *testing.T, dir string, ca *pki.CA) map[string]string {
 	t.Helper()
 	files := map[string]string{}
 	for _, name := range []string{"ca.crt", "server.crt", "server.key", "node-1.crt", "node-1.key"} {

@@ -14,7 +14,8 @@ import (
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/scenario"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
@@ -62,13 +63,13 @@ func startExecutorScene(t *testing.T, o sceneOptions) *executorScene {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	ca, err := agent.NewCA()
+	ca, err := pki.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
 	files, addr := writeCerts(t, dir, ca), freeAddr(t)
 	err = env.StartController(ctx, func(o *app.Options) {
-		o.Agents = agent.ServerOptions{Addr: addr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
+		o.Agents = channel.ServerOptions{Addr: addr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
 	})
 	if err != nil {
 		t.Fatal(err)

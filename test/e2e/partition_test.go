@@ -17,7 +17,8 @@ import (
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/scenario"
 	"palisade.dev/palisade/test/testbed/containerd"
 	"palisade.dev/palisade/test/testbed/netns"
@@ -92,7 +93,7 @@ func startPartitionScene(t *testing.T) *partitionScene {
 
 	// The controller, its heartbeat server on the LAN side of the root namespace.
 	dir := t.TempDir()
-	ca, err := agent.NewCA()
+	ca, err := pki.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func startPartitionScene(t *testing.T) *partitionScene {
 		t.Fatal(err)
 	}
 	err = s.env.StartController(ctx, func(o *app.Options) {
-		o.Agents = agent.ServerOptions{Addr: hbAddr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
+		o.Agents = channel.ServerOptions{Addr: hbAddr, CertFile: files["server.crt"], KeyFile: files["server.key"], CAFile: files["ca.crt"]}
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"palisade.dev/palisade/detectors/agent"
+	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/pki"
 )
 
 // agentBinary is palisade-agent, built once per test binary.
@@ -42,7 +43,7 @@ var agentBinary = sync.OnceValues(func() (string, error) {
 type agents struct {
 	addr  string // the controller's heartbeat server
 	files map[string]string
-	opts  agent.ServerOptions
+	opts  channel.ServerOptions
 	bin   string
 	procs []*agentProc
 }
@@ -66,7 +67,7 @@ func (e *Env) startAgents(ctx context.Context) (err error) {
 	if a.bin, err = agentBinary(); err != nil {
 		return err
 	}
-	ca, err := agent.NewCA()
+	ca, err := pki.NewCA()
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func (e *Env) startAgents(ctx context.Context) (err error) {
 	if err := os.WriteFile(a.files["ca.crt"], ca.CertPEM(), 0o600); err != nil {
 		return err
 	}
-	issue := func(name string, pair *agent.KeyPair, err error) error {
+	issue := func(name string, pair *pki.KeyPair, err error) error {
 		if err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func (e *Env) startAgents(ctx context.Context) (err error) {
 	}
 	a.addr = lis.Addr().String()
 	_ = lis.Close()
-	a.opts = agent.ServerOptions{Addr: a.addr, CertFile: a.files["heartbeat-server.crt"], KeyFile: a.files["heartbeat-server.key"], CAFile: a.files["ca.crt"]}
+	a.opts = channel.ServerOptions{Addr: a.addr, CertFile: a.files["heartbeat-server.crt"], KeyFile: a.files["heartbeat-server.key"], CAFile: a.files["ca.crt"]}
 	e.agents = a
 	for _, n := range e.Nodes {
 		pair, err := ca.IssueAgent(n.Name())

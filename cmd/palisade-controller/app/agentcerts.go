@@ -11,11 +11,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"palisade.dev/palisade/detectors/agent/pki"
+	"palisade.dev/palisade/providers/agent/pki/signer"
 )
 
 // AgentCertOptions configure the agents' certificates through the Kubernetes CSR API (package
-// detectors/agent/pki): the CA kept in a Secret, its bundle published for the agents, the
+// providers/agent/pki/signer): the CA kept in a Secret, its bundle published for the agents, the
 // signer of the agents' CSRs, and the heartbeat server's own certificate.
 type AgentCertOptions struct {
 	// CASecret is the Secret in Namespace holding the CA, created when missing; "" disables
@@ -51,15 +51,15 @@ func setupAgentCerts(mgr ctrl.Manager, o Options) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ca, err := pki.EnsureCA(ctx, c, types.NamespacedName{Namespace: ac.Namespace, Name: ac.CASecret})
+	ca, err := signer.EnsureCA(ctx, c, types.NamespacedName{Namespace: ac.Namespace, Name: ac.CASecret})
 	if err != nil {
 		return err
 	}
-	if err := pki.PublishBundle(ctx, c, types.NamespacedName{Namespace: ac.Namespace, Name: ac.CAConfigMap}, ca); err != nil {
+	if err := signer.PublishBundle(ctx, c, types.NamespacedName{Namespace: ac.Namespace, Name: ac.CAConfigMap}, ca); err != nil {
 		return err
 	}
 	if o.Agents.Addr != "" {
-		sc := &pki.ServerCert{CA: ca, Hosts: ac.ServerHosts, CertFile: o.Agents.CertFile, KeyFile: o.Agents.KeyFile, CAFile: o.Agents.CAFile,
+		sc := &signer.ServerCert{CA: ca, Hosts: ac.ServerHosts, CertFile: o.Agents.CertFile, KeyFile: o.Agents.KeyFile, CAFile: o.Agents.CAFile,
 			Log: mgr.GetLogger().WithName("agent-server-cert")}
 		if err := sc.Ensure(); err != nil {
 			return fmt.Errorf("issuing the heartbeat server certificate: %w", err)
@@ -68,7 +68,7 @@ func setupAgentCerts(mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("adding the heartbeat server certificate renewal: %w", err)
 		}
 	}
-	signer := &pki.Signer{Client: mgr.GetClient(), CA: ca, AgentUser: pki.ServiceAccountUser(saNS, saName)}
+	signer := &signer.Signer{Client: mgr.GetClient(), CA: ca, AgentUser: signer.ServiceAccountUser(saNS, saName)}
 	if err := signer.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the agent CSR signer: %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"palisade.dev/palisade/providers/agent/pki"
+
 	"github.com/go-logr/logr"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,9 +24,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
-	"palisade.dev/palisade/detectors/agent"
-	"palisade.dev/palisade/detectors/agent/pki"
-	"palisade.dev/palisade/detectors/agent/pki/pkitest"
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/pki/pkitest"
+	"palisade.dev/palisade/providers/agent/pki/signer"
 	"palisade.dev/palisade/test/testbed"
 )
 
@@ -43,7 +46,7 @@ func replica(t *testing.T, pod string) app.Options {
 	return app.Options{
 		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true,
 		LeaderElection: true, LeaderElectionNS: ns, LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 300 * time.Millisecond,
-		Agents: agent.ServerOptions{Addr: addr, CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CAFile: filepath.Join(dir, "ca.crt")},
+		Agents: channel.ServerOptions{Addr: addr, CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CAFile: filepath.Join(dir, "ca.crt")},
 		AgentCerts: app.AgentCertOptions{CASecret: "palisade-agent-ca", CAConfigMap: "palisade-agent-ca", Namespace: ns,
 			AgentServiceAccount: ns + "/palisade-agent", ServerHosts: []string{"127.0.0.1"}},
 		Pod: app.PodRef{Namespace: ns, Name: pod},
@@ -155,7 +158,7 @@ func heartbeat(t *testing.T, agents *pkitest.Agents, o app.Options) {
 	ctx := context.Background()
 	csr, err := kube.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-a-"},
-		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: pki.SignerName, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageClientAuth},
+		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: signer.SignerName, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageClientAuth},
 			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -176,11 +179,11 @@ func heartbeat(t *testing.T, agents *pkitest.Agents, o app.Options) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	pair := agent.KeyPair{CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}
+	pair := pki.KeyPair{CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}
 	if err := pair.WriteFiles(filepath.Join(dir, "agent.crt"), filepath.Join(dir, "agent.key")); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := agent.NewClient(agent.ClientOptions{Address: o.Agents.Addr, CertFile: filepath.Join(dir, "agent.crt"), KeyFile: filepath.Join(dir, "agent.key"), CAFile: o.Agents.CAFile})
+	cl, err := channel.NewClient(channel.ClientOptions{Address: o.Agents.Addr, CertFile: filepath.Join(dir, "agent.crt"), KeyFile: filepath.Join(dir, "agent.key"), CAFile: o.Agents.CAFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +191,7 @@ func heartbeat(t *testing.T, agents *pkitest.Agents, o app.Options) {
 	var sendErr error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, sendErr = cl.Send(sctx, agent.Report{Node: "node-a", Seq: 1, IntervalMillis: 1000, SentAt: time.Now()})
+		_, sendErr = cl.Send(sctx, agentwire.Report{Node: "node-a", Seq: 1, IntervalMillis: 1000, SentAt: time.Now()})
 		cancel()
 		if sendErr == nil {
 			return

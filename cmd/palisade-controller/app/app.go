@@ -18,11 +18,12 @@ import (
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/detectors/agent"
 	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers"
-	"palisade.dev/palisade/providers/agentexec"
+	"palisade.dev/palisade/providers/agent"
+	"palisade.dev/palisade/providers/agent/channel"
 )
 
 // Options configure the controller.
@@ -39,7 +40,7 @@ type Options struct {
 	Fencers map[v1alpha1.MethodType]providers.PowerFencer
 	// Agents, when its Addr is set, runs the mTLS server that receives the node agents'
 	// direct heartbeats; the detectors then classify nodes on them too.
-	Agents agent.ServerOptions
+	Agents channel.ServerOptions
 	// AgentCerts, when its CASecret is set, issues the agents' certificates through the CSR
 	// API and the heartbeat server's own (agentcerts.go).
 	AgentCerts AgentCertOptions
@@ -132,8 +133,8 @@ func setup(mgr ctrl.Manager, o Options) error {
 // agents builds the detectors' view and, when the agents' heartbeat server is configured, the
 // channel to their executors (the server runs on the leader only: agents must reach the active
 // controller). Without it, the Executor method has no provider.
-func agents(mgr ctrl.Manager, o Options) (fencing.Observer, providers.WorkloadTerminator, error) {
-	obs := fencing.Observer{Reader: mgr.GetClient(), Renewals: lease.NewRenewals()}
+func agents(mgr ctrl.Manager, o Options) (observe.Observer, providers.WorkloadTerminator, error) {
+	obs := observe.Observer{Reader: mgr.GetClient(), Renewals: lease.NewRenewals()}
 	if o.Agents.Addr == "" {
 		return obs, nil, nil
 	}
@@ -142,7 +143,7 @@ func agents(mgr ctrl.Manager, o Options) (fencing.Observer, providers.WorkloadTe
 	if opts.IntervalFor == nil {
 		opts.IntervalFor = fencing.HeartbeatIntervals(mgr.GetClient())
 	}
-	srv, err := agent.NewServer(opts)
+	srv, err := channel.NewServer(opts)
 	if err != nil {
 		return obs, nil, fmt.Errorf("creating the agent heartbeat server: %w", err)
 	}
@@ -150,7 +151,7 @@ func agents(mgr ctrl.Manager, o Options) (fencing.Observer, providers.WorkloadTe
 		return obs, nil, fmt.Errorf("adding the agent heartbeat server: %w", err)
 	}
 	obs.Heartbeats, obs.Since = srv, time.Now()
-	return obs, agentexec.New(srv, mgr.GetClient()), nil
+	return obs, agent.New(srv, mgr.GetClient()), nil
 }
 
 func durationOrNil(d time.Duration) *time.Duration {

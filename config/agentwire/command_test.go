@@ -1,0 +1,47 @@
+package agentwire
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"k8s.io/utils/ptr"
+)
+
+func TestCommandValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cmd Command
+		ok  bool
+	}{
+		{Command{ID: "a", Action: ActionTerminate}, true},
+		{Command{ID: "a", Action: ActionTerminate, GracePeriodSeconds: ptr.To[int64](0)}, true},
+		{Command{Action: ActionTerminate}, false},
+		{Command{ID: "a", Action: "Reboot"}, false},
+		{Command{ID: "a", Action: ActionTerminate, GracePeriodSeconds: ptr.To[int64](-1)}, false},
+	} {
+		if err := tc.cmd.Validate(); (err == nil) != tc.ok {
+			t.Errorf("Validate(%+v) = %v, want ok=%v", tc.cmd, err, tc.ok)
+		}
+	}
+}
+
+func TestTruncateMessage(t *testing.T) {
+	if got := TruncateMessage("short"); got != "short" {
+		t.Errorf("TruncateMessage(short) = %q", got)
+	}
+	long := strings.Repeat("é", maxExecutorMessage) // 2 bytes each
+	got := TruncateMessage(long)
+	if len(got) > maxExecutorMessage || !utf8.ValidString(got) || !strings.HasSuffix(got, "(truncated)") {
+		t.Errorf("TruncateMessage: %d bytes, valid UTF-8 %v, suffix %q", len(got), utf8.ValidString(got), got[len(got)-20:])
+	}
+	if err := (ExecutorStatus{ID: "a", State: ExecutorFailed, Message: got}).Validate(); err != nil {
+		t.Errorf("a truncated message is refused: %v", err)
+	}
+	encoded, _ := json.Marshal(Report{Node: "n", Executor: &ExecutorStatus{ID: "a", State: ExecutorFailed, Message: got}})
+	if len(encoded) >= MaxBodyBytes {
+		t.Errorf("a heartbeat with the longest message takes %d bytes, the server reads %d", len(encoded), MaxBodyBytes)
+	}
+}
+
+// agentClient is a Client of s with a certificate for node.

@@ -1,0 +1,89 @@
+package agentwire
+
+import (
+	"time"
+)
+
+// HeartbeatPath is the endpoint agents POST their Report to.
+const HeartbeatPath = "/v1/heartbeat"
+
+// MaxPeers bounds the peer reports one heartbeat may carry.
+const MaxPeers = 64
+
+// MaxBodyBytes bounds a heartbeat body and its answer: MaxPeers reports fit many times over.
+const MaxBodyBytes = 64 << 10
+
+// Report is the JSON body of one heartbeat, as the agent sends it.
+type Report struct {
+	// Node must be the CommonName of the agent's client certificate.
+	Node string `json:"node"`
+	// BootID is the node's /proc/sys/kernel/random/boot_id: a new one means the node rebooted.
+	BootID string `json:"bootID"`
+	// Seq counts the heartbeats of this agent process, from 1.
+	Seq uint64 `json:"seq"`
+	// KubeletHealthy is the agent's view of its kubelet (its healthz endpoint).
+	KubeletHealthy bool `json:"kubeletHealthy"`
+	// Peers are the agent's latest probes of its peers.
+	Peers []PeerReport `json:"peers"`
+	// IntervalMillis is the agent's heartbeat interval; 0 means the classifier's default.
+	IntervalMillis int64 `json:"intervalMillis,omitempty"`
+	// SentAt is the agent's clock when sending; the server uses it to move the peers' times
+	// onto its own clock, so that clock skew between nodes does not age or freshen reports.
+	SentAt time.Time `json:"sentAt,omitzero"`
+	// Executor is the agent's account of the latest Command it received, nil before any.
+	Executor *ExecutorStatus `json:"executor,omitempty"`
+	// RunningContainers is the runtime's own read-back when this heartbeat was sent: how many
+	// workload containers (the agent's pod excepted) have not exited. It is read afresh for
+	// every heartbeat, apart from the executor's account; nil while the agent has no runtime
+	// connection (before its first command).
+	RunningContainers *int `json:"runningContainers,omitempty"`
+	// ProbePort is the TCP port the agent accepts its peers' probes on; 0: it accepts none.
+	ProbePort int `json:"probePort,omitempty"`
+	// ProbeHost is the address peers probe the node at; empty means the address the heartbeat
+	// came from (set it when the agent's traffic to the controller is translated, e.g. by NAT).
+	ProbeHost string `json:"probeHost,omitempty"`
+	// KubeletPort is the kubelet's port on ProbeHost, which peers probe too (a node whose agent
+	// crashed but whose kubelet answers is not dead); 0: not probed.
+	KubeletPort int `json:"kubeletPort,omitempty"`
+}
+
+// PeerReport is one probe of a peer.
+type PeerReport struct {
+	Node      string    `json:"node"`
+	Reachable bool      `json:"reachable"`
+	At        time.Time `json:"at"`
+}
+
+// Heartbeat is the latest heartbeat the server accepted from one node.
+type Heartbeat struct {
+	// Node is the CommonName of the client certificate it came with.
+	Node           string
+	BootID         string
+	Seq            uint64
+	KubeletHealthy bool
+	Interval       time.Duration
+	// Peers are the node's probes of its peers, their times on the server's clock. The slice
+	// is never modified after it is recorded.
+	Peers []PeerReport
+	// Received is when the server accepted it, on the server's clock.
+	Received time.Time
+	// CertNotAfter is when the agent's client certificate expires.
+	CertNotAfter time.Time
+	// Executor is the executor status this heartbeat carried, nil for none (see also
+	// Server.ExecutorStatus, which keeps the latest one across heartbeats without).
+	Executor *ExecutorStatus
+	// RunningContainers is the runtime read-back this heartbeat carried (Report's).
+	RunningContainers *int
+	// ProbeAddresses are where peers probe this node (its agent's probe port, then its
+	// kubelet's port), empty when it accepts no probes.
+	ProbeAddresses []string
+}
+
+// PeerTarget is a node an agent is to probe, and where.
+type PeerTarget struct {
+	Node string `json:"node"`
+	// Addresses are host:port pairs: first the peer's agent probe port (ProbeServer: its TLS
+	// certificate must name Node), then its kubelet's port (a TCP connection accepted is
+	// enough). The peer counts as reachable when any of them answers.
+	Addresses []string `json:"addresses"`
+}

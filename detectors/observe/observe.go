@@ -1,0 +1,107 @@
+package observe
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/detectors"
+	"palisade.dev/palisade/detectors/classify"
+	"palisade.dev/palisade/detectors/lease"
+)
+
+// Heartbeats is the source of the node agents' direct heartbeats (the controller's end of the
+// agent channel).
+type Heartbeats interface {
+	Snapshot() map[string]agentwire.Heartbeat
+}
+
+// Observer asks the detectors about a node: the lease detector always, and the classifier
+// over the agents' heartbeats and peer reports when Heartbeats is set.
+type Observer struct {
+	Reader     client.Reader
+	Heartbeats Heartbeats
+	// Since is when the controller began listening for heartbeats (the classifier's warm-up).
+	Since time.Time
+	// Renewals, when set, records when the controller saw each Lease renewal, so that the
+	// classifier can tell a node silent on every path before its Lease expires. Shared by all
+	// copies of the Observer.
+	Renewals *lease.Renewals
+}
+
+// Observe is the detectors' verdict on one node, its Lease judged against leaseTimeout.
+func (o Observer) Observe(ctx context.Context, node *corev1.Node, leaseTimeout time.Duration, now time.Time) (detectors.Observation, error) {
+	return o.observeWith(ctx, node, leaseTimeout, now, o.agentSignals())
+}
+
+// ObserveAll observes every node from one snapshot of the agents' heartbeats: O(nodes × peers)
+// for the whole pass rather than per node.
+func (o Observer) ObserveAll(ctx context.Context, nodes []corev1.Node, leaseTimeout time.Duration, now time.Time) ([]detectors.Observation, error) {
+	sig := o.agentSignals()
+	out := make([]detectors.Observation, 0, len(nodes))
+	for i := range nodes {
+		obs, err := o.observeWith(ctx, &nodes[i], leaseTimeout, now, sig)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, obs)
+	}
+	return out, nil
+}
+
+// LastSignal is the time of the freshest signal from the node on any path the controller has
+// (Lease, agent heartbeat, peer reports); zero when there is none.
+func (o Observer) LastSignal(ctx context.Context, name string, now time.Time) (time.Time, error) {
+	node := &corev1.Node{}
+	if err := o.Reader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return time.Time{}, fmt.Errorf("reading node %s: %w", name, err)
+		}
+		node.Name = name
+	}
+	// The lease timeout does not move the freshest signal; any value will do.
+	obs, err := o.Observe(ctx, node, time.Minute, now)
+	return obs.LastSeen, err
+}
+
+// agentSignals are the classifier's inputs from the agents, taken from one snapshot of their
+// heartbeats (nil without agents).
+type agentSignals struct {
+	agents map[string]classify.Agent
+	peers  map[string][]classify.PeerReport
+}
+
+func (o Observer) agentSignals() *agentSignals {
+	if o.Heartbeats == nil {
+		return nil
+	}
+	a, p := Signals(o.Heartbeats.Snapshot())
+	return &agentSignals{agents: a, peers: p}
+}
+
+func (o Observer) observeWith(ctx context.Context, node *corev1.Node, leaseTimeout time.Duration, now time.Time, sig *agentSignals) (detectors.Observation, error) {
+	l := &coordinationv1.Lease{}
+	err := o.Reader.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node.Name}, l)
+	if client.IgnoreNotFound(err) != nil {
+		return detectors.Observation{}, fmt.Errorf("reading lease of node %s: %w", node.Name, err)
+	}
+	if err != nil {
+		l = nil
+	}
+	obs := lease.Observe(node, l, leaseTimeout, now)
+	if sig == nil {
+		return obs, nil
+	}
+	var renewalSeen time.Time
+	if l != nil && l.Spec.RenewTime != nil {
+		renewalSeen = o.Renewals.Seen(node.Name, l.Spec.RenewTime.Time, now)
+	}
+	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: sig.agents[node.Name], Peers: sig.peers[node.Name], LeaseRenewalSeen: renewalSeen},
+		classify.Config{HeartbeatsSince: o.Since}, now), nil
+}

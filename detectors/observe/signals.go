@@ -1,0 +1,20 @@
+package observe
+
+import (
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/detectors/classify"
+)
+
+// Signals turns a Snapshot into the classifier's inputs: each node's own heartbeat, and the
+// reports about each node made by its peers. O(nodes × peers).
+func Signals(snapshot map[string]agentwire.Heartbeat) (map[string]classify.Agent, map[string][]classify.PeerReport) {
+	agents := make(map[string]classify.Agent, len(snapshot))
+	peers := make(map[string][]classify.PeerReport, len(snapshot))
+	for node, hb := range snapshot {
+		agents[node] = classify.Agent{LastSeen: hb.Received, Interval: hb.Interval, KubeletHealthy: hb.KubeletHealthy}
+		for _, p := range hb.Peers {
+			peers[p.Node] = append(peers[p.Node], classify.PeerReport{From: node, Reachable: p.Reachable, At: p.At})
+		}
+	}
+	return agents, peers
+}

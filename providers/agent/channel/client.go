@@ -1,0 +1,206 @@
+package channel
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/agent/pki"
+
+	"github.com/go-logr/logr"
+)
+
+// ClientOptions configure a Client.
+type ClientOptions struct {
+	// Address is the controller's heartbeat server, host:port.
+	Address string
+	// ServerName is the name the server's certificate must carry; default: Address's host.
+	ServerName string
+	// CertFile and KeyFile hold the agent's client certificate; they are re-read on change.
+	CertFile, KeyFile string
+	// CAFile holds the CA bundle the server's certificate must chain to, read once.
+	CAFile string
+	// Timeout bounds one heartbeat; default 5s.
+	Timeout time.Duration
+	// Logger defaults to a discarding logger.
+	Logger logr.Logger
+}
+
+// Client sends an agent's heartbeats to the controller over mutually authenticated TLS, one
+// long-lived HTTP/2 connection for all of them.
+type Client struct {
+	url          string
+	cert         *pki.FileSource[*tls.Certificate]
+	timeout      time.Duration
+	newTransport func() *http.Transport
+
+	mu        sync.Mutex
+	transport *http.Transport // its connections were opened with certificate generation gen
+	gen       uint64
+}
+
+// NewClient loads the certificate files, failing early when they are unusable.
+func NewClient(opts ClientOptions) (*Client, error) {
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.ServerName == "" {
+		host, _, err := net.SplitHostPort(opts.Address)
+		if err != nil {
+			return nil, fmt.Errorf("parsing the controller address %q: %w", opts.Address, err)
+		}
+		opts.ServerName = host
+	}
+	cert, err := pki.KeyPairSource(opts.CertFile, opts.KeyFile, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("loading the agent certificate: %w", err)
+	}
+	pool, err := pki.CAPoolSource(opts.CAFile, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("loading the controller CA: %w", err)
+	}
+	roots, _, _ := pool.Get()
+	c := &Client{url: "https://" + opts.Address + agentwire.HeartbeatPath, cert: cert, timeout: opts.Timeout}
+	c.newTransport = func() *http.Transport {
+		return &http.Transport{
+			TLSClientConfig: &tls.Config{
+				MinVersion: tls.VersionTLS13,
+				RootCAs:    roots,
+				ServerName: opts.ServerName,
+				GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+					cert, _, err := c.cert.Get()
+					return cert, err
+				},
+			},
+			ForceAttemptHTTP2:   true,
+			TLSHandshakeTimeout: opts.Timeout,
+			IdleConnTimeout:     time.Minute,
+		}
+	}
+	c.transport = c.newTransport()
+	_, c.gen, _ = cert.Get()
+	return c, nil
+}
+
+// httpClient returns the client of the current transport. When the certificate files changed
+// since the last heartbeat, or renew is set, it first replaces the transport, so that the
+// heartbeat opens a new connection whose handshake presents the current certificate. (Closing
+// the idle connection would not do: an HTTP/2 connection whose last response was just delivered
+// can still count its stream as active for a moment, and would be reused.) The old transport's
+// connections close once idle.
+func (c *Client) httpClient(renew bool) *http.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, gen, err := c.cert.Get(); err == nil && gen != c.gen {
+		c.gen, renew = gen, true
+	}
+	if renew {
+		old := c.transport
+		c.transport = c.newTransport()
+		old.CloseIdleConnections()
+		time.AfterFunc(c.timeout, old.CloseIdleConnections) // once its last stream has ended
+	}
+	return &http.Client{Transport: c.transport, Timeout: c.timeout}
+}
+
+// Identity is the node name in the current client certificate.
+func (c *Client) Identity() (string, error) {
+	cert, _, err := c.cert.Get()
+	if err != nil {
+		return "", err
+	}
+	return cert.Leaf.Subject.CommonName, nil
+}
+
+// Send posts one heartbeat and returns the command the controller answered with, nil when it
+// has none for this node (see Exchange).
+func (c *Client) Send(ctx context.Context, rep agentwire.Report) (*agentwire.Command, error) {
+	resp, err := c.Exchange(ctx, rep)
+	return resp.Command, err
+}
+
+// Exchange posts one heartbeat and returns the controller's answer: the node's pending command
+// and the peers to probe (both empty on 204). When the certificate files changed since the
+// last heartbeat, it opens a new connection, so that its handshake presents the renewed
+// certificate.
+func (c *Client) Exchange(ctx context.Context, rep agentwire.Report) (agentwire.Response, error) {
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return agentwire.Response{}, fmt.Errorf("encoding heartbeat: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return agentwire.Response{}, fmt.Errorf("building heartbeat request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.httpClient(false).Do(req)
+	if err != nil {
+		return agentwire.Response{}, fmt.Errorf("sending heartbeat: %w", err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return agentwire.Response{}, nil
+	case http.StatusOK:
+		return decodeResponse(resp.Body)
+	case http.StatusUnauthorized:
+		c.httpClient(true) // the next heartbeat on a new connection, with the current certificate
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return agentwire.Response{}, &RejectedError{Code: resp.StatusCode, Message: string(bytes.TrimSpace(msg))}
+}
+
+// decodeResponse reads a 200 response: the heartbeat was accepted, with a command or peers.
+func decodeResponse(body io.Reader) (agentwire.Response, error) {
+	var r agentwire.Response
+	if err := json.NewDecoder(io.LimitReader(body, agentwire.MaxBodyBytes)).Decode(&r); err != nil {
+		return agentwire.Response{}, fmt.Errorf("heartbeat accepted, but reading the controller's answer: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 4096)) // so that the connection is reused
+	return r, nil
+}
+
+// Close closes the idle connection.
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.transport.CloseIdleConnections()
+}
+
+// RejectedError is the server's refusal of a heartbeat.
+type RejectedError struct {
+	Code    int
+	Message string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("heartbeat rejected: %d %s: %s", e.Code, http.StatusText(e.Code), e.Message)
+}
+
+// IsRejected says whether err is the server's refusal with the given status code (0: any).
+func IsRejected(err error, code int) bool {
+	var r *RejectedError
+	return errors.As(err, &r) && (code == 0 || r.Code == code)
+}
+
+// ReadBootID returns the node's boot ID, which changes on every boot.
+func ReadBootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("reading the boot ID: %w", err)
+	}
+	return string(bytes.TrimSpace(b)), nil
+}

@@ -1,0 +1,358 @@
+package channel
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	stdlog "log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/agent/pki"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+)
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Addr is the address to listen on, such as ":9443" or "127.0.0.1:0".
+	Addr string
+	// CertFile and KeyFile hold the server's certificate; they are re-read on change.
+	CertFile, KeyFile string
+	// CAFile holds the CA bundle agents' certificates must chain to; it is re-read on change.
+	CAFile string
+	// Logger defaults to a discarding logger.
+	Logger logr.Logger
+	// OnHeartbeat, when set, is called with every accepted heartbeat; it must not block.
+	OnHeartbeat func(agentwire.Heartbeat)
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// ProbePeers is how many peers every agent probes (see classify.Ring); 0 means
+	// classify.DefaultProbePeers, a negative number turns peer probing off.
+	ProbePeers int
+	// IntervalFor, when set, gives the heartbeat interval a node's agent is to use (0: its
+	// own), sent in every answer. It is called for every heartbeat and must be quick.
+	IntervalFor func(node string) time.Duration
+}
+
+// Server receives the direct heartbeats of node agents over mutually authenticated TLS,
+// independent of the API server, and remembers the latest one of each node.
+type Server struct {
+	opts  ServerOptions
+	log   logr.Logger
+	cert  *pki.FileSource[*tls.Certificate]
+	pool  *pki.FileSource[*x509.CertPool]
+	srv   *http.Server
+	lis   net.Listener
+	mu    sync.RWMutex
+	nodes map[string]agentwire.Heartbeat
+	// commands are the pending commands by node; statuses the latest executor status by node.
+	commands map[string]agentwire.Command
+	statuses map[string]agentwire.ExecutorStatus
+	peers    *peerBook
+}
+
+// NewServer loads the certificate files (failing early when they are unusable) and builds the
+// server; Listen or Start opens the port.
+func NewServer(opts ServerOptions) (*Server, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	s := &Server{
+		opts: opts, log: opts.Logger, nodes: map[string]agentwire.Heartbeat{},
+		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{}, peers: newPeerBook(opts.ProbePeers),
+	}
+	var err error
+	if s.cert, err = pki.KeyPairSource(opts.CertFile, opts.KeyFile, s.log); err != nil {
+		return nil, fmt.Errorf("loading the server certificate: %w", err)
+	}
+	if s.pool, err = pki.CAPoolSource(opts.CAFile, s.log); err != nil {
+		return nil, fmt.Errorf("loading the agent CA: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(agentwire.HeartbeatPath, s.handleHeartbeat)
+	s.srv = &http.Server{
+		Handler:           mux,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS13, GetConfigForClient: s.configForClient},
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          stdlog.New(logWriter{s.log}, "", 0),
+	}
+	return s, nil
+}
+
+// configForClient re-reads the certificate files for every handshake, so that a rotated
+// server certificate or CA bundle applies to every new connection.
+func (s *Server) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
+	cert, _, err := s.cert.Get()
+	if err != nil {
+		return nil, err
+	}
+	pool, _, err := s.pool.Get()
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{*cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}, nil
+}
+
+// Listen opens the port; Start calls it when it has not been called.
+func (s *Server) Listen() error {
+	if s.lis != nil {
+		return nil
+	}
+	lis, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("listening for heartbeats on %s: %w", s.opts.Addr, err)
+	}
+	s.lis = lis
+	return nil
+}
+
+// Addr is the address listened on, once Listen has returned.
+func (s *Server) Addr() string {
+	if s.lis == nil {
+		return ""
+	}
+	return s.lis.Addr().String()
+}
+
+// Start serves until ctx is done, then shuts down gracefully (a controller-runtime Runnable).
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.log.Info("serving agent heartbeats", "address", s.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.ServeTLS(s.lis, "", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving heartbeats: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutting down the heartbeat server: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving heartbeats: %w", err)
+	}
+	return nil
+}
+
+// Snapshot returns a copy of the latest heartbeat of every node.
+func (s *Server) Snapshot() map[string]agentwire.Heartbeat {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]agentwire.Heartbeat, len(s.nodes))
+	for n, hb := range s.nodes {
+		out[n] = hb
+	}
+	return out
+}
+
+// Forget drops a node's heartbeat, its pending command and its executor status, for a node
+// deleted from the cluster.
+func (s *Server) Forget(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.nodes, node)
+	delete(s.commands, node)
+	delete(s.statuses, node)
+	s.peers.forget(node)
+}
+
+// SetCommand makes cmd the node's pending command, replacing any other: it is sent in the
+// response to every heartbeat of that node (and of no other) until ClearCommand. The agent
+// carries out each command ID once.
+func (s *Server) SetCommand(node string, cmd agentwire.Command) {
+	if cmd.GracePeriodSeconds != nil {
+		g := *cmd.GracePeriodSeconds
+		cmd.GracePeriodSeconds = &g // not shared with the caller
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commands[node] = cmd
+}
+
+// ClearCommand stops sending the node's pending command.
+func (s *Server) ClearCommand(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.commands, node)
+}
+
+// ExecutorStatus is the latest executor status the node's agent reported, kept across
+// heartbeats that carry none (an agent restarted since); false when it never reported one.
+func (s *Server) ExecutorStatus(node string) (agentwire.ExecutorStatus, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st, ok := s.statuses[node]
+	return st, ok
+}
+
+func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	now := s.opts.Now()
+	cert := clientCert(r)
+	if cert == nil || cert.Subject.CommonName == "" {
+		http.Error(w, "no verified client certificate naming a node", http.StatusUnauthorized)
+		return
+	}
+	if now.After(cert.NotAfter) {
+		// The certificate expired during this long-lived connection: make the agent reconnect,
+		// so that its next handshake presents its renewed certificate.
+		w.Header().Set("Connection", "close")
+		http.Error(w, "client certificate expired", http.StatusUnauthorized)
+		return
+	}
+	var rep agentwire.Report
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, agentwire.MaxBodyBytes)).Decode(&rep); err != nil {
+		http.Error(w, "reading heartbeat: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	node := cert.Subject.CommonName
+	if rep.Node != node {
+		s.log.Info("rejected heartbeat naming another node", "Node", klog.KRef("", node), "bodyNode", rep.Node, "remote", r.RemoteAddr)
+		http.Error(w, fmt.Sprintf("certificate is for node %q, heartbeat names %q", node, rep.Node), http.StatusForbidden)
+		return
+	}
+	if err := validate(rep); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if rep.Executor != nil {
+		if err := rep.Executor.Validate(); err != nil {
+			// The heartbeat still says the node is alive: keep it, without the status.
+			s.log.Info("ignored an invalid executor status", "Node", klog.KRef("", node), "error", err.Error())
+			rep.Executor = nil
+		}
+	}
+	hb := toHeartbeat(rep, now, cert.NotAfter)
+	hb.ProbeAddresses = probeAddresses(rep, r.RemoteAddr)
+	s.peers.update(node, hb.ProbeAddresses)
+	var resp agentwire.Response
+	if cmd, pending := s.record(hb); pending {
+		resp.Command = &cmd
+	}
+	resp.Peers = s.peers.targets(node)
+	if s.opts.IntervalFor != nil {
+		if d := s.opts.IntervalFor(node); d > 0 && d != hb.Interval {
+			resp.IntervalMillis = d.Milliseconds()
+		}
+	}
+	if resp.Command == nil && len(resp.Peers) == 0 && resp.IntervalMillis == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(resp); err != nil {
+		s.log.Info("answering a heartbeat failed", "Node", klog.KRef("", node), "error", err.Error())
+	}
+}
+
+func clientCert(r *http.Request) *x509.Certificate {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return r.TLS.VerifiedChains[0][0]
+}
+
+func validate(rep agentwire.Report) error {
+	if len(rep.Peers) > agentwire.MaxPeers {
+		return fmt.Errorf("%d peer reports, at most %d", len(rep.Peers), agentwire.MaxPeers)
+	}
+	for _, p := range rep.Peers {
+		if p.Node == "" || p.At.IsZero() {
+			return errors.New("a peer report without node or time")
+		}
+	}
+	if rep.IntervalMillis < 0 {
+		return errors.New("negative interval")
+	}
+	if rep.ProbePort < 0 || rep.ProbePort > 65535 || rep.KubeletPort < 0 || rep.KubeletPort > 65535 {
+		return errors.New("probe or kubelet port out of range")
+	}
+	if rep.ProbeHost != "" && net.ParseIP(rep.ProbeHost) == nil {
+		return fmt.Errorf("probe host %q is not an IP address", rep.ProbeHost)
+	}
+	return nil
+}
+
+// toHeartbeat records rep as received at now, moving peer times onto the server's clock.
+func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartbeat {
+	hb := agentwire.Heartbeat{
+		Node: rep.Node, BootID: rep.BootID, Seq: rep.Seq, KubeletHealthy: rep.KubeletHealthy,
+		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, CertNotAfter: notAfter,
+		Peers: make([]agentwire.PeerReport, len(rep.Peers)), Executor: rep.Executor, RunningContainers: rep.RunningContainers,
+	}
+	var skew time.Duration
+	if !rep.SentAt.IsZero() {
+		skew = now.Sub(rep.SentAt)
+	}
+	for i, p := range rep.Peers {
+		p.At = p.At.Add(skew)
+		if p.At.After(now) {
+			p.At = now
+		}
+		hb.Peers[i] = p
+	}
+	return hb
+}
+
+// record keeps hb (and its executor status) and returns the node's pending command, if any.
+func (s *Server) record(hb agentwire.Heartbeat) (agentwire.Command, bool) {
+	s.mu.Lock()
+	prev, seen := s.nodes[hb.Node]
+	s.nodes[hb.Node] = hb
+	prevStatus, hadStatus := s.statuses[hb.Node]
+	if hb.Executor != nil {
+		s.statuses[hb.Node] = *hb.Executor
+	}
+	cmd, pending := s.commands[hb.Node]
+	s.mu.Unlock()
+	switch {
+	case !seen:
+		s.log.Info("first heartbeat from node", "Node", klog.KRef("", hb.Node), "bootID", hb.BootID)
+	case prev.BootID != hb.BootID:
+		s.log.Info("node rebooted", "Node", klog.KRef("", hb.Node), "previousBootID", prev.BootID, "bootID", hb.BootID)
+	}
+	if st := hb.Executor; st != nil && (!hadStatus || prevStatus.ID != st.ID || prevStatus.State != st.State) {
+		s.log.Info("executor status", "Node", klog.KRef("", hb.Node), "command", st.ID, "state", st.State,
+			"message", st.Message, "pods", st.Pods, "containers", st.Containers)
+	}
+	if s.opts.OnHeartbeat != nil {
+		s.opts.OnHeartbeat(hb)
+	}
+	return cmd, pending
+}
+
+// logWriter sends the http.Server's own errors (failed TLS handshakes among them) to the logger.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info("heartbeat server", "message", strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,227 @@
+package channel
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/agent/pki"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func TestHeartbeatAccepted(t *testing.T) {
+	p := newPKI(t)
+	got := make(chan agentwire.Heartbeat, 10)
+	s := startServer(t, p, ServerOptions{Now: func() time.Time { return t0 }, OnHeartbeat: func(hb agentwire.Heartbeat) { got <- hb }})
+	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
+	c := newClient(t, p, s.Addr(), certFile, keyFile)
+	agentClock := t0.Add(-time.Hour) // an hour behind the controller
+	rep := agentwire.Report{
+		Node: "n1", BootID: "b1", Seq: 7, KubeletHealthy: true, IntervalMillis: 1000, SentAt: agentClock,
+		Peers: []agentwire.PeerReport{{Node: "n2", Reachable: true, At: agentClock.Add(-2 * time.Second)}, {Node: "n3", At: agentClock.Add(time.Minute)}},
+	}
+	if _, err := c.Send(context.Background(), rep); err != nil {
+		t.Fatal(err)
+	}
+	want := agentwire.Heartbeat{
+		Node: "n1", BootID: "b1", Seq: 7, KubeletHealthy: true, Interval: time.Second, Received: t0,
+		CertNotAfter: loadPair(t, certFile, keyFile).Leaf.NotAfter,
+		// On the controller's clock; a time in the future is clamped to the receipt.
+		Peers: []agentwire.PeerReport{{Node: "n2", Reachable: true, At: t0.Add(-2 * time.Second)}, {Node: "n3", At: t0}},
+	}
+	if diff := cmp.Diff(map[string]agentwire.Heartbeat{"n1": want}, s.Snapshot()); diff != "" {
+		t.Errorf("snapshot (-want +got):\n%s", diff)
+	}
+	if n := len(got); n != 1 {
+		t.Errorf("OnHeartbeat called %d times, want 1", n)
+	}
+	if id, err := c.Identity(); err != nil || id != "n1" {
+		t.Errorf("Identity() = %q, %v; want n1", id, err)
+	}
+}
+
+func TestHTTP2(t *testing.T) {
+	p := newPKI(t)
+	s := startServer(t, p, ServerOptions{})
+	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
+	resp, err := rawClient(p, loadPair(t, certFile, keyFile)).Post("https://"+s.Addr()+agentwire.HeartbeatPath, "application/json", strings.NewReader(`{"node":"n1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Proto != "HTTP/2.0" {
+		t.Errorf("got %s over %s, want 204 over HTTP/2.0", resp.Status, resp.Proto)
+	}
+}
+
+// TestRejectedAtHandshake: a client the CA did not certify as an agent never gets to send; the
+// server's handshake fails, for the reason the case names.
+func TestRejectedAtHandshake(t *testing.T) {
+	p := newPKI(t)
+	logs := &logLines{}
+	s := startServer(t, p, ServerOptions{Logger: logs.logger()})
+	other, err := pki.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiring := *p.ca
+	expiring.LeafValidity = time.Nanosecond
+	pair := func(ca *pki.CA, node string) tls.Certificate {
+		certFile, keyFile := p.agentFiles(t, ca, node)
+		return loadPair(t, certFile, keyFile)
+	}
+	tests := []struct {
+		name, serverError string
+		certs             []tls.Certificate
+	}{
+		{"certificate from another CA", "unknown authority", []tls.Certificate{pair(other, "n1")}},
+		{"no client certificate", "didn't provide a certificate", nil},
+		{"server certificate posing as an agent", "incompatible key usage", []tls.Certificate{loadPair(t, p.certFile, p.keyFile)}},
+		{"expired agent certificate", "expired", []tls.Certificate{pair(&expiring, "n2")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := rawClient(p, tt.certs...).Post("https://"+s.Addr()+agentwire.HeartbeatPath, "application/json", strings.NewReader(`{"node":"n1"}`))
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("accepted with %s", resp.Status)
+			}
+			logs.waitFor(t, "TLS handshake error", tt.serverError)
+		})
+	}
+	// The same through the agent's own Client.
+	certFile, keyFile := p.agentFiles(t, other, "n3")
+	_, err = newClient(t, p, s.Addr(), certFile, keyFile).Send(context.Background(), agentwire.Report{Node: "n3"})
+	if err == nil || IsRejected(err, 0) {
+		t.Errorf("Send with a foreign certificate: %v, want a handshake error", err)
+	}
+	if snap := s.Snapshot(); len(snap) != 0 {
+		t.Errorf("snapshot %v, want empty", snap)
+	}
+}
+
+func TestBodyNamingAnotherNode(t *testing.T) {
+	p := newPKI(t)
+	s := startServer(t, p, ServerOptions{})
+	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
+	c := newClient(t, p, s.Addr(), certFile, keyFile)
+	for _, node := range []string{"n2", ""} {
+		if _, err := c.Send(context.Background(), agentwire.Report{Node: node, KubeletHealthy: true}); !IsRejected(err, http.StatusForbidden) {
+			t.Errorf("heartbeat naming %q with n1's certificate: %v, want 403", node, err)
+		}
+	}
+	if snap := s.Snapshot(); len(snap) != 0 {
+		t.Errorf("snapshot %v, want empty", snap)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	p := newPKI(t)
+	s := startServer(t, p, ServerOptions{})
+	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
+	client := rawClient(p, loadPair(t, certFile, keyFile))
+	tooMany := fmt.Sprintf(`{"node":"n1","peers":[%s{"node":"x","at":"2026-01-01T00:00:00Z"}]}`, strings.Repeat(`{"node":"x","at":"2026-01-01T00:00:00Z"},`, agentwire.MaxPeers))
+	tests := []struct {
+		name, method, body string
+		want               int
+	}{
+		{"GET", http.MethodGet, "", http.StatusMethodNotAllowed},
+		{"not JSON", http.MethodPost, "hello", http.StatusBadRequest},
+		{"too many peers", http.MethodPost, tooMany, http.StatusBadRequest},
+		{"peer without time", http.MethodPost, `{"node":"n1","peers":[{"node":"n2"}]}`, http.StatusBadRequest},
+		{"too large", http.MethodPost, `{"node":"n1","bootID":"` + strings.Repeat("x", agentwire.MaxBodyBytes) + `"}`, http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, "https://"+s.Addr()+agentwire.HeartbeatPath, strings.NewReader(tt.body))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("status %d, want %d", resp.StatusCode, tt.want)
+			}
+		})
+	}
+	if snap := s.Snapshot(); len(snap) != 0 {
+		t.Errorf("snapshot %v, want empty", snap)
+	}
+}
+
+// TestCertificateExpiredDuringConnection: a connection outliving its client certificate is
+// refused, even though its handshake was valid.
+func TestCertificateExpiredDuringConnection(t *testing.T) {
+	p := newPKI(t)
+	s := startServer(t, p, ServerOptions{Now: func() time.Time { return time.Now().Add(48 * time.Hour) }})
+	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
+	c := newClient(t, p, s.Addr(), certFile, keyFile)
+	if _, err := c.Send(context.Background(), agentwire.Report{Node: "n1"}); !IsRejected(err, http.StatusUnauthorized) {
+		t.Errorf("Send: %v, want 401", err)
+	}
+}
+
+func TestConcurrentHeartbeats(t *testing.T) {
+	p := newPKI(t)
+	s := startServer(t, p, ServerOptions{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := range 8 {
+		node := fmt.Sprintf("n%d", i)
+		certFile, keyFile := p.agentFiles(t, p.ca, node)
+		c := newClient(t, p, s.Addr(), certFile, keyFile)
+		wg.Go(func() {
+			for seq := range uint64(10) {
+				_, err := c.Send(context.Background(), agentwire.Report{Node: node, Seq: seq + 1})
+				errs <- err
+				_ = s.Snapshot()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := s.Snapshot()
+	for i := range 8 {
+		if hb := snap[fmt.Sprintf("n%d", i)]; hb.Seq != 10 {
+			t.Errorf("n%d: seq %d, want 10", i, hb.Seq)
+		}
+	}
+	s.Forget("n0")
+	if _, ok := s.Snapshot()["n0"]; ok {
+		t.Error("n0 still in the snapshot after Forget")
+	}
+}
+
+func TestNewServerFailsEarly(t *testing.T) {
+	p := newPKI(t)
+	if _, err := NewServer(ServerOptions{CertFile: p.certFile, KeyFile: p.keyFile, CAFile: p.certFile + ".missing"}); err == nil {
+		t.Error("NewServer with a missing CA file succeeded")
+	}
+	if _, err := NewServer(ServerOptions{CertFile: p.caFile, KeyFile: p.keyFile, CAFile: p.caFile}); err == nil {
+		t.Error("NewServer with a mismatched key succeeded")
+	}
+	s, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", CertFile: p.certFile, KeyFile: p.keyFile, CAFile: p.caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Start on a cancelled context: %v", err)
+	}
+}
