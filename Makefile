@@ -40,7 +40,7 @@ bench: deps testbed ## Agent cost, detection latency, then failover: Palisade ve
 
 .PHONY: demo
 demo: deps testbed ## Cut a node's power on a real control plane and watch Palisade fence it.
-	go run ./cmd/palisade demo
+	go run ./test/cmd/palisade-demo
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and CRDs from config/v1alpha1.

@@ -1,9 +1,10 @@
-// Command palisade is Palisade's command-line tool. `palisade demo` runs the whole failover on
-// a real control plane built by `make testbed` and prints its timeline.
+// Command palisade is Palisade's command-line tool: `palisade status` shows the fencing
+// policies and node fences of the cluster in the current kubeconfig context.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -15,9 +16,14 @@ const usage = `usage: palisade <command>
 commands:
   status  show the fencing policies and node fences of the cluster in the current
           kubeconfig context, each fence with its latest step
-  demo    cut a node's power on a real control plane and watch Palisade fence it
-          (needs the test bed: run it as "make demo")
+
+The demo (cut a node's power on a real control plane and watch Palisade fence it) needs the
+test bed and is not part of this tool: run "make demo" in a checkout.
 `
+
+// errDemoMoved answers "palisade demo", the verb of earlier versions.
+var errDemoMoved = errors.New(`the demo is no longer part of the palisade CLI: it needs the test bed, ` +
+	`so it is the test-only command test/cmd/palisade-demo; run "make demo" in a checkout`)
 
 func main() {
 	if len(os.Args) < 2 {
@@ -31,7 +37,7 @@ func main() {
 	case "status":
 		err = status(ctx, os.Stdout)
 	case "demo":
-		err = demo(ctx, os.Stdout)
+		err = errDemoMoved
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
 
@@ -24,9 +25,12 @@ func status(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	scheme, err := app.Scheme()
-	if err != nil {
-		return err
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("building scheme: %w", err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("building scheme: %w", err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
