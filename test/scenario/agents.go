@@ -46,6 +46,7 @@ type agents struct {
 	opts  channel.ServerOptions
 	bin   string
 	procs []*agentProc
+	heard *heard // what the controller accepted (WaitAgentsHeard)
 }
 
 type agentProc struct {
@@ -93,6 +94,8 @@ func (e *Env) startAgents(ctx context.Context) (err error) {
 	a.addr = lis.Addr().String()
 	_ = lis.Close()
 	a.opts = channel.ServerOptions{Addr: a.addr, CertFile: a.files["heartbeat-server.crt"], KeyFile: a.files["heartbeat-server.key"], CAFile: a.files["ca.crt"]}
+	a.heard = newHeard()
+	a.opts.OnHeartbeat = a.heard.record
 	e.agents = a
 	for _, n := range e.Nodes {
 		pair, err := ca.IssueAgent(n.Name())

@@ -17,6 +17,13 @@ import (
 // lease timeout (20s).
 const demoRenew = 10 * time.Second
 
+// The controller must have accepted agentBeats heartbeats from every agent within agentsTimeout
+// of its start.
+const (
+	agentBeats    = 3
+	agentsTimeout = 30 * time.Second
+)
+
 func demo(ctx context.Context, out io.Writer) (err error) {
 	began := time.Now()
 	say := func(format string, args ...any) {
@@ -36,7 +43,7 @@ func demo(ctx context.Context, out io.Writer) (err error) {
 	if err := env.StartController(ctx, nil); err != nil {
 		return err
 	}
-	say("palisade-controller running; FencingPolicy %q: IPMI power-off, lease timeout %s; agents heartbeat every second and probe each other", scenario.PolicyName, leaseTimeoutOf(env.Policy))
+	say("palisade-controller running; FencingPolicy %q: IPMI power-off, lease timeout %s", scenario.PolicyName, leaseTimeoutOf(env.Policy))
 	w, err := env.DeployDatabase(ctx, env.Node(1))
 	if err != nil {
 		return err
@@ -44,6 +51,9 @@ func demo(ctx context.Context, out io.Writer) (err error) {
 	n1 := env.Node(1)
 	say("StatefulSet %s: pod %s Running on %s; RWO volume %s attached there (VolumeAttachment %s)",
 		scenario.AppName, w.Pod.Name, n1.Name(), scenario.VolumeName, w.Attachment.Name)
+	if err := waitAgents(ctx, env, say); err != nil {
+		return err
+	}
 	say("cutting %s's power (its BMC at %s now reads Off; its kubelet and pods stop)", n1.Name(), n1.BMC.Address())
 	tr, err := env.Track(ctx, n1, w.Pod, func(m scenario.Milestone, d time.Duration) {
 		fmt.Fprintf(out, "           +%5.1fs  %s\n", d.Seconds(), m)
@@ -62,6 +72,17 @@ func demo(ctx context.Context, out io.Writer) (err error) {
 		return err
 	}
 	return summary(ctx, env, tr, say)
+}
+
+// waitAgents waits until the controller hears every agent and every node is probed by its
+// peers: power cut earlier would leave the verdict to the Lease alone.
+func waitAgents(ctx context.Context, env *scenario.Env, say func(string, ...any)) error {
+	h, err := env.WaitAgentsHeard(ctx, agentBeats, agentsTimeout)
+	if err != nil {
+		return err
+	}
+	say("all %d agents heard by the controller (heartbeats every %s; each node reached by the probes of its %d peers)", h.Agents, h.Interval, h.Probers)
+	return nil
 }
 
 func summary(ctx context.Context, env *scenario.Env, tr *scenario.Tracker, say func(string, ...any)) error {
