@@ -44,7 +44,10 @@ func BenchmarkDetection(b *testing.B) {
 	if err := env.StartController(ctx, nil); err != nil {
 		b.Fatal(err)
 	}
-	time.Sleep(5 * time.Second) // agents heartbeat, get their peers and probe them
+	// Agents heartbeat, get their peers and probe them: measure from a scene the agents cover.
+	if _, err := env.WaitAgentsHeard(ctx, 3, 30*time.Second); err != nil {
+		b.Fatal(err)
+	}
 	var lat []float64
 	for range b.N {
 		for i := 0; i < runs; i++ {
