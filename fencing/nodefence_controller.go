@@ -39,10 +39,6 @@ type NodeFenceReconciler struct {
 	Attachments *attach.Releaser
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
-	// AfterRecord, when set, is called after each step record is persisted and before the
-	// step is taken; returning false stops the reconcile there. Tests use it to kill a
-	// controller between two steps.
-	AfterRecord func(nf *v1alpha1.NodeFence) bool
 }
 
 // outcome is what taking a step produced.
@@ -117,9 +113,6 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		if err := r.saveStatus(ctx, nf); err != nil {
 			return ctrl.Result{}, false, err
 		}
-	}
-	if r.AfterRecord != nil && !r.AfterRecord(nf) {
-		return ctrl.Result{}, false, nil
 	}
 	return r.takeAndRecord(ctx, nf, a)
 }

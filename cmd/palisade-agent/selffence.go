@@ -21,14 +21,12 @@ import (
 //	(a) the controller accepted none of its heartbeats (a heartbeat the controller answers with
 //	    a refusal also counts as the controller being reachable: it is not isolation), and
 //	(b) the API server's healthz (--api-server-healthz, probed every interval alongside the
-//	    kubelet check) has not answered 200.
+//	    kubelet check) has not answered 200, and
+//	(c) no peer it probes (--probe-address) answered within two intervals, so that a node cut
+//	    off from the control plane only, but not from its peers, does not fence itself.
 //
-// TODO: peer probing does not exist yet. Once it does, (c) "no peer agent answers" is a further
-// condition to add here, so that a node cut off from the control plane only (but not from its
-// peers) does not fence itself.
-//
-// Once per isolation (it is re-armed only when the controller or the API server is reached
-// again), the agent then runs the same executor path as a Terminate command, with the ID
+// Once per isolation (it is re-armed only when the controller, the API server or a peer is
+// reached again), the agent then runs the same executor path as a Terminate command, with the ID
 // "self-fence-<unix time>" and no grace cap (each pod's own grace period, bounded by
 // --executor-timeout): the kubelet stop command, terminateAll, the read-back. Then, whatever
 // the outcome, if --watchdog-device is set, it opens the device, writes one byte (arming the

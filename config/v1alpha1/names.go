@@ -2,7 +2,7 @@ package v1alpha1
 
 import "palisade.dev/palisade/config/names"
 
-// Well-known annotations, labels, taints and finalizers.
+// Well-known annotations, labels and taints.
 const (
 	// AnnotationFenceRequest on a Node asks for that node to be fenced; its value is the reason,
 	// a short printable text (1 to 256 characters).
@@ -27,7 +27,4 @@ const (
 	TaintOutOfService = "node.kubernetes.io/out-of-service"
 	// TaintOutOfServiceValue is the value Kubernetes documents for TaintOutOfService.
 	TaintOutOfServiceValue = "nodeshutdown"
-
-	// NodeFenceFinalizer keeps a NodeFence until its release has been undone or handed over.
-	NodeFenceFinalizer = "fencing.palisade.dev/nodefence"
 )

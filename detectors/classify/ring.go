@@ -76,12 +76,6 @@ func (r *Ring) walk(node string, k, step int) []string {
 	return out
 }
 
-// ProbeTargets returns the k peers node probes among nodes (see Ring). Building the ring is
-// O(n log n); callers probing repeatedly keep a Ring and rebuild it when the node list changes.
-func ProbeTargets(node string, nodes []string, k int) []string {
-	return NewRing(nodes).Targets(node, k)
-}
-
 // hashName is FNV-1a followed by a 64-bit finalizer (splitmix64) to spread similar names.
 func hashName(s string) uint64 {
 	h := fnv.New64a()

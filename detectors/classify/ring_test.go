@@ -76,8 +76,8 @@ func TestRingDeterministic(t *testing.T) {
 			t.Fatalf("targets of %s depend on duplicates (-sorted +duplicates):\n%s", n, diff)
 		}
 	}
-	if got := ProbeTargets("node-0007", shuffled, 3); !slices.Equal(got, a.Targets("node-0007", 3)) {
-		t.Errorf("ProbeTargets = %v, want %v", got, a.Targets("node-0007", 3))
+	if got := NewRing(shuffled).Targets("node-0007", 3); !slices.Equal(got, a.Targets("node-0007", 3)) {
+		t.Errorf("NewRing(shuffled).Targets = %v, want %v", got, a.Targets("node-0007", 3))
 	}
 }
 
@@ -115,7 +115,7 @@ func BenchmarkProbeTargets5000(b *testing.B) {
 	names := nodeNames(5000)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		_ = ProbeTargets(names[i%len(names)], names, DefaultProbePeers)
+		_ = NewRing(names).Targets(names[i%len(names)], DefaultProbePeers)
 	}
 }
 

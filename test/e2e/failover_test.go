@@ -3,12 +3,15 @@ package e2e
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -84,14 +87,7 @@ func TestControllerKilledResumes(t *testing.T) {
 			env := startScene(t, scenario.Options{})
 			killed := make(chan struct{})
 			err := env.StartController(context.Background(), func(o *app.Options) {
-				o.AfterRecord = func(nf *v1alpha1.NodeFence) bool {
-					s := nf.Status.Steps[len(nf.Status.Steps)-1]
-					if s.Name == tc.killAt && s.State == v1alpha1.StepStarted {
-						close(killed)
-						return false
-					}
-					return true
-				}
+				o.NewClient = killAfterRecording(tc.killAt, killed)
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -125,6 +121,38 @@ func TestControllerKilledResumes(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// killAfterRecording builds the controller's client so that the NodeFence status write
+// recording killAt as a new Started step goes through, then closes killed and blocks the
+// reconcile until the controller stops: the controller dies between recording the step and
+// taking it.
+func killAfterRecording(killAt v1alpha1.StepName, killed chan<- struct{}) client.NewClientFunc {
+	return func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+		c, err := client.NewWithWatch(cfg, opts)
+		if err != nil {
+			return nil, err
+		}
+		var once sync.Once
+		return interceptor.NewClient(c, interceptor.Funcs{
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				if err := c.SubResource(sub).Update(ctx, obj, opts...); err != nil {
+					return err
+				}
+				nf, ok := obj.(*v1alpha1.NodeFence)
+				if !ok || len(nf.Status.Steps) == 0 {
+					return nil
+				}
+				s := nf.Status.Steps[len(nf.Status.Steps)-1]
+				if s.Name != killAt || s.State != v1alpha1.StepStarted || s.Attempts != 0 {
+					return nil
+				}
+				once.Do(func() { close(killed) })
+				<-ctx.Done()
+				return ctx.Err()
+			},
+		}), nil
 	}
 }
 

@@ -192,7 +192,7 @@ type controller struct {
 }
 
 // StartController runs Palisade's controller in-process (no leader election, no listeners).
-// edit, when set, changes its options (tests inject faults through AfterRecord).
+// edit, when set, changes its options (tests inject faults through NewClient).
 func (e *Env) StartController(ctx context.Context, edit func(*app.Options)) error {
 	if e.ctl != nil {
 		return errors.New("controller already running")

@@ -49,8 +49,9 @@ type Options struct {
 	Pod PodRef
 	// SkipNameValidation lets one process start the controller more than once (tests).
 	SkipNameValidation bool
-	// AfterRecord is passed to the NodeFence reconciler (fault injection in tests).
-	AfterRecord func(*v1alpha1.NodeFence) bool
+	// NewClient, when set, creates the manager's client (controller-runtime's option; nil:
+	// its default). Tests pass one built with interceptor.NewClient to inject faults.
+	NewClient client.NewClientFunc
 }
 
 // Scheme holds the kinds the controller uses.
@@ -73,6 +74,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
+		NewClient:                     o.NewClient,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:        o.ProbeAddr,
 		LeaderElection:                o.LeaderElection,
@@ -119,7 +121,6 @@ func setup(mgr ctrl.Manager, o Options) error {
 	nf := &fencing.NodeFenceReconciler{
 		Client: c, APIReader: reader, Recorder: rec, Fencers: o.Fencers, Terminator: term, Observer: obs,
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
-		AfterRecord: o.AfterRecord,
 	}
 	if err := nf.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up nodefence controller: %w", err)

@@ -1,6 +1,6 @@
 // Package containerd runs a private, real container runtime for tests: Debian's containerd
 // (1.6) with runc, started as a child process with its own root, state, runc root and socket in
-// a temporary directory, configured as TESTBED.md says works on these machines (native
+// a temporary directory, configured as works on these machines (native
 // snapshotter, restrict_oom_score_adj, no AppArmor). It installs nothing: `make deps` does, and
 // Start fails with "run make deps" when a binary is missing. No registry can be reached, so
 // images are built in Go with go-containerregistry from Debian's static busybox and its applet

@@ -1,0 +1,306 @@
+package fencing
+
+import (
+	"context"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"palisade.dev/palisade/config/agentwire"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/detectors/observe"
+)
+
+// t0 is the clock of the decision tests.
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// heartbeats is the agents' channel as the detectors read it.
+type heartbeats map[string]agentwire.Heartbeat
+
+func (h heartbeats) Snapshot() map[string]agentwire.Heartbeat { return h }
+
+// eventSeen is one recorded event: the kind and name it regards, its type and reason.
+type eventSeen struct{ On, Type, Reason string }
+
+// recorder keeps the events the reconcilers record.
+type recorder struct {
+	mu     sync.Mutex
+	events []eventSeen
+}
+
+func (r *recorder) Eventf(regarding, _ runtime.Object, typ, reason, _, _ string, _ ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	on := reflect.TypeOf(regarding).Elem().Name()
+	if o, ok := regarding.(client.Object); ok {
+		on += "/" + o.GetName()
+	}
+	r.events = append(r.events, eventSeen{On: on, Type: typ, Reason: reason})
+}
+
+func (r *recorder) recorded() []eventSeen {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.events
+}
+
+// The states a node of the decision tests can be in, as its Lease and its agent tell.
+const (
+	healthy     = "healthy"      // Lease renewed a second ago, no agent
+	dead        = "dead"         // Lease a minute old (timeout 20s), no agent
+	partitioned = "partitioned"  // Lease a minute old, agent heartbeats fresh, kubelet healthy
+	kubeletDown = "kubelet-down" // Lease a minute old, agent heartbeats fresh, kubelet down
+)
+
+// cluster is the API objects and agent heartbeats of nodes in the given states, all labelled
+// pool=a.
+func cluster(states map[string]string) ([]client.Object, heartbeats) {
+	var objs []client.Object
+	hbs := heartbeats{}
+	for name, state := range states {
+		age := time.Second
+		if state != healthy {
+			age = time.Minute
+		}
+		renew := metav1.NewMicroTime(t0.Add(-age))
+		objs = append(objs,
+			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}}},
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}})
+		if state == partitioned || state == kubeletDown {
+			hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: t0.Add(-100 * time.Millisecond), KubeletHealthy: state == partitioned}
+		}
+	}
+	return objs, hbs
+}
+
+var (
+	ipmiMethod = v1alpha1.Method{Name: "ipmi", Type: v1alpha1.MethodIPMI,
+		IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}
+	executorMethod = v1alpha1.Method{Name: "executor", Type: v1alpha1.MethodExecutor}
+)
+
+// poolPolicy is the policy "pool" over the nodes labelled pool=a, with the given chain.
+func poolPolicy(methods ...v1alpha1.Method) *v1alpha1.FencingPolicy {
+	return &v1alpha1.FencingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool"},
+		Spec: v1alpha1.FencingPolicySpec{
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
+			Methods:      methods,
+			Release:      v1alpha1.Release{},
+		},
+	}
+}
+
+func withGuard(p *v1alpha1.FencingPolicy, maxUnhealthy string) *v1alpha1.FencingPolicy {
+	p.Spec.StormGuard.MaxUnhealthy = intOrPct(maxUnhealthy)
+	return p
+}
+
+func dryRun(p *v1alpha1.FencingPolicy) *v1alpha1.FencingPolicy {
+	p.Spec.DryRun = true
+	return p
+}
+
+// requestedBy makes n1's annotations a manual fence request set by manager.
+func requestedBy(manager, reason string) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		n.Annotations = map[string]string{v1alpha1.AnnotationFenceRequest: reason}
+		raw := `{"f:metadata":{"f:annotations":{"f:` + v1alpha1.AnnotationFenceRequest + `":{}}}}`
+		n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate,
+			APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(raw)}}}
+	}
+}
+
+func created(on string) []eventSeen {
+	return []eventSeen{{"Node/" + on, corev1.EventTypeWarning, ReasonFenceCreated}, {"NodeFence/" + on, corev1.EventTypeNormal, ReasonFenceCreated}}
+}
+
+// TestNodeReconcile reconciles node n1 once and checks the NodeFence it leads to (or none) and
+// the events recorded.
+func TestNodeReconcile(t *testing.T) {
+	earlier := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1alpha1.LabelNode: "n1"}},
+		Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerManual, Reason: "an earlier fence", Methods: []v1alpha1.Method{ipmiMethod}}}
+	tests := []struct {
+		name       string
+		policy     *v1alpha1.FencingPolicy // nil: none
+		nodes      map[string]string       // name → state; n1 is reconciled
+		editN1     func(*corev1.Node)
+		existing   *v1alpha1.NodeFence
+		want       *v1alpha1.NodeFenceSpec // n1's NodeFence afterwards, Reason aside; nil: none
+		wantReason string                  // its Reason's beginning
+		wantEvents []eventSeen
+	}{
+		{
+			name: "a healthy node is left alone", policy: poolPolicy(ipmiMethod), nodes: map[string]string{"n1": healthy},
+		},
+		{
+			name: "a dead node is fenced with the policy's methods but the executor", policy: poolPolicy(executorMethod, ipmiMethod),
+			nodes: map[string]string{"n1": dead, "n2": healthy, "n3": healthy},
+			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead",
+				Methods: []v1alpha1.Method{ipmiMethod}},
+			wantReason: "Dead: ", wantEvents: created("n1"),
+		},
+		{
+			name: "a dry-run policy's fence says so", policy: dryRun(poolPolicy(ipmiMethod)), nodes: map[string]string{"n1": dead},
+			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead",
+				Methods: []v1alpha1.Method{ipmiMethod}, DryRun: true},
+			wantReason: "Dead: ", wantEvents: created("n1"),
+		},
+		{
+			name: "a dead node whose chain needs its agent is not fenced", policy: poolPolicy(executorMethod), nodes: map[string]string{"n1": dead},
+			wantEvents: []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonNoMethod}},
+		},
+		{
+			name: "the storm guard holds when more nodes look failed than it allows", policy: withGuard(poolPolicy(ipmiMethod), "1"),
+			nodes:      map[string]string{"n1": dead, "n2": dead, "n3": healthy},
+			wantEvents: []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonStormGuard}},
+		},
+		{
+			name: "the storm guard lets as many as it allows through", policy: withGuard(poolPolicy(ipmiMethod), "2"),
+			nodes: map[string]string{"n1": dead, "n2": dead, "n3": healthy},
+			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead",
+				Methods: []v1alpha1.Method{ipmiMethod}},
+			wantReason: "Dead: ", wantEvents: created("n1"),
+		},
+		{
+			name: "an existing fence is left to its reconciler", policy: poolPolicy(ipmiMethod), nodes: map[string]string{"n1": dead},
+			existing: earlier, want: &earlier.Spec, wantReason: earlier.Spec.Reason,
+		},
+		{
+			name: "a dead node no policy selects is left alone", nodes: map[string]string{"n1": dead},
+		},
+		{
+			name: "a partitioned node is not powered off blindly", policy: poolPolicy(ipmiMethod), nodes: map[string]string{"n1": partitioned},
+			wantEvents: []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAliveNotFencing}},
+		},
+		{
+			name: "a node whose kubelet is down is not powered off blindly", policy: poolPolicy(ipmiMethod), nodes: map[string]string{"n1": kubeletDown},
+			wantEvents: []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAliveNotFencing}},
+		},
+		{
+			name: "a partitioned node is fenced by a chain that starts with the executor", policy: poolPolicy(executorMethod, ipmiMethod),
+			nodes: map[string]string{"n1": partitioned, "n2": healthy, "n3": healthy},
+			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Partitioned",
+				Methods: []v1alpha1.Method{executorMethod, ipmiMethod}},
+			wantReason: "Partitioned: ", wantEvents: created("n1"),
+		},
+		{
+			name: "a manual request fences a healthy node with the whole chain", policy: poolPolicy(executorMethod, ipmiMethod),
+			nodes: map[string]string{"n1": healthy}, editN1: requestedBy("kubectl-annotate", "disk controller on fire"),
+			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerManual, RequestedBy: "kubectl-annotate",
+				Methods: []v1alpha1.Method{executorMethod, ipmiMethod}},
+			wantReason: "disk controller on fire", wantEvents: created("n1"),
+		},
+		{
+			name: "a manual request passes the storm guard", policy: withGuard(poolPolicy(ipmiMethod), "0"),
+			nodes: map[string]string{"n1": dead, "n2": dead}, editN1: requestedBy("admin", "maintenance"),
+			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerManual, RequestedBy: "admin",
+				Methods: []v1alpha1.Method{ipmiMethod}},
+			wantReason: "maintenance", wantEvents: created("n1"),
+		},
+		{
+			name: "an invalid manual request is refused", policy: poolPolicy(ipmiMethod),
+			nodes: map[string]string{"n1": healthy}, editN1: requestedBy("kubectl-annotate", "  "),
+			wantEvents: []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonInvalidFenceRequest}},
+		},
+		{
+			name:  "a manual request without a policy is refused",
+			nodes: map[string]string{"n1": healthy}, editN1: requestedBy("kubectl-annotate", "disk controller on fire"),
+			wantEvents: []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonNoPolicy}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs, hbs := cluster(tt.nodes)
+			for _, o := range objs {
+				if n, ok := o.(*corev1.Node); ok && n.Name == "n1" && tt.editN1 != nil {
+					tt.editN1(n)
+				}
+			}
+			if tt.policy != nil {
+				objs = append(objs, tt.policy)
+			}
+			if tt.existing != nil {
+				objs = append(objs, tt.existing.DeepCopy())
+			}
+			c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields().Build()
+			rec := &recorder{}
+			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
+			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+				t.Fatal(err)
+			}
+			checkFence(t, c, tt.want, tt.wantReason)
+			if diff := cmp.Diff(tt.wantEvents, rec.recorded()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// checkFence checks n1's NodeFence, and that it is the only one.
+func checkFence(t *testing.T, c client.Client, want *v1alpha1.NodeFenceSpec, wantReason string) {
+	t.Helper()
+	var list v1alpha1.NodeFenceList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, nf := range list.Items {
+		names = append(names, nf.Name)
+	}
+	sort.Strings(names)
+	nf := &v1alpha1.NodeFence{}
+	err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf)
+	switch {
+	case want == nil && apierrors.IsNotFound(err):
+		if len(names) != 0 {
+			t.Errorf("NodeFences %v, want none", names)
+		}
+		return
+	case want == nil:
+		t.Fatalf("NodeFence n1 = %+v (err %v), want none", nf.Spec, err)
+	case err != nil:
+		t.Fatalf("no NodeFence n1: %v", err)
+	}
+	if diff := cmp.Diff([]string{"n1"}, names); diff != "" {
+		t.Errorf("NodeFences (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(*want, nf.Spec, cmpopts.IgnoreFields(v1alpha1.NodeFenceSpec{}, "Reason")); diff != "" {
+		t.Errorf("NodeFence spec (-want +got):\n%s", diff)
+	}
+	if !strings.HasPrefix(nf.Spec.Reason, wantReason) {
+		t.Errorf("NodeFence reason %q, want it to begin with %q", nf.Spec.Reason, wantReason)
+	}
+	if got := nf.Labels[v1alpha1.LabelNode]; got != "n1" {
+		t.Errorf("label %s = %q, want n1", v1alpha1.LabelNode, got)
+	}
+}

@@ -1,0 +1,107 @@
+package fencing
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/observe"
+)
+
+// TestPolicyReconcile reconciles policy "pool" and checks its status and events.
+func TestPolicyReconcile(t *testing.T) {
+	verdict := func(node, v string) v1alpha1.NodeVerdict { return v1alpha1.NodeVerdict{Node: node, Verdict: v} }
+	guard := func(status metav1.ConditionStatus, reason string) []metav1.Condition {
+		return []metav1.Condition{{Type: v1alpha1.ConditionStormGuardActive, Status: status, Reason: reason}}
+	}
+	tests := []struct {
+		name       string
+		policy     *v1alpha1.FencingPolicy
+		nodes      map[string]string // name → state, all selected
+		others     map[string]string // name → state, not selected (pool=b)
+		reconciles int
+		want       v1alpha1.FencingPolicyStatus // ObservedGeneration aside
+		wantEvents []eventSeen
+	}{
+		{
+			name: "all healthy", policy: poolPolicy(ipmiMethod), nodes: map[string]string{"n1": healthy, "n2": healthy, "n3": healthy},
+			want: v1alpha1.FencingPolicyStatus{Nodes: 3, Conditions: guard(metav1.ConditionFalse, "WithinLimit")},
+		},
+		{
+			name: "no node selected", policy: poolPolicy(ipmiMethod), others: map[string]string{"m1": dead},
+			want: v1alpha1.FencingPolicyStatus{Conditions: guard(metav1.ConditionFalse, "WithinLimit")},
+		},
+		{
+			name: "failed and late nodes within the limit", policy: poolPolicy(ipmiMethod),
+			nodes:  map[string]string{"n1": healthy, "n2": partitioned, "n3": healthy, "n4": healthy, "n5": healthy},
+			others: map[string]string{"m1": dead},
+			want: v1alpha1.FencingPolicyStatus{Nodes: 5, UnhealthyNodes: 1, Unhealthy: []v1alpha1.NodeVerdict{verdict("n2", "Partitioned")},
+				Conditions: guard(metav1.ConditionFalse, "WithinLimit")},
+		},
+		{
+			name: "more than the limit: the storm guard holds, and says so once", policy: withGuard(poolPolicy(ipmiMethod), "1"),
+			nodes: map[string]string{"n1": dead, "n2": kubeletDown, "n3": healthy}, reconciles: 2,
+			want: v1alpha1.FencingPolicyStatus{Nodes: 3, UnhealthyNodes: 2, Unhealthy: []v1alpha1.NodeVerdict{verdict("n1", "Dead"), verdict("n2", "KubeletDown")},
+				Conditions: guard(metav1.ConditionTrue, "TooManyUnhealthy")},
+			wantEvents: []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, ReasonStormGuard}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs, hbs := cluster(tt.nodes)
+			others, otherHBs := cluster(tt.others)
+			for _, o := range others {
+				if n, ok := o.(*corev1.Node); ok {
+					n.Labels["pool"] = "b"
+				}
+			}
+			for name, hb := range otherHBs {
+				hbs[name] = hb
+			}
+			objs = append(append(objs, others...), tt.policy)
+			c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
+			rec := &recorder{}
+			r := &PolicyReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
+			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+			for range max(tt.reconciles, 1) {
+				if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := &v1alpha1.FencingPolicy{}
+			if err := c.Get(ctx, client.ObjectKey{Name: "pool"}, got); err != nil {
+				t.Fatal(err)
+			}
+			want := tt.want
+			want.ObservedGeneration = got.Generation
+			for i := range want.Conditions {
+				want.Conditions[i].ObservedGeneration = got.Generation
+			}
+			opts := cmp.Options{
+				cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime", "Message"),
+				cmpopts.IgnoreFields(v1alpha1.NodeVerdict{}, "Reason"),
+				cmpopts.EquateEmpty(),
+			}
+			if diff := cmp.Diff(want, got.Status, opts); diff != "" {
+				t.Errorf("policy status (-want +got):\n%s", diff)
+			}
+			for _, c := range got.Status.Conditions {
+				if c.Message == "" || c.LastTransitionTime.IsZero() {
+					t.Errorf("condition %s without a message or a transition time: %+v", c.Type, c)
+				}
+			}
+			if diff := cmp.Diff(tt.wantEvents, rec.recorded()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

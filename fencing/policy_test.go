@@ -1,0 +1,173 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors"
+)
+
+// guarded is a policy whose storm guard is v (nil: the default).
+func guarded(v *intstr.IntOrString) *v1alpha1.FencingPolicy {
+	return &v1alpha1.FencingPolicy{Spec: v1alpha1.FencingPolicySpec{StormGuard: v1alpha1.StormGuard{MaxUnhealthy: v}}}
+}
+
+func intOrPct(s string) *intstr.IntOrString { v := intstr.Parse(s); return &v }
+
+func TestMaxUnhealthy(t *testing.T) {
+	tests := []struct {
+		name  string
+		guard *intstr.IntOrString
+		nodes int
+		want  int
+	}{
+		{"default 40% of 10", nil, 10, 4},
+		{"default 40% of 3 rounds down", nil, 3, 1},
+		{"default 40% of 1 is at least 1", nil, 1, 1},
+		{"default of no nodes", nil, 0, 0},
+		{"a count", intOrPct("3"), 10, 3},
+		{"a count above the nodes", intOrPct("7"), 2, 7},
+		{"a count of 0 forbids fencing", intOrPct("0"), 10, 0},
+		{"0% forbids fencing", intOrPct("0%"), 10, 0},
+		{"50% of 5 rounds down", intOrPct("50%"), 5, 2},
+		{"5% of 10 is at least 1", intOrPct("5%"), 10, 1},
+		{"100% of 7", intOrPct("100%"), 7, 7},
+		{"a malformed percentage allows none", intOrPct("forty"), 10, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := maxUnhealthy(guarded(tt.guard), tt.nodes); got != tt.want {
+				t.Errorf("maxUnhealthy(%v, %d nodes) = %d, want %d", tt.guard, tt.nodes, got, tt.want)
+			}
+		})
+	}
+}
+
+func observed(node string, v detectors.Verdict) detectors.Observation {
+	return detectors.Observation{Node: node, Verdict: v, Reason: "because " + node}
+}
+
+func listed(node string, v detectors.Verdict) v1alpha1.NodeVerdict {
+	return v1alpha1.NodeVerdict{Node: node, Verdict: string(v), Reason: "because " + node}
+}
+
+func TestCountUnhealthy(t *testing.T) {
+	var many []detectors.Observation
+	var firstListed []v1alpha1.NodeVerdict
+	for i := 59; i >= 0; i-- { // in reverse: the list is sorted by name
+		many = append(many, observed(fmt.Sprintf("n%02d", i), detectors.Dead))
+	}
+	for i := range v1alpha1.MaxUnhealthyListed {
+		firstListed = append(firstListed, listed(fmt.Sprintf("n%02d", i), detectors.Dead))
+	}
+	tests := []struct {
+		name   string
+		guard  *intstr.IntOrString
+		all    []detectors.Observation
+		want   health
+		blocks bool
+	}{
+		{name: "no nodes", want: health{}},
+		{
+			name: "all healthy", all: []detectors.Observation{observed("a", detectors.Healthy), observed("b", detectors.Healthy), observed("c", detectors.Healthy)},
+			want: health{Nodes: 3, MaxUnhealthy: 1},
+		},
+		{
+			name: "failed and late verdicts count, sorted by name",
+			all: []detectors.Observation{
+				observed("e", detectors.Suspect), observed("d", detectors.KubeletDown), observed("c", detectors.Healthy),
+				observed("b", detectors.Partitioned), observed("a", detectors.Dead),
+			},
+			want: health{Nodes: 5, Unhealthy: 4, MaxUnhealthy: 2, Listed: []v1alpha1.NodeVerdict{
+				listed("a", detectors.Dead), listed("b", detectors.Partitioned), listed("d", detectors.KubeletDown), listed("e", detectors.Suspect),
+			}},
+			blocks: true,
+		},
+		{
+			name: "as many as allowed does not block", guard: intOrPct("1"),
+			all:  []detectors.Observation{observed("a", detectors.Dead), observed("b", detectors.Healthy)},
+			want: health{Nodes: 2, Unhealthy: 1, MaxUnhealthy: 1, Listed: []v1alpha1.NodeVerdict{listed("a", detectors.Dead)}},
+		},
+		{
+			name: "one more than allowed blocks", guard: intOrPct("1"),
+			all:    []detectors.Observation{observed("a", detectors.Dead), observed("b", detectors.Suspect)},
+			want:   health{Nodes: 2, Unhealthy: 2, MaxUnhealthy: 1, Listed: []v1alpha1.NodeVerdict{listed("a", detectors.Dead), listed("b", detectors.Suspect)}},
+			blocks: true,
+		},
+		{
+			name: "the list stops at MaxUnhealthyListed, the count does not", guard: intOrPct("100%"), all: many,
+			want: health{Nodes: 60, Unhealthy: 60, MaxUnhealthy: 60, Listed: firstListed},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := countUnhealthy(tt.all, guarded(tt.guard))
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("countUnhealthy (-want +got):\n%s", diff)
+			}
+			if got.Blocked() != tt.blocks {
+				t.Errorf("Blocked() = %t, want %t", got.Blocked(), tt.blocks)
+			}
+		})
+	}
+}
+
+func TestCountUnhealthyTruncatesReasons(t *testing.T) {
+	long := strings.Repeat("x", 1023) + "éé"
+	h := countUnhealthy([]detectors.Observation{{Node: "a", Verdict: detectors.Dead, Reason: long}}, guarded(nil))
+	if got := h.Listed[0].Reason; got != long[:1023] {
+		t.Errorf("reason cut to %d bytes (%q at the end), want 1023: 1024 would split a character", len(got), got[len(got)-3:])
+	}
+}
+
+func TestPolicyFor(t *testing.T) {
+	policy := func(name string, sel metav1.LabelSelector) *v1alpha1.FencingPolicy {
+		return &v1alpha1.FencingPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.FencingPolicySpec{NodeSelector: sel}}
+	}
+	all := policy("b-all", metav1.LabelSelector{})
+	gpu := policy("a-gpu", metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}})
+	broken := policy("0-broken", metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "gpu", Operator: "Resembles"}}})
+	tests := []struct {
+		name     string
+		policies []*v1alpha1.FencingPolicy
+		labels   map[string]string
+		want     string // "" for none
+	}{
+		{"no policy", nil, nil, ""},
+		{"an empty selector selects every node", []*v1alpha1.FencingPolicy{all}, nil, "b-all"},
+		{"a selector that does not match", []*v1alpha1.FencingPolicy{gpu}, map[string]string{"gpu": "false"}, ""},
+		{"the first matching by name", []*v1alpha1.FencingPolicy{all, gpu}, map[string]string{"gpu": "true"}, "a-gpu"},
+		{"the first by name only among those matching", []*v1alpha1.FencingPolicy{all, gpu}, nil, "b-all"},
+		{"an invalid selector is skipped", []*v1alpha1.FencingPolicy{broken, all}, map[string]string{"gpu": "true"}, "b-all"},
+		{"an invalid selector alone selects nothing", []*v1alpha1.FencingPolicy{broken}, map[string]string{"gpu": "true"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := fakeclient.NewClientBuilder().WithScheme(testScheme(t))
+			for _, p := range tt.policies {
+				b = b.WithObjects(p.DeepCopy())
+			}
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: tt.labels}}
+			got, err := policyFor(context.Background(), b.Build(), node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := ""
+			if got != nil {
+				name = got.Name
+			}
+			if name != tt.want {
+				t.Errorf("policyFor = %q, want %q", name, tt.want)
+			}
+		})
+	}
+}
