@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -24,8 +25,8 @@ func parseFenceRequest(node *corev1.Node) (reason string, ok bool, err error) {
 	switch {
 	case reason == "":
 		return "", true, fmt.Errorf("annotation %s is empty: its value must say why the node is to be fenced", v1alpha1.AnnotationFenceRequest)
-	case len(reason) > maxRequestReason:
-		return "", true, fmt.Errorf("annotation %s is %d characters long; at most %d are allowed", v1alpha1.AnnotationFenceRequest, len(reason), maxRequestReason)
+	case utf8.RuneCountInString(reason) > maxRequestReason:
+		return "", true, fmt.Errorf("annotation %s is %d characters long; at most %d are allowed", v1alpha1.AnnotationFenceRequest, utf8.RuneCountInString(reason), maxRequestReason)
 	case strings.IndexFunc(reason, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
 		return "", true, fmt.Errorf("annotation %s holds non-printable characters: use plain text", v1alpha1.AnnotationFenceRequest)
 	}

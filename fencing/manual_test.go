@@ -32,6 +32,8 @@ func TestParseFenceRequest(t *testing.T) {
 		{"empty", request(""), result{Present: true, Err: true}},
 		{"only space", request("   "), result{Present: true, Err: true}},
 		{"257 characters", request(strings.Repeat("r", 257)), result{Present: true, Err: true}},
+		{"256 non-ASCII characters", request(strings.Repeat("é", 256)), result{Reason: strings.Repeat("é", 256), Present: true}},
+		{"257 non-ASCII characters", request(strings.Repeat("é", 257)), result{Present: true, Err: true}},
 		{"a line break inside", request("first\nsecond"), result{Present: true, Err: true}},
 		{"a control character inside", request("ring\a the bell"), result{Present: true, Err: true}},
 	}
