@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/cmd/palisade-executor/protocol"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
 // writeTimeout bounds writing one request when its context has no deadline: requests are

@@ -9,8 +9,8 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/cmd/palisade-executor/protocol"
 	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
 // errNoRuntime answers a Terminate command on an agent started without --cri-endpoint.

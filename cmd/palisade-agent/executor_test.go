@@ -16,8 +16,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
-	"palisade.dev/palisade/cmd/palisade-executor/protocol"
 	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/executor/protocol"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
 

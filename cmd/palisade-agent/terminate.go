@@ -10,8 +10,8 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/cmd/palisade-executor/protocol"
 	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
 // result is what a Terminate command did.
