@@ -30,10 +30,10 @@ import (
 // Once per isolation (it is re-armed only when the controller, the API server or a peer is
 // reached again), the agent then runs the same executor path as a Terminate command, with the ID
 // "self-fence-<unix time>" and no grace cap (each pod's own grace period, bounded by
-// --executor-timeout): the kubelet stop command, terminateAll, the read-back. Then, whatever
+// --executor-timeout): the kubelet stop command, child.TerminateAll, the read-back. Then, whatever
 // the outcome, if --watchdog-device is set, it opens the device, writes one byte (arming the
 // watchdog and starting its timer) and never writes again, so that the hardware watchdog
-// reboots the node. Its ExecutorStatus stays the commander's current status, so that the first
+// reboots the node. Its ExecutorStatus stays the Commander's current status, so that the first
 // heartbeat the controller accepts again reports it (Confirmed or Failed).
 type Fencer struct {
 	o    Config
