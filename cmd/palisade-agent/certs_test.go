@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,9 +122,9 @@ func (e *csrEnv) tokenFile(t *testing.T, node string) string {
 	return f
 }
 
-func (e *csrEnv) certOptions(t *testing.T, tokenFile string) certOptions {
-	return certOptions{request: true, dir: t.TempDir(), apiServer: e.cluster.Config.Host, tokenFile: tokenFile, apiCAFile: e.apiCA,
-		caConfigMap: caConfigMap, checkInterval: time.Second}
+func (e *csrEnv) certOptions(t *testing.T, tokenFile string) pki.RequesterConfig {
+	return pki.RequesterConfig{Dir: t.TempDir(), APIServer: e.cluster.Config.Host, TokenFile: tokenFile, APICAFile: e.apiCA,
+		CAConfigMap: caConfigMap, CheckInterval: time.Second}
 }
 
 // TestCertificatesThroughCSRAPI runs the agent's side of the CSR API against the real API
@@ -132,8 +133,8 @@ func (e *csrEnv) certOptions(t *testing.T, tokenFile string) certOptions {
 // refused with the controller's reason, files from an earlier run are used without the API
 // server, and a certificate of a replaced CA is replaced at start.
 func TestCertificatesThroughCSRAPI(t *testing.T) {
-	if signerName != signer.SignerName || agentOrganization != signer.AgentOrganization {
-		t.Fatalf("the agent asks for signer %q, organization %q; the controller signs %q, %q", signerName, agentOrganization, signer.SignerName, signer.AgentOrganization)
+	if pki.SignerName != signer.SignerName || pki.AgentOrganization != signer.AgentOrganization {
+		t.Fatalf("the agent asks for signer %q, organization %q; the controller signs %q, %q", pki.SignerName, pki.AgentOrganization, signer.SignerName, signer.AgentOrganization)
 	}
 	e := newCSREnv(t)
 
@@ -154,7 +155,7 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 			}
 		}()
 		waitBeat(t, e.beats, "node-a", 30*time.Second)
-		for _, f := range []string{certFileName, keyFileName, caFileName} {
+		for _, f := range []string{pki.CertFileName, pki.KeyFileName, pki.CAFileName} {
 			st, err := os.Stat(filepath.Join(dir, f))
 			if err != nil || st.Mode().Perm() != 0o600 {
 				t.Errorf("%s: %v, mode %v; want mode 0600", f, err, st.Mode())
@@ -167,15 +168,22 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 
 	t.Run("renewal past half-life", func(t *testing.T) {
 		o := e.certOptions(t, e.tokenFile(t, "node-a"))
-		r, err := newCertRequester(o, "node-a", testr.New(t))
+		var now atomic.Pointer[time.Time]
+		o.Now = func() time.Time {
+			if at := now.Load(); at != nil {
+				return *at
+			}
+			return time.Now()
+		}
+		r, err := pki.NewRequester(o, "node-a", testr.New(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		if err := r.ensure(ctx); err != nil {
+		if err := r.Ensure(ctx); err != nil {
 			t.Fatal(err)
 		}
-		certFile, keyFile, caFile := r.paths()
+		certFile, keyFile, caFile := r.Paths()
 		first := serial(t, certFile, keyFile)
 		client, err := channel.NewClient(channel.ClientOptions{Address: e.addr, CertFile: certFile, KeyFile: keyFile, CAFile: caFile})
 		if err != nil {
@@ -183,11 +191,12 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 		}
 		defer client.Close()
 		send(t, client, "node-a")
-		if err := r.renewIfDue(ctx); err != nil || serial(t, certFile, keyFile) != first {
+		if err := r.RenewIfDue(ctx); err != nil || serial(t, certFile, keyFile) != first {
 			t.Fatalf("a fresh certificate was renewed (err %v)", err)
 		}
-		r.now = func() time.Time { return time.Now().Add(pki.DefaultLeafValidity/2 + time.Minute) }
-		if err := r.renewIfDue(ctx); err != nil {
+		later := time.Now().Add(pki.DefaultLeafValidity/2 + time.Minute)
+		now.Store(&later)
+		if err := r.RenewIfDue(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if serial(t, certFile, keyFile) == first {
@@ -197,47 +206,48 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 	})
 
 	t.Run("another node is refused with the reason", func(t *testing.T) {
-		r, err := newCertRequester(e.certOptions(t, e.tokenFile(t, "node-a")), "node-b", testr.New(t))
+		o := e.certOptions(t, e.tokenFile(t, "node-a"))
+		r, err := pki.NewRequester(o, "node-b", testr.New(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		err = r.ensure(ctx)
-		if err == nil || !isPermanent(err) || !strings.Contains(err.Error(), "denied") || !strings.Contains(err.Error(), `is not the node "node-a"`) {
+		err = r.Ensure(ctx)
+		if err == nil || !pki.IsPermanent(err) || !strings.Contains(err.Error(), "denied") || !strings.Contains(err.Error(), `is not the node "node-a"`) {
 			t.Fatalf("ensure = %v, want a denial naming node-a", err)
 		}
-		if _, err := os.Stat(filepath.Join(r.opts.dir, certFileName)); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(o.Dir, pki.CertFileName)); !os.IsNotExist(err) {
 			t.Errorf("a certificate file was written for a denied request: %v", err)
 		}
 	})
 
 	t.Run("files of an earlier run are used without the API server", func(t *testing.T) {
 		o := e.certOptions(t, e.tokenFile(t, "node-a"))
-		r, err := newCertRequester(o, "node-a", testr.New(t))
+		r, err := pki.NewRequester(o, "node-a", testr.New(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.ensure(context.Background()); err != nil {
+		if err := r.Ensure(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		o.apiServer = "https://127.0.0.1:1" // nothing listens there
-		r2, err := newCertRequester(o, "node-a", testr.New(t))
+		o.APIServer = "https://127.0.0.1:1" // nothing listens there
+		r2, err := pki.NewRequester(o, "node-a", testr.New(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := r2.ensure(ctx); err != nil {
+		if err := r2.Ensure(ctx); err != nil {
 			t.Fatalf("ensure with valid files and no API server: %v", err)
 		}
-		r3, err := newCertRequester(o, "node-c", testr.New(t)) // the files are for node-a
+		r3, err := pki.NewRequester(o, "node-c", testr.New(t)) // the files are for node-a
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := r3.ensure(ctx); err == nil {
+		if err := r3.Ensure(ctx); err == nil {
 			t.Fatal("ensure for another node used node-a's files")
 		}
 	})
@@ -252,7 +262,7 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		certFile, keyFile, caFile := filepath.Join(o.dir, certFileName), filepath.Join(o.dir, keyFileName), filepath.Join(o.dir, caFileName)
+		certFile, keyFile, caFile := filepath.Join(o.Dir, pki.CertFileName), filepath.Join(o.Dir, pki.KeyFileName), filepath.Join(o.Dir, pki.CAFileName)
 		if err := pair.WriteFiles(certFile, keyFile); err != nil {
 			t.Fatal(err)
 		}
@@ -260,11 +270,11 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		oldSerial := serial(t, certFile, keyFile)
-		r, err := newCertRequester(o, "node-a", testr.New(t))
+		r, err := pki.NewRequester(o, "node-a", testr.New(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.ensure(context.Background()); err != nil {
+		if err := r.Ensure(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if serial(t, certFile, keyFile) == oldSerial {
@@ -326,20 +336,5 @@ func TestCertificateFlags(t *testing.T) {
 	}
 	if _, err := parseFlags(base); err == nil || !strings.Contains(err.Error(), "--cert is required") {
 		t.Errorf("neither --cert nor --request-certificate: %v, want a refusal", err)
-	}
-}
-
-// TestAgentDoesNotLinkKubernetesClients guards the agent's memory budget: it talks to the API
-// server with net/http, never client-go (nor controller-runtime's client, cache or manager,
-// which all import it; its small scheme package, which API types use, is fine).
-func TestAgentDoesNotLinkKubernetesClients(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasPrefix(dep, "k8s.io/client-go") {
-			t.Errorf("palisade-agent links %s", dep)
-		}
 	}
 }

@@ -1,23 +1,20 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
-	"palisade.dev/palisade/cmd/palisade-executor/protocol"
 	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/executor/child"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
 
@@ -225,23 +222,6 @@ func TestExecutorHung(t *testing.T) {
 	}
 }
 
-// TestAgentDoesNotLinkTheRuntime guards the agent's memory budget: the container runtime's
-// clients (containerd, the CRI, gRPC, protobuf) are palisade-executor's alone.
-func TestAgentDoesNotLinkTheRuntime(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		for _, heavy := range []string{"github.com/containerd/", "k8s.io/cri-api/", "k8s.io/cri-client/", "google.golang.org/grpc",
-			"google.golang.org/protobuf/", "github.com/gogo/protobuf/", "k8s.io/api/", "palisade.dev/palisade/providers/executor"} {
-			if strings.HasPrefix(dep, heavy) || dep == strings.TrimSuffix(heavy, "/") {
-				t.Errorf("palisade-agent links %s", dep)
-			}
-		}
-	}
-}
-
 // TestExecutorEndsWithTheAgent: an executor that does not read its stdin (so only the kernel's
 // parent-death signal can end it) is gone as soon as the agent is killed.
 func TestExecutorEndsWithTheAgent(t *testing.T) {
@@ -281,7 +261,7 @@ done`
 
 // TestExecutorRestartedForReadBack: once an executor was connected, the heartbeats carry its
 // read-back; when it dies with no command running, they carry none until the agent has started
-// a new one in the background (at most every restartEvery), and then carry its read-back again.
+// a new one in the background (at most every child.RestartEvery), and then carry its read-back again.
 func TestExecutorRestartedForReadBack(t *testing.T) {
 	t.Parallel()
 	k := newKubelet()
@@ -303,7 +283,7 @@ func TestExecutorRestartedForReadBack(t *testing.T) {
 	}
 	killed := time.Now()
 	sawNone := false
-	for deadline := killed.Add(restartEvery + 5*time.Second); ; {
+	for deadline := killed.Add(child.RestartEvery + 5*time.Second); ; {
 		hb := e.next(t, 5*time.Second)
 		if hb.RunningContainers == nil {
 			sawNone = true
@@ -311,36 +291,11 @@ func TestExecutorRestartedForReadBack(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no read-back from a new executor within %s of the first one's death", restartEvery+5*time.Second)
+			t.Fatalf("no read-back from a new executor within %s of the first one's death", child.RestartEvery+5*time.Second)
 		}
 	}
 	t.Logf("MEASURED read-back back %.3fs after the executor died", time.Since(killed).Seconds())
 	if pids := executorPIDs(t, p); len(pids) != 2 || pids[1] == first {
 		t.Errorf("executor processes started: %v, want a second one", pids)
 	}
-}
-
-// TestChildCallWithoutTime: a call whose context has expired sends nothing and leaves the
-// executor running and usable; closing it ends it.
-func TestChildCallWithoutTime(t *testing.T) {
-	t.Parallel()
-	p, err := startChild(fakeExecutor(t, answering), nil, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	expired, cancel := context.WithTimeout(context.Background(), -time.Second)
-	defer cancel()
-	if _, err := p.call(expired, protocol.Request{Op: protocol.OpReadBack}, answerGrace); !errors.Is(err, context.DeadlineExceeded) || !p.alive() {
-		t.Errorf("call without time: %v, alive %v; want the context's error and the executor still alive", err, p.alive())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if resp, err := p.call(ctx, protocol.Request{Op: protocol.OpReadBack}, 0); err != nil || resp.Running == nil || *resp.Running != 0 {
-		t.Errorf("call after it: %+v, %v; want a read-back of 0", resp, err)
-	}
-	p.close(5 * time.Second)
-	if p.alive() || p.err == nil || p.err.Error() != "the agent is stopping" {
-		t.Errorf("after close: alive %v, error %v", p.alive(), p.err)
-	}
-	checkGoneProcess(t, p.cmd.Process.Pid)
 }

@@ -1,34 +1,12 @@
-// Command palisade-agent is Palisade's node agent. Every interval it checks its kubelet's
-// healthz endpoint and sends a heartbeat straight to the controller over mutually authenticated
-// TLS, independent of the API server, so that the controller can tell a dead node from one cut
-// off from the control plane or one whose kubelet is down. It stops cleanly on SIGTERM. With
-// --request-certificate it gets its client certificate through the Kubernetes CSR API with its
-// pod's ServiceAccount token, and renews it (certs.go; no client-go, to stay small).
-//
-// The controller may answer a heartbeat with a Terminate command. The agent then, once per
-// command ID and in the background: has its executor connect to containerd (--cri-endpoint;
-// without one it answers Failed "no runtime configured"); runs --kubelet-stop-command, so that
-// nothing restarts the pods; and has the executor list the pods of the runtime by the kubelet's
-// labels, leaving out the agent's own (--pod-uid), and rebuild each one from those labels and
-// the kubelet's container annotations (grace periods, preStop hooks, ports), as the kubelet
-// does without the pod's spec; terminate all of them at once with the termination executor,
-// each grace period capped by the command's; read every pod back (executor.Confirm) and sweep
-// the whole runtime. Its heartbeats report Running meanwhile, then Confirmed (only once every
-// pod was read back with no container running) or Failed, with what still runs.
-// --executor-timeout bounds it all.
-//
-// The executor is a child process, palisade-executor (--executor-binary; by default next to the
-// agent's own executable, else in $PATH), so that the agent itself, running on every node all
-// the time, does not carry the runtime's clients (containerd, the CRI, gRPC) in its memory. The
-// agent starts it on the first command that needs the runtime (a Terminate command or a
-// self-fence), and keeps it: it also answers every heartbeat's read-back of the containers
-// still running (RunningContainers), within half of what is left of the heartbeat's timeout,
-// so that a slow or hung executor never holds a heartbeat. They speak newline-delimited JSON
-// over its stdin and stdout (palisade-executor/protocol); its logs share the agent's stderr. It
-// exits when its stdin closes or the agent dies. An executor that cannot be started, ends, hangs
-// past --executor-timeout, or writes garbage fails the command (never Confirmed) with what to
-// do; the next command starts a new one, and so, for the read-back, does the agent in the
-// background (at most every 10 s) once an executor had been connected.
+// Command palisade-agent is Palisade's node agent: flags and wiring. Every interval it checks
+// its kubelet's healthz and sends a heartbeat straight to the controller over mutually
+// authenticated TLS, independent of the API server (detectors/heartbeat), with what it sees of
+// its peers (detectors/peers). It carries out the controller's orders, from the heartbeats'
+// answers or its NodeFence (providers/agent/orders), through its palisade-executor child
+// process (providers/executor/child), so that the agent itself links none of the container
+// runtime's clients; it fences its node itself when isolated (providers/agent/selffence); with
+// --request-certificate it gets and renews its certificate through the CSR API
+// (providers/agent/pki). It stops cleanly on SIGTERM.
 package main
 
 import (
@@ -36,8 +14,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -49,7 +25,11 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 
+	"palisade.dev/palisade/detectors/heartbeat"
 	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/orders"
+	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/providers/agent/selffence"
 )
 
 func main() {
@@ -173,72 +153,33 @@ func run(args []string) error {
 	defer stop()
 
 	if o.certs.request {
-		if o.cert, o.key, o.ca, err = requestCertificate(ctx, o.certs, o.nodeName, log.WithName("certificates")); err != nil {
+		if o.cert, o.key, o.ca, err = pki.Request(ctx, o.certs.requester(), o.nodeName, log.WithName("certificates")); err != nil {
 			return err
 		}
 	}
-	client, err := channel.NewClient(channel.ClientOptions{
-		Address: o.controller, ServerName: o.serverName, CertFile: o.cert, KeyFile: o.key, CAFile: o.ca,
-		Timeout: o.controllerCallTimeout, Logger: log.WithName("tls"),
-	})
+	client, err := newClient(o, log)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	if id, err := client.Identity(); err != nil || id != o.nodeName {
-		return fmt.Errorf("checking the agent certificate: it names node %q (%v), this is node %q", id, err, o.nodeName)
-	}
 	bootID, err := channel.ReadBootID()
 	if err != nil {
 		log.Error(err, "no boot ID: the controller will not see reboots")
 	}
-	cmds := newCommander(o, log)
-	defer cmds.close()
-	h := newHeartbeater(o, client, cmds, bootID, log)
-	h.fence = newSelfFencer(o, cmds, log, time.Now())
-	if o.apiCommands && o.certs.apiServer != "" {
-		api, err := newAPIClient(o.certs.apiServer, o.certs.tokenFile, o.certs.apiCAFile)
-		if err != nil {
-			return fmt.Errorf("orders through the API server (--api-commands): %w", err)
-		}
-		if o.apiTLSName != "" {
-			api.http.Transport.(*http.Transport).TLSClientConfig.ServerName = o.apiTLSName
-		}
-		go newAPICommands(api, o.nodeName, o.interval, cmds, log.WithName("api-commands")).run(ctx)
+	cmds := orders.NewCommander(o.orders(), log)
+	defer cmds.Close()
+	if err := watchAPIOrders(ctx, o, cmds, log); err != nil {
+		return err
 	}
-	if o.probeAddress != "" {
-		probes, err := channel.ListenProbes(o.probeAddress, o.cert, o.key, log.WithName("probes"))
-		if err != nil {
-			return fmt.Errorf("listening for peer probes on --probe-address %s: %w", o.probeAddress, err)
-		}
-		defer probes.Close()
-		go probes.Serve()
-		dialer, err := channel.NewProbeDialer(o.ca, log.WithName("probes"))
-		if err != nil {
-			return err
-		}
-		h.probePort, h.peers = probes.Port(), newProber(o.interval, log.WithName("peers"), dialer.Probe)
-		go h.peers.run(ctx)
+	prober, probePort, closeProbes, err := probePeers(ctx, o, log)
+	if err != nil {
+		return err
 	}
-	log.Info("starting palisade-agent", "Node", klog.KRef("", o.nodeName), "controller", o.controller, "interval", o.interval.String(), "bootID", bootID,
-		"criEndpoint", o.criEndpoint, "podUID", o.podUID, "selfFenceAfter", o.selfFenceAfter.String(), "apiServerHealthz", o.apiServerHealthz,
-		"watchdogDevice", o.watchdogDevice)
-	if o.selfFenceAfter > 0 && o.criEndpoint == "" {
-		log.Info("WARNING: --self-fence-after without --cri-endpoint: a self-fence would fail (no runtime configured) and only arm the watchdog")
-	}
-	if o.criEndpoint != "" && o.podUID == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
-		log.Info("WARNING: running in a pod without --pod-uid ($POD_UID from the downward API): a Terminate command would stop the agent's own pod too")
-	}
-	if o.faultConfirmEarly {
-		log.Info("FAULT INJECTION: --fault-report-confirmed-early is set: Terminate commands will be reported Confirmed without terminating anything")
-	}
-	h.run(ctx)
-	log.Info("stopping palisade-agent", "reason", context.Cause(ctx).Error(), "heartbeatsSent", h.seq)
+	defer closeProbes()
+	fence := selffence.New(o.selfFence(), cmds, log, time.Now())
+	h := heartbeat.New(o.heartbeat(bootID, probePort), client, cmds, fence, prober, log)
+	logStart(o, bootID, log)
+	h.Run(ctx)
+	log.Info("stopping palisade-agent", "reason", context.Cause(ctx).Error(), "heartbeatsSent", h.Seq())
 	return nil
-}
-
-// discard drains a response body so that its connection can be reused.
-func discard(r io.ReadCloser) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(r, 4096))
-	_ = r.Close()
 }

@@ -6,10 +6,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
-
-	"palisade.dev/palisade/config/agentwire"
 )
 
 // agentCert issues a client certificate for node into e's directory and returns its files.
@@ -110,28 +106,4 @@ func TestPeersProbeEachOther(t *testing.T) {
 	time.Sleep(4 * interval) // several probe rounds
 	waitPeerView(t, e, "node-c", true, []string{"node-a", "node-b"}, time.Second)
 	checkJSONLogs(t, procs["node-a"].logs(), "peers to probe", "peer reachability")
-}
-
-// TestProberReports: results of a probe round are dropped for a peer the controller
-// no longer assigns, and a report carries at most agentwire.MaxPeers results.
-func TestProberReports(t *testing.T) {
-	p := newProber(100*time.Millisecond, logr.Discard(), nil)
-	targets := make([]agentwire.PeerTarget, agentwire.MaxPeers+5)
-	for i := range targets {
-		targets[i] = agentwire.PeerTarget{Node: "n" + strconv.Itoa(i), Addresses: []string{"127.0.0.1:1"}}
-	}
-	p.setTargets(targets)
-	p.probeAll(t.Context())
-	if got := len(p.reports()); got != agentwire.MaxPeers {
-		t.Fatalf("%d reports, want the cap %d", got, agentwire.MaxPeers)
-	}
-	for _, r := range p.reports() {
-		if r.Reachable {
-			t.Fatalf("%s reachable through a closed loopback port", r.Node)
-		}
-	}
-	p.setTargets(targets[:1])
-	if got := p.reports(); len(got) != 1 || got[0].Node != "n0" {
-		t.Fatalf("after narrowing the targets: %+v, want n0 only", got)
-	}
 }

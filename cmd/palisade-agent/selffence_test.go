@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,77 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
-
-// TestSelfFencerDecides: the decision alone, on a commander without a runtime (so a self-fence
-// fails at once, "no runtime configured", and then arms the watchdog anyway): never when
-// disabled or while the controller or the API server is reachable; once per isolation; again
-// after the node was reachable in between.
-func TestSelfFencerDecides(t *testing.T) {
-	wd := filepath.Join(t.TempDir(), "watchdog")
-	if err := os.WriteFile(wd, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	t0 := time.Unix(1_000_000, 0)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	o := options{interval: interval, executorTimeout: time.Second, watchdogDevice: wd}
-
-	disabled := newCommander(o, logr.Discard())
-	f := newSelfFencer(o, disabled, logr.Discard(), t0)
-	f.observe(ctx, reachability{}, at(100))
-	if st := disabled.status(); st != nil {
-		t.Errorf("self-fenced with --self-fence-after 0: %+v", st)
-	}
-
-	o.selfFenceAfter = 2 * time.Second
-	c := newCommander(o, logr.Discard())
-	f = newSelfFencer(o, c, logr.Discard(), t0)
-	f.observe(ctx, reachability{controller: true, api: false}, at(1)) // controller reachable
-	f.observe(ctx, reachability{controller: false, api: true}, at(3)) // API server reachable
-	f.observe(ctx, reachability{}, at(5))                             // isolated 2 s: not longer than the threshold
-	if st := c.status(); st != nil {
-		t.Fatalf("self-fenced while reachable or not isolated long enough: %+v", st)
-	}
-	f.observe(ctx, reachability{}, at(5.5))
-	c.wg.Wait()
-	first := c.status()
-	if first == nil || first.ID != "self-fence-1000005" || first.State != agentwire.ExecutorFailed || first.Message != errNoRuntime.Error() {
-		t.Fatalf("status %+v, want self-fence-1000005 Failed: no runtime configured", first)
-	}
-	if b, _ := os.ReadFile(wd); string(b) != "1" {
-		t.Errorf("watchdog device holds %q, want \"1\"", b)
-	}
-	f.observe(ctx, reachability{}, at(9)) // still the same isolation
-	c.wg.Wait()
-	if st := c.status(); st.ID != first.ID {
-		t.Errorf("self-fenced twice in one isolation: %+v", st)
-	}
-	f.observe(ctx, reachability{controller: false, api: true}, at(10)) // reachable: re-armed
-	f.observe(ctx, reachability{}, at(11))
-	f.observe(ctx, reachability{}, at(12.5))
-	c.wg.Wait()
-	if st := c.status(); st.ID != "self-fence-1000012" {
-		t.Errorf("after a new isolation: %+v, want self-fence-1000012", st)
-	}
-	f.observe(ctx, reachability{peers: true}, at(13)) // a peer answers: not isolated, re-armed
-	f.observe(ctx, reachability{peers: true}, at(16))
-	c.wg.Wait()
-	if st := c.status(); st.ID != "self-fence-1000012" {
-		t.Errorf("self-fenced while a peer was reachable: %+v", st)
-	}
-	f.observe(ctx, reachability{}, at(17))
-	f.observe(ctx, reachability{}, at(18.5))
-	c.wg.Wait()
-	if st := c.status(); st.ID != "self-fence-1000018" {
-		t.Errorf("after peers too were lost: %+v, want self-fence-1000018", st)
-	}
-}
 
 func newAPIHealthz() *httptest.Server {
 	return httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))

@@ -5,15 +5,10 @@
 // keeps it for the heartbeats' read-back; it is not meant to be run by hand, but can be, for
 // debugging.
 //
-// It speaks the protocol of palisade.dev/palisade/cmd/palisade-executor/protocol:
-// newline-delimited JSON requests on stdin, responses on stdout, answered concurrently. For
-// "terminate" it lists the pods of the runtime (--cri-endpoint) by the kubelet's labels,
-// leaving out the agent's own (--pod-uid), rebuilds each one from those labels and the
-// kubelet's container annotations (grace periods, preStop hooks, ports), as the kubelet does
-// without the pod's spec; terminates all of them at once with the termination executor
-// (providers/executor), each grace period capped by the request's; reads every pod back
-// (executor.Confirm) and sweeps the whole runtime, answering with an error unless no container
-// still runs. "readBack" counts the containers still running. Its logs are JSON on stderr,
+// It speaks the protocol of palisade.dev/palisade/providers/executor/protocol:
+// newline-delimited JSON requests on stdin, responses on stdout, answered concurrently by
+// providers/executor/node over the runtime at --cri-endpoint, leaving out the agent's own pod
+// (--pod-uid). Its logs are JSON on stderr,
 // which the agent shares with it; its stdout carries the protocol only (anything else a
 // library might print there goes to stderr).
 //
@@ -33,6 +28,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
+
+	"palisade.dev/palisade/providers/executor/node"
 )
 
 func main() {
@@ -96,5 +93,5 @@ func run(args []string) error {
 	// process by closing its stdin.
 	signal.Ignore(os.Interrupt)
 	log.V(1).Info("starting palisade-executor", "criEndpoint", o.criEndpoint, "podUID", o.podUID, "pid", os.Getpid())
-	return newServer(o, out, log).serve(os.Stdin)
+	return node.NewServer(node.Config{CRIEndpoint: o.criEndpoint, PodUID: o.podUID}, out, log).Serve(os.Stdin)
 }

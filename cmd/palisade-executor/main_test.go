@@ -18,7 +18,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
-	"palisade.dev/palisade/cmd/palisade-executor/protocol"
+	"palisade.dev/palisade/providers/executor/node"
+	"palisade.dev/palisade/providers/executor/protocol"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
 
@@ -161,12 +162,12 @@ func startContainerd(t *testing.T) *containerd.Containerd {
 
 func containerState(t *testing.T, ctd *containerd.Containerd, uid, name string) runtimeapi.ContainerState {
 	t.Helper()
-	list, err := ctd.Runtime.ListContainers(context.Background(), &runtimeapi.ContainerFilter{LabelSelector: map[string]string{labelPodUID: uid}})
+	list, err := ctd.Runtime.ListContainers(context.Background(), &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range list {
-		if c.Labels[labelContainerName] == name {
+		if c.Labels["io.kubernetes.container.name"] == name {
 			return c.State
 		}
 	}
@@ -260,7 +261,7 @@ func TestProtocolStops(t *testing.T) {
 	c.send(t, protocol.Request{ID: 2, Op: protocol.OpTerminate, GracePeriodSeconds: ptr.To[int64](30)})
 	time.Sleep(time.Second)
 	start = time.Now()
-	if code := c.exit(t, true, stopWait+2*time.Second); code != 0 {
+	if code := c.exit(t, true, node.StopWait+2*time.Second); code != 0 {
 		t.Errorf("exit status %d after stdin closed, want 0", code)
 	}
 	t.Logf("MEASURED stdin closed during a terminate to exit: %.3fs", time.Since(start).Seconds())

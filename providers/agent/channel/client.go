@@ -190,6 +190,9 @@ func (e *RejectedError) Error() string {
 	return fmt.Sprintf("heartbeat rejected: %d %s: %s", e.Code, http.StatusText(e.Code), e.Message)
 }
 
+// StatusCode is the HTTP status of the refusal.
+func (e *RejectedError) StatusCode() int { return e.Code }
+
 // IsRejected says whether err is the server's refusal with the given status code (0: any).
 func IsRejected(err error, code int) bool {
 	var r *RejectedError

@@ -5,6 +5,5 @@
 // detectors (Snapshot). Its answer carries the node's heartbeat interval, the peers it is to
 // probe (a hash ring, peers.go) and, while a fence is under way, the Command to carry out; the
 // agent answers with an ExecutorStatus in its later heartbeats. Client is the agent's end.
-// ProbeServer and ProbeDialer are the peer probe: a TLS handshake in which the probed agent
-// presents its own certificate. Certificates and their rotation: package pki.
+// The peer probe itself is detectors/peers. Certificates and their rotation: package pki.
 package channel

@@ -29,7 +29,13 @@ type FileSource[T any] struct {
 	loaded   bool
 }
 
-// get returns the current value and its generation; it fails only when no value was ever loaded.
+// Current is Get without the generation.
+func (s *FileSource[T]) Current() (T, error) {
+	v, _, err := s.Get()
+	return v, err
+}
+
+// Get returns the current value and its generation; it fails only when no value was ever loaded.
 func (s *FileSource[T]) Get() (T, uint64, error) {
 	contents := make([][]byte, len(s.files))
 	var readErr error

@@ -1,4 +1,4 @@
-package main
+package child
 
 import (
 	"os/exec"
@@ -6,7 +6,7 @@ import (
 )
 
 // setParentDeathSignal has the kernel kill the executor when the thread that started it ends
-// (startChild keeps that thread for the executor's life), so that it never outlives the agent.
+// (Start keeps that thread for the executor's life), so that it never outlives the agent.
 func setParentDeathSignal(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

@@ -1,4 +1,4 @@
-package main
+package child
 
 import (
 	"context"
@@ -14,35 +14,45 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/cmd/palisade-executor/protocol"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
 const (
-	// executorName is the executor binary's name, looked up next to the agent, then in $PATH.
-	executorName = "palisade-executor"
-	// answerGrace is how long the agent waits, once a command's time limit has passed, for the
+	// ExecutorName is the executor binary's name, looked up next to the agent, then in $PATH.
+	ExecutorName = "palisade-executor"
+	// AnswerGrace is how long the agent waits, once a command's time limit has passed, for the
 	// executor's own answer (which says what is left) before it kills the executor as hung.
-	answerGrace = 5 * time.Second
+	AnswerGrace = 5 * time.Second
 	// closeWait is how long the agent, stopping, waits for the executor to exit on its own.
 	closeWait = 5 * time.Second
-	// restartEvery spaces the restarts of a dead executor for the heartbeats' read-back.
-	restartEvery = 10 * time.Second
+	// RestartEvery spaces the restarts of a dead executor for the heartbeats' read-back.
+	RestartEvery = 10 * time.Second
 	// restartTimeout bounds one such restart.
 	restartTimeout = 30 * time.Second
 )
 
-// executorClient runs the palisade-executor child process: started and connected to the
+// Config says which executor to start and what to tell it.
+type Config struct {
+	// Binary is --executor-binary (see Find).
+	Binary string
+	// CRIEndpoint is containerd's socket; PodUID the agent's own pod, which the executor leaves
+	// running; Verbosity its log verbosity.
+	CRIEndpoint, PodUID string
+	Verbosity           int
+}
+
+// Client runs the palisade-executor child process: started and connected to the
 // runtime on the first command that needs it, kept for the heartbeats' read-back, started again
 // by the next command once it is gone, and in the background for the read-back.
-type executorClient struct {
-	o      options
+type Client struct {
+	o      Config
 	log    logr.Logger
 	ctx    context.Context // cancelled by close: ends a restart in the background
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
 
 	mu        sync.Mutex
-	proc      *childProcess // the last connected executor; nil before the first
+	proc      *Process      // the last connected executor; nil before the first
 	starting  *startAttempt // non-nil while one is being started
 	wanted    bool          // one was connected before: keep the read-back going
 	lastStart time.Time
@@ -52,23 +62,24 @@ type executorClient struct {
 // startAttempt is one start of the executor, which others may wait for.
 type startAttempt struct {
 	done chan struct{}
-	proc *childProcess
+	proc *Process
 	err  error
 }
 
-func newExecutorClient(o options, log logr.Logger) *executorClient {
+// New returns a client that starts no process before the first Get.
+func New(o Config, log logr.Logger) *Client {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &executorClient{o: o, log: log, ctx: ctx, cancel: cancel}
+	return &Client{o: o, log: log, ctx: ctx, cancel: cancel}
 }
 
-// get returns the running executor, connected to the runtime, starting one if there is none.
-func (c *executorClient) get(ctx context.Context) (*childProcess, error) {
+// Get returns the running executor, connected to the runtime, starting one if there is none.
+func (c *Client) Get(ctx context.Context) (*Process, error) {
 	c.mu.Lock()
 	switch {
 	case c.closed:
 		c.mu.Unlock()
 		return nil, errors.New("the agent is stopping")
-	case c.proc != nil && c.proc.alive():
+	case c.proc != nil && c.proc.Alive():
 		defer c.mu.Unlock()
 		return c.proc, nil
 	case c.starting != nil:
@@ -88,7 +99,7 @@ func (c *executorClient) get(ctx context.Context) (*childProcess, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if a.err == nil && c.closed {
-		go a.proc.close(closeWait)
+		go a.proc.Close(closeWait)
 		a.proc, a.err = nil, errors.New("the agent is stopping")
 	}
 	if a.err == nil {
@@ -100,18 +111,18 @@ func (c *executorClient) get(ctx context.Context) (*childProcess, error) {
 }
 
 // start starts an executor and has it connect to the runtime.
-func (c *executorClient) start(ctx context.Context) (*childProcess, error) {
-	bin, err := findExecutor(c.o.executorBinary)
+func (c *Client) start(ctx context.Context) (*Process, error) {
+	bin, err := Find(c.o.Binary)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--cri-endpoint", c.o.criEndpoint, "--pod-uid", c.o.podUID, "--v", strconv.Itoa(c.o.verbosity)}
-	p, err := startChild(bin, args, c.log)
+	args := []string{"--cri-endpoint", c.o.CRIEndpoint, "--pod-uid", c.o.PodUID, "--v", strconv.Itoa(c.o.Verbosity)}
+	p, err := Start(bin, args, c.log)
 	if err != nil {
 		return nil, fmt.Errorf("%w: check --executor-binary", err)
 	}
 	deadline, _ := ctx.Deadline()
-	resp, err := p.call(ctx, protocol.Request{Op: protocol.OpConnect, Deadline: deadline}, answerGrace)
+	resp, err := p.Call(ctx, protocol.Request{Op: protocol.OpConnect, Deadline: deadline}, AnswerGrace)
 	if err == nil && resp.Version != protocol.Version {
 		err = fmt.Errorf("the executor %s speaks protocol version %d, this agent %d: install the palisade-executor of this agent's release",
 			bin, resp.Version, protocol.Version)
@@ -125,21 +136,21 @@ func (c *executorClient) start(ctx context.Context) (*childProcess, error) {
 	return p, nil
 }
 
-// running returns the connected executor, or nil without waiting. When the executor is gone
+// Running returns the connected executor, or nil without waiting. When the executor is gone
 // but was connected before, it starts a new one in the background (at most every
-// restartEvery), so that the read-back resumes.
-func (c *executorClient) running() *childProcess {
+// RestartEvery), so that the read-back resumes.
+func (c *Client) Running() *Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.proc != nil && c.proc.alive() {
+	if c.proc != nil && c.proc.Alive() {
 		return c.proc
 	}
-	if c.wanted && !c.closed && c.starting == nil && time.Since(c.lastStart) >= restartEvery {
+	if c.wanted && !c.closed && c.starting == nil && time.Since(c.lastStart) >= RestartEvery {
 		c.lastStart = time.Now()
 		c.bg.Go(func() {
 			ctx, cancel := context.WithTimeout(c.ctx, restartTimeout)
 			defer cancel()
-			if _, err := c.get(ctx); err != nil && c.ctx.Err() == nil {
+			if _, err := c.Get(ctx); err != nil && c.ctx.Err() == nil {
 				c.log.Error(err, "restarting the executor process for the read-back")
 			}
 		})
@@ -147,8 +158,8 @@ func (c *executorClient) running() *childProcess {
 	return nil
 }
 
-// close stops a restart in the background and the executor, which ends what it runs.
-func (c *executorClient) close() {
+// Close stops a restart in the background and the executor, which ends what it runs.
+func (c *Client) Close() {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
@@ -159,13 +170,13 @@ func (c *executorClient) close() {
 	c.proc = nil
 	c.mu.Unlock()
 	if p != nil {
-		p.close(closeWait)
+		p.Close(closeWait)
 	}
 }
 
-// findExecutor resolves --executor-binary: a name with a slash as it is, another name in $PATH;
+// Find resolves --executor-binary: a name with a slash as it is, another name in $PATH;
 // "" is palisade-executor next to the agent's own executable, else in $PATH.
-func findExecutor(flag string) (string, error) {
+func Find(flag string) (string, error) {
 	if strings.Contains(flag, "/") {
 		if _, err := os.Stat(flag); err != nil {
 			return "", fmt.Errorf("finding the executor: %w: check --executor-binary", err)
@@ -181,15 +192,15 @@ func findExecutor(flag string) (string, error) {
 	}
 	self, err := os.Executable()
 	if err == nil {
-		bin := filepath.Join(filepath.Dir(self), executorName)
+		bin := filepath.Join(filepath.Dir(self), ExecutorName)
 		if st, err := os.Stat(bin); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
 			return bin, nil
 		}
 	}
-	bin, err := exec.LookPath(executorName)
+	bin, err := exec.LookPath(ExecutorName)
 	if err != nil {
 		return "", fmt.Errorf("finding the executor: %s is neither next to the agent (%s) nor in $PATH: install it there, or name it with --executor-binary",
-			executorName, filepath.Dir(self))
+			ExecutorName, filepath.Dir(self))
 	}
 	return bin, nil
 }

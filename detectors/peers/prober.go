@@ -1,4 +1,4 @@
-package main
+package peers
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 	"palisade.dev/palisade/config/agentwire"
 )
 
-// prober probes the peers the controller assigns (agentwire.Response.Peers), once per interval, each
+// Prober probes the peers the controller assigns (agentwire.Response.Peers), once per interval, each
 // with a timeout of half the interval, and keeps the latest result of each for the heartbeats.
 // A peer is reachable when its agent answers on its probe port (the first address) with a TLS
-// handshake whose certificate names that very node (channel.ProbeDialer), or when a TCP
+// handshake whose certificate names that very node (ProbeDialer), or when a TCP
 // connection to its kubelet's port (the other addresses) is accepted; refused, timed out, or
 // answered by another node means no path to it. Probing runs apart from the heartbeats, so that
 // unreachable peers never delay the node's own life signal.
-type prober struct {
+type Prober struct {
 	interval time.Duration
 	log      logr.Logger
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -31,13 +31,21 @@ type prober struct {
 	wake    chan struct{}
 }
 
-func newProber(interval time.Duration, log logr.Logger, agentProbe func(ctx context.Context, addr, node string) error) *prober {
-	d := &net.Dialer{}
-	return &prober{interval: interval, log: log, dial: d.DialContext, agentProbe: agentProbe, results: map[string]agentwire.PeerReport{}, wake: make(chan struct{}, 1)}
+// Config is how often to probe.
+type Config struct {
+	// Interval is the probe interval; each probe's timeout is half of it.
+	Interval time.Duration
 }
 
-// setTargets replaces the peers to probe; a changed set is probed at once.
-func (p *prober) setTargets(targets []agentwire.PeerTarget) {
+// NewProber probes with agentProbe at a peer's first address (nil: a TCP connection is
+// enough) and by TCP at the others.
+func NewProber(cfg Config, log logr.Logger, agentProbe func(ctx context.Context, addr, node string) error) *Prober {
+	d := &net.Dialer{}
+	return &Prober{interval: cfg.Interval, log: log, dial: d.DialContext, agentProbe: agentProbe, results: map[string]agentwire.PeerReport{}, wake: make(chan struct{}, 1)}
+}
+
+// SetTargets replaces the peers to probe; a changed set is probed at once.
+func (p *Prober) SetTargets(targets []agentwire.PeerTarget) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sameTargets(p.targets, targets) {
@@ -58,8 +66,8 @@ func (p *prober) setTargets(targets []agentwire.PeerTarget) {
 	}
 }
 
-// anyReachable says whether a probe younger than within reached a peer (false for nil).
-func (p *prober) anyReachable(within time.Duration) bool {
+// AnyReachable says whether a probe younger than within reached a peer (false for nil).
+func (p *Prober) AnyReachable(within time.Duration) bool {
 	if p == nil {
 		return false
 	}
@@ -73,8 +81,8 @@ func (p *prober) anyReachable(within time.Duration) bool {
 	return false
 }
 
-// reports are the latest results, at most agentwire.MaxPeers.
-func (p *prober) reports() []agentwire.PeerReport {
+// Reports are the latest results, at most agentwire.MaxPeers.
+func (p *Prober) Reports() []agentwire.PeerReport {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]agentwire.PeerReport, 0, len(p.results))
@@ -86,21 +94,21 @@ func (p *prober) reports() []agentwire.PeerReport {
 	return out
 }
 
-// setInterval changes the probe interval (and timeout) from the next round on.
-func (p *prober) setInterval(d time.Duration) {
+// SetInterval changes the probe interval (and timeout) from the next round on.
+func (p *Prober) SetInterval(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.interval = d
 }
 
-func (p *prober) currentInterval() time.Duration {
+func (p *Prober) currentInterval() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.interval
 }
 
-// run probes every interval until ctx is done.
-func (p *prober) run(ctx context.Context) {
+// Run probes every interval until ctx is done.
+func (p *Prober) Run(ctx context.Context) {
 	interval := p.currentInterval()
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -119,7 +127,7 @@ func (p *prober) run(ctx context.Context) {
 	}
 }
 
-func (p *prober) probeAll(ctx context.Context) {
+func (p *Prober) probeAll(ctx context.Context) {
 	p.mu.Lock()
 	targets := p.targets
 	p.mu.Unlock()
@@ -150,7 +158,7 @@ func (p *prober) probeAll(ctx context.Context) {
 }
 
 // probe tries every address of t at once and reports whether any answered.
-func (p *prober) probe(parent context.Context, t agentwire.PeerTarget) bool {
+func (p *Prober) probe(parent context.Context, t agentwire.PeerTarget) bool {
 	ctx, cancel := context.WithTimeout(parent, p.currentInterval()/2)
 	defer cancel()
 	ok := make(chan bool, len(t.Addresses))

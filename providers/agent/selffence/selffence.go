@@ -1,10 +1,11 @@
-package main
+package selffence
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"sync"
@@ -13,13 +14,14 @@ import (
 	"github.com/go-logr/logr"
 
 	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/detectors/heartbeat"
 )
 
-// Self-fencing. An agent started with --self-fence-after > 0 fences its own node when it is
-// isolated: for longer than --self-fence-after,
+// Fencer fences its own node, when self-fencing is on (Config.After > 0), once the node is
+// isolated: for longer than Config.After,
 //
 //	(a) the controller accepted none of its heartbeats (a heartbeat the controller answers with
-//	    a refusal also counts as the controller being reachable: it is not isolation), and
+//	    a refusal also counts as the controller being reachable: it is not isolation),
 //	(b) the API server's healthz (--api-server-healthz, probed every interval alongside the
 //	    kubelet check) has not answered 200, and
 //	(c) no peer it probes (--probe-address) answered within two intervals, so that a node cut
@@ -28,14 +30,14 @@ import (
 // Once per isolation (it is re-armed only when the controller, the API server or a peer is
 // reached again), the agent then runs the same executor path as a Terminate command, with the ID
 // "self-fence-<unix time>" and no grace cap (each pod's own grace period, bounded by
-// --executor-timeout): the kubelet stop command, terminateAll, the read-back. Then, whatever
+// --executor-timeout): the kubelet stop command, child.TerminateAll, the read-back. Then, whatever
 // the outcome, if --watchdog-device is set, it opens the device, writes one byte (arming the
 // watchdog and starting its timer) and never writes again, so that the hardware watchdog
-// reboots the node. Its ExecutorStatus stays the commander's current status, so that the first
+// reboots the node. Its ExecutorStatus stays the Commander's current status, so that the first
 // heartbeat the controller accepts again reports it (Confirmed or Failed).
-type selfFencer struct {
-	o    options
-	cmds *commander
+type Fencer struct {
+	o    Config
+	cmds Starter
 	log  logr.Logger
 	api  *http.Client
 
@@ -44,32 +46,52 @@ type selfFencer struct {
 	apiReachable  *bool     // nil until the first probe, for logging changes
 }
 
-func newSelfFencer(o options, cmds *commander, log logr.Logger, now time.Time) *selfFencer {
+// Config is when the node fences itself and how it ends.
+type Config struct {
+	// After is --self-fence-after: isolated longer than this, the node fences itself; 0 never.
+	After time.Duration
+	// APIServerHealthz is the URL probed for the API server's reachability ("": unreachable).
+	APIServerHealthz string
+	// WatchdogDevice is armed and never petted after a self-fence ("": none).
+	WatchdogDevice string
+	// Interval is the heartbeat interval: a probe's timeout is half of it.
+	Interval time.Duration
+}
+
+// Starter starts a self-fence as order id on the Terminate path and calls after with its final
+// status; false when it started nothing (an order runs, or id ran before).
+type Starter interface {
+	StartSelfFence(ctx context.Context, id string, after func(agentwire.ExecutorStatus)) bool
+}
+
+// New returns a Fencer that counts the node reachable at now.
+func New(o Config, cmds Starter, log logr.Logger, now time.Time) *Fencer {
 	// A reachability probe only: nothing is sent but a GET, and nothing read from the answer
 	// but its status, so the API server's certificate is not verified.
-	tr := &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: 4 * o.interval,
+	tr := &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: 4 * o.Interval,
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // reachability probe only, see above
-	return &selfFencer{o: o, cmds: cmds, log: log.WithName("self-fence"), api: &http.Client{Transport: tr}, lastReachable: now}
+	return &Fencer{o: o, cmds: cmds, log: log.WithName("self-fence"), api: &http.Client{Transport: tr}, lastReachable: now}
 }
 
 // enabled says whether self-fencing is on.
-func (f *selfFencer) enabled() bool { return f != nil && f.o.selfFenceAfter > 0 }
+func (f *Fencer) enabled() bool { return f != nil && f.o.After > 0 }
 
-// probeAPIServer GETs --api-server-healthz with a timeout of half the interval: only 200 counts
+// ProbeAPIServer GETs --api-server-healthz with a timeout of half the interval: only 200 counts
 // as reachable. Without a URL the API server counts as unreachable.
-func (f *selfFencer) probeAPIServer(parent context.Context) bool {
-	if !f.enabled() || f.o.apiServerHealthz == "" {
+func (f *Fencer) ProbeAPIServer(parent context.Context) bool {
+	if !f.enabled() || f.o.APIServerHealthz == "" {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(parent, f.o.interval/2)
+	ctx, cancel := context.WithTimeout(parent, f.o.Interval/2)
 	defer cancel()
 	ok, detail := false, ""
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.o.apiServerHealthz, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.o.APIServerHealthz, nil)
 	if err == nil {
 		var resp *http.Response
 		if resp, err = f.api.Do(req); err == nil {
 			ok, detail = resp.StatusCode == http.StatusOK, resp.Status
-			discard(resp.Body)
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			_ = resp.Body.Close()
 		}
 	}
 	if err != nil {
@@ -78,45 +100,40 @@ func (f *selfFencer) probeAPIServer(parent context.Context) bool {
 	if parent.Err() == nil && (f.apiReachable == nil || *f.apiReachable != ok) {
 		f.apiReachable = &ok
 		if ok {
-			f.log.Info("API server reachable", "url", f.o.apiServerHealthz)
+			f.log.Info("API server reachable", "url", f.o.APIServerHealthz)
 		} else {
-			f.log.Info("API server unreachable", "url", f.o.apiServerHealthz, "detail", detail)
+			f.log.Info("API server unreachable", "url", f.o.APIServerHealthz, "detail", detail)
 		}
 	}
 	return ok
 }
 
-// observe is called once per heartbeat with what it found, and starts the self-fence when the
+// Observe is called once per heartbeat with what it found, and starts the self-fence when the
 // node has been isolated for longer than --self-fence-after.
-// reachability is what one heartbeat round found reachable from this node.
-type reachability struct {
-	controller, api, peers bool
-}
-
-func (f *selfFencer) observe(ctx context.Context, r reachability, now time.Time) {
+func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time.Time) {
 	if !f.enabled() || ctx.Err() != nil {
 		return
 	}
-	if r.controller || r.api || r.peers {
+	if r.Controller || r.API || r.Peers {
 		if f.fenced {
-			f.log.Info("reachable again after self-fencing: self-fencing re-armed", "controllerReachable", r.controller, "apiServerReachable", r.api, "peersReachable", r.peers)
+			f.log.Info("reachable again after self-fencing: self-fencing re-armed", "controllerReachable", r.Controller, "apiServerReachable", r.API, "peersReachable", r.Peers)
 		}
 		f.lastReachable, f.fenced = now, false
 		return
 	}
 	isolated := now.Sub(f.lastReachable)
-	if f.fenced || isolated <= f.o.selfFenceAfter {
+	if f.fenced || isolated <= f.o.After {
 		return
 	}
 	id := fmt.Sprintf("self-fence-%d", now.Unix())
-	if !f.cmds.startSelfFence(ctx, id, f.watchdog) {
+	if !f.cmds.StartSelfFence(ctx, id, f.watchdog) {
 		f.log.Info("isolated, but a command is running: self-fencing on a later heartbeat", "isolatedFor", isolated.String())
 		return
 	}
 	f.fenced = true
 	f.log.Error(errors.New("node isolated"), "SELF-FENCING: neither the controller, the API server nor any peer has been reachable: stopping the kubelet and terminating every pod",
-		"command", id, "isolatedFor", isolated.String(), "selfFenceAfter", f.o.selfFenceAfter.String(),
-		"apiServerHealthz", f.o.apiServerHealthz, "watchdogDevice", f.o.watchdogDevice)
+		"command", id, "isolatedFor", isolated.String(), "selfFenceAfter", f.o.After.String(),
+		"apiServerHealthz", f.o.APIServerHealthz, "watchdogDevice", f.o.WatchdogDevice)
 }
 
 // watchdogFiles holds the opened watchdog devices for the life of the process: the device is
@@ -129,11 +146,11 @@ var (
 
 // watchdog is the last step of a self-fence: open --watchdog-device (which arms a hardware
 // watchdog), write one byte, and stop petting it, so that it reboots the node.
-func (f *selfFencer) watchdog(st agentwire.ExecutorStatus) {
-	if f.o.watchdogDevice == "" {
+func (f *Fencer) watchdog(st agentwire.ExecutorStatus) {
+	if f.o.WatchdogDevice == "" {
 		return
 	}
-	file, err := os.OpenFile(f.o.watchdogDevice, os.O_WRONLY, 0)
+	file, err := os.OpenFile(f.o.WatchdogDevice, os.O_WRONLY, 0)
 	if err == nil {
 		_, err = file.Write([]byte{'1'}) // anything but the magic 'V'
 		watchdogMu.Lock()
@@ -141,31 +158,9 @@ func (f *selfFencer) watchdog(st agentwire.ExecutorStatus) {
 		watchdogMu.Unlock()
 	}
 	if err != nil {
-		f.log.Error(err, "SELF-FENCING: cannot arm the watchdog", "device", f.o.watchdogDevice, "command", st.ID, "state", st.State)
+		f.log.Error(err, "SELF-FENCING: cannot arm the watchdog", "device", f.o.WatchdogDevice, "command", st.ID, "state", st.State)
 		return
 	}
 	f.log.Error(errors.New("watchdog armed"), "SELF-FENCING: watchdog armed and no longer petted: the node will reboot",
-		"device", f.o.watchdogDevice, "command", st.ID, "state", st.State)
-}
-
-// startSelfFence starts a self-fence as command id on the Terminate command's executor path,
-// then calls after with its final status. It returns false, starting nothing, when a command
-// runs or id was started before.
-func (c *commander) startSelfFence(ctx context.Context, id string, after func(agentwire.ExecutorStatus)) bool {
-	cmd := agentwire.Command{ID: id, Action: agentwire.ActionTerminate}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.busy != "" || c.seen[id] {
-		return false
-	}
-	c.seen[id], c.busy = true, id
-	c.current = &agentwire.ExecutorStatus{ID: id, State: agentwire.ExecutorRunning, StartedAt: time.Now()}
-	c.notify()
-	c.wg.Go(func() {
-		c.run(ctx, cmd)
-		if st := c.status(); st != nil && after != nil {
-			after(*st)
-		}
-	})
-	return true
+		"device", f.o.WatchdogDevice, "command", st.ID, "state", st.State)
 }

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"bufio"
@@ -11,17 +11,25 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/cmd/palisade-executor/protocol"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
-// stopWait bounds how long the executor, once its stdin has closed, waits for the requests it
+// StopWait bounds how long the executor, once its stdin has closed, waits for the requests it
 // cancelled to return before it exits anyway.
-const stopWait = 3 * time.Second
+const StopWait = 3 * time.Second
 
-// server answers the agent's requests, each in its own goroutine, and holds the runtime
+// Config is what the executor serves the agent with.
+type Config struct {
+	// CRIEndpoint is containerd's socket, a path or unix://path.
+	CRIEndpoint string
+	// PodUID is the agent's own pod, which is neither terminated nor counted.
+	PodUID string
+}
+
+// Server answers the agent's requests, each in its own goroutine, and holds the runtime
 // connection, made on the first request.
-type server struct {
-	o      options
+type Server struct {
+	o      Config
 	log    logr.Logger
 	ctx    context.Context // cancelled once stdin closes
 	cancel context.CancelFunc
@@ -34,15 +42,16 @@ type server struct {
 	rt  *nodeRuntime // nil until connected
 }
 
-func newServer(o options, out io.Writer, log logr.Logger) *server {
+// NewServer answers on out, logging to log.
+func NewServer(o Config, out io.Writer, log logr.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &server{o: o, log: log, ctx: ctx, cancel: cancel, out: json.NewEncoder(out)}
+	return &Server{o: o, log: log, ctx: ctx, cancel: cancel, out: json.NewEncoder(out)}
 }
 
-// serve reads requests until in ends, then cancels the requests running, waits for them (at most
-// stopWait) and disconnects. A line that is not a request ends it with an error: the agent
+// Serve reads requests until in ends, then cancels the requests running, waits for them (at most
+// StopWait) and disconnects. A line that is not a request ends it with an error: the agent
 // speaks the protocol or nothing.
-func (s *server) serve(in io.Reader) error {
+func (s *Server) Serve(in io.Reader) error {
 	defer s.stop()
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 4096), protocol.MaxLine)
@@ -60,14 +69,14 @@ func (s *server) serve(in io.Reader) error {
 	return nil
 }
 
-func (s *server) stop() {
+func (s *Server) stop() {
 	s.cancel()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(stopWait):
-		s.log.Info("requests still running after stdin closed: exiting anyway", "waited", stopWait.String())
+	case <-time.After(StopWait):
+		s.log.Info("requests still running after stdin closed: exiting anyway", "waited", StopWait.String())
 	}
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
@@ -79,7 +88,7 @@ func (s *server) stop() {
 }
 
 // handle carries out one request, within its deadline.
-func (s *server) handle(req protocol.Request) protocol.Response {
+func (s *Server) handle(req protocol.Request) protocol.Response {
 	resp := protocol.Response{ID: req.ID}
 	ctx := s.ctx
 	if !req.Deadline.IsZero() {
@@ -97,11 +106,11 @@ func (s *server) handle(req protocol.Request) protocol.Response {
 		resp.Version = protocol.Version
 	case protocol.OpTerminate:
 		var res result
-		res, err = terminateAll(ctx, rt, req.GracePeriodSeconds, s.o.podUID, s.log.WithValues("command", req.Command))
+		res, err = terminateAll(ctx, rt, req.GracePeriodSeconds, s.o.PodUID, s.log.WithValues("command", req.Command))
 		resp.Pods, resp.Containers = res.pods, res.containers
 	case protocol.OpReadBack:
 		var running []string
-		if running, err = runningContainers(ctx, rt.cri, s.o.podUID); err == nil {
+		if running, err = runningContainers(ctx, rt.cri, s.o.PodUID); err == nil {
 			n := len(running)
 			resp.Running = &n
 		}
@@ -116,23 +125,23 @@ func (s *server) handle(req protocol.Request) protocol.Response {
 
 // runtime connects to the container runtime once; a failed connection is tried again by the
 // next request.
-func (s *server) runtime(ctx context.Context) (*nodeRuntime, error) {
+func (s *Server) runtime(ctx context.Context) (*nodeRuntime, error) {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
 	if s.rt != nil {
 		return s.rt, nil
 	}
-	rt, err := connectRuntime(ctx, s.o.criEndpoint)
+	rt, err := connectRuntime(ctx, s.o.CRIEndpoint)
 	if err != nil {
 		return nil, err
 	}
-	s.log.V(1).Info("connected to the runtime", "criEndpoint", s.o.criEndpoint)
+	s.log.V(1).Info("connected to the runtime", "criEndpoint", s.o.CRIEndpoint)
 	s.rt = rt
 	return rt, nil
 }
 
 // answer writes resp as one line. When the agent is gone, everything running is cancelled.
-func (s *server) answer(resp protocol.Response) {
+func (s *Server) answer(resp protocol.Response) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if err := s.out.Encode(resp); err != nil {

@@ -1,4 +1,4 @@
-package main
+package child
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"palisade.dev/palisade/cmd/palisade-executor/protocol"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
 // writeTimeout bounds writing one request when its context has no deadline: requests are
@@ -24,11 +24,11 @@ const writeTimeout = 10 * time.Second
 // exitWait is how long an executor that closed its stdout has to exit before it is killed.
 const exitWait = 2 * time.Second
 
-// childProcess is one running palisade-executor: requests go to its stdin, and a reader
+// Process is one running palisade-executor: requests go to its stdin, and a reader
 // goroutine hands out the responses from its stdout by ID. Once the process is gone (it ended,
 // wrote garbage, or the agent killed it), every call fails with the reason, and it is not used
 // again.
-type childProcess struct {
+type Process struct {
 	bin string
 	cmd *exec.Cmd
 	in  *os.File // the write end of its stdin
@@ -44,10 +44,10 @@ type childProcess struct {
 	err     error
 }
 
-// startChild starts bin with args, its stderr the agent's own (its logs are JSON lines like the
+// Start starts bin with args, its stderr the agent's own (its logs are JSON lines like the
 // agent's). The process is started from a goroutine that keeps its OS thread for the process's
 // life, because the kernel's parent-death signal (Pdeathsig) follows the thread that forked.
-func startChild(bin string, args []string, log logr.Logger) (*childProcess, error) {
+func Start(bin string, args []string, log logr.Logger) (*Process, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("starting the executor: %w", err)
@@ -60,7 +60,7 @@ func startChild(bin string, args []string, log logr.Logger) (*childProcess, erro
 	cmd := exec.Command(bin, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 	setParentDeathSignal(cmd)
-	p := &childProcess{bin: bin, cmd: cmd, in: inW, log: log, pending: map[uint64]chan protocol.Response{}, done: make(chan struct{})}
+	p := &Process{bin: bin, cmd: cmd, in: inW, log: log, pending: map[uint64]chan protocol.Response{}, done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine, after the process
@@ -83,7 +83,7 @@ func startChild(bin string, args []string, log logr.Logger) (*childProcess, erro
 
 // read hands out responses until the process's stdout ends or holds garbage, then makes sure
 // the process is gone, reaps it and fails every call waiting.
-func (p *childProcess) read(out *os.File) {
+func (p *Process) read(out *os.File) {
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 0, 4096), protocol.MaxLine)
 	var garbage error
@@ -114,7 +114,7 @@ func (p *childProcess) read(out *os.File) {
 }
 
 // deliver passes resp to its caller; false when resp answers no request that was sent.
-func (p *childProcess) deliver(resp protocol.Response) bool {
+func (p *Process) deliver(resp protocol.Response) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if resp.ID > p.lastID {
@@ -128,7 +128,7 @@ func (p *childProcess) deliver(resp protocol.Response) bool {
 }
 
 // finish records why the process is gone and wakes every caller.
-func (p *childProcess) finish(garbage, waitErr error) {
+func (p *Process) finish(garbage, waitErr error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pid := p.cmd.Process.Pid
@@ -155,8 +155,8 @@ func (p *childProcess) finish(garbage, waitErr error) {
 	close(p.done)
 }
 
-// alive says whether the process is still of use.
-func (p *childProcess) alive() bool {
+// Alive says whether the process is still of use.
+func (p *Process) Alive() bool {
 	select {
 	case <-p.done:
 		return false
@@ -165,11 +165,11 @@ func (p *childProcess) alive() bool {
 	}
 }
 
-// call sends req (with a fresh ID) and waits for its response, the process's end, or ctx.
+// Call sends req (with a fresh ID) and waits for its response, the process's end, or ctx.
 // When ctx's deadline passes and grace > 0, it waits grace more for the executor's own
 // answer, which says what is left, and then kills the process as hung. A response's Error is
 // returned as an error.
-func (p *childProcess) call(ctx context.Context, req protocol.Request, grace time.Duration) (protocol.Response, error) {
+func (p *Process) Call(ctx context.Context, req protocol.Request, grace time.Duration) (protocol.Response, error) {
 	ch := make(chan protocol.Response, 1)
 	p.mu.Lock()
 	if p.pending == nil {
@@ -227,7 +227,7 @@ func responseError(resp protocol.Response) error {
 }
 
 // forget drops the waiter of id, once answered or given up.
-func (p *childProcess) forget(id uint64) {
+func (p *Process) forget(id uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.pending, id)
@@ -235,7 +235,7 @@ func (p *childProcess) forget(id uint64) {
 
 // write sends req as one line, within ctx's deadline or writeTimeout, and returns how many
 // bytes it wrote: a line written in part corrupts the stream.
-func (p *childProcess) write(ctx context.Context, req protocol.Request) (int, error) {
+func (p *Process) write(ctx context.Context, req protocol.Request) (int, error) {
 	line, err := json.Marshal(req)
 	if err != nil {
 		return 0, err
@@ -253,7 +253,7 @@ func (p *childProcess) write(ctx context.Context, req protocol.Request) (int, er
 }
 
 // kill ends the process for reason, which every call then fails with.
-func (p *childProcess) kill(reason error) {
+func (p *Process) kill(reason error) {
 	p.mu.Lock()
 	if p.stopped == nil && p.err == nil {
 		p.stopped = reason
@@ -262,8 +262,8 @@ func (p *childProcess) kill(reason error) {
 	_ = p.cmd.Process.Kill()
 }
 
-// close closes the process's stdin, which ends it, and waits for it; after wait, it kills it.
-func (p *childProcess) close(wait time.Duration) {
+// Close closes the process's stdin, which ends it, and waits for it; after wait, it kills it.
+func (p *Process) Close(wait time.Duration) {
 	p.mu.Lock()
 	if p.stopped == nil && p.err == nil {
 		p.stopped = errors.New("the agent is stopping")

@@ -1,4 +1,4 @@
-package channel
+package peers
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net"
 	"time"
-
-	"palisade.dev/palisade/providers/agent/pki"
 
 	"github.com/go-logr/logr"
 )
@@ -23,19 +21,15 @@ const probeHandshakeTimeout = 5 * time.Second
 // right node: an address reused by another machine, or another node's agent, is not it.
 type ProbeServer struct {
 	lis  net.Listener
-	cert *pki.FileSource[*tls.Certificate]
+	cert func() (*tls.Certificate, error)
 	log  logr.Logger
 }
 
-// ListenProbes opens addr for probes, answering with the certificate in certFile and keyFile
-// (re-read on change, as the heartbeat client does).
-func ListenProbes(addr, certFile, keyFile string, log logr.Logger) (*ProbeServer, error) {
+// ListenProbes opens addr for probes, answering with the agent's certificate as cert returns
+// it at each probe (so that a renewed one is served, as the heartbeat client does).
+func ListenProbes(addr string, cert func() (*tls.Certificate, error), log logr.Logger) (*ProbeServer, error) {
 	if log.GetSink() == nil {
 		log = logr.Discard()
-	}
-	cert, err := pki.KeyPairSource(certFile, keyFile, log)
-	if err != nil {
-		return nil, fmt.Errorf("loading the agent certificate for probes: %w", err)
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -50,8 +44,7 @@ func (s *ProbeServer) Port() int { return s.lis.Addr().(*net.TCPAddr).Port }
 // Serve answers until Close.
 func (s *ProbeServer) Serve() {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-		c, _, err := s.cert.Get()
-		return c, err
+		return s.cert()
 	}}
 	for {
 		conn, err := s.lis.Accept()
@@ -75,20 +68,13 @@ func (s *ProbeServer) Close() { _ = s.lis.Close() }
 
 // ProbeDialer probes peers' ProbeServers.
 type ProbeDialer struct {
-	pool   *pki.FileSource[*x509.CertPool]
+	pool   func() (*x509.CertPool, error)
 	dialer net.Dialer
 }
 
-// NewProbeDialer checks peers' certificates against the CA bundle in caFile (re-read on change).
-func NewProbeDialer(caFile string, log logr.Logger) (*ProbeDialer, error) {
-	if log.GetSink() == nil {
-		log = logr.Discard()
-	}
-	pool, err := pki.CAPoolSource(caFile, log)
-	if err != nil {
-		return nil, fmt.Errorf("loading the CA for probes: %w", err)
-	}
-	return &ProbeDialer{pool: pool}, nil
+// NewProbeDialer checks peers' certificates against the CA bundle pool returns at each probe.
+func NewProbeDialer(pool func() (*x509.CertPool, error)) *ProbeDialer {
+	return &ProbeDialer{pool: pool}
 }
 
 // Probe connects to addr and completes a TLS handshake whose certificate must chain to the CA,
@@ -99,7 +85,7 @@ func (d *ProbeDialer) Probe(ctx context.Context, addr, node string) error {
 		return err
 	}
 	defer conn.Close()
-	pool, _, err := d.pool.Get()
+	pool, err := d.pool()
 	if err != nil {
 		return err
 	}

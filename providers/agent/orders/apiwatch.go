@@ -1,4 +1,4 @@
-package main
+package orders
 
 import (
 	"context"
@@ -14,23 +14,24 @@ import (
 
 	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/config/names"
+	"palisade.dev/palisade/providers/agent/apiclient"
 )
 
 // nodeFencePath is the NodeFence collection of the API; a NodeFence is named after its node.
 const nodeFencePath = names.NodeFenceResource
 
-// apiCommands is the agent's second command channel: orders through the API server, for a node
+// APIWatcher is the agent's second command channel: orders through the API server, for a node
 // whose kubelet is down while the node itself still sees the API server. It watches this node's
 // NodeFence for the palisade.dev/executor-command annotation, hands a new order to the same
-// commander as the direct channel (which runs an ID once, whichever channel brought it), and
+// Commander as the direct channel (which runs an ID once, whichever channel brought it), and
 // answers in the palisade.dev/executor-status annotation: the executor's status and a runtime
 // read-back taken with it, written on every change of the status and, once Confirmed, only with
 // a read-back. The watch is re-opened after any error, one interval later.
-type apiCommands struct {
-	api      *apiClient
+type APIWatcher struct {
+	api      *apiclient.Client
 	node     string
 	interval time.Duration
-	cmds     *commander
+	cmds     *Commander
 	log      logr.Logger
 
 	mu       sync.Mutex
@@ -39,12 +40,19 @@ type apiCommands struct {
 	watching bool
 }
 
-func newAPICommands(api *apiClient, node string, interval time.Duration, cmds *commander, log logr.Logger) *apiCommands {
-	return &apiCommands{api: api, node: node, interval: interval, cmds: cmds, log: log}
+// WatchConfig names the node whose NodeFence to watch, and how often to answer and retry.
+type WatchConfig struct {
+	Node     string
+	Interval time.Duration
 }
 
-// run watches and answers until ctx is done.
-func (a *apiCommands) run(ctx context.Context) {
+// NewAPIWatcher hands the orders on node's NodeFence to cmds.
+func NewAPIWatcher(api *apiclient.Client, cfg WatchConfig, cmds *Commander, log logr.Logger) *APIWatcher {
+	return &APIWatcher{api: api, node: cfg.Node, interval: cfg.Interval, cmds: cmds, log: log}
+}
+
+// Run watches and answers until ctx is done.
+func (a *APIWatcher) Run(ctx context.Context) {
 	go a.answerLoop(ctx)
 	for ctx.Err() == nil {
 		err := a.watch(ctx)
@@ -61,7 +69,7 @@ func (a *apiCommands) run(ctx context.Context) {
 	}
 }
 
-func (a *apiCommands) setWatching(on bool, err error) {
+func (a *APIWatcher) setWatching(on bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.watching == on {
@@ -89,9 +97,9 @@ type watchEvent struct {
 
 // watch follows this node's NodeFence (the server sends its current state first) until the
 // stream ends.
-func (a *apiCommands) watch(ctx context.Context) error {
+func (a *APIWatcher) watch(ctx context.Context) error {
 	q := url.Values{"fieldSelector": {"metadata.name=" + a.node}, "watch": {"true"}, "timeoutSeconds": {"300"}}
-	resp, err := a.api.send(ctx, "watching the NodeFence", http.MethodGet, nodeFencePath+"?"+q.Encode(), nil)
+	resp, err := a.api.Send(ctx, "watching the NodeFence", http.MethodGet, nodeFencePath+"?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
@@ -118,7 +126,7 @@ func (a *apiCommands) watch(ctx context.Context) error {
 }
 
 // see takes the order annotation's current value.
-func (a *apiCommands) see(ctx context.Context, raw string) {
+func (a *APIWatcher) see(ctx context.Context, raw string) {
 	if raw == "" {
 		a.mu.Lock()
 		a.order = ""
@@ -137,12 +145,12 @@ func (a *apiCommands) see(ctx context.Context, raw string) {
 	if isNew {
 		a.log.Info("order received through the API server", "command", cmd.ID, "action", cmd.Action)
 	}
-	a.cmds.handle(ctx, cmd)
+	a.cmds.Handle(ctx, cmd)
 }
 
 // answerLoop writes the executor's status for the NodeFence's order every interval when it
 // changed since the last answer.
-func (a *apiCommands) answerLoop(ctx context.Context) {
+func (a *APIWatcher) answerLoop(ctx context.Context) {
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
 	for {
@@ -155,17 +163,17 @@ func (a *apiCommands) answerLoop(ctx context.Context) {
 	}
 }
 
-func (a *apiCommands) answer(ctx context.Context) {
+func (a *APIWatcher) answer(ctx context.Context) {
 	a.mu.Lock()
 	order, reported := a.order, a.reported
 	a.mu.Unlock()
-	st := a.cmds.status()
+	st := a.cmds.Status()
 	if order == "" || st == nil || st.ID != order || reported == st.ID+"/"+st.State {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, a.interval)
 	defer cancel()
-	rep := agentwire.APIReport{Executor: *st, RunningContainers: a.cmds.readBack(rctx), ReportedAt: time.Now()}
+	rep := agentwire.APIReport{Executor: *st, RunningContainers: a.cmds.ReadBack(rctx), ReportedAt: time.Now()}
 	if st.State == agentwire.ExecutorConfirmed && rep.RunningContainers == nil {
 		return // a confirmation goes out only with its read-back; next interval
 	}
@@ -174,12 +182,12 @@ func (a *apiCommands) answer(ctx context.Context) {
 		return
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.AnnotationExecutorStatus: string(raw)}}})
-	resp, err := a.api.sendRaw(rctx, "answering on the NodeFence", http.MethodPatch, nodeFencePath+"/"+url.PathEscape(a.node), patch, "application/merge-patch+json")
+	resp, err := a.api.SendRaw(rctx, "answering on the NodeFence", http.MethodPatch, nodeFencePath+"/"+url.PathEscape(a.node), patch, "application/merge-patch+json")
 	if err != nil {
 		a.log.Error(err, "answering the order through the API server failed; retrying next interval", "command", st.ID, "state", st.State)
 		return
 	}
-	discard(resp.Body)
+	apiclient.Drain(resp.Body)
 	a.log.Info("answered the order through the API server", "command", st.ID, "state", st.State, "runningContainers", rep.RunningContainers)
 	a.mu.Lock()
 	a.reported = st.ID + "/" + st.State

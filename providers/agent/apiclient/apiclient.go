@@ -1,4 +1,4 @@
-package main
+package apiclient
 
 import (
 	"bytes"
@@ -16,16 +16,18 @@ import (
 	"time"
 )
 
-// apiClient is the few calls the agent makes to the Kubernetes API (CertificateSigningRequests
-// and one ConfigMap), over net/http with small typed structs: client-go would cost the agent
+// Client makes the few calls the agent makes to the Kubernetes API (CertificateSigningRequests,
+// one ConfigMap, its NodeFence), over net/http with small typed structs: client-go would cost the agent
 // more memory than everything else it does.
-type apiClient struct {
+type Client struct {
 	base      string // https://host:port
 	tokenFile string // re-read for every request: the kubelet rotates projected tokens
 	http      *http.Client
 }
 
-func newAPIClient(server, tokenFile, caFile string) (*apiClient, error) {
+// New returns a client of the API server at server (https://host:port) that authenticates with
+// the token in tokenFile and trusts the CA bundle in caFile.
+func New(server, tokenFile, caFile string) (*Client, error) {
 	if server == "" {
 		return nil, errors.New("no API server: set --api-server, or run in a pod ($KUBERNETES_SERVICE_HOST)")
 	}
@@ -45,34 +47,35 @@ func newAPIClient(server, tokenFile, caFile string) (*apiClient, error) {
 		MaxIdleConns:        1,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &apiClient{base: strings.TrimSuffix(server, "/"), tokenFile: tokenFile, http: &http.Client{Transport: tr}}, nil
+	return &Client{base: strings.TrimSuffix(server, "/"), tokenFile: tokenFile, http: &http.Client{Transport: tr}}, nil
 }
 
-// apiError is the API server's refusal of a request, from its Status object.
-type apiError struct {
+// Error is the API server's refusal of a request, from its Status object.
+type Error struct {
 	op      string
 	Code    int
 	Reason  string
 	Message string
 }
 
-func (e *apiError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %d %s: %s", e.op, e.Code, e.Reason, e.Message)
 }
 
-func isAPIError(err error, code int) bool {
-	var e *apiError
+// IsStatus says whether err is the API server's refusal with HTTP status code.
+func IsStatus(err error, code int) bool {
+	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
 
-// do sends one request with the ServiceAccount token and decodes the JSON answer into out
+// Do sends one request with the ServiceAccount token and decodes the JSON answer into out
 // (unless nil); op names the call in errors.
-func (a *apiClient) do(ctx context.Context, op, method, path string, in, out any) error {
-	resp, err := a.send(ctx, op, method, path, in)
+func (a *Client) Do(ctx context.Context, op, method, path string, in, out any) error {
+	resp, err := a.Send(ctx, op, method, path, in)
 	if err != nil {
 		return err
 	}
-	defer discard(resp.Body)
+	defer Drain(resp.Body)
 	if out == nil {
 		return nil
 	}
@@ -82,22 +85,22 @@ func (a *apiClient) do(ctx context.Context, op, method, path string, in, out any
 	return nil
 }
 
-// send returns the response of a successful request, whose body the caller closes; in, when
+// Send returns the response of a successful request, whose body the caller closes; in, when
 // not nil, is sent as JSON.
-func (a *apiClient) send(ctx context.Context, op, method, path string, in any) (*http.Response, error) {
+func (a *Client) Send(ctx context.Context, op, method, path string, in any) (*http.Response, error) {
 	if in == nil {
-		return a.sendRaw(ctx, op, method, path, nil, "")
+		return a.SendRaw(ctx, op, method, path, nil, "")
 	}
 	b, err := json.Marshal(in)
 	if err != nil {
 		return nil, fmt.Errorf("%s: encoding: %w", op, err)
 	}
-	return a.sendRaw(ctx, op, method, path, b, "application/json")
+	return a.SendRaw(ctx, op, method, path, b, "application/json")
 }
 
-// sendRaw is send with a body already encoded as contentType (none when body is nil), such as
+// SendRaw is Send with a body already encoded as contentType (none when body is nil), such as
 // a JSON merge patch.
-func (a *apiClient) sendRaw(ctx context.Context, op, method, path string, body []byte, contentType string) (*http.Response, error) {
+func (a *Client) SendRaw(ctx context.Context, op, method, path string, body []byte, contentType string) (*http.Response, error) {
 	token, err := os.ReadFile(a.tokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading the ServiceAccount token (--api-token-file): %w", op, err)
@@ -122,7 +125,7 @@ func (a *apiClient) sendRaw(ctx context.Context, op, method, path string, body [
 	if resp.StatusCode < 300 {
 		return resp, nil
 	}
-	defer discard(resp.Body)
+	defer Drain(resp.Body)
 	var st struct {
 		Reason, Message string
 	}
@@ -130,31 +133,34 @@ func (a *apiClient) sendRaw(ctx context.Context, op, method, path string, body [
 	if st.Reason == "" {
 		st.Reason = http.StatusText(resp.StatusCode)
 	}
-	return nil, &apiError{op: op, Code: resp.StatusCode, Reason: st.Reason, Message: st.Message}
+	return nil, &Error{op: op, Code: resp.StatusCode, Reason: st.Reason, Message: st.Message}
 }
 
-// The fields of a CertificateSigningRequest (certificates.k8s.io/v1) the agent uses.
-type csrObject struct {
+// CSR holds the fields of a CertificateSigningRequest (certificates.k8s.io/v1) the agent uses.
+type CSR struct {
 	APIVersion string     `json:"apiVersion"`
 	Kind       string     `json:"kind"`
-	Metadata   objectMeta `json:"metadata"`
-	Spec       csrSpec    `json:"spec"`
-	Status     csrStatus  `json:"status,omitzero"`
+	Metadata   ObjectMeta `json:"metadata"`
+	Spec       CSRSpec    `json:"spec"`
+	Status     CSRStatus  `json:"status,omitzero"`
 }
 
-type objectMeta struct {
+// ObjectMeta is the metadata the agent reads and writes.
+type ObjectMeta struct {
 	Name            string `json:"name,omitempty"`
 	GenerateName    string `json:"generateName,omitempty"`
 	ResourceVersion string `json:"resourceVersion,omitempty"`
 }
 
-type csrSpec struct {
+// CSRSpec is a CertificateSigningRequest's spec.
+type CSRSpec struct {
 	Request    []byte   `json:"request"` // PEM; base64 in JSON, as the API has it
 	SignerName string   `json:"signerName"`
 	Usages     []string `json:"usages"`
 }
 
-type csrStatus struct {
+// CSRStatus is a CertificateSigningRequest's status.
+type CSRStatus struct {
 	Conditions []struct {
 		Type, Status, Reason, Message string
 	} `json:"conditions,omitempty"`
@@ -163,23 +169,25 @@ type csrStatus struct {
 
 const csrPath = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 
-func (a *apiClient) createCSR(ctx context.Context, csr *csrObject) (*csrObject, error) {
-	out := &csrObject{}
-	return out, a.do(ctx, "creating a CertificateSigningRequest", http.MethodPost, csrPath, csr, out)
+// CreateCSR creates csr and returns it as created.
+func (a *Client) CreateCSR(ctx context.Context, csr *CSR) (*CSR, error) {
+	out := &CSR{}
+	return out, a.Do(ctx, "creating a CertificateSigningRequest", http.MethodPost, csrPath, csr, out)
 }
 
-func (a *apiClient) getCSR(ctx context.Context, name string) (*csrObject, error) {
-	out := &csrObject{}
-	return out, a.do(ctx, "getting CertificateSigningRequest "+name, http.MethodGet, csrPath+"/"+url.PathEscape(name), nil, out)
+// GetCSR reads the CSR name.
+func (a *Client) GetCSR(ctx context.Context, name string) (*CSR, error) {
+	out := &CSR{}
+	return out, a.Do(ctx, "getting CertificateSigningRequest "+name, http.MethodGet, csrPath+"/"+url.PathEscape(name), nil, out)
 }
 
-// watchCSR watches the CSR name from resourceVersion rv and calls done with every new state
+// WatchCSR watches the CSR name from resourceVersion rv and calls done with every new state
 // until it returns true (then watchCSR returns nil), the server ends the watch (nil), or ctx
 // ends.
-func (a *apiClient) watchCSR(ctx context.Context, name, rv string, done func(*csrObject) bool) error {
+func (a *Client) WatchCSR(ctx context.Context, name, rv string, done func(*CSR) bool) error {
 	q := url.Values{"watch": {"true"}, "fieldSelector": {"metadata.name=" + name}, "resourceVersion": {rv}, "timeoutSeconds": {"60"}}
 	op := "watching CertificateSigningRequest " + name
-	resp, err := a.send(ctx, op, http.MethodGet, csrPath+"?"+q.Encode(), nil)
+	resp, err := a.Send(ctx, op, http.MethodGet, csrPath+"?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
@@ -198,7 +206,7 @@ func (a *apiClient) watchCSR(ctx context.Context, name, rv string, done func(*cs
 		if ev.Type == "ERROR" { // e.g. 410 Gone: the caller starts again from a GET
 			return fmt.Errorf("%s: %s", op, ev.Object)
 		}
-		csr := &csrObject{}
+		csr := &CSR{}
 		if err := json.Unmarshal(ev.Object, csr); err != nil {
 			return fmt.Errorf("%s: decoding an event: %w", op, err)
 		}
@@ -208,13 +216,13 @@ func (a *apiClient) watchCSR(ctx context.Context, name, rv string, done func(*cs
 	}
 }
 
-// getConfigMapKey returns one key of a ConfigMap.
-func (a *apiClient) getConfigMapKey(ctx context.Context, namespace, name, key string) (string, error) {
+// ConfigMapKey returns one key of a ConfigMap.
+func (a *Client) ConfigMapKey(ctx context.Context, namespace, name, key string) (string, error) {
 	var cm struct {
 		Data map[string]string `json:"data"`
 	}
 	op := fmt.Sprintf("getting ConfigMap %s/%s", namespace, name)
-	if err := a.do(ctx, op, http.MethodGet, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/configmaps/"+url.PathEscape(name), nil, &cm); err != nil {
+	if err := a.Do(ctx, op, http.MethodGet, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/configmaps/"+url.PathEscape(name), nil, &cm); err != nil {
 		return "", err
 	}
 	v, ok := cm.Data[key]
@@ -222,4 +230,16 @@ func (a *apiClient) getConfigMapKey(ctx context.Context, namespace, name, key st
 		return "", fmt.Errorf("%s: it has no key %s", op, key)
 	}
 	return v, nil
+}
+
+// SetServerName has the client check the API server's certificate for name instead of the
+// host of its URL (e.g. behind a relay).
+func (a *Client) SetServerName(name string) {
+	a.http.Transport.(*http.Transport).TLSClientConfig.ServerName = name
+}
+
+// Drain drains a response body, so that its connection can be reused, and closes it.
+func Drain(r io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(r, 4096))
+	_ = r.Close()
 }

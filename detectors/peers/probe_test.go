@@ -1,4 +1,4 @@
-package channel
+package peers
 
 import (
 	"context"
@@ -40,7 +40,11 @@ func TestProbeChecksTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve := func(crt, key string) string {
-		s, err := ListenProbes("127.0.0.1:0", crt, key, logr.Discard())
+		cert, err := pki.KeyPairSource(crt, key, logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ListenProbes("127.0.0.1:0", cert.Current, logr.Discard())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,10 +68,11 @@ func TestProbeChecksTheNode(t *testing.T) {
 			defer c.Close()
 		}
 	}()
-	d, err := NewProbeDialer(caFile, logr.Discard())
+	pool, err := pki.CAPoolSource(caFile, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := NewProbeDialer(pool.Current)
 	probe := func(addr, node string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()

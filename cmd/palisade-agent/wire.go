@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"palisade.dev/palisade/detectors/heartbeat"
+	"palisade.dev/palisade/detectors/peers"
+	"palisade.dev/palisade/providers/agent/apiclient"
+	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/orders"
+	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/providers/agent/selffence"
+	"palisade.dev/palisade/providers/executor/child"
+)
+
+// Each component gets its own small configuration, cut from the flags here.
+
+func (o options) orders() orders.Config {
+	return orders.Config{
+		Executor:           child.Config{Binary: o.executorBinary, CRIEndpoint: o.criEndpoint, PodUID: o.podUID, Verbosity: o.verbosity},
+		Timeout:            o.executorTimeout,
+		KubeletStopCommand: o.kubeletStopCommand,
+		ReadBackWait:       o.interval,
+		FaultConfirmEarly:  o.faultConfirmEarly,
+	}
+}
+
+func (o options) selfFence() selffence.Config {
+	return selffence.Config{After: o.selfFenceAfter, APIServerHealthz: o.apiServerHealthz, WatchdogDevice: o.watchdogDevice, Interval: o.interval}
+}
+
+func (o options) heartbeat(bootID string, probePort int) heartbeat.Config {
+	return heartbeat.Config{
+		Node: o.nodeName, BootID: bootID, Interval: o.interval, CallTimeout: o.controllerCallTimeout,
+		KubeletHealthz: o.kubeletHealthz, ProbePort: probePort, ProbeHost: o.probeHost, KubeletPort: o.kubeletPort,
+	}
+}
+
+// newClient opens the direct channel to the controller and checks that the agent's certificate
+// names this node.
+func newClient(o options, log logr.Logger) (*channel.Client, error) {
+	client, err := channel.NewClient(channel.ClientOptions{
+		Address: o.controller, ServerName: o.serverName, CertFile: o.cert, KeyFile: o.key, CAFile: o.ca,
+		Timeout: o.controllerCallTimeout, Logger: log.WithName("tls"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if id, err := client.Identity(); err != nil || id != o.nodeName {
+		client.Close()
+		return nil, fmt.Errorf("checking the agent certificate: it names node %q (%v), this is node %q", id, err, o.nodeName)
+	}
+	return client, nil
+}
+
+// watchAPIOrders starts watching this node's NodeFence for orders (--api-commands), when there
+// is an API server.
+func watchAPIOrders(ctx context.Context, o options, cmds *orders.Commander, log logr.Logger) error {
+	if !o.apiCommands || o.certs.apiServer == "" {
+		return nil
+	}
+	api, err := apiclient.New(o.certs.apiServer, o.certs.tokenFile, o.certs.apiCAFile)
+	if err != nil {
+		return fmt.Errorf("orders through the API server (--api-commands): %w", err)
+	}
+	if o.apiTLSName != "" {
+		api.SetServerName(o.apiTLSName)
+	}
+	w := orders.NewAPIWatcher(api, orders.WatchConfig{Node: o.nodeName, Interval: o.interval}, cmds, log.WithName("api-commands"))
+	go w.Run(ctx)
+	return nil
+}
+
+// probePeers answers peers' probes on --probe-address and probes the peers the controller
+// assigns; without a probe address it does neither (a nil Prober, port 0).
+func probePeers(ctx context.Context, o options, log logr.Logger) (heartbeat.Prober, int, func(), error) {
+	if o.probeAddress == "" {
+		return nil, 0, func() {}, nil
+	}
+	log = log.WithName("probes")
+	cert, err := pki.KeyPairSource(o.cert, o.key, log)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("loading the agent certificate for probes: %w", err)
+	}
+	pool, err := pki.CAPoolSource(o.ca, log)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("loading the CA for probes: %w", err)
+	}
+	probes, err := peers.ListenProbes(o.probeAddress, cert.Current, log)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("listening for peer probes on --probe-address %s: %w", o.probeAddress, err)
+	}
+	go probes.Serve()
+	p := peers.NewProber(peers.Config{Interval: o.interval}, log.WithName("peers"), peers.NewProbeDialer(pool.Current).Probe)
+	go p.Run(ctx)
+	return p, probes.Port(), probes.Close, nil
+}
+
+// logStart says how the agent runs, and warns of flags that contradict each other.
+func logStart(o options, bootID string, log logr.Logger) {
+	log.Info("starting palisade-agent", "Node", klog.KRef("", o.nodeName), "controller", o.controller, "interval", o.interval.String(), "bootID", bootID,
+		"criEndpoint", o.criEndpoint, "podUID", o.podUID, "selfFenceAfter", o.selfFenceAfter.String(), "apiServerHealthz", o.apiServerHealthz,
+		"watchdogDevice", o.watchdogDevice)
+	if o.selfFenceAfter > 0 && o.criEndpoint == "" {
+		log.Info("WARNING: --self-fence-after without --cri-endpoint: a self-fence would fail (no runtime configured) and only arm the watchdog")
+	}
+	if o.criEndpoint != "" && o.podUID == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		log.Info("WARNING: running in a pod without --pod-uid ($POD_UID from the downward API): a Terminate command would stop the agent's own pod too")
+	}
+	if o.faultConfirmEarly {
+		log.Info("FAULT INJECTION: --fault-report-confirmed-early is set: Terminate commands will be reported Confirmed without terminating anything")
+	}
+}

@@ -1,0 +1,247 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"palisade.dev/palisade/config/agentwire"
+)
+
+// Config is what the heartbeats say and where the kubelet answers.
+type Config struct {
+	// Node is this node's name; BootID its boot ID ("" when unknown).
+	Node, BootID string
+	// Interval is the heartbeat interval until the controller answers with its policy's.
+	Interval time.Duration
+	// CallTimeout bounds one exchange with the controller (capped by the interval).
+	CallTimeout time.Duration
+	// KubeletHealthz is the URL of the kubelet's healthz endpoint.
+	KubeletHealthz string
+	// ProbePort is the port this node accepts its peers' probes on (0: none), ProbeHost the
+	// address peers probe it at ("" for the one the controller sees), KubeletPort the kubelet's
+	// port, which peers probe too.
+	ProbePort   int
+	ProbeHost   string
+	KubeletPort int
+}
+
+// Exchanger sends one Report to the controller and returns its answer. An error with a
+// StatusCode() int method is the controller's refusal: it was reached.
+type Exchanger interface {
+	Exchange(ctx context.Context, rep agentwire.Report) (agentwire.Response, error)
+}
+
+// Orders carries out the controller's commands and reports on them.
+type Orders interface {
+	// Status is the latest command's status, nil before the first.
+	Status() *agentwire.ExecutorStatus
+	// ReadBack counts the workload containers still running, nil when unknown; within ctx.
+	ReadBack(ctx context.Context) *int
+	// Handle starts cmd in the background unless it ran before.
+	Handle(ctx context.Context, cmd agentwire.Command)
+	// Changed gets a token when the status changes.
+	Changed() <-chan struct{}
+}
+
+// Prober probes the peers the controller assigns.
+type Prober interface {
+	Reports() []agentwire.PeerReport
+	SetTargets(targets []agentwire.PeerTarget)
+	SetInterval(d time.Duration)
+	// AnyReachable says whether a probe younger than within reached a peer.
+	AnyReachable(within time.Duration) bool
+}
+
+// Reachability is what one heartbeat round found reachable from this node.
+type Reachability struct {
+	Controller, API, Peers bool
+}
+
+// Fencer watches the node's reachability (the self-fencer).
+type Fencer interface {
+	// ProbeAPIServer says whether the API server answers, within half an interval.
+	ProbeAPIServer(ctx context.Context) bool
+	// Observe takes one round's reachability.
+	Observe(ctx context.Context, r Reachability, now time.Time)
+}
+
+// Heartbeater checks the kubelet and sends one heartbeat per interval. It logs changes (kubelet
+// health, the controller refusing or becoming unreachable, and recovery), not every beat.
+type Heartbeater struct {
+	opts    Config
+	client  Exchanger
+	kubelet *http.Client
+	log     logr.Logger
+	cmds    Orders
+	fence   Fencer // nil: no self-fencing
+	peers   Prober // nil: no peer probing
+
+	// interval is the heartbeat interval in force: Config.Interval until the controller answers
+	// with its policy's.
+	interval       time.Duration
+	seq            uint64
+	kubeletHealthy *bool  // nil until the first check
+	sendState      string // of the last heartbeat: "" before the first, "accepted", "refused <code>", "unreachable"
+}
+
+// New returns a Heartbeater sending to c and handing commands to cmds; fence and peers may be
+// nil (no self-fencing, no peer probing).
+func New(o Config, c Exchanger, cmds Orders, fence Fencer, peers Prober, log logr.Logger) *Heartbeater {
+	// The kubelet's healthz is plain HTTP on loopback: never through a proxy.
+	tr := &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: 4 * o.Interval}
+	return &Heartbeater{opts: o, client: c, kubelet: &http.Client{Transport: tr}, log: log, cmds: cmds, fence: fence, peers: peers, interval: o.Interval}
+}
+
+// Seq is the number of heartbeats sent; read it once Run returned.
+func (h *Heartbeater) Seq() uint64 { return h.seq }
+
+// Run beats at once, then every interval until ctx is done, and at once when the executor's
+// status changes. A beat that runs late (a slow kubelet or controller) delays the next tick
+// instead of piling up beats.
+func (h *Heartbeater) Run(ctx context.Context) {
+	ticker := time.NewTicker(h.interval)
+	defer ticker.Stop()
+	for {
+		before := h.interval
+		h.beat(ctx)
+		if h.interval != before {
+			ticker.Reset(h.interval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-h.cmds.Changed():
+		}
+	}
+}
+
+func (h *Heartbeater) beat(ctx context.Context) {
+	apiReachable := make(chan bool, 1)
+	go func() { apiReachable <- h.fence != nil && h.fence.ProbeAPIServer(ctx) }() // alongside the kubelet check
+	healthy := h.checkKubelet(ctx)
+	h.seq++
+	sendCtx, cancel := context.WithTimeout(ctx, min(h.opts.CallTimeout, h.interval))
+	defer cancel()
+	status := h.cmds.Status()
+	peers := []agentwire.PeerReport{}
+	if h.peers != nil {
+		peers = h.peers.Reports()
+	}
+	resp, err := h.client.Exchange(sendCtx, agentwire.Report{
+		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, KubeletHealthy: healthy,
+		Peers: peers, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
+		Executor: status, RunningContainers: h.cmds.ReadBack(sendCtx),
+		ProbePort: h.opts.ProbePort, ProbeHost: h.opts.ProbeHost, KubeletPort: h.opts.KubeletPort,
+	})
+	cmd := resp.Command
+	if err == nil {
+		h.adoptInterval(resp.IntervalMillis)
+		if h.peers != nil {
+			h.peers.SetTargets(resp.Peers)
+		}
+	}
+	if ctx.Err() != nil {
+		return // stopping: the interrupted heartbeat is not news
+	}
+	h.logSend(err)
+	_, refused := refusal(err)
+	peersReachable := h.peers != nil && h.peers.AnyReachable(2*h.interval)
+	if h.fence != nil {
+		h.fence.Observe(ctx, Reachability{Controller: err == nil || refused, API: <-apiReachable, Peers: peersReachable}, time.Now())
+	}
+	h.log.V(1).Info("heartbeat", "seq", h.seq, "kubeletHealthy", healthy, "sent", err == nil, "executor", status)
+	if cmd != nil {
+		h.cmds.Handle(ctx, *cmd)
+	}
+}
+
+// adoptInterval takes the interval the controller asks for (its policy's), within 100ms..1m.
+func (h *Heartbeater) adoptInterval(millis int64) {
+	d := time.Duration(millis) * time.Millisecond
+	if d <= 0 || d == h.interval {
+		return
+	}
+	if d < 100*time.Millisecond || d > time.Minute {
+		h.log.Info("ignoring a heartbeat interval out of range from the controller", "interval", d.String())
+		return
+	}
+	h.log.Info("heartbeat interval set by the controller (the node's FencingPolicy)", "interval", d.String(), "was", h.interval.String())
+	h.interval = d
+	if h.peers != nil {
+		h.peers.SetInterval(d)
+	}
+}
+
+// checkKubelet GETs the kubelet's healthz with a timeout of half the interval: 200 is healthy.
+func (h *Heartbeater) checkKubelet(parent context.Context) bool {
+	ctx, cancel := context.WithTimeout(parent, h.interval/2)
+	defer cancel()
+	healthy, detail := false, ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.opts.KubeletHealthz, nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = h.kubelet.Do(req); err == nil {
+			healthy, detail = resp.StatusCode == http.StatusOK, resp.Status
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			_ = resp.Body.Close()
+		}
+	}
+	if err != nil {
+		detail = err.Error()
+	}
+	if parent.Err() == nil { // stopping: an interrupted check is not news
+		h.logKubelet(healthy, detail)
+	}
+	return healthy
+}
+
+func (h *Heartbeater) logKubelet(healthy bool, detail string) {
+	if h.kubeletHealthy != nil && *h.kubeletHealthy == healthy {
+		return
+	}
+	h.kubeletHealthy = &healthy
+	if healthy {
+		h.log.Info("kubelet healthy", "url", h.opts.KubeletHealthz)
+	} else {
+		h.log.Info("kubelet unhealthy", "url", h.opts.KubeletHealthz, "detail", detail)
+	}
+}
+
+func (h *Heartbeater) logSend(err error) {
+	state := "accepted"
+	code, refused := refusal(err)
+	switch {
+	case refused:
+		state = fmt.Sprintf("refused %d", code)
+	case err != nil:
+		state = "unreachable"
+	}
+	if state == h.sendState {
+		return
+	}
+	h.sendState = state
+	switch state {
+	case "accepted":
+		h.log.Info("heartbeats accepted by the controller", "seq", h.seq)
+	case "unreachable":
+		h.log.Error(err, "cannot reach the controller", "seq", h.seq)
+	default:
+		h.log.Error(err, "controller refuses heartbeats", "seq", h.seq)
+	}
+}
+
+// refusal says whether err is the controller's refusal (an error with a StatusCode), and its code.
+func refusal(err error) (int, bool) {
+	var r interface{ StatusCode() int }
+	if errors.As(err, &r) {
+		return r.StatusCode(), true
+	}
+	return 0, false
+}

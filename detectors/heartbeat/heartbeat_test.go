@@ -1,0 +1,112 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+
+	"palisade.dev/palisade/config/agentwire"
+)
+
+type fakeExchanger struct {
+	resp agentwire.Response
+	err  error
+	sent []agentwire.Report
+}
+
+func (f *fakeExchanger) Exchange(_ context.Context, r agentwire.Report) (agentwire.Response, error) {
+	f.sent = append(f.sent, r)
+	return f.resp, f.err
+}
+
+type fakeOrders struct{ handled []string }
+
+func (f *fakeOrders) Status() *agentwire.ExecutorStatus { return nil }
+func (f *fakeOrders) ReadBack(context.Context) *int     { return nil }
+func (f *fakeOrders) Handle(_ context.Context, c agentwire.Command) {
+	f.handled = append(f.handled, c.ID)
+}
+func (f *fakeOrders) Changed() <-chan struct{} { return nil }
+
+type fakeProber struct {
+	targets  []string
+	interval time.Duration
+}
+
+func (f *fakeProber) Reports() []agentwire.PeerReport { return []agentwire.PeerReport{} }
+func (f *fakeProber) SetTargets(ts []agentwire.PeerTarget) {
+	f.targets = nil
+	for _, t := range ts {
+		f.targets = append(f.targets, t.Node)
+	}
+}
+func (f *fakeProber) SetInterval(d time.Duration)     { f.interval = d }
+func (f *fakeProber) AnyReachable(time.Duration) bool { return false }
+
+type fakeFencer struct{ seen []Reachability }
+
+func (f *fakeFencer) ProbeAPIServer(context.Context) bool { return false }
+func (f *fakeFencer) Observe(_ context.Context, r Reachability, _ time.Time) {
+	f.seen = append(f.seen, r)
+}
+
+type refusal403 struct{}
+
+func (refusal403) Error() string   { return "heartbeat rejected: 403" }
+func (refusal403) StatusCode() int { return http.StatusForbidden }
+
+// TestBeat: one heartbeat round hands the controller's answer on (the interval only within
+// 100ms..1m, the peers, the command), and tells the self-fencer that the controller was reached
+// when it answered, even with a refusal.
+func TestBeat(t *testing.T) {
+	kubelet := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer kubelet.Close()
+	answer := agentwire.Response{IntervalMillis: 500, Peers: []agentwire.PeerTarget{{Node: "b", Addresses: []string{"10.0.0.2:9444"}}},
+		Command: &agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate}}
+	type outcome struct {
+		Interval, ProbeInterval time.Duration
+		Targets, Handled        []string
+		Seen                    []Reachability
+	}
+	for _, tc := range []struct {
+		name string
+		resp agentwire.Response
+		err  error
+		want outcome
+	}{
+		{"accepted", answer, nil, outcome{Interval: 500 * time.Millisecond, ProbeInterval: 500 * time.Millisecond,
+			Targets: []string{"b"}, Handled: []string{"c1"}, Seen: []Reachability{{Controller: true}}}},
+		{"interval out of range ignored", agentwire.Response{IntervalMillis: 10}, nil,
+			outcome{Interval: time.Second, Seen: []Reachability{{Controller: true}}}},
+		// An error comes without an answer, as from channel.Client.
+		{"refused: the controller was reached", agentwire.Response{}, fmt.Errorf("sending: %w", refusal403{}),
+			outcome{Interval: time.Second, Seen: []Reachability{{Controller: true}}}},
+		{"unreachable", agentwire.Response{}, errors.New("connection refused"),
+			outcome{Interval: time.Second, Seen: []Reachability{{}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x, o, p, f := &fakeExchanger{resp: tc.resp, err: tc.err}, &fakeOrders{}, &fakeProber{}, &fakeFencer{}
+			h := New(Config{Node: "a", BootID: "boot", Interval: time.Second, CallTimeout: time.Second, KubeletHealthz: kubelet.URL,
+				ProbePort: 9444, KubeletPort: 10250}, x, o, f, p, logr.Discard())
+			h.beat(t.Context())
+			got := outcome{Interval: h.interval, ProbeInterval: p.interval, Targets: p.targets, Handled: o.handled, Seen: f.seen}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+			if len(x.sent) != 1 {
+				t.Fatalf("%d reports sent, want 1", len(x.sent))
+			}
+			r := x.sent[0]
+			if r.Node != "a" || r.BootID != "boot" || r.Seq != 1 || !r.KubeletHealthy || r.ProbePort != 9444 || r.KubeletPort != 10250 || r.IntervalMillis != 1000 {
+				t.Errorf("report %+v", r)
+			}
+		})
+	}
+}

@@ -1,0 +1,5 @@
+// Package apiclient is the node agent's minimal client of the Kubernetes API server: the few
+// calls it makes (CertificateSigningRequests, the CA bundle's ConfigMap, its own NodeFence) over
+// net/http with small typed structs and the pod's ServiceAccount token, re-read for every
+// request. client-go would cost the agent more memory than everything else it does.
+package apiclient

@@ -1,0 +1,210 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/executor/child"
+)
+
+// ErrNoRuntime answers a Terminate command on an agent started without --cri-endpoint.
+var ErrNoRuntime = errors.New("no runtime configured")
+
+// Config is how the agent carries orders out.
+type Config struct {
+	// Executor is the palisade-executor child process to start; without a CRIEndpoint every
+	// order fails with "no runtime configured".
+	Executor child.Config
+	// Timeout bounds one order (--executor-timeout).
+	Timeout time.Duration
+	// KubeletStopCommand runs with /bin/sh -c before terminating; "" runs none.
+	KubeletStopCommand string
+	// ReadBackWait: a read-back without a deadline waits at most half of it (the interval).
+	ReadBackWait time.Duration
+	// FaultConfirmEarly reports Confirmed without terminating: testing only.
+	FaultConfirmEarly bool
+}
+
+// Commander carries out the controller's commands in the background, one at a time and each
+// command ID at most once, and keeps the status the heartbeats report.
+type Commander struct {
+	o   Config
+	log logr.Logger
+	// changed gets a token when the status changes, so that a heartbeat reports it at once.
+	changed chan struct{}
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	seen    map[string]bool // command IDs started
+	busy    string          // ID of the command running, "" when none
+	current *agentwire.ExecutorStatus
+
+	// exec runs the palisade-executor child process, started on the first command that needs
+	// the runtime.
+	exec *child.Client
+}
+
+// NewCommander returns a Commander that starts the executor on the first order that needs it.
+func NewCommander(o Config, log logr.Logger) *Commander {
+	log = log.WithName("executor")
+	if o.Executor.CRIEndpoint != "" {
+		if _, err := child.Find(o.Executor.Binary); err != nil {
+			log.Error(err, "WARNING: a Terminate command or a self-fence would fail")
+		}
+	}
+	return &Commander{o: o, log: log, changed: make(chan struct{}, 1), seen: map[string]bool{}, exec: child.New(o.Executor, log)}
+}
+
+// Status is a copy of the latest command's status, nil before the first command.
+func (c *Commander) Status() *agentwire.ExecutorStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current == nil {
+		return nil
+	}
+	st := *c.current
+	return &st
+}
+
+// Handle starts cmd in the background unless its ID was started before; while another command
+// runs, it is left for a later heartbeat (the controller sends it until it clears it).
+func (c *Commander) Handle(ctx context.Context, cmd agentwire.Command) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[cmd.ID] {
+		return
+	}
+	if c.busy != "" {
+		c.log.V(1).Info("command waits for the one running", "command", cmd.ID, "running", c.busy)
+		return
+	}
+	c.seen[cmd.ID], c.busy = true, cmd.ID
+	c.current = &agentwire.ExecutorStatus{ID: cmd.ID, State: agentwire.ExecutorRunning, StartedAt: time.Now()}
+	c.notify()
+	c.log.Info("command received", "command", cmd.ID, "action", cmd.Action, "gracePeriodSeconds", cmd.GracePeriodSeconds)
+	c.wg.Go(func() { c.run(ctx, cmd) })
+}
+
+// run carries cmd out and records how it ended.
+func (c *Commander) run(ctx context.Context, cmd agentwire.Command) {
+	res, err := c.execute(ctx, cmd)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := *c.current
+	st.State, st.Pods, st.Containers, st.FinishedAt = agentwire.ExecutorConfirmed, res.Pods, res.Containers, time.Now()
+	if err != nil {
+		st.State, st.Message = agentwire.ExecutorFailed, agentwire.TruncateMessage(err.Error())
+		c.log.Error(err, "command failed", "command", cmd.ID, "pods", res.Pods, "containers", res.Containers)
+	} else {
+		c.log.Info("command confirmed", "command", cmd.ID, "pods", res.Pods, "containers", res.Containers,
+			"took", st.FinishedAt.Sub(st.StartedAt).String())
+	}
+	c.current, c.busy = &st, ""
+	c.notify()
+}
+
+// execute checks the command, has the executor child process connect to the runtime, stops
+// the kubelet and has the executor terminate every pod. Only a nil error reports Confirmed, and
+// the executor answers without an error only after reading every pod back as exited.
+func (c *Commander) execute(ctx context.Context, cmd agentwire.Command) (child.Result, error) {
+	if err := cmd.Validate(); err != nil {
+		return child.Result{}, err
+	}
+	if c.o.Executor.CRIEndpoint == "" {
+		return child.Result{}, ErrNoRuntime
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, c.o.Timeout,
+		fmt.Errorf("executor timeout (%s) expired", c.o.Timeout))
+	defer cancel()
+	p, err := c.exec.Get(ctx)
+	if err != nil {
+		return child.Result{}, err
+	}
+	if c.o.FaultConfirmEarly {
+		// A lying executor on an otherwise working agent: the runtime is connected (so the
+		// heartbeats' read-back goes on), but nothing is terminated.
+		c.log.Info("FAULT INJECTION: reporting Confirmed without terminating anything", "command", cmd.ID)
+		return child.Result{}, nil
+	}
+	if err := child.StopKubelet(ctx, c.o.KubeletStopCommand, c.log); err != nil {
+		return child.Result{}, err
+	}
+	res, err := child.TerminateAll(ctx, p, cmd.ID, cmd.GracePeriodSeconds)
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	return res, err
+}
+
+// ReadBack counts the workload containers the runtime lists as not exited, for every heartbeat
+// once the executor is connected: the controller's confirmation, independent of the executor's
+// own account. It waits at most half the time left to ctx's deadline (half an interval without
+// one), so that a slow or hung executor leaves the heartbeat the time to be sent. nil when no
+// executor is connected or it does not answer in time.
+func (c *Commander) ReadBack(ctx context.Context) *int {
+	p := c.exec.Running()
+	if p == nil {
+		return nil
+	}
+	limit := c.o.ReadBackWait / 2
+	if deadline, ok := ctx.Deadline(); ok {
+		limit = time.Until(deadline) / 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	running, err := child.ReadBack(ctx, p)
+	if err != nil {
+		c.log.Error(err, "reading the runtime back")
+		return nil
+	}
+	return running
+}
+
+// notify signals a status change without blocking; c.mu is held.
+func (c *Commander) notify() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Changed gets a token when the status changes, so that a heartbeat reports it at once.
+func (c *Commander) Changed() <-chan struct{} { return c.changed }
+
+// Wait waits for the command running, if any, to end.
+func (c *Commander) Wait() { c.wg.Wait() }
+
+// Close waits for the command running (its context is cancelled by then) and stops the
+// executor child process.
+func (c *Commander) Close() {
+	c.Wait()
+	c.exec.Close()
+}
+
+// StartSelfFence starts a self-fence as command id on the Terminate command's executor path,
+// then calls after with its final status. It returns false, starting nothing, when a command
+// runs or id was started before.
+func (c *Commander) StartSelfFence(ctx context.Context, id string, after func(agentwire.ExecutorStatus)) bool {
+	cmd := agentwire.Command{ID: id, Action: agentwire.ActionTerminate}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy != "" || c.seen[id] {
+		return false
+	}
+	c.seen[id], c.busy = true, id
+	c.current = &agentwire.ExecutorStatus{ID: id, State: agentwire.ExecutorRunning, StartedAt: time.Now()}
+	c.notify()
+	c.wg.Go(func() {
+		c.run(ctx, cmd)
+		if st := c.Status(); st != nil && after != nil {
+			after(*st)
+		}
+	})
+	return true
+}

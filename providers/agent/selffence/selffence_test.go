@@ -1,0 +1,83 @@
+package selffence
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/detectors/heartbeat"
+	"palisade.dev/palisade/providers/agent/orders"
+)
+
+const interval = 200 * time.Millisecond
+
+// TestSelfFencerDecides: the decision alone, on a Commander without a runtime (so a self-fence
+// fails at once, "no runtime configured", and then arms the watchdog anyway): never when
+// disabled or while the controller or the API server is reachable; once per isolation; again
+// after the node was reachable in between.
+func TestSelfFencerDecides(t *testing.T) {
+	wd := filepath.Join(t.TempDir(), "watchdog")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t0 := time.Unix(1_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	o := Config{Interval: interval, WatchdogDevice: wd}
+	co := orders.Config{Timeout: time.Second, ReadBackWait: interval}
+
+	disabled := orders.NewCommander(co, logr.Discard())
+	f := New(o, disabled, logr.Discard(), t0)
+	f.Observe(ctx, heartbeat.Reachability{}, at(100))
+	if st := disabled.Status(); st != nil {
+		t.Errorf("self-fenced with --self-fence-after 0: %+v", st)
+	}
+
+	o.After = 2 * time.Second
+	c := orders.NewCommander(co, logr.Discard())
+	f = New(o, c, logr.Discard(), t0)
+	f.Observe(ctx, heartbeat.Reachability{Controller: true, API: false}, at(1)) // controller reachable
+	f.Observe(ctx, heartbeat.Reachability{Controller: false, API: true}, at(3)) // API server reachable
+	f.Observe(ctx, heartbeat.Reachability{}, at(5))                             // isolated 2 s: not longer than the threshold
+	if st := c.Status(); st != nil {
+		t.Fatalf("self-fenced while reachable or not isolated long enough: %+v", st)
+	}
+	f.Observe(ctx, heartbeat.Reachability{}, at(5.5))
+	c.Wait()
+	first := c.Status()
+	if first == nil || first.ID != "self-fence-1000005" || first.State != agentwire.ExecutorFailed || first.Message != orders.ErrNoRuntime.Error() {
+		t.Fatalf("status %+v, want self-fence-1000005 Failed: no runtime configured", first)
+	}
+	if b, _ := os.ReadFile(wd); string(b) != "1" {
+		t.Errorf("watchdog device holds %q, want \"1\"", b)
+	}
+	f.Observe(ctx, heartbeat.Reachability{}, at(9)) // still the same isolation
+	c.Wait()
+	if st := c.Status(); st.ID != first.ID {
+		t.Errorf("self-fenced twice in one isolation: %+v", st)
+	}
+	f.Observe(ctx, heartbeat.Reachability{Controller: false, API: true}, at(10)) // reachable: re-armed
+	f.Observe(ctx, heartbeat.Reachability{}, at(11))
+	f.Observe(ctx, heartbeat.Reachability{}, at(12.5))
+	c.Wait()
+	if st := c.Status(); st.ID != "self-fence-1000012" {
+		t.Errorf("after a new isolation: %+v, want self-fence-1000012", st)
+	}
+	f.Observe(ctx, heartbeat.Reachability{Peers: true}, at(13)) // a peer answers: not isolated, re-armed
+	f.Observe(ctx, heartbeat.Reachability{Peers: true}, at(16))
+	c.Wait()
+	if st := c.Status(); st.ID != "self-fence-1000012" {
+		t.Errorf("self-fenced while a peer was reachable: %+v", st)
+	}
+	f.Observe(ctx, heartbeat.Reachability{}, at(17))
+	f.Observe(ctx, heartbeat.Reachability{}, at(18.5))
+	c.Wait()
+	if st := c.Status(); st.ID != "self-fence-1000018" {
+		t.Errorf("after peers too were lost: %+v, want self-fence-1000018", st)
+	}
+}
