@@ -258,11 +258,19 @@ func (n *Node) Stop() {
 	})
 }
 
-// active reports whether the node is powered on and reaches the API server.
+// active reports whether the node is powered on and reaches the API server. The power is read
+// afresh, not only taken from the last poll: a machine whose power is cut does nothing from that
+// instant (a pod's termination confirmed after its BMC reads Off would be a lie of the test bed).
+// On a read error the node keeps its last state, as powerLoop does.
 func (n *Node) active() bool {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.poweredOn && !n.paused
+	up := n.poweredOn && !n.paused
+	n.mu.Unlock()
+	if !up {
+		return false
+	}
+	on, err := n.readPower()
+	return err != nil || on
 }
 
 // wake makes the node heartbeat at once and resync all its pods.
