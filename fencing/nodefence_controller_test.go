@@ -52,7 +52,7 @@ func newWorld(t *testing.T, methods ...string) *world {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va1", UID: "va-uid"}, Spec: storagev1.VolumeAttachmentSpec{NodeName: "n1", Attacher: "x.csi"}}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "palisade-system", Name: "bmc"}, Data: map[string][]byte{"username": []byte("u"), "password": []byte("p")}}
-	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Trigger: v1alpha1.TriggerDetected}}
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "fence-uid"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Trigger: v1alpha1.TriggerDetected}}
 	for _, m := range methods {
 		method := v1alpha1.Method{Name: m, Type: v1alpha1.MethodIPMI, Timeout: &metav1.Duration{Duration: 10 * time.Second},
 			IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}
