@@ -26,7 +26,7 @@ const maxStepsPerReconcile = 16
 type NodeFenceReconciler struct {
 	// Client reads NodeFences and Nodes (cached) and writes.
 	Client client.Client
-	// APIReader reads pods, Secrets and VolumeAttachments straight from the API server.
+	// APIReader reads pods, Nodes and VolumeAttachments straight from the API server.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Fencers holds one provider per method type (wired in cmd/); a method whose type has

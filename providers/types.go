@@ -38,8 +38,8 @@ type Fencer interface {
 
 // Request is one fence of one node through one method.
 type Request struct {
-	// Fence is the record: its UID names the fence (and any order sent for it), Spec.Verdict
-	// says how the node failed, Status.Steps holds the steps' start times.
+	// Fence is the record, read-only: its UID names the fence (and any order sent for it),
+	// Spec.Verdict says how the node failed, Status.Steps holds the steps' start times.
 	Fence *v1alpha1.NodeFence
 	// Method is the method being taken, with its settings.
 	Method v1alpha1.Method

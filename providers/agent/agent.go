@@ -166,7 +166,7 @@ func (p *Provider) report(ctx context.Context, req providers.Request) (agentwire
 	rep, err := agentwire.ParseAPIReport(raw)
 	if err != nil {
 		// A malformed answer is no confirmation; the method's timeout ends the wait.
-		return agentwire.ExecutorStatus{State: agentwire.ExecutorRunning}, nil, "", nil
+		return agentwire.ExecutorStatus{}, nil, "ignoring the agent's answer: " + err.Error(), nil
 	}
 	if rep.Executor.ID != req.ID() {
 		return rep.Executor, nil, fmt.Sprintf("the agent's latest answer is for another order (%s)", rep.Executor.ID), nil
