@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -95,6 +96,21 @@ func (r *NodeFenceReconciler) endMethods(ctx context.Context, nf *v1alpha1.NodeF
 		if s.Method != "" && isFenceStep(s.Name) && !seen[s.Method] {
 			seen[s.Method] = true
 			r.endMethod(ctx, nf, s.Method)
+		}
+	}
+}
+
+// endDeleted ends every method for a NodeFence deleted before its end (a person's "delete this
+// NodeFence to try again"): the fence is over, and so are its orders. A NodeFence is named
+// after its node.
+func (r *NodeFenceReconciler) endDeleted(ctx context.Context, node string) {
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: v1alpha1.NodeFenceSpec{NodeName: node}}
+	for t, f := range r.Fencers {
+		if f == nil {
+			continue
+		}
+		if err := f.End(ctx, providers.Request{Fence: nf, Method: v1alpha1.Method{Type: t}, Now: r.now()}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "ending the pending work of a deleted fence", "methodType", t)
 		}
 	}
 }

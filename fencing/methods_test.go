@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"palisade.dev/palisade/config/agentwire"
@@ -181,5 +183,30 @@ func TestMethodKindsCoverTheAPI(t *testing.T) {
 		if k.confirmedReason == "" {
 			t.Errorf("method type %s has no Fenced reason", typ)
 		}
+	}
+}
+
+// A NodeFence deleted before its end (a person's "delete this NodeFence to try again") ends
+// its order too.
+func TestOrderEndsWhenItsFenceIsDeleted(t *testing.T) {
+	w := newWorld(t, "executor")
+	ch := &channel{commands: map[string]agentwire.Command{}}
+	w.r.Fencers[v1alpha1.MethodExecutor] = agent.New(ch, w.c)
+	ctx := context.Background()
+	req := ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}
+	if _, err := w.r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ch.served("n1"); !ok {
+		t.Fatal("no order served while the fence runs")
+	}
+	if err := w.c.Delete(ctx, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if cmd, ok := ch.served("n1"); ok {
+		t.Errorf("order %+v still served after its NodeFence was deleted", cmd)
 	}
 }

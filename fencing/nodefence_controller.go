@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -75,6 +76,9 @@ func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	nf := &v1alpha1.NodeFence{}
 	if err := r.Client.Get(ctx, req.NamespacedName, nf); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.endDeleted(ctx, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("Node", klog.KRef("", nf.Spec.NodeName))
