@@ -1,5 +1,7 @@
 package fencing
 
+import "palisade.dev/palisade/providers"
+
 // Event reasons, on NodeFences, Nodes and FencingPolicies.
 const (
 	ReasonFenceCreated        = "FenceCreated"
@@ -16,14 +18,28 @@ const (
 	ReasonFenceConfirmed      = "FenceConfirmed"
 	ReasonFenceFailed         = "FenceFailed"
 	ReasonReleased            = "Released"
-	ReasonNotConfirmed        = "FenceNotConfirmed"
+)
 
-	// ReasonPowerStillOn: the BMC accepted the off command but still reports power On.
-	ReasonPowerStillOn = "PowerStillOn"
+// Step reasons the controller itself gives (a step's reason may also be a provider's: see
+// providers.Reason). The reason of a fence's last failed step becomes its Fenced condition's.
+const (
+	// ReasonAPIError: reading or writing through the API server failed; the step is retried.
+	ReasonAPIError = string(providers.ReasonAPIError)
+	// ReasonPodsRemaining: pods are still bound to the node.
+	ReasonPodsRemaining = "PodsRemaining"
+	// ReasonAttachmentsRemaining: VolumeAttachments of the node have not gone yet.
+	ReasonAttachmentsRemaining = "AttachmentsRemaining"
+	// ReasonAwaitingConfirmation: a provider reads the fence as not confirmed yet without
+	// giving a reason.
+	ReasonAwaitingConfirmation = "AwaitingConfirmation"
 	// ReasonMethodTimedOut: the method did not confirm within its timeout.
-	ReasonMethodTimedOut = "MethodTimedOut"
+	ReasonMethodTimedOut = string(providers.ReasonTimedOut)
+	// ReasonNotConfirmed: a release step found no confirmed fence in the record (invariant 1).
+	ReasonNotConfirmed = "FenceNotConfirmed"
 	// ReasonNoProvider: no provider is registered for the method's type.
 	ReasonNoProvider = "NoProvider"
+	// ReasonUnknownStep: the record names a step this controller does not know.
+	ReasonUnknownStep = "UnknownStep"
 	// ReasonDisruption is the pod DisruptionTarget condition's reason when Palisade
 	// force-deletes a pod (KEP-3329; PodGC uses DeletionByPodGC).
 	ReasonDisruption = "DeletionByPalisade"

@@ -153,14 +153,15 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 }
 
 // methodsFor picks the policy's methods that fit the verdict. A node with no signal on any path
-// (Dead) cannot run the executor, so its chain skips it. A node independent signals show alive
-// (Partitioned, KubeletDown) is never powered off blindly (invariant 4): only a chain that
-// starts with the executor may fence it, escalating to power-off when the executor fails.
+// (Dead) cannot be reached through its agent, so its chain skips the methods that need it. A
+// node independent signals show alive (Partitioned, KubeletDown) is never powered off blindly
+// (invariant 4): only a chain that starts with a method through its agent (the executor) may
+// fence it, escalating to power-off when that method fails.
 func methodsFor(chain []v1alpha1.Method, v detectors.Verdict) []v1alpha1.Method {
 	if v == detectors.Dead {
-		return slices.DeleteFunc(slices.Clone(chain), func(m v1alpha1.Method) bool { return m.Type == v1alpha1.MethodExecutor })
+		return slices.DeleteFunc(slices.Clone(chain), func(m v1alpha1.Method) bool { return methodKinds[m.Type].needsAgent })
 	}
-	if len(chain) > 0 && chain[0].Type == v1alpha1.MethodExecutor {
+	if len(chain) > 0 && methodKinds[chain[0].Type].needsAgent {
 		return chain
 	}
 	return nil

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,7 +17,6 @@ import (
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/providers"
 )
 
@@ -26,15 +27,12 @@ const maxStepsPerReconcile = 16
 type NodeFenceReconciler struct {
 	// Client reads NodeFences and Nodes (cached) and writes.
 	Client client.Client
-	// APIReader reads pods, Secrets and VolumeAttachments straight from the API server.
+	// APIReader reads pods, Nodes and VolumeAttachments straight from the API server.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	// Fencers holds one provider per method type (wired in cmd/).
-	Fencers map[v1alpha1.MethodType]providers.PowerFencer
-	// Observer tells the freshest signal of a node (the SelfFence method's safe time).
-	Observer observe.Observer
-	// Terminator reaches the node agents' executors (nil: the Executor method fails).
-	Terminator providers.WorkloadTerminator
+	// Fencers holds one provider per method type (wired in cmd/); a method whose type has
+	// none fails with ReasonNoProvider.
+	Fencers map[v1alpha1.MethodType]providers.Fencer
 	// Attachments releases a node's VolumeAttachments.
 	Attachments *attach.Releaser
 	// Now is the clock (time.Now when nil).
@@ -74,6 +72,9 @@ func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	nf := &v1alpha1.NodeFence{}
 	if err := r.Client.Get(ctx, req.NamespacedName, nf); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.endDeleted(ctx, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("Node", klog.KRef("", nf.Spec.NodeName))
@@ -135,6 +136,9 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 	if err := r.saveStatus(ctx, nf); err != nil {
 		return ctrl.Result{}, false, err
 	}
+	if step.State == v1alpha1.StepFailed && isFenceStep(step.Name) {
+		r.endMethod(ctx, nf, step.Method) // the chain escalates or the fence fails
+	}
 	return ctrl.Result{}, true, nil
 }
 
@@ -142,7 +146,7 @@ func (r *NodeFenceReconciler) eventForEnd(ctx context.Context, nf *v1alpha1.Node
 	switch {
 	case s.State == v1alpha1.StepFailed:
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonMethodFailed, "method %s failed at %s (%s): %s", s.Method, s.Name, s.Reason, s.Message)
-	case confirmReasons[s.Name] != "":
+	case isConfirmStep(s.Name):
 		r.event(ctx, nf, corev1.EventTypeNormal, ReasonFenceConfirmed, "node %s fenced by %s: %s", nf.Spec.NodeName, s.Method, s.Message)
 	default:
 		r.event(ctx, nf, corev1.EventTypeNormal, ReasonStepSucceeded, "%s: %s", s.Name, s.Message)
@@ -151,22 +155,13 @@ func (r *NodeFenceReconciler) eventForEnd(ctx context.Context, nf *v1alpha1.Node
 
 // take dispatches one step. Release steps refuse to act without a confirmed fence.
 func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, a action) outcome {
-	if isReleaseStep(a.step) && !nf.Confirmed() {
+	if isFenceStep(a.step) {
+		return r.takeMethod(ctx, nf, a)
+	}
+	if !Confirmed(nf) {
 		return failed(ReasonNotConfirmed, "refusing to %s: the record holds no confirmed fence", a.step)
 	}
 	switch a.step {
-	case v1alpha1.StepPowerOff:
-		return r.powerOff(ctx, nf, a.method)
-	case v1alpha1.StepConfirmOff:
-		return r.confirmOff(ctx, nf, a.method)
-	case v1alpha1.StepTerminate:
-		return r.terminate(ctx, nf, a.method)
-	case v1alpha1.StepConfirmTerminated:
-		return r.confirmTerminated(ctx, nf, a.method)
-	case v1alpha1.StepAwaitIsolation:
-		return r.awaitIsolation(ctx, nf, a.method)
-	case v1alpha1.StepConfirmSelfFenced:
-		return r.confirmSelfFenced(ctx, nf, a.method)
 	case v1alpha1.StepTaint:
 		return r.taint(ctx, nf)
 	case v1alpha1.StepDeletePods:
@@ -174,7 +169,7 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 	case v1alpha1.StepReleaseAttachments:
 		return r.releaseAttachments(ctx, nf)
 	}
-	return failed("UnknownStep", "unknown step %q", a.step)
+	return failed(ReasonUnknownStep, "unknown step %q", a.step)
 }
 
 func (r *NodeFenceReconciler) recordDryRun(ctx context.Context, nf *v1alpha1.NodeFence) error {
@@ -182,7 +177,7 @@ func (r *NodeFenceReconciler) recordDryRun(ctx context.Context, nf *v1alpha1.Nod
 		return nil
 	}
 	nf.Status.Phase = v1alpha1.PhasePending
-	setCondition(nf, v1alpha1.ConditionFenced, "False", ReasonDryRun,
+	setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, v1alpha1.ReasonDryRun,
 		fmt.Sprintf("dry run: would fence with %s and release as the policy says; no step taken", methodNames(nf)))
 	r.event(ctx, nf, corev1.EventTypeNormal, ReasonDryRun, "dry run: would fence node %s with %s", nf.Spec.NodeName, methodNames(nf))
 	return r.saveStatus(ctx, nf)
@@ -204,6 +199,7 @@ func (r *NodeFenceReconciler) saveEnd(ctx context.Context, nf *v1alpha1.NodeFenc
 		return err
 	}
 	fencesEnded.WithLabelValues(string(nf.Status.Phase)).Inc()
+	r.endMethods(ctx, nf)
 	r.event(ctx, nf, typ, reason, "%s", msg)
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/agent"
 	"palisade.dev/palisade/providers/fake"
 )
 
@@ -32,7 +33,7 @@ var update = flag.Bool("update", false, "rewrite the golden step traces in testd
 type world struct {
 	c     client.Client
 	power *fake.Provider
-	agent *fake.Terminator
+	agent *fake.Provider
 	r     *NodeFenceReconciler
 	now   time.Time
 }
@@ -51,7 +52,7 @@ func newWorld(t *testing.T, methods ...string) *world {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va1", UID: "va-uid"}, Spec: storagev1.VolumeAttachmentSpec{NodeName: "n1", Attacher: "x.csi"}}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "palisade-system", Name: "bmc"}, Data: map[string][]byte{"username": []byte("u"), "password": []byte("p")}}
-	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Trigger: v1alpha1.TriggerDetected}}
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "fence-uid"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Trigger: v1alpha1.TriggerDetected}}
 	for _, m := range methods {
 		method := v1alpha1.Method{Name: m, Type: v1alpha1.MethodIPMI, Timeout: &metav1.Duration{Duration: 10 * time.Second},
 			IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}
@@ -68,9 +69,11 @@ func newWorld(t *testing.T, methods ...string) *world {
 		WithStatusSubresource(&v1alpha1.NodeFence{}, &corev1.Pod{}).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 		Build()
-	w := &world{c: c, power: fake.New(), agent: fake.NewTerminator(providers.TerminationConfirmed), now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	w.r = &NodeFenceReconciler{Client: c, APIReader: c, Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: w.power}, Terminator: w.agent,
-		Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now }, Observer: observe.Observer{Reader: c}}
+	w := &world{c: c, power: fake.New(), agent: fake.NewNamed(agent.Name), now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	w.agent.SetStatus(&providers.Status{State: providers.Confirmed})
+	w.r = &NodeFenceReconciler{Client: c, APIReader: c, Fencers: map[v1alpha1.MethodType]providers.Fencer{
+		v1alpha1.MethodIPMI: w.power, v1alpha1.MethodExecutor: w.agent, v1alpha1.MethodSelfFence: agent.NewSelfFence(observe.Observer{Reader: c}),
+	}, Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now }}
 	return w
 }
 
@@ -115,15 +118,19 @@ func TestNodeFenceTraces(t *testing.T) {
 		released bool
 	}{
 		{"power-off-confirmed", []string{"ipmi"}, func(*world) {}, true},
-		{"auth-failure", []string{"ipmi"}, func(w *world) { w.power.InjectError(fake.MethodPowerOff, auth) }, false},
-		{"power-still-on", []string{"ipmi"}, func(w *world) { w.power.SetIgnoreOff(true) }, false},
-		{"escalation", []string{"ipmi", "backup"}, func(w *world) { w.power.InjectError(fake.MethodPowerOff, auth) }, true},
+		{"auth-failure", []string{"ipmi"}, func(w *world) { w.power.InjectError(fake.MethodFence, auth) }, false},
+		{"power-still-on", []string{"ipmi"}, func(w *world) { w.power.SetIgnoreFence(true) }, false},
+		{"escalation", []string{"ipmi", "backup"}, func(w *world) { w.power.InjectError(fake.MethodFence, auth) }, true},
 		{"executor-confirmed", []string{"executor", "ipmi"}, func(*world) {}, true},
-		{"executor-failed-escalates", []string{"executor", "ipmi"}, func(w *world) { w.r.Terminator = fake.NewTerminator(providers.TerminationFailed) }, true},
-		{"executor-never-confirms-escalates", []string{"executor", "ipmi"}, func(w *world) { w.r.Terminator = fake.NewTerminator(providers.TerminationRunning) }, true},
+		{"executor-failed-escalates", []string{"executor", "ipmi"}, func(w *world) {
+			w.agent.SetStatus(&providers.Status{State: providers.Failed, Reason: providers.ReasonExecutorFailed})
+		}, true},
+		{"executor-never-confirms-escalates", []string{"executor", "ipmi"}, func(w *world) {
+			w.agent.SetStatus(&providers.Status{State: providers.InProgress, Reason: providers.ReasonOrderRunning})
+		}, true},
 		{"self-fence-safe-time", []string{"self-fence"}, func(*world) {}, true},
 		{"unreachable-then-ok", []string{"ipmi"}, func(w *world) {
-			w.power.InjectError(fake.MethodPowerOff, providers.NewError(providers.ReasonUnreachable, errors.New("no answer")))
+			w.power.InjectError(fake.MethodFence, providers.NewError(providers.ReasonUnreachable, errors.New("no answer")))
 		}, true},
 	}
 	for _, tt := range tests {

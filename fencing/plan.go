@@ -42,7 +42,7 @@ func plan(nf *v1alpha1.NodeFence) action {
 	}
 	steps := nf.Status.Steps
 	if len(steps) == 0 {
-		return action{kind: actStart, step: fenceSteps(nf.Spec.Methods[0].Type)[0], method: 0}
+		return action{kind: actStart, step: methodKinds[nf.Spec.Methods[0].Type].fence, method: 0}
 	}
 	last := steps[len(steps)-1]
 	method := methodIndex(nf, last.Method)
@@ -51,7 +51,7 @@ func plan(nf *v1alpha1.NodeFence) action {
 		return action{kind: actResume, step: last.Name, method: method}
 	case v1alpha1.StepFailed:
 		if isFenceStep(last.Name) && method+1 < len(nf.Spec.Methods) {
-			return action{kind: actStart, step: fenceSteps(nf.Spec.Methods[method+1].Type)[0], method: method + 1}
+			return action{kind: actStart, step: methodKinds[nf.Spec.Methods[method+1].Type].fence, method: method + 1}
 		}
 		return action{kind: actFail}
 	}
@@ -60,17 +60,6 @@ func plan(nf *v1alpha1.NodeFence) action {
 		return action{kind: actFinish}
 	}
 	return action{kind: actStart, step: next, method: method}
-}
-
-// fenceSteps is each method type's pair of steps: the command, then its confirmation.
-func fenceSteps(t v1alpha1.MethodType) [2]v1alpha1.StepName {
-	switch t {
-	case v1alpha1.MethodExecutor:
-		return [2]v1alpha1.StepName{v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated}
-	case v1alpha1.MethodSelfFence:
-		return [2]v1alpha1.StepName{v1alpha1.StepAwaitIsolation, v1alpha1.StepConfirmSelfFenced}
-	}
-	return [2]v1alpha1.StepName{v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff}
 }
 
 // releaseSequence is the order of the release steps after a confirmed fence.
@@ -83,13 +72,8 @@ var releaseSequence = []v1alpha1.StepName{
 // nextStep is the enabled step after done, false when none is left: a method's command is
 // followed by its confirmation, a confirmation by the release steps in order.
 func nextStep(nf *v1alpha1.NodeFence, done v1alpha1.StepName) (v1alpha1.StepName, bool) {
-	switch done {
-	case v1alpha1.StepPowerOff:
-		return v1alpha1.StepConfirmOff, true
-	case v1alpha1.StepTerminate:
-		return v1alpha1.StepConfirmTerminated, true
-	case v1alpha1.StepAwaitIsolation:
-		return v1alpha1.StepConfirmSelfFenced, true
+	if k, ok := kindOfStep(done); ok && k.fence == done {
+		return k.confirm, true
 	}
 	rest := releaseSequence
 	if i := slices.Index(releaseSequence, done); i >= 0 {
@@ -120,8 +104,6 @@ func enabled(b *bool) bool { return b == nil || *b }
 func isFenceStep(s v1alpha1.StepName) bool {
 	return !slices.Contains(releaseSequence, s)
 }
-
-func isReleaseStep(s v1alpha1.StepName) bool { return !isFenceStep(s) }
 
 func methodIndex(nf *v1alpha1.NodeFence, name string) int {
 	for i, m := range nf.Spec.Methods {

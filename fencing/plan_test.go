@@ -87,10 +87,10 @@ func TestPlanTerminal(t *testing.T) {
 
 func TestConfirmed(t *testing.T) {
 	ok, started := v1alpha1.StepSucceeded, v1alpha1.StepStarted
-	if fenceWith([]string{"ipmi"}, v1alpha1.Release{}, st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", started)).Confirmed() {
+	if Confirmed(fenceWith([]string{"ipmi"}, v1alpha1.Release{}, st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", started))) {
 		t.Error("a ConfirmOff still Started counted as confirmed")
 	}
-	if !fenceWith([]string{"ipmi"}, v1alpha1.Release{}, st(v1alpha1.StepConfirmOff, "ipmi", ok)).Confirmed() {
+	if !Confirmed(fenceWith([]string{"ipmi"}, v1alpha1.Release{}, st(v1alpha1.StepConfirmOff, "ipmi", ok))) {
 		t.Error("a ConfirmOff that Succeeded did not count")
 	}
 }

@@ -23,17 +23,17 @@ var outOfServiceTaint = corev1.Taint{
 func (r *NodeFenceReconciler) deletePods(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
 	pods, err := r.podsToDelete(ctx, nf.Spec.NodeName)
 	if err != nil {
-		return pending(retryRelease, "APIError", "listing pods: %v", err)
+		return pending(retryRelease, ReasonAPIError, "listing pods: %v", err)
 	}
 	for i := range pods {
 		if err := r.forceDelete(ctx, nf, &pods[i]); err != nil {
-			return pending(retryRelease, "APIError", "%v", err)
+			return pending(retryRelease, ReasonAPIError, "%v", err)
 		}
 		nf.Status.PodsDeleted++
 	}
 	left, err := r.podsToDelete(ctx, nf.Spec.NodeName)
 	if err != nil || len(left) > 0 {
-		return pending(retryRelease, "PodsRemaining", "%d pods still bound to the node", len(left))
+		return pending(retryRelease, ReasonPodsRemaining, "%d pods still bound to the node", len(left))
 	}
 	return done("%d pods force-deleted", nf.Status.PodsDeleted)
 }

@@ -17,11 +17,11 @@ func recordStart(nf *v1alpha1.NodeFence, a action, now time.Time) {
 		m := nf.Spec.Methods[a.method]
 		step.Method = m.Name
 		st.Phase = v1alpha1.PhaseFencing
-		if a.step == fenceSteps(m.Type)[0] {
+		if a.step == methodKinds[m.Type].fence {
 			st.Method = m.Name
 			st.MethodStartTime = &step.StartTime
 		}
-		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, "InProgress",
+		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, v1alpha1.ReasonInProgress,
 			"method "+m.Name+": "+string(a.step))
 	} else {
 		st.Phase = v1alpha1.PhaseReleasing
@@ -34,23 +34,16 @@ func lastStep(nf *v1alpha1.NodeFence) *v1alpha1.Step {
 	return &nf.Status.Steps[len(nf.Status.Steps)-1]
 }
 
-// confirmReasons are the Fenced condition's reasons for each confirmation step.
-var confirmReasons = map[v1alpha1.StepName]string{
-	v1alpha1.StepConfirmOff:        "PowerOffConfirmed",
-	v1alpha1.StepConfirmTerminated: "WorkloadTerminationConfirmed",
-	v1alpha1.StepConfirmSelfFenced: "SelfFenceSafeTimePassed",
-}
-
 // recordEnd closes the last step.
 func recordEnd(nf *v1alpha1.NodeFence, state v1alpha1.StepState, message string, now time.Time) {
 	s := lastStep(nf)
 	s.State, s.Message = state, message
 	end := metav1.NewTime(now)
 	s.EndTime = &end
-	if reason, ok := confirmReasons[s.Name]; ok && state == v1alpha1.StepSucceeded {
+	if k, ok := kindOfStep(s.Name); ok && k.confirm == s.Name && state == v1alpha1.StepSucceeded {
 		nf.Status.Phase = v1alpha1.PhaseFenced
 		nf.Status.FencedTime = &end
-		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionTrue, reason, message)
+		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionTrue, k.confirmedReason, message)
 	}
 }
 
@@ -59,7 +52,7 @@ func recordFinish(nf *v1alpha1.NodeFence, now time.Time) {
 	t := metav1.NewTime(now)
 	nf.Status.Phase = v1alpha1.PhaseReleased
 	nf.Status.ReleasedTime = &t
-	setCondition(nf, v1alpha1.ConditionReleased, metav1.ConditionTrue, "Released",
+	setCondition(nf, v1alpha1.ConditionReleased, metav1.ConditionTrue, v1alpha1.ReasonReleased,
 		"out-of-service taint, pod deletion and attachment release done as the fence's policy asked")
 }
 
@@ -67,7 +60,7 @@ func recordFinish(nf *v1alpha1.NodeFence, now time.Time) {
 func recordFailure(nf *v1alpha1.NodeFence, reason, message string) {
 	nf.Status.Phase = v1alpha1.PhaseFailed
 	setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, reason, message)
-	setCondition(nf, v1alpha1.ConditionReleased, metav1.ConditionFalse, "NotFenced",
+	setCondition(nf, v1alpha1.ConditionReleased, metav1.ConditionFalse, v1alpha1.ReasonNotFenced,
 		"nothing was released: no fencing method was confirmed")
 }
 

@@ -17,9 +17,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
-	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/fencing"
-	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/ipmi"
 	providermetrics "palisade.dev/palisade/providers/metrics"
 )
@@ -82,9 +80,7 @@ func run() error {
 
 	fencing.RegisterMetrics(crmetrics.Registry)
 	providermetrics.Register(crmetrics.Registry)
-	f.opts.Fencers = map[v1alpha1.MethodType]providers.PowerFencer{
-		v1alpha1.MethodIPMI: providermetrics.Decorate(ipmi.New(ipmi.WithIpmitoolPath(f.ipmitool), ipmi.WithTimeout(f.providerTimeout), ipmi.WithLogger(log.WithName("ipmi")))),
-	}
+	f.opts.IPMI = []ipmi.Option{ipmi.WithIpmitoolPath(f.ipmitool), ipmi.WithTimeout(f.providerTimeout), ipmi.WithLogger(log.WithName("ipmi"))}
 	mgr, err := app.NewManager(ctrl.GetConfigOrDie(), f.opts)
 	if err != nil {
 		return err

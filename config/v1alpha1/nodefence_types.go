@@ -180,9 +180,35 @@ type NodeFenceList struct {
 	Items           []NodeFence `json:"items"`
 }
 
-// Condition types and reasons on NodeFence and FencingPolicy.
+// Condition types on NodeFence and FencingPolicy.
 const (
 	ConditionFenced           = "Fenced"
 	ConditionReleased         = "Released"
 	ConditionStormGuardActive = "StormGuardActive"
+)
+
+// Condition reasons set by the controller. A Fenced=False condition of a failed fence carries
+// the reason of its last failed step instead (a provider's or the controller's step reason).
+const (
+	// ReasonInProgress (Fenced=False): a fencing method is being taken.
+	ReasonInProgress = "InProgress"
+	// ReasonDryRun (Fenced=False): the policy is a dry run; no step is taken.
+	ReasonDryRun = "DryRun"
+	// ReasonPowerOffConfirmed (Fenced=True): the BMC read back power Off.
+	ReasonPowerOffConfirmed = "PowerOffConfirmed"
+	// ReasonWorkloadTerminationConfirmed (Fenced=True): the node's agent confirmed, with a
+	// runtime read-back, that no workload container runs.
+	ReasonWorkloadTerminationConfirmed = "WorkloadTerminationConfirmed"
+	// ReasonSelfFenceSafeTimePassed (Fenced=True): the node sent no signal on any path for the
+	// self-fence's safe time.
+	ReasonSelfFenceSafeTimePassed = "SelfFenceSafeTimePassed"
+	// ReasonReleased (Released=True): the release steps the policy asked for are done.
+	ReasonReleased = "Released"
+	// ReasonNotFenced (Released=False): every method failed; nothing was released.
+	ReasonNotFenced = "NotFenced"
+	// ReasonWithinLimit (StormGuardActive=False): few enough nodes look failed to fence.
+	ReasonWithinLimit = "WithinLimit"
+	// ReasonTooManyUnhealthy (StormGuardActive=True): too many nodes look failed; automatic
+	// fencing is stopped.
+	ReasonTooManyUnhealthy = "TooManyUnhealthy"
 )

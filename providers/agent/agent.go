@@ -4,60 +4,108 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors"
 	"palisade.dev/palisade/providers"
 )
 
 // Name is the provider's name.
 const Name = "agent"
 
-// Channel is what the provider needs of detectors/channel.Server.
+// retryCheck is how often an order's state is read back.
+const retryCheck = 500 * time.Millisecond
+
+// Channel is what the provider needs of channel.Server.
 type Channel interface {
 	SetCommand(node string, cmd agentwire.Command)
+	ClearCommand(node string)
 	ExecutorStatus(node string) (agentwire.ExecutorStatus, bool)
 	Snapshot() map[string]agentwire.Heartbeat
 }
 
-// Provider implements providers.WorkloadTerminator over the direct Channel and, for orders
-// ViaAPI, over the annotations of the node's NodeFence (named after the node).
+// Via is the channel an order travels to a node's agent.
+type Via string
+
+const (
+	// ViaDirect: in the answer to the agent's next heartbeat, straight from the controller (a
+	// node cut off from the API server).
+	ViaDirect Via = "direct"
+	// ViaAPI: through the API server, on the node's NodeFence (a node whose kubelet is down but
+	// whose agent sees the API server).
+	ViaAPI Via = "api"
+)
+
+// Provider is the Executor method: it hands a Terminate order to the node's agent over the
+// direct Channel or, for a node whose kubelet is down, through the annotations of the node's
+// NodeFence (named after the node), and reads the agent's account back on the same channel.
 type Provider struct {
 	ch  Channel
 	api client.Client
 }
 
-var _ providers.WorkloadTerminator = (*Provider)(nil)
+var _ providers.Fencer = (*Provider)(nil)
 
 // New returns a provider over ch and, for orders through the API server, api (nil: such
 // orders fail with an error saying so).
 func New(ch Channel, api client.Client) *Provider { return &Provider{ch: ch, api: api} }
 
-// Name implements providers.WorkloadTerminator.
+// Name is "agent".
 func (p *Provider) Name() string { return Name }
 
-// Terminate hands the order to the agent: ViaDirect in the answer to its next heartbeat,
-// ViaAPI in the palisade.dev/executor-command annotation of the node's NodeFence, which the
-// agent watches. The agent runs an ID once.
-func (p *Provider) Terminate(ctx context.Context, o providers.TerminateOrder) error {
-	cmd := agentwire.Command{ID: o.ID, Action: agentwire.ActionTerminate, GracePeriodSeconds: o.GracePeriodSeconds}
-	if o.Via != providers.ViaAPI {
-		p.ch.SetCommand(o.Node, cmd)
-		return nil
+// ViaFor is the order's channel: through the API server for a node whose kubelet is down (its
+// agent sees the API server), straight from the controller otherwise (a partitioned node
+// cannot see the API server; a manual request may concern either).
+func ViaFor(nf *v1alpha1.NodeFence) Via {
+	if nf.Spec.Verdict == string(detectors.KubeletDown) {
+		return ViaAPI
 	}
+	return ViaDirect
+}
+
+// Fence hands the order to the agent: ViaDirect in the answer to its next heartbeat, ViaAPI in
+// the palisade.dev/executor-command annotation of the node's NodeFence, which the agent
+// watches. The order's ID is the fence's UID: a resumed controller re-sends the same order and
+// the agent runs it once.
+func (p *Provider) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
+	cmd := agentwire.Command{ID: req.ID(), Action: agentwire.ActionTerminate}
+	if s := req.Method.Executor; s != nil {
+		cmd.GracePeriodSeconds = s.GracePeriodSeconds
+	}
+	via := ViaFor(req.Fence)
+	if via == ViaDirect {
+		p.ch.SetCommand(req.Node(), cmd)
+	} else if err := p.annotate(ctx, req.Node(), cmd); err != nil {
+		return providers.Status{}, err
+	}
+	return providers.Status{State: providers.InProgress,
+		Message: fmt.Sprintf("termination ordered from the agent of node %s %s", req.Node(), viaText(via))}, nil
+}
+
+func viaText(v Via) string {
+	if v == ViaAPI {
+		return "through the API server (annotation " + v1alpha1.AnnotationExecutorCommand + " on this NodeFence)"
+	}
+	return "over the direct channel (the answer to its next heartbeat)"
+}
+
+// annotate writes the order into the node's NodeFence.
+func (p *Provider) annotate(ctx context.Context, node string, cmd agentwire.Command) error {
 	if p.api == nil {
-		return fmt.Errorf("no API client to order the agent of node %s through the API server", o.Node)
+		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("no API client to order the agent of node %s through the API server", node))
 	}
 	raw, err := json.Marshal(cmd)
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding the order for node %s: %w", node, err)
 	}
 	nf := &v1alpha1.NodeFence{}
-	if err := p.api.Get(ctx, client.ObjectKey{Name: o.Node}, nf); err != nil {
-		return fmt.Errorf("reading the NodeFence of node %s: %w", o.Node, err)
+	if err := p.api.Get(ctx, client.ObjectKey{Name: node}, nf); err != nil {
+		return providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading the NodeFence of node %s: %w", node, err))
 	}
 	if nf.Annotations[v1alpha1.AnnotationExecutorCommand] == string(raw) {
 		return nil
@@ -68,66 +116,88 @@ func (p *Provider) Terminate(ctx context.Context, o providers.TerminateOrder) er
 	}
 	nf.Annotations[v1alpha1.AnnotationExecutorCommand] = string(raw)
 	if err := p.api.Patch(ctx, nf, patch); err != nil {
-		return fmt.Errorf("writing the order into the NodeFence of node %s: %w", o.Node, err)
+		return providers.NewError(providers.ReasonAPIError, fmt.Errorf("writing the order into the NodeFence of node %s: %w", node, err))
 	}
 	return nil
 }
 
-// Termination reads the agent's account of the order and the runtime read-back that came with
-// it, on the order's channel.
-func (p *Provider) Termination(ctx context.Context, o providers.TerminateOrder) (providers.TerminationState, string, error) {
-	if o.Via != providers.ViaAPI {
-		st, ok := p.ch.ExecutorStatus(o.Node)
-		if !ok || st.ID != o.ID {
-			return providers.TerminationPending, "the agent has not taken the order yet", nil
+// Check reads the agent's account of the order and the runtime read-back that came with it,
+// on the order's channel. A report alone is no confirmation.
+func (p *Provider) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
+	st, running, pending, err := p.report(ctx, req)
+	if err != nil || pending != "" {
+		return providers.Status{State: providers.InProgress, Reason: providers.ReasonOrderPending, Message: pending, RetryAfter: retryCheck}, err
+	}
+	out := judge(st, running)
+	if out.State == providers.Failed {
+		out.Message = fmt.Sprintf("the agent of node %s could not terminate the workload: %s", req.Node(), st.Message)
+	}
+	return out, nil
+}
+
+// report is the agent's latest account of the order; pending, when set, says why there is none.
+func (p *Provider) report(ctx context.Context, req providers.Request) (agentwire.ExecutorStatus, *int, string, error) {
+	node := req.Node()
+	if ViaFor(req.Fence) == ViaDirect {
+		st, ok := p.ch.ExecutorStatus(node)
+		if !ok || st.ID != req.ID() {
+			return st, nil, "the agent has not taken the order yet", nil
 		}
 		var running *int
-		if hb, ok := p.ch.Snapshot()[o.Node]; ok {
+		if hb, ok := p.ch.Snapshot()[node]; ok {
 			running = hb.RunningContainers
 		}
-		state, msg := judge(st, running)
-		return state, msg, nil
+		return st, running, "", nil
 	}
 	if p.api == nil {
-		return "", "", fmt.Errorf("no API client to read the agent of node %s through the API server", o.Node)
+		return agentwire.ExecutorStatus{}, nil, "", providers.NewError(providers.ReasonBadTarget, fmt.Errorf("no API client to read the agent of node %s through the API server", node))
 	}
 	nf := &v1alpha1.NodeFence{}
-	if err := p.api.Get(ctx, client.ObjectKey{Name: o.Node}, nf); err != nil {
+	if err := p.api.Get(ctx, client.ObjectKey{Name: node}, nf); err != nil {
 		if apierrors.IsNotFound(err) {
-			return providers.TerminationPending, "the NodeFence is gone", nil
+			return agentwire.ExecutorStatus{}, nil, "the NodeFence is gone", nil
 		}
-		return "", "", fmt.Errorf("reading the NodeFence of node %s: %w", o.Node, err)
+		return agentwire.ExecutorStatus{}, nil, "", providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading the NodeFence of node %s: %w", node, err))
 	}
 	raw, ok := nf.Annotations[v1alpha1.AnnotationExecutorStatus]
 	if !ok {
-		return providers.TerminationPending, "the agent has not answered through the API server yet", nil
+		return agentwire.ExecutorStatus{}, nil, "the agent has not answered through the API server yet", nil
 	}
 	rep, err := agentwire.ParseAPIReport(raw)
 	if err != nil {
 		// A malformed answer is no confirmation; the method's timeout ends the wait.
-		return providers.TerminationRunning, "ignoring the agent's answer: " + err.Error(), nil
+		return agentwire.ExecutorStatus{}, nil, "ignoring the agent's answer: " + err.Error(), nil
 	}
-	if rep.Executor.ID != o.ID {
-		return providers.TerminationPending, fmt.Sprintf("the agent's latest answer is for another order (%s)", rep.Executor.ID), nil
+	if rep.Executor.ID != req.ID() {
+		return rep.Executor, nil, fmt.Sprintf("the agent's latest answer is for another order (%s)", rep.Executor.ID), nil
 	}
-	state, msg := judge(rep.Executor, rep.RunningContainers)
-	return state, msg, nil
+	return rep.Executor, rep.RunningContainers, "", nil
 }
 
-// judge turns the agent's status and the runtime read-back taken with it into a state: Confirmed
-// only when the agent says so and the read-back shows no workload container running.
-func judge(st agentwire.ExecutorStatus, running *int) (providers.TerminationState, string) {
+// End stops serving the order on the direct channel: the fence it belongs to is over.
+func (p *Provider) End(_ context.Context, req providers.Request) error {
+	p.ch.ClearCommand(req.Node())
+	return nil
+}
+
+// judge turns the agent's status and the runtime read-back taken with it into a Status:
+// Confirmed only when the agent says so and the read-back shows no workload container running.
+func judge(st agentwire.ExecutorStatus, running *int) providers.Status {
+	inProgress := func(format string, args ...any) providers.Status {
+		return providers.Status{State: providers.InProgress, Reason: providers.ReasonOrderRunning, Message: fmt.Sprintf(format, args...), RetryAfter: retryCheck}
+	}
 	switch st.State {
 	case agentwire.ExecutorFailed:
-		return providers.TerminationFailed, st.Message
+		return providers.Status{State: providers.Failed, Reason: providers.ReasonExecutorFailed, Message: st.Message}
 	case agentwire.ExecutorRunning:
-		return providers.TerminationRunning, "the agent is terminating the workload"
+		return inProgress("the agent is terminating the workload")
 	}
 	if running == nil {
-		return providers.TerminationRunning, "the agent reports done; waiting for its runtime read-back"
+		return inProgress("the agent reports done; waiting for its runtime read-back")
 	}
 	if *running > 0 {
-		return providers.TerminationRunning, fmt.Sprintf("the agent reports done but its runtime read-back shows %d workload containers running", *running)
+		return inProgress("the agent reports done but its runtime read-back shows %d workload containers running", *running)
 	}
-	return providers.TerminationConfirmed, fmt.Sprintf("%d pods, %d containers stopped; runtime read-back: none running", st.Pods, st.Containers)
+	return providers.Status{State: providers.Confirmed,
+		Message: fmt.Sprintf("the agent confirms no workload container runs: %d pods, %d containers stopped; runtime read-back: none running", st.Pods, st.Containers)}
 }

@@ -1,9 +1,9 @@
-// Package agent is the controller's side of the Executor fencing method: it hands a
-// Terminate command to a node's agent and reads the agent's account back, on one of two
-// channels. ViaDirect: the direct mTLS heartbeat channel (package channel), for a node
-// cut off from the API server. ViaAPI: the node's NodeFence, whose palisade.dev/executor-command
-// annotation the agent watches and whose palisade.dev/executor-status annotation it answers in,
-// for a node whose kubelet is down but whose agent sees the API server. A report of success is
-// not enough on either: the order counts as Confirmed only when the runtime read-back the agent
-// took with its report shows no workload container running.
+// Package agent is the controller's side of the fencing methods carried out by a node's agent.
+// Provider (Executor) hands a Terminate order to the agent and reads its account back, on one
+// of two channels: ViaDirect, the direct mTLS heartbeat channel (package channel), for a node
+// cut off from the API server; ViaAPI, the palisade.dev/executor-command and executor-status
+// annotations of the node's NodeFence, for a node whose kubelet is down. A report of success is
+// not enough: the order is Confirmed only when the runtime read-back the agent took with it
+// shows no workload container running; the order stops being served when its fence ends.
+// SelfFence relies on an agent cut off from everything fencing itself, after a safe time.
 package agent

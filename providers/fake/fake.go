@@ -11,15 +11,15 @@ import (
 
 // Method names, as recorded in Calls and accepted by InjectError.
 const (
-	MethodPowerOff   = "PowerOff"
-	MethodPowerState = "PowerState"
-	MethodPowerOn    = "PowerOn"
+	MethodFence = "Fence"
+	MethodCheck = "Check"
+	MethodEnd   = "End"
 )
 
 // Name is the fake's provider name.
 const Name = "fake"
 
-var _ providers.PowerFencer = (*Provider)(nil)
+var _ providers.Fencer = (*Provider)(nil)
 
 // Call is one recorded call.
 type Call struct {
@@ -27,53 +27,80 @@ type Call struct {
 	Node   string
 }
 
-// Provider is a recording fake PowerFencer.
+// Provider is a recording fake Fencer that plays a power switch: Fence turns a node off
+// (unless it plays a lying BMC), Check reads Confirmed once it is off and PowerStillOn before,
+// Failed once the method's time is up. SetStatus pins Check's answer instead, for a method
+// that has no switch (an executor that fails or never confirms).
 type Provider struct {
-	mu        sync.Mutex
-	calls     []Call
-	power     map[string]providers.PowerState
-	errs      map[string][]error
-	ignoreOff bool
+	mu          sync.Mutex
+	name        string
+	calls       []Call
+	fenced      map[string]bool
+	ordered     map[string]bool
+	errs        map[string][]error
+	ignoreFence bool
+	status      *providers.Status
 }
 
-// New returns a fake whose nodes are all powered on.
-func New() *Provider {
-	return &Provider{power: map[string]providers.PowerState{}, errs: map[string][]error{}}
+// New returns a fake named "fake" whose nodes all run.
+func New() *Provider { return NewNamed(Name) }
+
+// NewNamed returns a fake with its own provider name.
+func NewNamed(name string) *Provider {
+	return &Provider{name: name, fenced: map[string]bool{}, ordered: map[string]bool{}, errs: map[string][]error{}}
 }
 
-// Name is "fake".
-func (p *Provider) Name() string { return Name }
+// Name is the fake's name.
+func (p *Provider) Name() string { return p.name }
 
-// PowerOff records the call, returns an injected error if there is one, and otherwise powers
-// the node off, unless the fake plays a lying BMC.
-func (p *Provider) PowerOff(ctx context.Context, t providers.Target) error {
-	return p.do(ctx, MethodPowerOff, t, func() {
-		if !p.ignoreOff {
-			p.power[t.Node] = providers.PowerOff
+// Fence records the call, returns an injected error if there is one, and otherwise fences the
+// node, unless the fake plays a lying BMC.
+func (p *Provider) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
+	err := p.do(ctx, MethodFence, req.Node(), func() {
+		p.ordered[req.Node()] = true
+		if !p.ignoreFence {
+			p.fenced[req.Node()] = true
 		}
 	})
+	if err != nil {
+		return providers.Status{}, err
+	}
+	return providers.Status{State: providers.InProgress, Message: "fake: fence ordered"}, nil
 }
 
-// PowerOn records the call, returns an injected error if there is one, and otherwise powers
-// the node on.
-func (p *Provider) PowerOn(ctx context.Context, t providers.Target) error {
-	return p.do(ctx, MethodPowerOn, t, func() { p.power[t.Node] = providers.PowerOn })
+// Check records the call, returns an injected error if there is one (with Unknown), and
+// otherwise the pinned status or what the switch reads.
+func (p *Provider) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
+	st := providers.Status{State: providers.Unknown}
+	err := p.do(ctx, MethodCheck, req.Node(), func() { st = p.statusLocked(req) })
+	return st, err
 }
 
-// PowerState records the call, returns an injected error if there is one (with PowerUnknown),
-// and otherwise the node's power state.
-func (p *Provider) PowerState(ctx context.Context, t providers.Target) (providers.PowerState, error) {
-	state := providers.PowerUnknown
-	err := p.do(ctx, MethodPowerState, t, func() { state = p.stateLocked(t.Node) })
-	return state, err
+func (p *Provider) statusLocked(req providers.Request) providers.Status {
+	switch {
+	case p.status != nil && p.ordered[req.Node()]:
+		return *p.status
+	case p.status != nil:
+		return providers.Status{State: providers.InProgress, Reason: providers.ReasonOrderPending, Message: "fake: no order received"}
+	case p.fenced[req.Node()]:
+		return providers.Status{State: providers.Confirmed, Message: "fake: fenced"}
+	case req.Expired:
+		return providers.Status{State: providers.Failed, Reason: providers.ReasonPowerStillOn, Message: "fake: still running after the method's timeout"}
+	}
+	return providers.Status{State: providers.InProgress, Reason: providers.ReasonPowerStillOn, Message: "fake: still running"}
+}
+
+// End records the call and returns an injected error if there is one.
+func (p *Provider) End(ctx context.Context, req providers.Request) error {
+	return p.do(ctx, MethodEnd, req.Node(), func() { delete(p.ordered, req.Node()) })
 }
 
 // do records a call and runs apply under the lock, unless an error is due: an injected one, or
 // the context's (as ReasonUnreachable, like a real provider that timed out).
-func (p *Provider) do(ctx context.Context, method string, t providers.Target, apply func()) error {
+func (p *Provider) do(ctx context.Context, method, node string, apply func()) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.calls = append(p.calls, Call{Method: method, Node: t.Node})
+	p.calls = append(p.calls, Call{Method: method, Node: node})
 	if errs := p.errs[method]; len(errs) > 0 {
 		p.errs[method] = errs[1:]
 		if errs[0] != nil {
@@ -81,7 +108,7 @@ func (p *Provider) do(ctx context.Context, method string, t providers.Target, ap
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", method, t, err))
+		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", method, node, err))
 	}
 	apply()
 	return nil
@@ -92,7 +119,7 @@ func (p *Provider) do(ctx context.Context, method string, t providers.Target, ap
 // It panics on an unknown method name.
 func (p *Provider) InjectError(method string, err error) {
 	switch method {
-	case MethodPowerOff, MethodPowerState, MethodPowerOn:
+	case MethodFence, MethodCheck, MethodEnd:
 	default:
 		panic(fmt.Sprintf("fake: InjectError for unknown method %q", method))
 	}
@@ -101,32 +128,40 @@ func (p *Provider) InjectError(method string, err error) {
 	p.errs[method] = append(p.errs[method], err)
 }
 
-// SetIgnoreOff makes the fake a lying BMC (true): PowerOff succeeds and changes nothing.
-func (p *Provider) SetIgnoreOff(ignore bool) {
+// SetIgnoreFence makes the fake a lying BMC (true): Fence succeeds and changes nothing.
+func (p *Provider) SetIgnoreFence(ignore bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.ignoreOff = ignore
+	p.ignoreFence = ignore
 }
 
-// SetPower sets a node's power state, as the physical world would.
-func (p *Provider) SetPower(node string, state providers.PowerState) {
+// SetStatus pins what Check answers for a node once Fence was called for it (nil: the switch).
+func (p *Provider) SetStatus(st *providers.Status) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.power[node] = state
+	p.status = st
 }
 
-// Power is a node's power state; a node never touched is On.
-func (p *Provider) Power(node string) providers.PowerState {
+// SetFenced sets whether a node is fenced, as the physical world would (a pulled plug, a
+// machine powered on again).
+func (p *Provider) SetFenced(node string, fenced bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.stateLocked(node)
+	p.fenced[node] = fenced
 }
 
-func (p *Provider) stateLocked(node string) providers.PowerState {
-	if s, ok := p.power[node]; ok {
-		return s
-	}
-	return providers.PowerOn
+// Fenced says whether a node is fenced; a node never touched is not.
+func (p *Provider) Fenced(node string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fenced[node]
+}
+
+// Pending says whether an order for the node was given and not ended.
+func (p *Provider) Pending(node string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ordered[node]
 }
 
 // Calls returns a copy of the calls so far, oldest first.
@@ -149,7 +184,8 @@ func (p *Provider) CallCount(method, node string) int {
 	return n
 }
 
-// Reset forgets calls and injected errors; power states and the lying flag stay.
+// Reset forgets calls and injected errors; fenced nodes, the pinned status and the lying flag
+// stay.
 func (p *Provider) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

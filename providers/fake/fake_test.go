@@ -8,18 +8,24 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
 )
 
+// request is a fence of node through a method without settings.
+func request(node string) providers.Request {
+	return providers.Request{Fence: &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: node}}}
+}
+
 var (
-	n1 = providers.Target{Node: "n1", Address: "10.0.0.1", Username: "u", Password: "p"}
-	n2 = providers.Target{Node: "n2", Address: "10.0.0.2", Username: "u", Password: "p"}
+	n1 = request("n1")
+	n2 = request("n2")
 )
 
 type step struct {
 	method    string
-	target    providers.Target
-	wantState providers.PowerState // PowerState only
+	target    providers.Request
+	wantState providers.State // Check only
 	wantErr   error
 }
 
@@ -28,83 +34,93 @@ func run(t *testing.T, p *Provider, steps []step) {
 	for i, s := range steps {
 		var err error
 		switch s.method {
-		case MethodPowerOff:
-			err = p.PowerOff(context.Background(), s.target)
-		case MethodPowerOn:
-			err = p.PowerOn(context.Background(), s.target)
-		case MethodPowerState:
-			var got providers.PowerState
-			got, err = p.PowerState(context.Background(), s.target)
-			if got != s.wantState {
-				t.Errorf("step %d: PowerState(%s) = %s, want %s", i, s.target.Node, got, s.wantState)
+		case MethodFence:
+			_, err = p.Fence(context.Background(), s.target)
+		case MethodEnd:
+			err = p.End(context.Background(), s.target)
+		case MethodCheck:
+			var got providers.Status
+			got, err = p.Check(context.Background(), s.target)
+			if got.State != s.wantState {
+				t.Errorf("step %d: Check(%s) = %s, want %s", i, s.target.Node(), got.State, s.wantState)
 			}
 		}
 		if !errors.Is(err, s.wantErr) {
-			t.Errorf("step %d: %s(%s) error = %v, want %v", i, s.method, s.target.Node, err, s.wantErr)
+			t.Errorf("step %d: %s(%s) error = %v, want %v", i, s.method, s.target.Node(), err, s.wantErr)
 		}
 	}
 }
 
 type providerTest struct {
-	name      string
-	setup     func(*Provider)
-	steps     []step
-	wantPower map[string]providers.PowerState
+	name       string
+	setup      func(*Provider)
+	steps      []step
+	wantFenced map[string]bool
 }
 
 func providerTests() []providerTest {
 	boom := providers.NewError(providers.ReasonUnreachable, errors.New("boom"))
 	auth := providers.NewError(providers.ReasonAuthFailed, errors.New("bad password"))
+	failed := &providers.Status{State: providers.Failed, Reason: providers.ReasonExecutorFailed}
 	return []providerTest{{
-		name: "power off then read back",
+		name: "fence then read back",
 		steps: []step{
-			{method: MethodPowerState, target: n1, wantState: providers.PowerOn},
-			{method: MethodPowerOff, target: n1},
-			{method: MethodPowerState, target: n1, wantState: providers.PowerOff},
-			{method: MethodPowerOff, target: n1}, // idempotent
-			{method: MethodPowerState, target: n2, wantState: providers.PowerOn},
+			{method: MethodCheck, target: n1, wantState: providers.InProgress},
+			{method: MethodFence, target: n1},
+			{method: MethodCheck, target: n1, wantState: providers.Confirmed},
+			{method: MethodFence, target: n1}, // idempotent
+			{method: MethodCheck, target: n2, wantState: providers.InProgress},
 		},
-		wantPower: map[string]providers.PowerState{"n1": providers.PowerOff, "n2": providers.PowerOn},
+		wantFenced: map[string]bool{"n1": true, "n2": false},
 	}, {
 		name: "injected errors are used once each, in order",
 		setup: func(p *Provider) {
-			p.InjectError(MethodPowerOff, boom)
-			p.InjectError(MethodPowerOff, nil)
-			p.InjectError(MethodPowerOff, auth)
+			p.InjectError(MethodFence, boom)
+			p.InjectError(MethodFence, nil)
+			p.InjectError(MethodFence, auth)
 		},
 		steps: []step{
-			{method: MethodPowerOff, target: n1, wantErr: boom},
-			{method: MethodPowerState, target: n1, wantState: providers.PowerOn},
-			{method: MethodPowerOff, target: n2},
-			{method: MethodPowerOff, target: n1, wantErr: auth},
-			{method: MethodPowerOff, target: n1},
+			{method: MethodFence, target: n1, wantErr: boom},
+			{method: MethodCheck, target: n1, wantState: providers.InProgress},
+			{method: MethodFence, target: n2},
+			{method: MethodFence, target: n1, wantErr: auth},
+			{method: MethodFence, target: n1},
 		},
-		wantPower: map[string]providers.PowerState{"n1": providers.PowerOff, "n2": providers.PowerOff},
+		wantFenced: map[string]bool{"n1": true, "n2": true},
 	}, {
-		name:  "injected PowerState error reads Unknown",
-		setup: func(p *Provider) { p.InjectError(MethodPowerState, boom) },
+		name:  "injected Check error reads Unknown",
+		setup: func(p *Provider) { p.InjectError(MethodCheck, boom) },
 		steps: []step{
-			{method: MethodPowerState, target: n1, wantState: providers.PowerUnknown, wantErr: boom},
-			{method: MethodPowerState, target: n1, wantState: providers.PowerOn},
+			{method: MethodCheck, target: n1, wantState: providers.Unknown, wantErr: boom},
+			{method: MethodCheck, target: n1, wantState: providers.InProgress},
 		},
-		wantPower: map[string]providers.PowerState{"n1": providers.PowerOn},
+		wantFenced: map[string]bool{"n1": false},
 	}, {
 		name:  "lying BMC",
-		setup: func(p *Provider) { p.SetIgnoreOff(true) },
+		setup: func(p *Provider) { p.SetIgnoreFence(true) },
 		steps: []step{
-			{method: MethodPowerOff, target: n1},
-			{method: MethodPowerState, target: n1, wantState: providers.PowerOn},
+			{method: MethodFence, target: n1},
+			{method: MethodCheck, target: n1, wantState: providers.InProgress},
 		},
-		wantPower: map[string]providers.PowerState{"n1": providers.PowerOn},
+		wantFenced: map[string]bool{"n1": false},
 	}, {
-		name:  "power on after the plug was pulled",
-		setup: func(p *Provider) { p.SetPower("n1", providers.PowerOff) },
+		name:  "fenced after the plug was pulled",
+		setup: func(p *Provider) { p.SetFenced("n1", true) },
 		steps: []step{
-			{method: MethodPowerState, target: n1, wantState: providers.PowerOff},
-			{method: MethodPowerOn, target: n1},
-			{method: MethodPowerState, target: n1, wantState: providers.PowerOn},
+			{method: MethodCheck, target: n1, wantState: providers.Confirmed},
 		},
-		wantPower: map[string]providers.PowerState{"n1": providers.PowerOn},
+		wantFenced: map[string]bool{"n1": true},
+	}, {
+		name:  "a pinned status answers once ordered, until the order ends",
+		setup: func(p *Provider) { p.SetStatus(failed) },
+		steps: []step{
+			{method: MethodCheck, target: n1, wantState: providers.InProgress},
+			{method: MethodFence, target: n1},
+			{method: MethodCheck, target: n1, wantState: providers.Failed},
+			{method: MethodEnd, target: n1},
+			{method: MethodCheck, target: n1, wantState: providers.InProgress},
+		},
+		wantFenced: map[string]bool{"n1": true},
 	}}
 }
 
@@ -116,14 +132,14 @@ func TestProvider(t *testing.T) {
 				tt.setup(p)
 			}
 			run(t, p, tt.steps)
-			gotPower := map[string]providers.PowerState{}
+			gotFenced := map[string]bool{}
 			var wantCalls []Call
 			for _, s := range tt.steps {
-				gotPower[s.target.Node] = p.Power(s.target.Node)
-				wantCalls = append(wantCalls, Call{Method: s.method, Node: s.target.Node})
+				gotFenced[s.target.Node()] = p.Fenced(s.target.Node())
+				wantCalls = append(wantCalls, Call{Method: s.method, Node: s.target.Node()})
 			}
-			if diff := cmp.Diff(tt.wantPower, gotPower); diff != "" {
-				t.Errorf("power (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tt.wantFenced, gotFenced); diff != "" {
+				t.Errorf("fenced (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(wantCalls, p.Calls()); diff != "" {
 				t.Errorf("calls (-want +got):\n%s", diff)
@@ -136,12 +152,12 @@ func TestCanceledContextIsUnreachable(t *testing.T) {
 	p := New()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := p.PowerOff(ctx, n1)
+	_, err := p.Fence(ctx, n1)
 	if providers.ReasonOf(err) != providers.ReasonUnreachable || !errors.Is(err, context.Canceled) {
-		t.Errorf("PowerOff with a canceled context = %v, want %s wrapping context.Canceled", err, providers.ReasonUnreachable)
+		t.Errorf("Fence with a canceled context = %v, want %s wrapping context.Canceled", err, providers.ReasonUnreachable)
 	}
-	if got := p.Power("n1"); got != providers.PowerOn {
-		t.Errorf("power = %s, want On", got)
+	if p.Fenced("n1") {
+		t.Error("fenced, want running")
 	}
 }
 
@@ -156,21 +172,21 @@ func TestInjectErrorUnknownMethodPanics(t *testing.T) {
 
 func TestResetAndCounts(t *testing.T) {
 	p := New()
-	p.InjectError(MethodPowerOn, errors.New("x"))
-	_ = p.PowerOff(context.Background(), n1)
-	_ = p.PowerOff(context.Background(), n2)
-	_, _ = p.PowerState(context.Background(), n1)
-	if got := p.CallCount(MethodPowerOff, ""); got != 2 {
-		t.Errorf("CallCount(PowerOff, any) = %d, want 2", got)
+	p.InjectError(MethodEnd, errors.New("x"))
+	_, _ = p.Fence(context.Background(), n1)
+	_, _ = p.Fence(context.Background(), n2)
+	_, _ = p.Check(context.Background(), n1)
+	if got := p.CallCount(MethodFence, ""); got != 2 {
+		t.Errorf("CallCount(Fence, any) = %d, want 2", got)
 	}
-	if got := p.CallCount(MethodPowerOff, "n2"); got != 1 {
-		t.Errorf("CallCount(PowerOff, n2) = %d, want 1", got)
+	if got := p.CallCount(MethodFence, "n2"); got != 1 {
+		t.Errorf("CallCount(Fence, n2) = %d, want 1", got)
 	}
 	p.Reset()
-	if err := p.PowerOn(context.Background(), n1); err != nil {
-		t.Errorf("PowerOn after Reset = %v, want the injected error forgotten", err)
+	if err := p.End(context.Background(), n1); err != nil {
+		t.Errorf("End after Reset = %v, want the injected error forgotten", err)
 	}
-	if diff := cmp.Diff([]Call{{Method: MethodPowerOn, Node: "n1"}}, p.Calls()); diff != "" {
+	if diff := cmp.Diff([]Call{{Method: MethodEnd, Node: "n1"}}, p.Calls()); diff != "" {
 		t.Errorf("calls after Reset (-want +got):\n%s", diff)
 	}
 	if p.Name() != "fake" {
@@ -186,10 +202,10 @@ func TestConcurrentUse(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 50; j++ {
-				p.InjectError(MethodPowerState, nil)
-				_ = p.PowerOff(context.Background(), n1)
-				_, _ = p.PowerState(context.Background(), n2)
-				p.SetIgnoreOff(j%2 == 0)
+				p.InjectError(MethodCheck, nil)
+				_, _ = p.Fence(context.Background(), n1)
+				_, _ = p.Check(context.Background(), n2)
+				p.SetIgnoreFence(j%2 == 0)
 				_ = p.Calls()
 			}
 		}()

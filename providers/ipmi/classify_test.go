@@ -86,15 +86,15 @@ func TestClassifyDeadline(t *testing.T) {
 }
 
 func TestParsePowerState(t *testing.T) {
-	tests := map[string]providers.PowerState{
-		"Chassis Power is on\n":    providers.PowerOn,
-		"Chassis Power is off\n":   providers.PowerOff,
-		"on":                       providers.PowerOn,
-		"Off":                      providers.PowerOff,
-		"ON":                       providers.PowerOn,
-		"":                         providers.PowerUnknown,
-		"Chassis Power is unknown": providers.PowerUnknown,
-		"poweringoff":              providers.PowerUnknown,
+	tests := map[string]PowerState{
+		"Chassis Power is on\n":    PowerOn,
+		"Chassis Power is off\n":   PowerOff,
+		"on":                       PowerOn,
+		"Off":                      PowerOff,
+		"ON":                       PowerOn,
+		"":                         PowerUnknown,
+		"Chassis Power is unknown": PowerUnknown,
+		"poweringoff":              PowerUnknown,
 	}
 	for in, want := range tests {
 		if got := parsePowerState(in); got != want {

@@ -1,6 +1,8 @@
-// Package ipmi is the IPMI PowerFencer: it powers a machine off and reads its power state back
-// through bmclib's ipmitool provider only (IPMI v2 / RMCP+ "lanplus", cipher suite 3 unless the
-// Target says otherwise, the password passed to ipmitool through its environment). Every call
+// Package ipmi is the IPMI fencing method (a providers.Fencer): it finds a node's BMC from the
+// Node's palisade.dev/bmc-address annotation and the method's (or palisade.dev/bmc-secret's)
+// Secret, powers the machine off and reads its power state back through bmclib's ipmitool
+// provider only (IPMI v2 / RMCP+ "lanplus", cipher suite 3 unless the method says otherwise,
+// the password passed to ipmitool through its environment). Every call
 // opens its own bmclib client and closes it, so the provider holds no session and no
 // credentials between calls, and is bounded by one per-call timeout (15 s by default).
 //

@@ -14,6 +14,7 @@ import (
 	"github.com/bmc-toolbox/bmclib/v2/providers/ipmitool"
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"palisade.dev/palisade/providers"
 )
@@ -33,10 +34,11 @@ const (
 	DefaultPort = "623"
 )
 
-var _ providers.PowerFencer = (*Provider)(nil)
+var _ providers.Fencer = (*Provider)(nil)
 
-// Provider is the IPMI PowerFencer. It is safe for concurrent use.
+// Provider is the IPMI Fencer. It is safe for concurrent use.
 type Provider struct {
+	reader       client.Reader
 	ipmitoolPath string
 	lookPathErr  error
 	timeout      time.Duration
@@ -61,9 +63,10 @@ func WithProbeTimeout(d time.Duration) Option { return func(p *Provider) { p.pro
 // WithLogger sets the logger, also handed to bmclib.
 func WithLogger(l logr.Logger) Option { return func(p *Provider) { p.log = l } }
 
-// New returns an IPMI provider.
-func New(opts ...Option) *Provider {
-	p := &Provider{timeout: DefaultTimeout, probeTimeout: DefaultProbeTimeout, log: logr.Discard()}
+// New returns an IPMI provider that reads Nodes and Secrets through reader (nil: it can only
+// be driven through PowerOff, PowerState and PowerOn with a Target).
+func New(reader client.Reader, opts ...Option) *Provider {
+	p := &Provider{reader: reader, timeout: DefaultTimeout, probeTimeout: DefaultProbeTimeout, log: logr.Discard()}
 	for _, o := range opts {
 		o(p)
 	}
@@ -82,22 +85,23 @@ func New(opts ...Option) *Provider {
 func (p *Provider) Name() string { return ProviderName }
 
 // PowerOff sends "chassis power off" unless the BMC already reports the chassis off.
-func (p *Provider) PowerOff(ctx context.Context, t providers.Target) error {
+func (p *Provider) PowerOff(ctx context.Context, t Target) error {
 	return p.call(ctx, t, "powering off", func(ctx context.Context, c *bmclib.Client) error {
 		return setPower(ctx, c, "off")
 	})
 }
 
-// PowerOn sends "chassis power on" unless the BMC already reports the chassis on.
-func (p *Provider) PowerOn(ctx context.Context, t providers.Target) error {
+// PowerOn sends "chassis power on" unless the BMC already reports the chassis on. Fencing
+// never calls it; recovery and tests do.
+func (p *Provider) PowerOn(ctx context.Context, t Target) error {
 	return p.call(ctx, t, "powering on", func(ctx context.Context, c *bmclib.Client) error {
 		return setPower(ctx, c, "on")
 	})
 }
 
 // PowerState reads "chassis power status"; an answer it does not understand is PowerUnknown.
-func (p *Provider) PowerState(ctx context.Context, t providers.Target) (providers.PowerState, error) {
-	state := providers.PowerUnknown
+func (p *Provider) PowerState(ctx context.Context, t Target) (PowerState, error) {
+	state := PowerUnknown
 	err := p.call(ctx, t, "reading the power state of", func(ctx context.Context, c *bmclib.Client) error {
 		s, err := c.GetPowerState(ctx)
 		if err != nil {
@@ -107,7 +111,7 @@ func (p *Provider) PowerState(ctx context.Context, t providers.Target) (provider
 		return nil
 	})
 	if err != nil {
-		return providers.PowerUnknown, err
+		return PowerUnknown, err
 	}
 	return state, nil
 }
@@ -121,23 +125,23 @@ func setPower(ctx context.Context, c *bmclib.Client, state string) error {
 }
 
 // parsePowerState maps bmclib's answer ("Chassis Power is on", "on", "Off") to a PowerState.
-func parsePowerState(s string) providers.PowerState {
+func parsePowerState(s string) PowerState {
 	fields := strings.Fields(strings.ToLower(s))
 	if len(fields) == 0 {
-		return providers.PowerUnknown
+		return PowerUnknown
 	}
 	switch fields[len(fields)-1] {
 	case "on":
-		return providers.PowerOn
+		return PowerOn
 	case "off":
-		return providers.PowerOff
+		return PowerOff
 	}
-	return providers.PowerUnknown
+	return PowerUnknown
 }
 
 // call checks the target, pings the BMC, opens a bmclib client restricted to ipmitool, runs fn
 // and closes the client, all within the per-call timeout, and classifies any error.
-func (p *Provider) call(ctx context.Context, t providers.Target, verb string, fn func(context.Context, *bmclib.Client) error) error {
+func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(context.Context, *bmclib.Client) error) error {
 	host, port, err := p.check(t)
 	if err != nil {
 		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: %w", verb, t, err))
@@ -150,13 +154,13 @@ func (p *Provider) call(ctx context.Context, t providers.Target, verb string, fn
 		log.V(1).Info("BMC did not answer the IPMI ping", "duration", time.Since(start), "error", err.Error())
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
 	}
-	client := p.client(host, port, t)
+	bmc := p.client(host, port, t)
 	step := time.Now()
-	err = client.Open(ctx)
+	err = bmc.Open(ctx)
 	if err == nil {
 		step = time.Now()
-		err = fn(ctx, client)
-		_ = client.Close(ctx) // ipmitool keeps no session: nothing to fail
+		err = fn(ctx, bmc)
+		_ = bmc.Close(ctx) // ipmitool keeps no session: nothing to fail
 	}
 	if err == nil {
 		log.V(1).Info("IPMI call done", "duration", time.Since(start))
@@ -168,7 +172,7 @@ func (p *Provider) call(ctx context.Context, t providers.Target, verb string, fn
 }
 
 // check validates the target and splits its address into host and port.
-func (p *Provider) check(t providers.Target) (host, port string, err error) {
+func (p *Provider) check(t Target) (host, port string, err error) {
 	if p.lookPathErr != nil {
 		return "", "", fmt.Errorf("finding ipmitool: %w", p.lookPathErr)
 	}
@@ -217,7 +221,7 @@ func splitAddress(addr string) (host, port string, err error) {
 }
 
 // client builds a bmclib client that uses the ipmitool provider and nothing else.
-func (p *Provider) client(host, port string, t providers.Target) *bmclib.Client {
+func (p *Provider) client(host, port string, t Target) *bmclib.Client {
 	cipher := t.CipherSuite
 	if cipher == "" {
 		cipher = DefaultCipherSuite

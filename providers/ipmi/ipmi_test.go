@@ -34,11 +34,11 @@ func startBMC(t *testing.T) *ipmisim.BMC {
 	return b
 }
 
-func targetOf(b *ipmisim.BMC) providers.Target {
-	return providers.Target{Node: "node-1", Address: b.Address(), Username: b.Username(), Password: b.Password()}
+func targetOf(b *ipmisim.BMC) Target {
+	return Target{Node: "node-1", Address: b.Address(), Username: b.Username(), Password: b.Password()}
 }
 
-func powerState(t *testing.T, p *Provider, target providers.Target) providers.PowerState {
+func powerState(t *testing.T, p *Provider, target Target) PowerState {
 	t.Helper()
 	got, err := p.PowerState(context.Background(), target)
 	if err != nil {
@@ -78,9 +78,9 @@ func wantReason(t *testing.T, err error, want providers.Reason) {
 
 func TestPowerOffRoundTrip(t *testing.T) {
 	b := startBMC(t)
-	p := New()
+	p := New(nil)
 	target := targetOf(b)
-	if got := powerState(t, p, target); got != providers.PowerOn {
+	if got := powerState(t, p, target); got != PowerOn {
 		t.Fatalf("PowerState before = %s, want On", got)
 	}
 
@@ -92,7 +92,7 @@ func TestPowerOffRoundTrip(t *testing.T) {
 	start = time.Now()
 	got := powerState(t, p, target)
 	t.Logf("PowerOff took %s, PowerState took %s", offTook, time.Since(start))
-	if got != providers.PowerOff {
+	if got != PowerOff {
 		t.Errorf("PowerState after PowerOff = %s, want Off", got)
 	}
 	if poweredOn(t, b) {
@@ -105,7 +105,7 @@ func TestPowerOffRoundTrip(t *testing.T) {
 	if err := p.PowerOn(context.Background(), target); err != nil {
 		t.Fatalf("PowerOn: %v", err)
 	}
-	if got := powerState(t, p, target); got != providers.PowerOn || !poweredOn(t, b) {
+	if got := powerState(t, p, target); got != PowerOn || !poweredOn(t, b) {
 		t.Errorf("after PowerOn: PowerState = %s, powered on = %v; want On, true", got, poweredOn(t, b))
 	}
 }
@@ -115,13 +115,13 @@ func TestPowerOffIsIdempotent(t *testing.T) {
 	if err := b.SetPower(false); err != nil { // the plug was pulled already
 		t.Fatal(err)
 	}
-	p := New()
+	p := New(nil)
 	for i := 0; i < 2; i++ {
 		if err := p.PowerOff(context.Background(), targetOf(b)); err != nil {
 			t.Fatalf("PowerOff #%d of a machine that is off: %v", i+1, err)
 		}
 	}
-	if got := powerState(t, p, targetOf(b)); got != providers.PowerOff {
+	if got := powerState(t, p, targetOf(b)); got != PowerOff {
 		t.Errorf("PowerState = %s, want Off", got)
 	}
 	if poweredOn(t, b) {
@@ -134,11 +134,11 @@ func TestLyingBMC(t *testing.T) {
 	if err := b.SetIgnoreOff(true); err != nil {
 		t.Fatal(err)
 	}
-	p := New()
+	p := New(nil)
 	if err := p.PowerOff(context.Background(), targetOf(b)); err != nil {
 		t.Fatalf("PowerOff: %v (a lying BMC accepts the command)", err)
 	}
-	if got := powerState(t, p, targetOf(b)); got != providers.PowerOn {
+	if got := powerState(t, p, targetOf(b)); got != PowerOn {
 		t.Errorf("PowerState = %s, want On: the BMC ignored the command", got)
 	}
 	if n := offCommands(t, b); n != 1 {
@@ -179,7 +179,7 @@ func TestWrongCredentials(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs logSink
-			p := New(WithLogger(logs.logger()))
+			p := New(nil, WithLogger(logs.logger()))
 			target := targetOf(b)
 			target.Username, target.Password = tt.username, tt.password
 
@@ -215,7 +215,7 @@ func TestCipherSuiteTheBMCDoesNotSpeak(t *testing.T) {
 	b := startBMC(t)
 	target := targetOf(b)
 	target.CipherSuite = "17"
-	err := New().PowerOff(context.Background(), target)
+	err := New(nil).PowerOff(context.Background(), target)
 	wantReason(t, err, providers.ReasonBadTarget)
 	if !strings.Contains(err.Error(), "invalid authentication algorithm") {
 		t.Errorf("error %q does not say why", err)
@@ -237,8 +237,8 @@ func freePort(t *testing.T) string {
 }
 
 func TestUnreachable(t *testing.T) {
-	p := New()
-	target := providers.Target{Node: "node-1", Address: freePort(t), Username: "admin", Password: "s3cr3t-pw"}
+	p := New(nil)
+	target := Target{Node: "node-1", Address: freePort(t), Username: "admin", Password: "s3cr3t-pw"}
 	for _, call := range []struct {
 		name string
 		fn   func() error
@@ -284,8 +284,8 @@ func silentBMC(t *testing.T) string {
 
 func TestBMCStopsAnsweringWithinTheCallTimeout(t *testing.T) {
 	const timeout = 3 * time.Second
-	p := New(WithTimeout(timeout))
-	target := providers.Target{Node: "node-1", Address: silentBMC(t), Username: "admin", Password: "s3cr3t-pw"}
+	p := New(nil, WithTimeout(timeout))
+	target := Target{Node: "node-1", Address: silentBMC(t), Username: "admin", Password: "s3cr3t-pw"}
 	start := time.Now()
 	err := p.PowerOff(context.Background(), target)
 	took := time.Since(start)
@@ -300,22 +300,22 @@ func TestBMCStopsAnsweringWithinTheCallTimeout(t *testing.T) {
 }
 
 func TestBadTarget(t *testing.T) {
-	good := providers.Target{Node: "node-1", Address: "127.0.0.1:623", Username: "admin", Password: "s3cr3t-pw"}
+	good := Target{Node: "node-1", Address: "127.0.0.1:623", Username: "admin", Password: "s3cr3t-pw"}
 	tests := []struct {
 		name   string
-		change func(*providers.Target)
+		change func(*Target)
 	}{
-		{"empty address", func(t *providers.Target) { t.Address = "" }},
-		{"blank address", func(t *providers.Target) { t.Address = "  " }},
-		{"port out of range", func(t *providers.Target) { t.Address = "10.0.0.1:70000" }},
-		{"port not a number", func(t *providers.Target) { t.Address = "10.0.0.1:ipmi" }},
-		{"host like a flag", func(t *providers.Target) { t.Address = "-oProxyCommand=x" }},
-		{"no username", func(t *providers.Target) { t.Username = "" }},
-		{"no password", func(t *providers.Target) { t.Password = "" }},
-		{"no credentials", func(t *providers.Target) { t.Username, t.Password = "", "" }},
-		{"cipher suite not a number", func(t *providers.Target) { t.CipherSuite = "three" }},
+		{"empty address", func(t *Target) { t.Address = "" }},
+		{"blank address", func(t *Target) { t.Address = "  " }},
+		{"port out of range", func(t *Target) { t.Address = "10.0.0.1:70000" }},
+		{"port not a number", func(t *Target) { t.Address = "10.0.0.1:ipmi" }},
+		{"host like a flag", func(t *Target) { t.Address = "-oProxyCommand=x" }},
+		{"no username", func(t *Target) { t.Username = "" }},
+		{"no password", func(t *Target) { t.Password = "" }},
+		{"no credentials", func(t *Target) { t.Username, t.Password = "", "" }},
+		{"cipher suite not a number", func(t *Target) { t.CipherSuite = "three" }},
 	}
-	p := New()
+	p := New(nil)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			target := good
@@ -330,8 +330,8 @@ func TestBadTarget(t *testing.T) {
 }
 
 func TestMissingIpmitool(t *testing.T) {
-	p := New(WithIpmitoolPath("/nonexistent/ipmitool"))
-	err := p.PowerOff(context.Background(), providers.Target{Node: "n", Address: "127.0.0.1", Username: "u", Password: "p"})
+	p := New(nil, WithIpmitoolPath("/nonexistent/ipmitool"))
+	err := p.PowerOff(context.Background(), Target{Node: "n", Address: "127.0.0.1", Username: "u", Password: "p"})
 	wantReason(t, err, providers.ReasonBadTarget)
 	if !strings.Contains(err.Error(), "ipmitool") {
 		t.Errorf("error %q does not name ipmitool", err)

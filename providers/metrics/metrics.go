@@ -19,9 +19,9 @@ const (
 
 // Method label values.
 const (
-	MethodPowerOff   = "PowerOff"
-	MethodPowerState = "PowerState"
-	MethodPowerOn    = "PowerOn"
+	MethodFence = "Fence"
+	MethodCheck = "Check"
+	MethodEnd   = "End"
 )
 
 var (
@@ -30,7 +30,7 @@ var (
 		Namespace: "palisade",
 		Subsystem: "provider",
 		Name:      "duration_seconds",
-		Help:      "Duration of power-fencing provider calls in seconds, by provider and method.",
+		Help:      "Duration of fencing provider calls in seconds, by provider and method.",
 		Buckets:   []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60},
 	}, []string{LabelProvider, LabelMethod})
 	// errorsTotal counts failed provider calls by their providers.Reason.
@@ -38,7 +38,7 @@ var (
 		Namespace: "palisade",
 		Subsystem: "provider",
 		Name:      "errors_total",
-		Help:      "Failed power-fencing provider calls, by provider, method and reason.",
+		Help:      "Failed fencing provider calls, by provider, method and reason.",
 	}, []string{LabelProvider, LabelMethod, LabelReason})
 )
 
@@ -56,17 +56,17 @@ func Register(r prometheus.Registerer) {
 	}
 }
 
-// decorator measures every call of the PowerFencer it wraps. It does not embed it: a method
+// decorator measures every call of the Fencer it wraps. It does not embed it: a method
 // added to the interface must be measured here before it compiles.
 type decorator struct {
-	p providers.PowerFencer
+	p providers.Fencer
 }
 
-var _ providers.PowerFencer = (*decorator)(nil)
+var _ providers.Fencer = (*decorator)(nil)
 
 // Decorate wraps p so that every call is measured. Wrapping an already decorated provider
 // returns it unchanged, so calls are never counted twice.
-func Decorate(p providers.PowerFencer) providers.PowerFencer {
+func Decorate(p providers.Fencer) providers.Fencer {
 	if _, ok := p.(*decorator); ok {
 		return p
 	}
@@ -75,24 +75,24 @@ func Decorate(p providers.PowerFencer) providers.PowerFencer {
 
 func (d *decorator) Name() string { return d.p.Name() }
 
-func (d *decorator) PowerOff(ctx context.Context, t providers.Target) error {
+func (d *decorator) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
 	start := time.Now()
-	err := d.p.PowerOff(ctx, t)
-	d.observe(MethodPowerOff, start, err)
-	return err
+	st, err := d.p.Fence(ctx, req)
+	d.observe(MethodFence, start, err)
+	return st, err
 }
 
-func (d *decorator) PowerState(ctx context.Context, t providers.Target) (providers.PowerState, error) {
+func (d *decorator) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
 	start := time.Now()
-	state, err := d.p.PowerState(ctx, t)
-	d.observe(MethodPowerState, start, err)
-	return state, err
+	st, err := d.p.Check(ctx, req)
+	d.observe(MethodCheck, start, err)
+	return st, err
 }
 
-func (d *decorator) PowerOn(ctx context.Context, t providers.Target) error {
+func (d *decorator) End(ctx context.Context, req providers.Request) error {
 	start := time.Now()
-	err := d.p.PowerOn(ctx, t)
-	d.observe(MethodPowerOn, start, err)
+	err := d.p.End(ctx, req)
+	d.observe(MethodEnd, start, err)
 	return err
 }
 

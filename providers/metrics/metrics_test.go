@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/fake"
 )
@@ -55,45 +56,49 @@ func newRegistry(t *testing.T) *prometheus.Registry {
 	return reg
 }
 
+func request(node string) providers.Request {
+	return providers.Request{Fence: &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: node}}}
+}
+
 func TestDecorate(t *testing.T) {
-	target := providers.Target{Node: "n1", Address: "10.0.0.1", Username: "u", Password: "p"}
+	target := request("n1")
 	unreachable := providers.NewError(providers.ReasonUnreachable, errors.New("no answer"))
 	tests := []struct {
 		name   string
 		inject map[string][]error
-		calls  func(p providers.PowerFencer)
+		calls  func(p providers.Fencer)
 		want   map[string]float64
 	}{{
 		name: "successful calls are timed, not counted as errors",
-		calls: func(p providers.PowerFencer) {
-			_ = p.PowerOff(context.Background(), target)
-			_, _ = p.PowerState(context.Background(), target)
-			_, _ = p.PowerState(context.Background(), target)
-			_ = p.PowerOn(context.Background(), target)
+		calls: func(p providers.Fencer) {
+			_, _ = p.Fence(context.Background(), target)
+			_, _ = p.Check(context.Background(), target)
+			_, _ = p.Check(context.Background(), target)
+			_ = p.End(context.Background(), target)
 		},
 		want: map[string]float64{
-			"palisade_provider_duration_seconds{method=PowerOff,provider=fake}":   1,
-			"palisade_provider_duration_seconds{method=PowerState,provider=fake}": 2,
-			"palisade_provider_duration_seconds{method=PowerOn,provider=fake}":    1,
+			"palisade_provider_duration_seconds{method=Fence,provider=fake}": 1,
+			"palisade_provider_duration_seconds{method=Check,provider=fake}": 2,
+			"palisade_provider_duration_seconds{method=End,provider=fake}":   1,
 		},
 	}, {
 		name: "errors are counted by reason; a plain error is Refused",
 		inject: map[string][]error{
-			fake.MethodPowerOff:   {unreachable, unreachable, errors.New("plain")},
-			fake.MethodPowerState: {providers.NewError(providers.ReasonAuthFailed, errors.New("bad password"))},
+			fake.MethodFence: {unreachable, unreachable, errors.New("plain")},
+			fake.MethodCheck: {providers.NewError(providers.ReasonAuthFailed, errors.New("bad password"))},
 		},
-		calls: func(p providers.PowerFencer) {
+		calls: func(p providers.Fencer) {
 			for i := 0; i < 4; i++ {
-				_ = p.PowerOff(context.Background(), target)
+				_, _ = p.Fence(context.Background(), target)
 			}
-			_, _ = p.PowerState(context.Background(), target)
+			_, _ = p.Check(context.Background(), target)
 		},
 		want: map[string]float64{
-			"palisade_provider_duration_seconds{method=PowerOff,provider=fake}":                    4,
-			"palisade_provider_duration_seconds{method=PowerState,provider=fake}":                  1,
-			"palisade_provider_errors_total{method=PowerOff,provider=fake,reason=BMCUnreachable}":  2,
-			"palisade_provider_errors_total{method=PowerOff,provider=fake,reason=BMCRefused}":      1,
-			"palisade_provider_errors_total{method=PowerState,provider=fake,reason=BMCAuthFailed}": 1,
+			"palisade_provider_duration_seconds{method=Fence,provider=fake}":                   4,
+			"palisade_provider_duration_seconds{method=Check,provider=fake}":                   1,
+			"palisade_provider_errors_total{method=Fence,provider=fake,reason=BMCUnreachable}": 2,
+			"palisade_provider_errors_total{method=Fence,provider=fake,reason=BMCRefused}":     1,
+			"palisade_provider_errors_total{method=Check,provider=fake,reason=BMCAuthFailed}":  1,
 		},
 	}}
 	for _, tt := range tests {
@@ -117,21 +122,21 @@ func TestDecorate(t *testing.T) {
 func TestDecoratePassesThrough(t *testing.T) {
 	newRegistry(t)
 	f := fake.New()
-	f.SetPower("n1", providers.PowerOff)
+	f.SetFenced("n1", true)
 	injected := errors.New("boom")
-	f.InjectError(fake.MethodPowerOn, injected)
+	f.InjectError(fake.MethodEnd, injected)
 	p := Decorate(f)
 	if p.Name() != "fake" {
 		t.Errorf("Name() = %q, want fake", p.Name())
 	}
-	target := providers.Target{Node: "n1"}
-	if got, err := p.PowerState(context.Background(), target); got != providers.PowerOff || err != nil {
-		t.Errorf("PowerState = %s, %v; want Off, nil", got, err)
+	target := request("n1")
+	if got, err := p.Check(context.Background(), target); got.State != providers.Confirmed || err != nil {
+		t.Errorf("Check = %s, %v; want Confirmed, nil", got.State, err)
 	}
-	if err := p.PowerOn(context.Background(), target); !errors.Is(err, injected) {
-		t.Errorf("PowerOn error = %v, want the injected error", err)
+	if err := p.End(context.Background(), target); !errors.Is(err, injected) {
+		t.Errorf("End error = %v, want the injected error", err)
 	}
-	want := []fake.Call{{Method: fake.MethodPowerState, Node: "n1"}, {Method: fake.MethodPowerOn, Node: "n1"}}
+	want := []fake.Call{{Method: fake.MethodCheck, Node: "n1"}, {Method: fake.MethodEnd, Node: "n1"}}
 	if diff := cmp.Diff(want, f.Calls()); diff != "" {
 		t.Errorf("calls reaching the provider (-want +got):\n%s", diff)
 	}
@@ -143,11 +148,11 @@ func TestRegisterOnControllerRuntimeRegistry(t *testing.T) {
 	Register(crmetrics.Registry)
 	Register(crmetrics.Registry)
 	f := fake.New()
-	f.InjectError(fake.MethodPowerOff, providers.NewError(providers.ReasonBadTarget, errors.New("no address")))
-	_ = Decorate(f).PowerOff(context.Background(), providers.Target{Node: "n1"})
+	f.InjectError(fake.MethodFence, providers.NewError(providers.ReasonBadTarget, errors.New("no address")))
+	_, _ = Decorate(f).Fence(context.Background(), request("n1"))
 	want := map[string]float64{
-		"palisade_provider_duration_seconds{method=PowerOff,provider=fake}":              1,
-		"palisade_provider_errors_total{method=PowerOff,provider=fake,reason=BadTarget}": 1,
+		"palisade_provider_duration_seconds{method=Fence,provider=fake}":              1,
+		"palisade_provider_errors_total{method=Fence,provider=fake,reason=BadTarget}": 1,
 	}
 	if diff := cmp.Diff(want, samples(t, crmetrics.Registry)); diff != "" {
 		t.Errorf("metrics on controller-runtime's registry (-want +got):\n%s", diff)

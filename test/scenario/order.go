@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/fencing"
 )
 
 // orderWatch proves the order of writes: it watches the NodeFence, the Node, the pod and the
@@ -79,7 +80,7 @@ func (o *orderWatch) consume(ctx context.Context, w watch.Interface, see func(wa
 }
 
 func (o *orderWatch) seeFence(ev watch.Event, rv uint64) {
-	if nf, ok := ev.Object.(*v1alpha1.NodeFence); ok && nf.Confirmed() {
+	if nf, ok := ev.Object.(*v1alpha1.NodeFence); ok && fencing.Confirmed(nf) {
 		o.mu.Lock()
 		if o.confirmRV == 0 {
 			o.confirmRV = rv

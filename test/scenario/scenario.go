@@ -16,8 +16,6 @@ import (
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/providers"
-	"palisade.dev/palisade/providers/ipmi"
 	"palisade.dev/palisade/test/testbed"
 	"palisade.dev/palisade/test/testbed/ipmisim"
 	"palisade.dev/palisade/test/testbed/simnode"
@@ -197,8 +195,7 @@ func (e *Env) StartController(ctx context.Context, edit func(*app.Options)) erro
 	if e.ctl != nil {
 		return errors.New("controller already running")
 	}
-	o := app.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true,
-		Fencers: map[v1alpha1.MethodType]providers.PowerFencer{v1alpha1.MethodIPMI: ipmi.New()}}
+	o := app.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true}
 	if e.agents != nil {
 		o.Agents = e.agents.opts
 	}

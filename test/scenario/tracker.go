@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/fencing"
 )
 
 // Milestone is one observable point of a failover.
@@ -115,7 +116,7 @@ func (t *Tracker) poll(ctx context.Context) {
 		released = true
 	}
 	if released {
-		t.recordSafety(fenceSeen && nf.Confirmed())
+		t.recordSafety(fenceSeen && fencing.Confirmed(nf))
 	}
 }
 

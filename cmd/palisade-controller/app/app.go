@@ -22,8 +22,8 @@ import (
 	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers"
-	"palisade.dev/palisade/providers/agent"
 	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/ipmi"
 )
 
 // Options configure the controller.
@@ -36,8 +36,11 @@ type Options struct {
 	RenewDeadline      time.Duration
 	RetryPeriod        time.Duration
 	AttachmentForceAge time.Duration
-	// Fencers holds the provider for each method type.
-	Fencers map[v1alpha1.MethodType]providers.PowerFencer
+	// IPMI configures the IPMI provider.
+	IPMI []ipmi.Option
+	// Fencers, when set, replaces or adds the provider of a method type (tests); fencers.go
+	// builds the others.
+	Fencers map[v1alpha1.MethodType]providers.Fencer
 	// Agents, when its Addr is set, runs the mTLS server that receives the node agents'
 	// direct heartbeats; the detectors then classify nodes on them too.
 	Agents channel.ServerOptions
@@ -108,7 +111,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 func setup(mgr ctrl.Manager, o Options) error {
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()
 	rec := mgr.GetEventRecorder("palisade-controller")
-	obs, term, err := agents(mgr, o)
+	obs, srv, err := agents(mgr, o)
 	if err != nil {
 		return err
 	}
@@ -119,7 +122,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up policy controller: %w", err)
 	}
 	nf := &fencing.NodeFenceReconciler{
-		Client: c, APIReader: reader, Recorder: rec, Fencers: o.Fencers, Terminator: term, Observer: obs,
+		Client: c, APIReader: reader, Recorder: rec, Fencers: fencers(mgr, o, obs, srv),
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
 	}
 	if err := nf.SetupWithManager(mgr); err != nil {
@@ -132,9 +135,8 @@ func setup(mgr ctrl.Manager, o Options) error {
 }
 
 // agents builds the detectors' view and, when the agents' heartbeat server is configured, the
-// channel to their executors (the server runs on the leader only: agents must reach the active
-// controller). Without it, the Executor method has no provider.
-func agents(mgr ctrl.Manager, o Options) (observe.Observer, providers.WorkloadTerminator, error) {
+// server (it runs on the leader only: agents must reach the active controller).
+func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, error) {
 	obs := observe.Observer{Reader: mgr.GetClient(), Renewals: lease.NewRenewals()}
 	if o.Agents.Addr == "" {
 		return obs, nil, nil
@@ -152,7 +154,7 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, providers.WorkloadTe
 		return obs, nil, fmt.Errorf("adding the agent heartbeat server: %w", err)
 	}
 	obs.Heartbeats, obs.Since = srv, time.Now()
-	return obs, agent.New(srv, mgr.GetClient()), nil
+	return obs, srv, nil
 }
 
 func durationOrNil(d time.Duration) *time.Duration {

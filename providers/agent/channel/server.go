@@ -193,7 +193,8 @@ func (s *Server) SetCommand(node string, cmd agentwire.Command) {
 	s.commands[node] = cmd
 }
 
-// ClearCommand stops sending the node's pending command.
+// ClearCommand stops sending the node's pending command; the controller calls it (through
+// the agent provider's End) when the order's fence, or its method, ends.
 func (s *Server) ClearCommand(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,0 +1,116 @@
+package fencing
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
+
+// takeMethod takes a method's step through the provider registered for its type: the fence
+// step starts the fence, the confirmation step reads it back (invariant 1: confirm, don't
+// assume).
+func (r *NodeFenceReconciler) takeMethod(ctx context.Context, nf *v1alpha1.NodeFence, a action) outcome {
+	m := nf.Spec.Methods[a.method]
+	kind, known := methodKinds[m.Type]
+	fencer, ok := r.Fencers[m.Type]
+	if !known || !ok || fencer == nil {
+		return failed(ReasonNoProvider, "no provider is registered for method type %s", m.Type)
+	}
+	req := r.request(nf, m)
+	switch a.step {
+	case kind.fence:
+		return fence(ctx, fencer, req)
+	case kind.confirm:
+		return confirm(ctx, fencer, req)
+	}
+	return failed(ReasonUnknownStep, "step %q is not one of method type %s", a.step, m.Type)
+}
+
+func (r *NodeFenceReconciler) request(nf *v1alpha1.NodeFence, m v1alpha1.Method) providers.Request {
+	req := providers.Request{Fence: nf, Method: m, Now: r.now(), Expired: r.timedOut(nf, m)}
+	if len(nf.Status.Steps) > 0 {
+		req.Attempt = lastStep(nf).Attempts
+	}
+	return req
+}
+
+func fence(ctx context.Context, f providers.Fencer, req providers.Request) outcome {
+	st, err := f.Fence(ctx, req)
+	if err != nil {
+		return providerFailure(req, "starting the fence", err)
+	}
+	if st.State == providers.Failed {
+		return failed(string(st.Reason), "%s", st.Message)
+	}
+	return done("%s", st.Message)
+}
+
+func confirm(ctx context.Context, f providers.Fencer, req providers.Request) outcome {
+	st, err := f.Check(ctx, req)
+	if err != nil {
+		return providerFailure(req, "reading the fence back", err)
+	}
+	switch st.State {
+	case providers.Confirmed:
+		return done("%s", st.Message)
+	case providers.Failed:
+		return failed(string(st.Reason), "%s", st.Message)
+	}
+	if req.Expired {
+		return failed(ReasonMethodTimedOut, "no confirmed fence within the method's timeout %s (last: %s %s)", methodTimeout(req.Method), st.State, st.Message)
+	}
+	reason, retry := string(st.Reason), st.RetryAfter
+	if reason == "" {
+		reason = ReasonAwaitingConfirmation
+	}
+	if retry <= 0 {
+		retry = retryConfirm
+	}
+	return pending(retry, reason, "%s", st.Message)
+}
+
+// endMethod tells the method's provider that the method is over for this fence (it failed, or
+// the fence ended), so that nothing it holds for the fence outlives it: an order waiting for
+// the node's agent stops being served.
+func (r *NodeFenceReconciler) endMethod(ctx context.Context, nf *v1alpha1.NodeFence, name string) {
+	for _, m := range nf.Spec.Methods {
+		if m.Name != name {
+			continue
+		}
+		if f, ok := r.Fencers[m.Type]; ok && f != nil {
+			if err := f.End(ctx, r.request(nf, m)); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "ending the method's pending work", "method", m.Name)
+			}
+		}
+	}
+}
+
+// endMethods ends every method the fence used.
+func (r *NodeFenceReconciler) endMethods(ctx context.Context, nf *v1alpha1.NodeFence) {
+	seen := map[string]bool{}
+	for _, s := range nf.Status.Steps {
+		if s.Method != "" && isFenceStep(s.Name) && !seen[s.Method] {
+			seen[s.Method] = true
+			r.endMethod(ctx, nf, s.Method)
+		}
+	}
+}
+
+// endDeleted ends every method for a NodeFence deleted before its end (a person's "delete this
+// NodeFence to try again"): the fence is over, and so are its orders. A NodeFence is named
+// after its node.
+func (r *NodeFenceReconciler) endDeleted(ctx context.Context, node string) {
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: v1alpha1.NodeFenceSpec{NodeName: node}}
+	for t, f := range r.Fencers {
+		if f == nil {
+			continue
+		}
+		if err := f.End(ctx, providers.Request{Fence: nf, Method: v1alpha1.Method{Type: t}, Now: r.now()}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "ending the pending work of a deleted fence", "methodType", t)
+		}
+	}
+}

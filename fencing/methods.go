@@ -1,0 +1,53 @@
+package fencing
+
+import (
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// methodKind is what fencing knows of a method type; everything else (targets, credentials,
+// channels, how to read a fence back) is its provider's.
+type methodKind struct {
+	// fence starts the fence through the provider's Fence; confirm reads it back through Check.
+	fence, confirm v1alpha1.StepName
+	// confirmedReason is the Fenced condition's reason once confirm succeeds.
+	confirmedReason string
+	// needsAgent: the method acts through the node's agent. A node with no signal on any path
+	// (Dead) skips it; a node that independent signals show alive is fenced only by a chain
+	// that starts with such a method (invariant 4: never a blind power-off).
+	needsAgent bool
+}
+
+// methodKinds is the table of method types. Adding a method takes a provider package, one row
+// here and one line of wiring in cmd/palisade-controller/app.
+var methodKinds = map[v1alpha1.MethodType]methodKind{
+	v1alpha1.MethodIPMI:      {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false},
+	v1alpha1.MethodExecutor:  {v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated, v1alpha1.ReasonWorkloadTerminationConfirmed, true},
+	v1alpha1.MethodSelfFence: {v1alpha1.StepAwaitIsolation, v1alpha1.StepConfirmSelfFenced, v1alpha1.ReasonSelfFenceSafeTimePassed, false},
+}
+
+// kindOfStep is the method kind one of whose steps s is.
+func kindOfStep(s v1alpha1.StepName) (methodKind, bool) {
+	for _, k := range methodKinds {
+		if k.fence == s || k.confirm == s {
+			return k, true
+		}
+	}
+	return methodKind{}, false
+}
+
+// isConfirmStep says whether s is a method's confirmation.
+func isConfirmStep(s v1alpha1.StepName) bool {
+	k, ok := kindOfStep(s)
+	return ok && k.confirm == s
+}
+
+// Confirmed says whether the record holds a confirmed fence: a method's confirmation step that
+// Succeeded. Every release step requires it (invariant 1).
+func Confirmed(nf *v1alpha1.NodeFence) bool {
+	for _, s := range nf.Status.Steps {
+		if s.State == v1alpha1.StepSucceeded && isConfirmStep(s.Name) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
+
+// SelfFenceName is the self-fence provider's name.
+const SelfFenceName = "self-fence"
+
+// Signals tells when a node last sent a signal on any path (detectors/observe.Observer).
+type Signals interface {
+	LastSignal(ctx context.Context, node string, now time.Time) (time.Time, error)
+}
+
+// SelfFence is the SelfFence method: it relies on the node's agent fencing itself once cut off
+// from everything, and confirms when the node has sent no signal on any path for the method's
+// safeAfter, counted from the last signal (or from the wait's start when none is known). A
+// signal newer than the wait's start means the node is back and cannot be relied on.
+type SelfFence struct {
+	signals Signals
+}
+
+var _ providers.Fencer = (*SelfFence)(nil)
+
+// NewSelfFence returns the self-fence provider over signals.
+func NewSelfFence(signals Signals) *SelfFence { return &SelfFence{signals: signals} }
+
+// Name is "self-fence".
+func (s *SelfFence) Name() string { return SelfFenceName }
+
+// Fence notes the node's last signal: the safe time counts from it.
+func (s *SelfFence) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
+	settings := req.Method.SelfFence
+	if settings == nil {
+		return providers.Status{}, providers.NewError(providers.ReasonBadTarget, fmt.Errorf("method %s has no selfFence settings", req.Method.Name))
+	}
+	last, err := s.signals.LastSignal(ctx, req.Node(), req.Now)
+	if err != nil {
+		return providers.Status{}, providers.NewError(providers.ReasonAPIError, err)
+	}
+	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("relying on the node's self-fence: last signal at %s; safe %s after it",
+		last.UTC().Format(time.RFC3339), settings.SafeAfter.Duration)}, nil
+}
+
+// Check confirms once the node has been silent on every path for safeAfter.
+func (s *SelfFence) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
+	settings := req.Method.SelfFence
+	if settings == nil {
+		return providers.Status{}, providers.NewError(providers.ReasonBadTarget, fmt.Errorf("method %s has no selfFence settings", req.Method.Name))
+	}
+	last, err := s.signals.LastSignal(ctx, req.Node(), req.Now)
+	if err != nil {
+		return providers.Status{}, providers.NewError(providers.ReasonAPIError, err)
+	}
+	started := awaitStart(req.Fence)
+	if last.After(started) {
+		return providers.Status{State: providers.Failed, Reason: providers.ReasonNodeReachable,
+			Message: fmt.Sprintf("node %s sent a signal at %s after the self-fence wait began: it cannot be relied on to have fenced itself", req.Node(), last.UTC().Format(time.RFC3339))}, nil
+	}
+	if last.IsZero() {
+		last = started // no signal known at all: count the safe time from the wait's start
+	}
+	safe, silent := settings.SafeAfter.Duration, req.Now.Sub(last)
+	if silent >= safe {
+		return providers.Status{State: providers.Confirmed,
+			Message: fmt.Sprintf("relied on the node's self-fence: no signal from it on any path for %s (safeAfter %s)", silent.Round(100*time.Millisecond), safe)}, nil
+	}
+	if req.Expired {
+		return providers.Status{State: providers.Failed, Reason: providers.ReasonTimedOut,
+			Message: fmt.Sprintf("the self-fence's safe time %s did not pass within the method's timeout", safe)}, nil
+	}
+	return providers.Status{State: providers.InProgress, Reason: providers.ReasonWaitingForSafeTime, RetryAfter: min(safe-silent, time.Second),
+		Message: fmt.Sprintf("no signal for %s of the %s safe time", silent.Round(100*time.Millisecond), safe)}, nil
+}
+
+// End does nothing: the node's agent fences itself on its own.
+func (s *SelfFence) End(context.Context, providers.Request) error { return nil }
+
+// awaitStart is when the latest AwaitIsolation step began (fencing records one before
+// ConfirmSelfFenced).
+func awaitStart(nf *v1alpha1.NodeFence) time.Time {
+	for i := len(nf.Status.Steps) - 1; i >= 0; i-- {
+		if nf.Status.Steps[i].Name == v1alpha1.StepAwaitIsolation {
+			return nf.Status.Steps[i].StartTime.Time
+		}
+	}
+	return time.Time{}
+}

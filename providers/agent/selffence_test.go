@@ -1,0 +1,50 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
+
+type lastSignal time.Time
+
+func (l lastSignal) LastSignal(context.Context, string, time.Time) (time.Time, error) {
+	return time.Time(l), nil
+}
+
+// The self-fence is confirmed only once the node has been silent for safeAfter; a signal after
+// the wait began, or the method's time running out, fails it.
+func TestSelfFenceCheck(t *testing.T) {
+	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		last    time.Time
+		now     time.Time
+		expired bool
+		want    providers.State
+		reason  providers.Reason
+	}{
+		{"silent for less than safeAfter", start.Add(-time.Second), start.Add(2 * time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime},
+		{"silent for safeAfter", start.Add(-time.Second), start.Add(4 * time.Second), false, providers.Confirmed, ""},
+		{"no signal known: counted from the wait's start", time.Time{}, start.Add(5 * time.Second), false, providers.Confirmed, ""},
+		{"a signal after the wait began", start.Add(time.Second), start.Add(10 * time.Second), false, providers.Failed, providers.ReasonNodeReachable},
+		{"time is up", start.Add(-time.Second), start.Add(2 * time.Second), true, providers.Failed, providers.ReasonTimedOut},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}}
+			nf.Status.Steps = []v1alpha1.Step{{Name: v1alpha1.StepAwaitIsolation, State: v1alpha1.StepSucceeded, StartTime: metav1.NewTime(start)}}
+			req := providers.Request{Fence: nf, Now: tt.now, Expired: tt.expired, Method: v1alpha1.Method{Name: "self",
+				Type: v1alpha1.MethodSelfFence, SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 5 * time.Second}}}}
+			got, err := NewSelfFence(lastSignal(tt.last)).Check(context.Background(), req)
+			if err != nil || got.State != tt.want || got.Reason != tt.reason {
+				t.Errorf("Check = %+v, %v; want %s %s", got, err, tt.want, tt.reason)
+			}
+		})
+	}
+}

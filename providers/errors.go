@@ -1,0 +1,107 @@
+package providers
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Reason is a CamelCase word for a provider's answer or error. Reasons end up as step and
+// condition reasons on NodeFences.
+type Reason string
+
+// Provider reasons, for errors and statuses.
+const (
+	// ReasonUnreachable: no answer from the BMC (network, address, BMC down). Retryable.
+	ReasonUnreachable Reason = "BMCUnreachable"
+	// ReasonAuthFailed: the BMC refused the credentials. Not retryable until the Secret changes.
+	ReasonAuthFailed Reason = "BMCAuthFailed"
+	// ReasonRefused: the BMC answered but refused or failed the command. Retryable.
+	ReasonRefused Reason = "BMCRefused"
+	// ReasonBadTarget: the node's BMC address or credentials, or the method's settings, are
+	// missing or malformed. Not retryable.
+	ReasonBadTarget Reason = "BadTarget"
+	// ReasonAPIError: reading or writing through the API server failed. Retryable.
+	ReasonAPIError Reason = "APIError"
+	// ReasonPowerStillOn: the BMC accepted the off command but still reports power On.
+	ReasonPowerStillOn Reason = "PowerStillOn"
+	// ReasonOrderPending: the node's agent has not taken the order yet.
+	ReasonOrderPending Reason = "Pending"
+	// ReasonOrderRunning: the node's agent is carrying out the order.
+	ReasonOrderRunning Reason = "Running"
+	// ReasonExecutorFailed: the node's agent could not terminate or confirm the workload.
+	ReasonExecutorFailed Reason = "ExecutorFailed"
+	// ReasonWaitingForSafeTime: a self-fence's safe time has not passed yet.
+	ReasonWaitingForSafeTime Reason = "WaitingForSafeTime"
+	// ReasonNodeReachable: a node expected to have fenced itself sent a signal again.
+	ReasonNodeReachable Reason = "NodeReachableAgain"
+	// ReasonTimedOut: the method did not confirm within its timeout.
+	ReasonTimedOut Reason = "MethodTimedOut"
+)
+
+// Error is a provider error with a Reason and, when the provider knows one, a hint telling a
+// person what to look at.
+type Error struct {
+	Reason Reason
+	Hint   string
+	Err    error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// NewError wraps err with reason; nil stays nil.
+func NewError(reason Reason, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Reason: reason, Err: err}
+}
+
+// WithHint sets the hint of a provider error (wrapping any other error as ReasonRefused).
+func WithHint(err error, hint string) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		c := *e
+		c.Hint = hint
+		return &c
+	}
+	return &Error{Reason: ReasonRefused, Hint: hint, Err: err}
+}
+
+// ReasonOf returns the Reason of a provider error, ReasonRefused for any other error.
+func ReasonOf(err error) Reason {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ReasonRefused
+}
+
+// HintOf returns the hint of a provider error, "" when it has none.
+func HintOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Hint
+	}
+	return ""
+}
+
+// IsRetryable says whether trying again may help without a person changing something.
+func IsRetryable(err error) bool {
+	switch ReasonOf(err) {
+	case ReasonAuthFailed, ReasonBadTarget:
+		return false
+	}
+	return true
+}
+
+// IgnoreRetryable returns nil for an error that trying again may cure, err otherwise.
+func IgnoreRetryable(err error) error {
+	if IsRetryable(err) {
+		return nil
+	}
+	return err
+}
