@@ -14,8 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -40,13 +38,7 @@ type world struct {
 
 func newWorld(t *testing.T, methods ...string) *world {
 	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	s := testScheme(t)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: "10.0.0.1"}}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "db-0", UID: "pod-uid"}, Spec: corev1.PodSpec{NodeName: "n1"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
