@@ -2,13 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"palisade.dev/palisade/providers/executor/child/childtest"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
@@ -32,28 +33,6 @@ func executorPIDs(t testing.TB, p *proc) []int {
 		}
 	}
 	return pids
-}
-
-// checkGoneProcess checks that pid is no process any more (the agent reaped it).
-func checkGoneProcess(t *testing.T, pid int) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return
-		}
-	}
-	t.Errorf("executor process %d still exists", pid)
-}
-
-// fakeExecutor writes a shell script standing in for palisade-executor: a child that
-// misbehaves in ways the real one does not.
-func fakeExecutor(t *testing.T, script string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "fake-executor")
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"+script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return bin
 }
 
 // failedWith sends command id and checks that it ends Failed (maybe before a heartbeat saw it
@@ -126,7 +105,7 @@ func TestExecutorKilledMidCommand(t *testing.T) {
 	if strings.Join(states, ",") != "Running,Failed" || !containsAll(final.Message, want) {
 		t.Errorf("states %v, final %+v; want Running then Failed with a message holding %q", states, final, want)
 	}
-	checkGoneProcess(t, pids[0])
+	childtest.CheckGone(t, pids[0])
 	if got := containerStates(t, ctd, "uid-work")["stubborn"]; got != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Errorf("container after the executor was killed: %v, want still running", got)
 	}
@@ -177,10 +156,10 @@ while read -r line; do case "$line" in *'"op":"terminate"'*) break;; esac; done
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, "127.0.0.1:0")
 			p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", "/nonexistent/containerd.sock",
-				"--executor-binary", fakeExecutor(t, tc.script))
+				"--executor-binary", childtest.FakeExecutor(t, tc.script))
 			failedWith(t, e, "c1", 5*time.Second, tc.message...)
 			for _, pid := range executorPIDs(t, p) {
-				checkGoneProcess(t, pid)
+				childtest.CheckGone(t, pid)
 			}
 		})
 	}
@@ -194,7 +173,7 @@ func TestExecutorHung(t *testing.T) {
 	k := newKubelet()
 	defer k.srv.Close()
 	e := newEnv(t, "127.0.0.1:0")
-	hung := fakeExecutor(t, `read -r line; echo '{"id":1,"version":1}'; while read -r line; do :; done`)
+	hung := childtest.FakeExecutor(t, `read -r line; echo '{"id":1,"version":1}'; while read -r line; do :; done`)
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", "/nonexistent/containerd.sock",
 		"--executor-binary", hung, "--executor-timeout", "1s")
 	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
@@ -216,7 +195,7 @@ func TestExecutorHung(t *testing.T) {
 	if len(pids) == 0 {
 		t.Fatal("no executor process logged")
 	}
-	checkGoneProcess(t, pids[0])
+	childtest.CheckGone(t, pids[0])
 	if !strings.Contains(p.logs(), "reading the runtime back") {
 		t.Error("no log line about the read-back the executor did not answer")
 	}
@@ -229,7 +208,7 @@ func TestExecutorEndsWithTheAgent(t *testing.T) {
 	k := newKubelet()
 	defer k.srv.Close()
 	e := newEnv(t, "127.0.0.1:0")
-	deaf := fakeExecutor(t, `read -r line; echo '{"id":1,"version":1}'; exec sleep 600`)
+	deaf := childtest.FakeExecutor(t, `read -r line; echo '{"id":1,"version":1}'; exec sleep 600`)
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", "/nonexistent/containerd.sock",
 		"--executor-binary", deaf, "--fault-report-confirmed-early")
 	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
@@ -249,15 +228,8 @@ func TestExecutorEndsWithTheAgent(t *testing.T) {
 	if err := p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	checkGoneProcess(t, pids[0])
+	childtest.CheckGone(t, pids[0])
 }
-
-// answering is a fake executor that answers every request with success: protocol version 1, a
-// read-back of 0.
-const answering = `while read -r line; do
-	id=$(echo "$line" | sed 's/.*"id":\([0-9]*\).*/\1/')
-	echo "{\"id\":$id,\"version\":1,\"running\":0}"
-done`
 
 // TestExecutorRestartedForReadBack: once an executor was connected, the heartbeats carry its
 // read-back; when it dies with no command running, they carry none until the agent has started
@@ -268,7 +240,7 @@ func TestExecutorRestartedForReadBack(t *testing.T) {
 	defer k.srv.Close()
 	e := newEnv(t, "127.0.0.1:0")
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", "/nonexistent/containerd.sock",
-		"--executor-binary", fakeExecutor(t, answering), "--fault-report-confirmed-early")
+		"--executor-binary", childtest.FakeExecutor(t, childtest.Answering), "--fault-report-confirmed-early")
 	if hb := e.next(t, 5*time.Second); hb.RunningContainers != nil {
 		t.Errorf("read-back %d before any command", *hb.RunningContainers)
 	}
