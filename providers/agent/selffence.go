@@ -35,27 +35,32 @@ func (s *SelfFence) Name() string { return SelfFenceName }
 
 // Fence notes the node's last signal: the safe time counts from it.
 func (s *SelfFence) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
-	settings := req.Method.SelfFence
-	if settings == nil {
-		return providers.Status{}, providers.NewError(providers.ReasonBadTarget, fmt.Errorf("method %s has no selfFence settings", req.Method.Name))
-	}
-	last, err := s.signals.LastSignal(ctx, req.Node(), req.Now)
+	settings, last, err := s.lastSignal(ctx, req)
 	if err != nil {
-		return providers.Status{}, providers.NewError(providers.ReasonAPIError, err)
+		return providers.Status{}, err
 	}
 	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("relying on the node's self-fence: last signal at %s; safe %s after it",
 		last.UTC().Format(time.RFC3339), settings.SafeAfter.Duration)}, nil
 }
 
-// Check confirms once the node has been silent on every path for safeAfter.
-func (s *SelfFence) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
+// lastSignal is the method's settings and the node's freshest signal on any path.
+func (s *SelfFence) lastSignal(ctx context.Context, req providers.Request) (*v1alpha1.SelfFenceMethod, time.Time, error) {
 	settings := req.Method.SelfFence
 	if settings == nil {
-		return providers.Status{}, providers.NewError(providers.ReasonBadTarget, fmt.Errorf("method %s has no selfFence settings", req.Method.Name))
+		return nil, time.Time{}, providers.NewError(providers.ReasonBadTarget, fmt.Errorf("method %s has no selfFence settings", req.Method.Name))
 	}
 	last, err := s.signals.LastSignal(ctx, req.Node(), req.Now)
 	if err != nil {
-		return providers.Status{}, providers.NewError(providers.ReasonAPIError, err)
+		return nil, time.Time{}, providers.NewError(providers.ReasonAPIError, err)
+	}
+	return settings, last, nil
+}
+
+// Check confirms once the node has been silent on every path for safeAfter.
+func (s *SelfFence) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
+	settings, last, err := s.lastSignal(ctx, req)
+	if err != nil {
+		return providers.Status{}, err
 	}
 	started := awaitStart(req.Fence)
 	if last.After(started) {
