@@ -1,6 +1,9 @@
 package fencing
 
-import "palisade.dev/palisade/providers"
+import (
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
 
 // Event reasons, on NodeFences, Nodes and FencingPolicies.
 const (
@@ -18,6 +21,10 @@ const (
 	ReasonFenceConfirmed      = "FenceConfirmed"
 	ReasonFenceFailed         = "FenceFailed"
 	ReasonReleased            = "Released"
+	ReasonNodeAliveAfterFence = v1alpha1.ReasonNodeAliveAfterFence
+	ReasonNodeDeleted         = "NodeDeleted"
+	ReasonDeletionHeld        = "NodeDeletionHeld"
+	ReasonDeletionReleased    = "NodeDeletionReleased"
 )
 
 // Step reasons the controller itself gives (a step's reason may also be a provider's: see
@@ -40,6 +47,8 @@ const (
 	ReasonNoProvider = "NoProvider"
 	// ReasonUnknownStep: the record names a step this controller does not know.
 	ReasonUnknownStep = "UnknownStep"
+	// ReasonWatchingForLife: VerifyFenced is watching the node's signals before releasing.
+	ReasonWatchingForLife = "WatchingForLife"
 	// ReasonDisruption is the pod DisruptionTarget condition's reason when Palisade
 	// force-deletes a pod (KEP-3329; PodGC uses DeletionByPodGC).
 	ReasonDisruption = "DeletionByPalisade"

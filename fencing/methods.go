@@ -15,14 +15,20 @@ type methodKind struct {
 	// (Dead) skips it; a node that independent signals show alive is fenced only by a chain
 	// that starts with such a method (invariant 4: never a blind power-off).
 	needsAgent bool
+	// keepsNodeRunning: the method stops the node's workload and leaves the node up, so the
+	// node's Lease, heartbeats and peers are expected after its confirmation and are no
+	// evidence against it (its confirmation comes from the node's own authenticated agent).
+	// Every other method is checked for signs of life before anything is released; a new
+	// method is checked unless its row says otherwise.
+	keepsNodeRunning bool
 }
 
 // methodKinds is the table of method types. Adding a method takes a provider package, one row
 // here and one line of wiring in cmd/palisade-controller/app.
 var methodKinds = map[v1alpha1.MethodType]methodKind{
-	v1alpha1.MethodIPMI:      {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false},
-	v1alpha1.MethodExecutor:  {v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated, v1alpha1.ReasonWorkloadTerminationConfirmed, true},
-	v1alpha1.MethodSelfFence: {v1alpha1.StepAwaitIsolation, v1alpha1.StepConfirmSelfFenced, v1alpha1.ReasonSelfFenceSafeTimePassed, false},
+	v1alpha1.MethodIPMI:      {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false},
+	v1alpha1.MethodExecutor:  {v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated, v1alpha1.ReasonWorkloadTerminationConfirmed, true, true},
+	v1alpha1.MethodSelfFence: {v1alpha1.StepAwaitIsolation, v1alpha1.StepConfirmSelfFenced, v1alpha1.ReasonSelfFenceSafeTimePassed, false, false},
 }
 
 // kindOfStep is the method kind one of whose steps s is.
@@ -42,12 +48,30 @@ func isConfirmStep(s v1alpha1.StepName) bool {
 }
 
 // Confirmed says whether the record holds a confirmed fence: a method's confirmation step that
-// Succeeded. Every release step requires it (invariant 1).
+// Succeeded and that no sign of the node's life disproved since. Every release step requires
+// it (invariant 1).
 func Confirmed(nf *v1alpha1.NodeFence) bool {
+	confirmed, _ := confirmation(nf)
+	return confirmed
+}
+
+// Verified says whether the confirmed fence also passed VerifyFenced: the node showed no sign
+// of life for the watch window after its confirmation.
+func Verified(nf *v1alpha1.NodeFence) bool {
+	_, verified := confirmation(nf)
+	return verified
+}
+
+func confirmation(nf *v1alpha1.NodeFence) (confirmed, verified bool) {
 	for _, s := range nf.Status.Steps {
-		if s.State == v1alpha1.StepSucceeded && isConfirmStep(s.Name) {
-			return true
+		switch {
+		case s.State == v1alpha1.StepSucceeded && isConfirmStep(s.Name):
+			confirmed, verified = true, false
+		case s.State == v1alpha1.StepSucceeded && s.Name == v1alpha1.StepVerifyFenced:
+			verified = confirmed
+		case s.State == v1alpha1.StepFailed && s.Reason == v1alpha1.ReasonNodeAliveAfterFence:
+			confirmed, verified = false, false
 		}
 	}
-	return false
+	return confirmed, verified
 }

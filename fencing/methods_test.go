@@ -31,7 +31,7 @@ func TestAddingAFakeFencingMethodTakesOneProviderAndOneTableRow(t *testing.T) {
 		provider         = "fake-method"
 		wantFenceMessage = "fake: fence ordered"
 	)
-	methodKinds[typ] = methodKind{start, check, confirmed, needsAgent}
+	methodKinds[typ] = methodKind{fence: start, confirm: check, confirmedReason: confirmed, needsAgent: needsAgent}
 	t.Cleanup(func() { delete(methodKinds, typ) })
 
 	w := newWorld(t)
@@ -43,6 +43,7 @@ func TestAddingAFakeFencingMethodTakesOneProviderAndOneTableRow(t *testing.T) {
 	want := "phase Released\n" +
 		"FakeFence          fake    Succeeded attempts=1 \n" +
 		"FakeConfirm        fake    Succeeded attempts=1 \n" +
+		"VerifyFenced               Succeeded attempts=12 \n" +
 		"Taint                      Succeeded attempts=1 \n" +
 		"DeletePods                 Succeeded attempts=1 \n" +
 		"ReleaseAttachments         Succeeded attempts=1 \n" +

@@ -21,9 +21,13 @@ var (
 		Name: "palisade_fences_ended_total",
 		Help: "NodeFences that reached Released or Failed.",
 	}, []string{"phase"})
+	fencesDisproved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "palisade_fences_disproved_total",
+		Help: "Confirmed fences whose node showed life afterwards (Lease, AgentHeartbeat, PeerProbe): nothing was released and the chain escalated.",
+	}, []string{"method", "signal"})
 )
 
 // RegisterMetrics registers the fencing metrics with r (cmd/ calls it once).
 func RegisterMetrics(r prometheus.Registerer) {
-	r.MustRegister(stormGuardActive, policyUnhealthyNodes, fencesCreated, fencesEnded)
+	r.MustRegister(stormGuardActive, policyUnhealthyNodes, fencesCreated, fencesEnded, fencesDisproved)
 }

@@ -17,6 +17,7 @@ import (
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/providers"
 )
 
@@ -33,6 +34,9 @@ type NodeFenceReconciler struct {
 	// Fencers holds one provider per method type (wired in cmd/); a method whose type has
 	// none fails with ReasonNoProvider.
 	Fencers map[v1alpha1.MethodType]providers.Fencer
+	// Heartbeats, when set, are the node agents' heartbeats and peer reports: a heartbeat or a
+	// peer reaching the node after its fence was confirmed is a sign of life (liveness.go).
+	Heartbeats observe.Heartbeats
 	// Attachments releases a node's VolumeAttachments.
 	Attachments *attach.Releaser
 	// Now is the clock (time.Now when nil).
@@ -131,12 +135,15 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		return ctrl.Result{RequeueAfter: out.retry}, false, r.saveStatus(ctx, nf)
 	}
 	step.Reason = out.reason
+	if out.state == v1alpha1.StepFailed && out.reason == v1alpha1.ReasonNodeAliveAfterFence {
+		step.Method = nf.Status.Method // the method the node's signs of life disproved
+	}
 	recordEnd(nf, out.state, out.message, r.now())
 	r.eventForEnd(ctx, nf, step)
 	if err := r.saveStatus(ctx, nf); err != nil {
 		return ctrl.Result{}, false, err
 	}
-	if step.State == v1alpha1.StepFailed && isFenceStep(step.Name) {
+	if step.State == v1alpha1.StepFailed && (isFenceStep(step.Name) || disproved(*step)) {
 		r.endMethod(ctx, nf, step.Method) // the chain escalates or the fence fails
 	}
 	return ctrl.Result{}, true, nil
@@ -144,6 +151,8 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 
 func (r *NodeFenceReconciler) eventForEnd(ctx context.Context, nf *v1alpha1.NodeFence, s *v1alpha1.Step) {
 	switch {
+	case disproved(*s):
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonNodeAliveAfterFence, "%s", s.Message)
 	case s.State == v1alpha1.StepFailed:
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonMethodFailed, "method %s failed at %s (%s): %s", s.Method, s.Name, s.Reason, s.Message)
 	case isConfirmStep(s.Name):
@@ -160,6 +169,12 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 	}
 	if !Confirmed(nf) {
 		return failed(ReasonNotConfirmed, "refusing to %s: the record holds no confirmed fence", a.step)
+	}
+	if a.step == v1alpha1.StepVerifyFenced {
+		return r.verifyFenced(ctx, nf)
+	}
+	if out, stop := r.checkLife(ctx, nf); stop {
+		return out
 	}
 	switch a.step {
 	case v1alpha1.StepTaint:
@@ -211,7 +226,7 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 	}
 	r.Recorder.Eventf(nf, nil, typ, reason, "Fence", format, args...)
 	switch reason {
-	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased:
+	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence:
 		node := &corev1.Node{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err == nil {
 			r.Recorder.Eventf(node, nf, typ, reason, "Fence", format, args...)

@@ -34,6 +34,8 @@ type world struct {
 	agent *fake.Provider
 	r     *NodeFenceReconciler
 	now   time.Time
+	// tick, when set, runs before every reconcile of run with the record as it stands.
+	tick func(nf *v1alpha1.NodeFence)
 }
 
 func newWorld(t *testing.T, methods ...string) *world {
@@ -74,6 +76,12 @@ func (w *world) run(t *testing.T) *v1alpha1.NodeFence {
 	t.Helper()
 	nf := &v1alpha1.NodeFence{}
 	for range 60 {
+		if w.tick != nil {
+			if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+				t.Fatal(err)
+			}
+			w.tick(nf)
+		}
 		if _, err := w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
 			t.Fatal(err)
 		}

@@ -50,7 +50,9 @@ func plan(nf *v1alpha1.NodeFence) action {
 	case v1alpha1.StepStarted:
 		return action{kind: actResume, step: last.Name, method: method}
 	case v1alpha1.StepFailed:
-		if isFenceStep(last.Name) && method+1 < len(nf.Spec.Methods) {
+		// A method fails at one of its own steps, or at a release step when the node showed
+		// life after its confirmation: either way the chain escalates.
+		if (isFenceStep(last.Name) || disproved(last)) && method+1 < len(nf.Spec.Methods) {
 			return action{kind: actStart, step: methodKinds[nf.Spec.Methods[method+1].Type].fence, method: method + 1}
 		}
 		return action{kind: actFail}
@@ -62,8 +64,16 @@ func plan(nf *v1alpha1.NodeFence) action {
 	return action{kind: actStart, step: next, method: method}
 }
 
-// releaseSequence is the order of the release steps after a confirmed fence.
+// disproved says whether a failed step is a confirmed fence disproved by the node's signs of
+// life.
+func disproved(s v1alpha1.Step) bool {
+	return s.State == v1alpha1.StepFailed && s.Reason == v1alpha1.ReasonNodeAliveAfterFence
+}
+
+// releaseSequence is the order of the release steps after a confirmed fence. VerifyFenced is
+// always taken: it watches the node's own signals before anything is released.
 var releaseSequence = []v1alpha1.StepName{
+	v1alpha1.StepVerifyFenced,
 	v1alpha1.StepTaint,
 	v1alpha1.StepDeletePods,
 	v1alpha1.StepReleaseAttachments,

@@ -23,6 +23,43 @@ func st(name v1alpha1.StepName, method string, state v1alpha1.StepState) v1alpha
 	return v1alpha1.Step{Name: name, Method: method, State: state}
 }
 
+func alive(name v1alpha1.StepName, method string) v1alpha1.Step {
+	s := st(name, method, v1alpha1.StepFailed)
+	s.Reason = v1alpha1.ReasonNodeAliveAfterFence
+	return s
+}
+
+func TestConfirmedUntilDisproved(t *testing.T) {
+	ok := v1alpha1.StepSucceeded
+	tests := []struct {
+		name                string
+		steps               []v1alpha1.Step
+		confirmed, verified bool
+	}{
+		{"nothing yet", nil, false, false},
+		{"confirmed", []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", ok)}, true, false},
+		{"confirmed and verified", []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok)}, true, true},
+		{"disproved", []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", ok), alive(v1alpha1.StepVerifyFenced, "ipmi")}, false, false},
+		{"disproved after release began", []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok),
+			st(v1alpha1.StepTaint, "", ok), alive(v1alpha1.StepDeletePods, "ipmi")}, false, false},
+		{"disproved, then the next method confirmed", []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", ok), alive(v1alpha1.StepVerifyFenced, "ipmi"),
+			st(v1alpha1.StepPowerOff, "backup", ok), st(v1alpha1.StepConfirmOff, "backup", ok)}, true, false},
+		{"an old verification does not verify a new confirmation", []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok),
+			alive(v1alpha1.StepTaint, "ipmi"), st(v1alpha1.StepConfirmOff, "backup", ok)}, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nf := fenceWith([]string{"ipmi", "backup"}, v1alpha1.Release{}, tt.steps...)
+			if got := Confirmed(nf); got != tt.confirmed {
+				t.Errorf("Confirmed = %v, want %v", got, tt.confirmed)
+			}
+			if got := Verified(nf); got != tt.verified {
+				t.Errorf("Verified = %v, want %v", got, tt.verified)
+			}
+		})
+	}
+}
+
 func TestPlan(t *testing.T) {
 	const (
 		ok      = v1alpha1.StepSucceeded
@@ -46,10 +83,24 @@ func TestPlan(t *testing.T) {
 		{"confirm unfinished after a restart: confirm again, never skip", fenceWith(one, all,
 			st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", started)),
 			action{kind: actResume, step: v1alpha1.StepConfirmOff}},
-		{"confirmed: taint", fenceWith(one, all, st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", ok)),
+		{"confirmed: watch the node's signals first", fenceWith(one, all, st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", ok)),
+			action{kind: actStart, step: v1alpha1.StepVerifyFenced}},
+		{"confirmed, every release disabled: still watch", fenceWith(one, v1alpha1.Release{OutOfServiceTaint: ptr.To(false), DeletePods: ptr.To(false), ReleaseAttachments: ptr.To(false)},
+			st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", ok)),
+			action{kind: actStart, step: v1alpha1.StepVerifyFenced}},
+		{"verified: taint", fenceWith(one, all, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok)),
 			action{kind: actStart, step: v1alpha1.StepTaint}},
-		{"confirmed, taint disabled: delete pods", fenceWith(one, noTaint, st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", ok)),
+		{"verified, taint disabled: delete pods", fenceWith(one, noTaint, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok)),
 			action{kind: actStart, step: v1alpha1.StepDeletePods}},
+		{"node alive after the confirmation: escalate", fenceWith(two, all, st(v1alpha1.StepConfirmOff, "ipmi", ok), alive(v1alpha1.StepVerifyFenced, "ipmi")),
+			action{kind: actStart, step: v1alpha1.StepPowerOff, method: 1}},
+		{"node alive at a later release step: escalate", fenceWith(two, all, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok),
+			st(v1alpha1.StepTaint, "", ok), alive(v1alpha1.StepDeletePods, "ipmi")),
+			action{kind: actStart, step: v1alpha1.StepPowerOff, method: 1}},
+		{"node alive after the last method: fail", fenceWith(two, all, st(v1alpha1.StepConfirmOff, "backup", ok), alive(v1alpha1.StepVerifyFenced, "backup")),
+			action{kind: actFail}},
+		{"a release step failing otherwise does not escalate", fenceWith(two, all, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepTaint, "ipmi", bad)),
+			action{kind: actFail}},
 		{"tainted: delete pods", fenceWith(one, all, st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", ok),
 			st(v1alpha1.StepTaint, "ipmi", ok)), action{kind: actStart, step: v1alpha1.StepDeletePods}},
 		{"pods deleted: release attachments", fenceWith(one, all, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepDeletePods, "ipmi", ok)),

@@ -20,6 +20,7 @@ func recordStart(nf *v1alpha1.NodeFence, a action, now time.Time) {
 		if a.step == methodKinds[m.Type].fence {
 			st.Method = m.Name
 			st.MethodStartTime = &step.StartTime
+			st.FencedTime, st.Liveness = nil, nil
 		}
 		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, v1alpha1.ReasonInProgress,
 			"method "+m.Name+": "+string(a.step))
@@ -44,6 +45,11 @@ func recordEnd(nf *v1alpha1.NodeFence, state v1alpha1.StepState, message string,
 		nf.Status.Phase = v1alpha1.PhaseFenced
 		nf.Status.FencedTime = &end
 		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionTrue, k.confirmedReason, message)
+	}
+	if disproved(*s) {
+		nf.Status.Phase = v1alpha1.PhaseFencing
+		nf.Status.FencedTime = nil
+		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, v1alpha1.ReasonNodeAliveAfterFence, message)
 	}
 }
 

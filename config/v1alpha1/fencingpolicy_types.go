@@ -158,6 +158,7 @@ type StormGuard struct {
 }
 
 // Release says what a confirmed fence releases. Every field defaults to true.
+// +kubebuilder:validation:XValidation:rule="!has(self.verifyWindow) || (duration(self.verifyWindow) >= duration('0s') && duration(self.verifyWindow) <= duration('10m'))",message="release.verifyWindow must be between 0s and 10m"
 type Release struct {
 	// OutOfServiceTaint adds node.kubernetes.io/out-of-service=nodeshutdown:NoExecute.
 	// +optional
@@ -169,6 +170,13 @@ type Release struct {
 	// ReleaseAttachments deletes the node's VolumeAttachments.
 	// +optional
 	ReleaseAttachments *bool `json:"releaseAttachments,omitempty"`
+	// VerifyWindow is how long the node's own signals (its Lease, its agent's heartbeats, its
+	// peers' probes) are watched after a fence is confirmed before anything is released; a
+	// signal in that time fails the method and nothing is released. Default: one Lease
+	// renewal interval of the node's kubelet (a quarter of the Lease's leaseDurationSeconds,
+	// 10s for the kubelet's default) plus 1s. 0 checks once, without waiting.
+	// +optional
+	VerifyWindow *metav1.Duration `json:"verifyWindow,omitempty"`
 }
 
 // FencingPolicyStatus reports what the policy sees.

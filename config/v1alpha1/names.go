@@ -20,6 +20,11 @@ const (
 	// AnnotationExecutorStatus on a NodeFence is the agent's answer to AnnotationExecutorCommand:
 	// the JSON of an agentwire APIReport (the executor status and the runtime read-back).
 	AnnotationExecutorStatus = names.AnnotationExecutorStatus
+	// FinalizerFenceOnDelete on a Node that a FencingPolicy covers holds the Node's deletion
+	// until Palisade has fenced it (trigger NodeDeleted) or confirmed that its machine no
+	// longer exists. The controller adds and removes it; a person removes it by hand only for a
+	// machine known to be off (see the README, "Deleting a node").
+	FinalizerFenceOnDelete = "palisade.dev/fence-on-delete"
 	// LabelNode on a NodeFence names the node it fences.
 	LabelNode = "palisade.dev/node"
 

@@ -5,7 +5,7 @@ import (
 )
 
 // Trigger says why a NodeFence exists.
-// +kubebuilder:validation:Enum=Detected;Manual
+// +kubebuilder:validation:Enum=Detected;Manual;NodeDeleted
 type Trigger string
 
 const (
@@ -13,6 +13,10 @@ const (
 	TriggerDetected Trigger = "Detected"
 	// TriggerManual: someone asked through the palisade.dev/fence-request annotation.
 	TriggerManual Trigger = "Manual"
+	// TriggerNodeDeleted: the Node was deleted while a policy covered it. Deleting a Node
+	// means "permanently partitioned" (the 2016 Pod Safety proposal), after which PodGC would
+	// force-delete its pods: Palisade's finalizer holds the deletion until the node is fenced.
+	TriggerNodeDeleted Trigger = "NodeDeleted"
 )
 
 // NodeFenceSpec is fixed when the fence is created: the policy's methods and release settings
@@ -77,6 +81,7 @@ const (
 	StepConfirmTerminated  StepName = "ConfirmTerminated"  // read back that no workload container runs
 	StepAwaitIsolation     StepName = "AwaitIsolation"     // note the last signal from a node expected to fence itself
 	StepConfirmSelfFenced  StepName = "ConfirmSelfFenced"  // no signal on any path for the method's safeAfter
+	StepVerifyFenced       StepName = "VerifyFenced"       // watch the node's own signals: none may follow the confirmation
 	StepTaint              StepName = "Taint"              // add the out-of-service taint
 	StepDeletePods         StepName = "DeletePods"         // force-delete the pods bound to the node
 	StepReleaseAttachments StepName = "ReleaseAttachments" // delete the node's VolumeAttachments
@@ -96,7 +101,8 @@ const (
 // idempotent) and never moves past a step that has not Succeeded.
 type Step struct {
 	Name StepName `json:"name"`
-	// Method is the fencing method, for PowerOff and ConfirmOff.
+	// Method is the fencing method of a method's steps (PowerOff, ConfirmOff, ...); on a
+	// release step that failed because the node showed life, the method it disproved.
 	// +optional
 	Method string    `json:"method,omitempty"`
 	State  StepState `json:"state"`
@@ -133,6 +139,11 @@ type NodeFenceStatus struct {
 	// FencedTime is when the fence was confirmed.
 	// +optional
 	FencedTime *metav1.Time `json:"fencedTime,omitempty"`
+	// Liveness is what the node's own signals showed when the current method's fence was
+	// confirmed; a Lease renewal, an agent heartbeat or a peer reaching the node after it means
+	// the fence hit another machine, and nothing is released.
+	// +optional
+	Liveness *Liveness `json:"liveness,omitempty"`
 	// ReleasedTime is when the last release step finished.
 	// +optional
 	ReleasedTime *metav1.Time `json:"releasedTime,omitempty"`
@@ -151,6 +162,18 @@ type NodeFenceStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Liveness is the baseline of the release-time liveness check.
+type Liveness struct {
+	// LeaseRenewTime is the renewTime of the node's Lease read right after the confirmation
+	// (the node's clock); any later renewTime is a renewal after the fence. Unset when the node
+	// had no Lease.
+	// +optional
+	LeaseRenewTime *metav1.MicroTime `json:"leaseRenewTime,omitempty"`
+	// WatchUntil is when VerifyFenced stops watching and lets the release begin; each release
+	// step looks again before it acts.
+	WatchUntil metav1.Time `json:"watchUntil"`
 }
 
 // NodeFence records the fencing of one node, step by step.
@@ -202,6 +225,11 @@ const (
 	// ReasonSelfFenceSafeTimePassed (Fenced=True): the node sent no signal on any path for the
 	// self-fence's safe time.
 	ReasonSelfFenceSafeTimePassed = "SelfFenceSafeTimePassed"
+	// ReasonNodeAliveAfterFence (Fenced=False; also a step reason): the node renewed its
+	// Lease, heartbeated or was reached by a peer after its fence was confirmed, so the fence
+	// hit another machine or the provider's read-back lied; nothing more is released and the
+	// next method is taken.
+	ReasonNodeAliveAfterFence = "NodeAliveAfterFence"
 	// ReasonReleased (Released=True): the release steps the policy asked for are done.
 	ReasonReleased = "Released"
 	// ReasonNotFenced (Released=False): every method failed; nothing was released.

@@ -122,7 +122,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up policy controller: %w", err)
 	}
 	nf := &fencing.NodeFenceReconciler{
-		Client: c, APIReader: reader, Recorder: rec, Fencers: fencers(mgr, o, obs, srv),
+		Client: c, APIReader: reader, Recorder: rec, Fencers: fencers(mgr, o, obs, srv), Heartbeats: obs.Heartbeats,
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
 	}
 	if err := nf.SetupWithManager(mgr); err != nil {

@@ -1,0 +1,248 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/lease"
+)
+
+// The release-time liveness check (invariant 1 against a read-back that lies). A BMC, a cloud
+// or a storage system can confirm the fence of the wrong machine: a mistyped or swapped BMC
+// address, a recycled instance ID. The node itself cannot lie that way: a Lease renewal, an
+// agent heartbeat or a peer reaching it after its fence was confirmed proves that the fence
+// did not hit it. VerifyFenced watches those signals for a window after each confirmation;
+// every later release step looks once more before it acts. A sign of life fails the method
+// (NodeAliveAfterFence), releases nothing more, takes back the out-of-service taint if it was
+// added, and the chain escalates.
+//
+// What it costs: the window, by default one kubelet Lease renewal interval plus a margin (11s
+// with the kubelet's defaults), between the confirmation and the first release step; a GET of
+// the node's Lease per second meanwhile. What it cannot see: a node cut off from the API
+// server, from the controller's agent channel and from its peers shows no signal whether it
+// runs or not; for such a node only the provider's read-back stands between a wrong machine
+// and a release.
+
+const (
+	// defaultRenewInterval is the kubelet's Lease renewal interval when its Lease says nothing:
+	// a quarter of its 40s leaseDurationSeconds.
+	defaultRenewInterval = 10 * time.Second
+	// verifyMargin is added to the renewal interval: a renewal just due is not missed.
+	verifyMargin = time.Second
+	// verifyRecheck is how often VerifyFenced looks at the signals.
+	verifyRecheck = time.Second
+)
+
+// Signals a node can show life on.
+const (
+	signalLease     = "Lease"
+	signalHeartbeat = "AgentHeartbeat"
+	signalPeer      = "PeerProbe"
+)
+
+// lifeSign is a signal from the node after its fence was confirmed.
+type lifeSign struct {
+	signal, message string
+}
+
+// checksLiveness says whether the current method's confirmation is checked against the node's
+// signals: every method but those that leave the node running by design.
+func checksLiveness(nf *v1alpha1.NodeFence) bool {
+	for _, m := range nf.Spec.Methods {
+		if m.Name == nf.Status.Method {
+			return !methodKinds[m.Type].keepsNodeRunning
+		}
+	}
+	return true
+}
+
+// verifyFenced is the VerifyFenced step: it watches the node's own signals for the window after
+// the confirmation and succeeds when none came.
+func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
+	if !checksLiveness(nf) {
+		return done("method %s leaves node %s running by design (its workload was stopped, as its own agent confirmed): its signals are no evidence against the fence",
+			nf.Status.Method, nf.Spec.NodeName)
+	}
+	if nf.Status.Liveness == nil {
+		lv, err := r.baseline(ctx, nf)
+		if err != nil {
+			return pending(retryRelease, ReasonAPIError, "reading the node's Lease: %v", err)
+		}
+		nf.Status.Liveness = lv
+	}
+	if out, stop := r.checkLife(ctx, nf); stop {
+		return out
+	}
+	until := nf.Status.Liveness.WatchUntil.Time
+	if now := r.now(); now.Before(until) {
+		return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
+			"no sign of life since the fence was confirmed at %s; watching the node's Lease, agent heartbeats and peer probes until %s before releasing",
+			fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339))
+	}
+	return done("no sign of life from node %s between the confirmation at %s and %s: no Lease renewal, no agent heartbeat, no peer reached it",
+		nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339))
+}
+
+// baseline reads the node's Lease right after the confirmation: later renewTimes are renewals
+// after the fence. The watch window is the policy's verifyWindow or one renewal interval of the
+// node's kubelet plus a margin.
+func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.Liveness, error) {
+	l, err := r.lease(ctx, nf.Spec.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	window := defaultRenewInterval + verifyMargin
+	lv := &v1alpha1.Liveness{}
+	if l != nil {
+		lv.LeaseRenewTime = l.Spec.RenewTime
+		if d := l.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
+			window = time.Duration(*d)*time.Second/4 + verifyMargin
+		}
+	}
+	if w := nf.Spec.Release.VerifyWindow; w != nil {
+		window = w.Duration
+	}
+	lv.WatchUntil = metav1.NewTime(r.now().Add(window))
+	return lv, nil
+}
+
+// checkLife looks for a sign of life after the confirmation. stop says the step ends here: the
+// method failed (the node lives) or the signals could not be read (retry).
+func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFence) (outcome, bool) {
+	if !checksLiveness(nf) {
+		return outcome{}, false
+	}
+	sign, err := r.signOfLife(ctx, nf)
+	if err != nil {
+		return pending(retryRelease, ReasonAPIError, "reading the node's signals before releasing: %v", err), true
+	}
+	if sign == nil {
+		return outcome{}, false
+	}
+	untainted, err := r.untaint(ctx, nf)
+	if err != nil {
+		return pending(retryRelease, ReasonAPIError, "node %s showed life (%s) and its out-of-service taint must go: %v", nf.Spec.NodeName, sign.message, err), true
+	}
+	fencesDisproved.WithLabelValues(nf.Status.Method, sign.signal).Inc()
+	msg := fmt.Sprintf("node %s is alive: %s, after method %s confirmed its fence at %s; the fence hit another machine or the read-back is wrong (check the method's target, e.g. the node's BMC address). Releasing nothing",
+		nf.Spec.NodeName, sign.message, nf.Status.Method, fencedAt(nf).Format(time.RFC3339))
+	if untainted {
+		msg += "; the out-of-service taint was removed again"
+	}
+	return failed(v1alpha1.ReasonNodeAliveAfterFence, "%s", msg), true
+}
+
+// signOfLife is the first signal from the node after its confirmation, nil when there is none.
+func (r *NodeFenceReconciler) signOfLife(ctx context.Context, nf *v1alpha1.NodeFence) (*lifeSign, error) {
+	at := fencedAt(nf)
+	l, err := r.lease(ctx, nf.Spec.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	if l != nil && l.Spec.RenewTime != nil {
+		var base *metav1.MicroTime
+		if nf.Status.Liveness != nil {
+			base = nf.Status.Liveness.LeaseRenewTime
+		}
+		if base == nil || l.Spec.RenewTime.After(base.Time) {
+			return &lifeSign{signalLease, fmt.Sprintf("its Lease was renewed (renewTime %s, was %s)",
+				l.Spec.RenewTime.Format(time.RFC3339Nano), microOrNone(base))}, nil
+		}
+	}
+	if r.Heartbeats == nil {
+		return nil, nil
+	}
+	// The record keeps the confirmation time to the second: only what came after the second
+	// it was recorded in is surely after it (a live agent heartbeats again within the window).
+	at = at.Truncate(time.Second).Add(time.Second)
+	snapshot := r.Heartbeats.Snapshot()
+	if hb, ok := snapshot[nf.Spec.NodeName]; ok && hb.Received.After(at) {
+		return &lifeSign{signalHeartbeat, fmt.Sprintf("its agent heartbeated at %s (boot ID %s)", hb.Received.Format(time.RFC3339Nano), hb.BootID)}, nil
+	}
+	for from, hb := range snapshot {
+		for _, p := range hb.Peers {
+			if p.Node == nf.Spec.NodeName && p.Reachable && p.At.After(at) {
+				return &lifeSign{signalPeer, fmt.Sprintf("peer %s reached it at %s", from, p.At.Format(time.RFC3339Nano))}, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// lease reads the node's Lease from the API server (not the cache: the check must not miss a
+// renewal a stale cache has not seen); nil when there is none.
+func (r *NodeFenceReconciler) lease(ctx context.Context, node string) (*coordinationv1.Lease, error) {
+	l := &coordinationv1.Lease{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node}, l); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// untaint removes the out-of-service taint from a node that showed life after this fence added
+// it: the taint is a release, and a release needs a fence. It says whether it removed one.
+func (r *NodeFenceReconciler) untaint(ctx context.Context, nf *v1alpha1.NodeFence) (bool, error) {
+	if !taintedSinceConfirmation(nf) {
+		return false, nil
+	}
+	node := &corev1.Node{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	kept := node.Spec.Taints[:0]
+	for _, t := range node.Spec.Taints {
+		if t.Key != v1alpha1.TaintOutOfService || t.Effect != corev1.TaintEffectNoExecute {
+			kept = append(kept, t)
+		}
+	}
+	if len(kept) == len(node.Spec.Taints) {
+		return false, nil
+	}
+	node.Spec.Taints = kept
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		return false, fmt.Errorf("removing the out-of-service taint: %w", err)
+	}
+	return true, nil
+}
+
+// taintedSinceConfirmation says whether this fence added the taint after its current
+// confirmation (a taint someone else added stays).
+func taintedSinceConfirmation(nf *v1alpha1.NodeFence) bool {
+	for i := len(nf.Status.Steps) - 1; i >= 0; i-- {
+		s := nf.Status.Steps[i]
+		if isConfirmStep(s.Name) {
+			return false
+		}
+		if s.Name == v1alpha1.StepTaint && s.State == v1alpha1.StepSucceeded {
+			return true
+		}
+	}
+	return false
+}
+
+// fencedAt is when the current confirmation was recorded (zero if none).
+func fencedAt(nf *v1alpha1.NodeFence) time.Time {
+	if nf.Status.FencedTime == nil {
+		return time.Time{}
+	}
+	return nf.Status.FencedTime.Time
+}
+
+func microOrNone(t *metav1.MicroTime) string {
+	if t == nil {
+		return "none at the confirmation"
+	}
+	return t.Format(time.RFC3339Nano)
+}

@@ -1,0 +1,152 @@
+package fencing
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"palisade.dev/palisade/config/agentwire"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/lease"
+)
+
+// renewLease creates or renews node n1's Lease at the world's time.
+func (w *world) renewLease(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	l := &coordinationv1.Lease{}
+	err := w.c.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: "n1"}, l)
+	renew := metav1.NewMicroTime(w.now)
+	if client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: "n1"},
+			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renew}}
+		if err := w.c.Create(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	l.Spec.RenewTime = &renew
+	if err := w.c.Update(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func watching(nf *v1alpha1.NodeFence) bool {
+	n := len(nf.Status.Steps)
+	return n > 0 && nf.Status.Steps[n-1].Name == v1alpha1.StepVerifyFenced
+}
+
+// A fence confirmed by read-back whose node then shows life on any of its signals releases
+// nothing, fails the method with a reason naming the signal, and escalates.
+func TestNodeShowingLifeAfterConfirmationIsNotReleased(t *testing.T) {
+	tests := []struct {
+		name    string
+		methods []string
+		// life makes the node show life while VerifyFenced watches it.
+		life     func(t *testing.T, w *world)
+		released bool
+	}{
+		{"lease-renewed-after-confirm", []string{"ipmi"}, func(t *testing.T, w *world) { w.renewLease(t) }, false},
+		{"lease-renewed-after-confirm-escalates", []string{"ipmi", "backup"}, func(t *testing.T, w *world) { w.renewLease(t) }, true},
+		{"heartbeat-after-confirm", []string{"ipmi"}, func(t *testing.T, w *world) {
+			w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Received: w.now}}
+		}, false},
+		{"peer-reach-after-confirm", []string{"ipmi"}, func(t *testing.T, w *world) {
+			w.r.Heartbeats = heartbeats{"n2": {Node: "n2", Received: w.now, Peers: []agentwire.PeerReport{{Node: "n1", Reachable: true, At: w.now}}}}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, tt.methods...)
+			w.renewLease(t) // the node renewed until the fence
+			shown := false
+			w.tick = func(nf *v1alpha1.NodeFence) {
+				if watching(nf) && nf.Status.Liveness != nil && nf.Status.Method == tt.methods[0] && !shown {
+					shown = true
+					w.now = w.now.Add(2 * time.Second)
+					tt.life(t, w)
+				}
+			}
+			nf := w.run(t)
+			if !shown {
+				t.Fatal("the node never got to show life: the test did not test")
+			}
+			checkGolden(t, tt.name, goldenTrace(nf))
+			checkReleased(t, w, tt.released)
+			if !tt.released {
+				if c := condition(nf, v1alpha1.ConditionFenced); c == nil || c.Reason != v1alpha1.ReasonNodeAliveAfterFence {
+					t.Errorf("Fenced condition = %+v, want reason %s", c, v1alpha1.ReasonNodeAliveAfterFence)
+				}
+			}
+		})
+	}
+}
+
+func condition(nf *v1alpha1.NodeFence, typ string) *metav1.Condition {
+	for i := range nf.Status.Conditions {
+		if nf.Status.Conditions[i].Type == typ {
+			return &nf.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// The executor leaves the node running by design: its Lease renewals after the confirmation
+// are no evidence against it.
+func TestExecutorConfirmationIgnoresTheNodesOwnSignals(t *testing.T) {
+	w := newWorld(t, "executor", "ipmi")
+	w.renewLease(t)
+	w.tick = func(*v1alpha1.NodeFence) { w.renewLease(t) }
+	nf := w.run(t)
+	if nf.Status.Method != "executor" || nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Errorf("method %s phase %s, want executor Released", nf.Status.Method, nf.Status.Phase)
+	}
+}
+
+// A node that shows life after this fence tainted it loses the taint again (a release needs a
+// fence); a taint someone else added stays.
+func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
+	for _, ours := range []bool{true, false} {
+		w := newWorld(t, "ipmi")
+		ctx := context.Background()
+		w.renewLease(t)
+		node := &corev1.Node{}
+		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+			t.Fatal(err)
+		}
+		node.Spec.Taints = []corev1.Taint{outOfServiceTaint}
+		if err := w.c.Update(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		nf := &v1alpha1.NodeFence{}
+		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+			t.Fatal(err)
+		}
+		fenced := metav1.NewTime(w.now.Add(-time.Minute))
+		nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
+		nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
+		nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded)}
+		if ours {
+			nf.Status.Steps = append(nf.Status.Steps, st(v1alpha1.StepTaint, "", v1alpha1.StepSucceeded))
+		}
+		out, stop := w.r.checkLife(ctx, nf)
+		if !stop || out.state != v1alpha1.StepFailed || out.reason != v1alpha1.ReasonNodeAliveAfterFence {
+			t.Fatalf("ours=%t: checkLife = %+v, %t; want failed %s", ours, out, stop, v1alpha1.ReasonNodeAliveAfterFence)
+		}
+		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+			t.Fatal(err)
+		}
+		if tainted := len(node.Spec.Taints) == 1; tainted == ours {
+			t.Errorf("ours=%t: tainted after the node showed life = %t (%s)", ours, tainted, out.message)
+		}
+	}
+}
