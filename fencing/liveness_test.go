@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -54,15 +55,16 @@ func TestNodeShowingLifeAfterConfirmationIsNotReleased(t *testing.T) {
 		// life makes the node show life while VerifyFenced watches it.
 		life     func(t *testing.T, w *world)
 		released bool
+		signal   string
 	}{
-		{"lease-renewed-after-confirm", []string{"ipmi"}, func(t *testing.T, w *world) { w.renewLease(t) }, false},
-		{"lease-renewed-after-confirm-escalates", []string{"ipmi", "backup"}, func(t *testing.T, w *world) { w.renewLease(t) }, true},
+		{"lease-renewed-after-confirm", []string{"ipmi"}, func(t *testing.T, w *world) { w.renewLease(t) }, false, signalLease},
+		{"lease-renewed-after-confirm-escalates", []string{"ipmi", "backup"}, func(t *testing.T, w *world) { w.renewLease(t) }, true, signalLease},
 		{"heartbeat-after-confirm", []string{"ipmi"}, func(t *testing.T, w *world) {
 			w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Received: w.now}}
-		}, false},
+		}, false, signalHeartbeat},
 		{"peer-reach-after-confirm", []string{"ipmi"}, func(t *testing.T, w *world) {
 			w.r.Heartbeats = heartbeats{"n2": {Node: "n2", Received: w.now, Peers: []agentwire.PeerReport{{Node: "n1", Reachable: true, At: w.now}}}}
-		}, false},
+		}, false, signalPeer},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,7 +78,11 @@ func TestNodeShowingLifeAfterConfirmationIsNotReleased(t *testing.T) {
 					tt.life(t, w)
 				}
 			}
+			before := testutil.ToFloat64(fencesDisproved.WithLabelValues("ipmi", tt.signal))
 			nf := w.run(t)
+			if got := testutil.ToFloat64(fencesDisproved.WithLabelValues("ipmi", tt.signal)) - before; got != 1 {
+				t.Errorf("palisade_fences_disproved_total{method=ipmi,signal=%s} went up by %v, want 1", tt.signal, got)
+			}
 			if !shown {
 				t.Fatal("the node never got to show life: the test did not test")
 			}
