@@ -57,6 +57,8 @@ func confirm(ctx context.Context, f providers.Fencer, req providers.Request) out
 	switch st.State {
 	case providers.Confirmed:
 		return done("%s", st.Message)
+	case providers.Gone:
+		return done("the machine no longer exists: %s", st.Message)
 	case providers.Failed:
 		return failed(string(st.Reason), "%s", st.Message)
 	}

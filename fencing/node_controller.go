@@ -74,16 +74,22 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Node", klog.KObj(node)))
+	if !node.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.deleted(ctx, node) // node_deletion.go
+	}
+	policy, err := policyFor(ctx, r.Client, node)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.keepFinalizer(ctx, node, policy); err != nil {
+		return ctrl.Result{}, err
+	}
 	existing := &v1alpha1.NodeFence{}
-	err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, existing)
+	err = r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, existing)
 	if err == nil {
 		return ctrl.Result{}, nil // the fence is under way or done: NodeFenceReconciler owns it
 	}
 	if !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
-	policy, err := policyFor(ctx, r.Client, node)
-	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if done, err := r.manualRequest(ctx, node, policy); done || err != nil {

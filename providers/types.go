@@ -69,6 +69,11 @@ const (
 	Unknown State = "Unknown"
 	// Failed: the fence cannot be confirmed through this method; the caller escalates.
 	Failed State = "Failed"
+	// Gone: the read-back shows the machine no longer exists (a terminated cloud instance, a
+	// deleted VM): nothing is left that could run the node's workload, so it counts as a
+	// confirmed fence. A provider says Gone only from its own authoritative read-back, never
+	// from a failure to reach the machine.
+	Gone State = "Gone"
 )
 
 // Status is a provider's answer.

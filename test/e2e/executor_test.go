@@ -141,7 +141,7 @@ func executorFences(t *testing.T, verdict string, kubeletHealthy bool) {
 	n1 := s.env.Node(1)
 	n1.PauseHeartbeats()
 	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
-	want := []string{"Terminate:Succeeded", "ConfirmTerminated:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded", "ReleaseAttachments:Succeeded"}
+	want := []string{"Terminate:Succeeded", "ConfirmTerminated:Succeeded", "VerifyFenced:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded", "ReleaseAttachments:Succeeded"}
 	if diff := cmp.Diff(want, trace(nf)); diff != "" {
 		t.Errorf("step trace (-want +got):\n%s", diff)
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 var fullTrace = []string{
-	"PowerOff:Succeeded", "ConfirmOff:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded", "ReleaseAttachments:Succeeded",
+	"PowerOff:Succeeded", "ConfirmOff:Succeeded", "VerifyFenced:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded", "ReleaseAttachments:Succeeded",
 }
 
 // Power loss on node 1: detected, powered off and confirmed through its real BMC, tainted, the
@@ -80,6 +80,7 @@ func TestControllerKilledResumes(t *testing.T) {
 		wantTaint bool              // whether the taint is on the node at the kill
 	}{
 		{"between power-off and its confirmation", v1alpha1.StepConfirmOff, false},
+		{"while watching the node for signs of life", v1alpha1.StepVerifyFenced, false},
 		{"between power-off and taint", v1alpha1.StepTaint, false},
 		{"between taint and pod deletion", v1alpha1.StepDeletePods, true},
 	} {

@@ -1,0 +1,116 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// Node deletion is a fence request. Deleting a Node means "permanently partitioned" (the 2016
+// Pod Safety proposal), and PodGC then force-deletes the node's pods, fence or not. A node a
+// policy covers therefore carries Palisade's finalizer: its deletion creates a NodeFence
+// (trigger NodeDeleted), and the finalizer goes only once that fence is confirmed and verified
+// (a provider that reads the machine back as gone confirms it too). A fence that fails holds
+// the deletion and says what to do.
+
+// keepFinalizer puts the finalizer on a node a policy covers (not a dry run) and takes it off
+// a node no policy covers any more.
+func (r *NodeReconciler) keepFinalizer(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy) error {
+	want := p != nil && !p.Spec.DryRun
+	if want == controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerFenceOnDelete) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if want {
+		controllerutil.AddFinalizer(node, v1alpha1.FinalizerFenceOnDelete)
+	} else {
+		controllerutil.RemoveFinalizer(node, v1alpha1.FinalizerFenceOnDelete)
+	}
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("updating the finalizer of node %s: %w", node.Name, client.IgnoreNotFound(err))
+	}
+	return nil
+}
+
+// deleted handles a node being deleted: fence it, then let the deletion go on.
+func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
+	if !controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerFenceOnDelete) {
+		return nil
+	}
+	nf := &v1alpha1.NodeFence{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, nf)
+	if apierrors.IsNotFound(err) {
+		return r.fenceDeleted(ctx, node)
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case nf.Spec.DryRun:
+		return r.letGo(ctx, node, corev1.EventTypeNormal, "its fence %s is a dry run: Palisade does not hold the deletion", nf.Name)
+	case Verified(nf) || nf.Status.Phase == v1alpha1.PhaseReleased:
+		return r.letGo(ctx, node, corev1.EventTypeNormal, "node %s is fenced (%s, confirmed and no sign of life after): its deletion goes on", node.Name, nf.Status.Method)
+	case nf.Status.Phase == v1alpha1.PhaseFailed:
+		_, _, msg := fencedCondition(nf)
+		r.Recorder.Eventf(node, nf, corev1.EventTypeWarning, ReasonDeletionHeld, "Delete",
+			"deletion of node %s is held: its fence failed (%s). Fix the method and delete NodeFence %s to try again; "+
+				"only if you have made sure the machine is off, let the deletion go on by hand: %s",
+			node.Name, msg, nf.Name, removeFinalizerCommand(node))
+	}
+	return nil // a fence is under way: its progress wakes this node again
+}
+
+// fenceDeleted creates the NodeDeleted fence, or lets the deletion go when nothing covers the
+// node any more.
+func (r *NodeReconciler) fenceDeleted(ctx context.Context, node *corev1.Node) error {
+	p, err := policyFor(ctx, r.Client, node)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return r.letGo(ctx, node, corev1.EventTypeNormal, "no FencingPolicy covers node %s any more", node.Name)
+	}
+	if p.Spec.DryRun {
+		return r.letGo(ctx, node, corev1.EventTypeNormal, "dry run: policy %s would fence node %s with %s before its deletion goes on", p.Name, node.Name, methodNames(&v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{Methods: p.Spec.Methods}}))
+	}
+	nf := newNodeFence(node, p, v1alpha1.TriggerNodeDeleted,
+		"the Node was deleted: a deleted node counts as permanently partitioned, and its pods would be force-deleted with no fence")
+	return r.create(ctx, node, nf, fmt.Sprintf("node deleted; its deletion waits on finalizer %s until the fence is confirmed", v1alpha1.FinalizerFenceOnDelete))
+}
+
+// letGo removes the finalizer so that the deletion goes on, and says why.
+func (r *NodeReconciler) letGo(ctx context.Context, node *corev1.Node, typ, format string, args ...any) error {
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(node, v1alpha1.FinalizerFenceOnDelete)
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("removing the finalizer of deleted node %s: %w", node.Name, client.IgnoreNotFound(err))
+	}
+	msg := fmt.Sprintf(format, args...)
+	ctrl.LoggerFrom(ctx).Info("deletion of the node goes on", "why", msg)
+	r.Recorder.Eventf(node, nil, typ, ReasonDeletionReleased, "Delete", "%s", msg)
+	return nil
+}
+
+// removeFinalizerCommand is the kubectl command that removes Palisade's finalizer, and only it.
+func removeFinalizerCommand(node *corev1.Node) string {
+	i := slices.Index(node.Finalizers, v1alpha1.FinalizerFenceOnDelete)
+	return fmt.Sprintf(`kubectl patch node %s --type=json -p '[{"op":"test","path":"/metadata/finalizers/%d","value":"%s"},{"op":"remove","path":"/metadata/finalizers/%d"}]'`,
+		node.Name, i, v1alpha1.FinalizerFenceOnDelete, i)
+}
+
+func fencedCondition(nf *v1alpha1.NodeFence) (string, string, string) {
+	for _, c := range nf.Status.Conditions {
+		if c.Type == v1alpha1.ConditionFenced {
+			return string(c.Status), c.Reason, c.Message
+		}
+	}
+	return "", "", "no condition recorded"
+}

@@ -1,0 +1,134 @@
+package fencing
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/observe"
+	"palisade.dev/palisade/providers"
+)
+
+// fenceIn is n1's NodeFence with the given phase and steps.
+func fenceIn(phase v1alpha1.Phase, steps ...v1alpha1.Step) *v1alpha1.NodeFence {
+	nf := fenceWith([]string{"ipmi"}, v1alpha1.Release{}, steps...)
+	nf.Name, nf.Spec.PolicyName, nf.Spec.Trigger, nf.Status.Phase = "n1", "pool", v1alpha1.TriggerNodeDeleted, phase
+	return nf
+}
+
+// TestNodeDeletionIsAFenceRequest reconciles node n1 once and checks its finalizer, the fence
+// its deletion leads to, and the events.
+func TestNodeDeletionIsAFenceRequest(t *testing.T) {
+	ok := v1alpha1.StepSucceeded
+	deleting := func(n *corev1.Node) {
+		now := metav1.NewTime(t0)
+		n.DeletionTimestamp = &now
+		n.Finalizers = []string{"example.com/other", v1alpha1.FinalizerFenceOnDelete}
+	}
+	held := func(n *corev1.Node) { n.Finalizers = []string{v1alpha1.FinalizerFenceOnDelete} }
+	tests := []struct {
+		name           string
+		policy         *v1alpha1.FencingPolicy
+		state          string
+		editN1         func(*corev1.Node)
+		existing       *v1alpha1.NodeFence
+		wantFinalizer  bool
+		wantTrigger    v1alpha1.Trigger // of n1's NodeFence afterwards; "" for none
+		wantMethods    int
+		wantEventsTail []eventSeen
+	}{
+		{name: "a node a policy covers gets the finalizer", policy: poolPolicy(ipmiMethod), state: healthy, wantFinalizer: true},
+		{name: "a node no policy covers loses it", state: healthy, editN1: held},
+		{name: "a dry-run policy holds no deletion", policy: dryRun(poolPolicy(ipmiMethod)), state: healthy, editN1: held},
+		{name: "a deleted node is fenced with the whole chain, the finalizer holds", policy: poolPolicy(executorMethod, ipmiMethod), state: healthy,
+			editN1: deleting, wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 2, wantEventsTail: created("n1")},
+		{name: "a deleted node whose fence is under way stays held", policy: poolPolicy(ipmiMethod), state: dead, editN1: deleting,
+			existing:      fenceIn(v1alpha1.PhaseFenced, st(v1alpha1.StepPowerOff, "ipmi", ok), st(v1alpha1.StepConfirmOff, "ipmi", ok)),
+			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1},
+		{name: "a deleted node whose fence is confirmed and verified goes", policy: poolPolicy(ipmiMethod), state: dead, editN1: deleting,
+			existing:    fenceIn(v1alpha1.PhaseReleasing, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok)),
+			wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1,
+			wantEventsTail: []eventSeen{{"Node/n1", corev1.EventTypeNormal, ReasonDeletionReleased}}},
+		{name: "a deleted node whose fence failed stays held and says what to do", policy: poolPolicy(ipmiMethod), state: dead, editN1: deleting,
+			existing:      fenceIn(v1alpha1.PhaseFailed, st(v1alpha1.StepPowerOff, "ipmi", v1alpha1.StepFailed)),
+			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1,
+			wantEventsTail: []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonDeletionHeld}}},
+		{name: "a deleted node whose fence was disproved stays held", policy: poolPolicy(ipmiMethod), state: dead, editN1: deleting,
+			existing:      fenceIn(v1alpha1.PhaseFencing, st(v1alpha1.StepConfirmOff, "ipmi", ok), alive(v1alpha1.StepVerifyFenced, "ipmi")),
+			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1},
+		{name: "a deleted node no policy covers any more goes", state: dead, editN1: deleting,
+			wantEventsTail: []eventSeen{{"Node/n1", corev1.EventTypeNormal, ReasonDeletionReleased}}},
+		{name: "a deleted node under a dry run goes", policy: dryRun(poolPolicy(ipmiMethod)), state: dead, editN1: deleting,
+			wantEventsTail: []eventSeen{{"Node/n1", corev1.EventTypeNormal, ReasonDeletionReleased}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs, _ := cluster(map[string]string{"n1": tt.state})
+			for _, o := range objs {
+				if n, ok := o.(*corev1.Node); ok && tt.editN1 != nil {
+					tt.editN1(n)
+				}
+			}
+			if tt.policy != nil {
+				objs = append(objs, tt.policy)
+			}
+			if tt.existing != nil {
+				objs = append(objs, tt.existing)
+			}
+			c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).Build()
+			rec := &recorder{}
+			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c}, Now: func() time.Time { return t0 }}
+			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+				t.Fatal(err)
+			}
+			node := &corev1.Node{}
+			err := c.Get(ctx, client.ObjectKey{Name: "n1"}, node)
+			if client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+			has := false
+			for _, f := range node.Finalizers {
+				has = has || f == v1alpha1.FinalizerFenceOnDelete
+			}
+			if has != tt.wantFinalizer {
+				t.Errorf("finalizer %s on n1 = %t, want %t (finalizers %v, gone %t)", v1alpha1.FinalizerFenceOnDelete, has, tt.wantFinalizer, node.Finalizers, apierrors.IsNotFound(err))
+			}
+			if tt.editN1 != nil && node.DeletionTimestamp != nil && !has && !slices.Contains(node.Finalizers, "example.com/other") {
+				t.Errorf("another controller's finalizer went too: %v", node.Finalizers)
+			}
+			nf := &v1alpha1.NodeFence{}
+			err = c.Get(ctx, client.ObjectKey{Name: "n1"}, nf)
+			switch {
+			case tt.wantTrigger == "" && !apierrors.IsNotFound(err):
+				t.Errorf("NodeFence n1 = %+v (%v), want none", nf.Spec, err)
+			case tt.wantTrigger != "" && err != nil:
+				t.Errorf("no NodeFence n1: %v", err)
+			case tt.wantTrigger != "" && (nf.Spec.Trigger != tt.wantTrigger || len(nf.Spec.Methods) != tt.wantMethods):
+				t.Errorf("NodeFence n1: trigger %s, %d methods; want %s, %d", nf.Spec.Trigger, len(nf.Spec.Methods), tt.wantTrigger, tt.wantMethods)
+			}
+			if diff := cmp.Diff(tt.wantEventsTail, rec.recorded()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A provider that reads the machine back as gone (a terminated instance) confirms the fence.
+func TestMachineGoneConfirms(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.power.SetStatus(&providers.Status{State: providers.Gone, Message: "instance i-0123 terminated"})
+	nf := w.run(t)
+	checkGolden(t, "machine-gone", goldenTrace(nf))
+	checkReleased(t, w, true)
+}
