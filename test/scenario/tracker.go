@@ -24,6 +24,7 @@ const (
 	Detected             Milestone = "failure detected (NodeFence created)"
 	PowerOffSent         Milestone = "power-off sent to the BMC"
 	OffConfirmed         Milestone = "power Off confirmed by read-back"
+	Verified             Milestone = "no sign of life from the node after the confirmation (VerifyFenced)"
 	Tainted              Milestone = "out-of-service taint on the node"
 	PodDeleted           Milestone = "stuck pod deleted"
 	AttachmentReleased   Milestone = "RWO attachment released"
@@ -131,6 +132,8 @@ func (t *Tracker) markFence(nf *v1alpha1.NodeFence) {
 			t.mark(PowerOffSent)
 		case v1alpha1.StepConfirmOff:
 			t.mark(OffConfirmed)
+		case v1alpha1.StepVerifyFenced:
+			t.mark(Verified)
 		}
 	}
 }
