@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -107,4 +108,31 @@ func deleteWithGrace(ctx context.Context, c client.WithWatch, obj client.Object,
 	}
 	p.DeletionGracePeriodSeconds = o.GracePeriodSeconds
 	return c.Update(ctx, p)
+}
+
+func TestHeldBy(t *testing.T) {
+	held := func(n int) []corev1.Pod {
+		var out []corev1.Pod
+		for i := range n {
+			out = append(out, corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: fmt.Sprintf("db-%d", i),
+				Finalizers: []string{"example.com/hold", "example.com/backup"}}})
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		pods []corev1.Pod
+		want string
+	}{
+		{"one", held(1), "db/db-0 (example.com/hold, example.com/backup)"},
+		{"three", held(3), "db/db-0 (example.com/hold, example.com/backup), db/db-1 (example.com/hold, example.com/backup), db/db-2 (example.com/hold, example.com/backup)"},
+		{"five, three named", held(5), "db/db-0 (example.com/hold, example.com/backup), db/db-1 (example.com/hold, example.com/backup), db/db-2 (example.com/hold, example.com/backup) and 2 more"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, heldBy(tc.pods)); diff != "" {
+				t.Errorf("heldBy (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
