@@ -45,13 +45,17 @@ func (r *NodeFenceReconciler) deletePods(ctx context.Context, nf *v1alpha1.NodeF
 	if err != nil {
 		return pending(retryRelease, ReasonAPIError, "listing pods: %v", err)
 	}
-	var held []corev1.Pod
+	var held, owed []corev1.Pod
 	for _, p := range left {
-		if !podDone(&p) {
-			return pending(retryRelease, ReasonPodsRemaining, "%s bound to the node not yet marked Failed and deleted with grace period 0: %s",
-				countOf(len(left), "pod"), podNames(left))
+		if podDone(&p) {
+			held = append(held, p)
+		} else {
+			owed = append(owed, p)
 		}
-		held = append(held, p)
+	}
+	if len(owed) > 0 {
+		return pending(retryRelease, ReasonPodsRemaining, "%s bound to the node not yet marked Failed and deleted with grace period 0: %s",
+			countOf(len(owed), "pod"), podNames(owed))
 	}
 	msg := countOf(int(nf.Status.PodsDeleted), "pod") + " force-deleted"
 	if len(held) > 0 {
