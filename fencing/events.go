@@ -32,7 +32,8 @@ const (
 const (
 	// ReasonAPIError: reading or writing through the API server failed; the step is retried.
 	ReasonAPIError = string(providers.ReasonAPIError)
-	// ReasonPodsRemaining: pods are still bound to the node.
+	// ReasonPodsRemaining: pods bound to the node are not yet marked Failed and deleted with
+	// grace period 0 (a pod kept only by finalizers no longer counts).
 	ReasonPodsRemaining = "PodsRemaining"
 	// ReasonAttachmentsRemaining: VolumeAttachments of the node have not gone yet.
 	ReasonAttachmentsRemaining = "AttachmentsRemaining"

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -18,24 +19,99 @@ var outOfServiceTaint = corev1.Taint{
 	Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue, Effect: corev1.TaintEffectNoExecute,
 }
 
-// deletePods force-deletes the pods bound to the fenced node, listed from the API server by
-// spec.nodeName. Pods that tolerate the out-of-service taint are left alone, as Kubernetes does.
+// deletePods marks the pods bound to the fenced node Failed and force-deletes them, listed from
+// the API server by spec.nodeName. Pods that tolerate the out-of-service taint are left alone, as
+// Kubernetes does. The step is done once every pod is marked and deleted with grace period 0:
+// a pod whose object a finalizer keeps (another controller's business) no longer holds the node,
+// and the attach-detach controller drops it from its desired state because it is terminal.
 func (r *NodeFenceReconciler) deletePods(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
 	pods, err := r.podsToDelete(ctx, nf.Spec.NodeName)
 	if err != nil {
 		return pending(retryRelease, ReasonAPIError, "listing pods: %v", err)
 	}
 	for i := range pods {
-		if err := r.forceDelete(ctx, nf, &pods[i]); err != nil {
+		deleted, err := r.forceDelete(ctx, nf, &pods[i])
+		if err != nil {
 			return pending(retryRelease, ReasonAPIError, "%v", err)
 		}
-		nf.Status.PodsDeleted++
+		if deleted {
+			// Counted when this pass deleted the pod, so a retry does not count it again. A
+			// controller killed before the record is saved loses this pass's count: the
+			// counter may fall short, never count a pod twice.
+			nf.Status.PodsDeleted++
+		}
 	}
 	left, err := r.podsToDelete(ctx, nf.Spec.NodeName)
-	if err != nil || len(left) > 0 {
-		return pending(retryRelease, ReasonPodsRemaining, "%d pods still bound to the node", len(left))
+	if err != nil {
+		return pending(retryRelease, ReasonAPIError, "listing pods: %v", err)
 	}
-	return done("%d pods force-deleted", nf.Status.PodsDeleted)
+	var held, owed []corev1.Pod
+	for _, p := range left {
+		if podDone(&p) {
+			held = append(held, p)
+		} else {
+			owed = append(owed, p)
+		}
+	}
+	if len(owed) > 0 {
+		return pending(retryRelease, ReasonPodsRemaining, "%s bound to the node not yet marked Failed and deleted with grace period 0: %s",
+			countOf(len(owed), "pod"), podNames(owed))
+	}
+	msg := countOf(int(nf.Status.PodsDeleted), "pod") + " force-deleted"
+	if len(held) > 0 {
+		msg += fmt.Sprintf("; %s marked Failed and deleted, kept only by finalizers: %s", countOf(len(held), "pod"), heldBy(held))
+	}
+	return done("%s", msg)
+}
+
+// podNeeds says what the step still owes a pod: mark it terminal (Failed, with a DisruptionTarget
+// condition, unless it has ended by itself) and delete it with grace period 0 (a pod already
+// terminating with a longer grace period is deleted again: the API server shortens it).
+func podNeeds(p *corev1.Pod) (mark, del bool) {
+	mark = p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded
+	del = p.DeletionTimestamp == nil || p.DeletionGracePeriodSeconds == nil || *p.DeletionGracePeriodSeconds != 0
+	return mark, del
+}
+
+// podDone says the step owes the pod nothing more, whatever finalizers keep its object.
+func podDone(p *corev1.Pod) bool {
+	mark, del := podNeeds(p)
+	return !mark && !del
+}
+
+// maxNamed is how many pods a step message names.
+const maxNamed = 3
+
+func podNames(pods []corev1.Pod) string {
+	var names []string
+	for i := range pods {
+		names = append(names, pods[i].Namespace+"/"+pods[i].Name)
+	}
+	return firstFew(names)
+}
+
+// heldBy names the pods and the finalizers that keep them, e.g. "db/db-0 (example.com/hold)".
+func heldBy(pods []corev1.Pod) string {
+	var names []string
+	for i := range pods {
+		names = append(names, fmt.Sprintf("%s/%s (%s)", pods[i].Namespace, pods[i].Name, strings.Join(pods[i].Finalizers, ", ")))
+	}
+	return firstFew(names)
+}
+
+func firstFew(names []string) string {
+	if len(names) <= maxNamed {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxNamed], ", "), len(names)-maxNamed)
+}
+
+// countOf is "1 pod", "2 pods".
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func (r *NodeFenceReconciler) podsToDelete(ctx context.Context, node string) ([]corev1.Pod, error) {
@@ -63,9 +139,10 @@ func tolerates(ts []corev1.Toleration) bool {
 }
 
 // forceDelete marks the pod Failed with a DisruptionTarget condition (KEP-3329, as PodGC does),
-// then deletes it with grace period 0.
-func (r *NodeFenceReconciler) forceDelete(ctx context.Context, nf *v1alpha1.NodeFence, pod *corev1.Pod) error {
-	if pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
+// then deletes it with grace period 0; deleted says whether this call did the deletion.
+func (r *NodeFenceReconciler) forceDelete(ctx context.Context, nf *v1alpha1.NodeFence, pod *corev1.Pod) (deleted bool, err error) {
+	mark, del := podNeeds(pod)
+	if mark {
 		patch := client.MergeFrom(pod.DeepCopy())
 		pod.Status.Phase = corev1.PodFailed
 		setPodCondition(pod, corev1.PodCondition{
@@ -73,15 +150,24 @@ func (r *NodeFenceReconciler) forceDelete(ctx context.Context, nf *v1alpha1.Node
 			Message:            fmt.Sprintf("Palisade: node %s is fenced (%s, confirmed); the pod was force-deleted", nf.Spec.NodeName, nf.Status.Method),
 			LastTransitionTime: metav1.NewTime(r.now()),
 		})
-		if err := r.Client.Status().Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("marking pod %s/%s failed: %w", pod.Namespace, pod.Name, err)
+		if err := r.Client.Status().Patch(ctx, pod, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return false, fmt.Errorf("marking pod %s/%s failed: %w", pod.Namespace, pod.Name, err)
 		}
 	}
-	err := r.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("force-deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	if !del {
+		return false, nil
 	}
-	return nil
+	err = r.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return false, nil // gone, or replaced by a new pod of the same name
+	}
+	if err != nil {
+		return false, fmt.Errorf("force-deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return true, nil
 }
 
 func setPodCondition(pod *corev1.Pod, c corev1.PodCondition) {

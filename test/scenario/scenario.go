@@ -38,6 +38,8 @@ type Options struct {
 	LeaseTimeout time.Duration
 	// NodeMonitorGracePeriod of kube-controller-manager; 0 keeps its default.
 	NodeMonitorGracePeriod time.Duration
+	// KCMFlags are appended to kube-controller-manager's flags.
+	KCMFlags []string
 	// Policy, when set, edits the FencingPolicy before it is created.
 	Policy func(*v1alpha1.FencingPolicy)
 	// NoPolicy creates no FencingPolicy.
@@ -89,7 +91,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if e.dir, err = os.MkdirTemp("", "palisade-scenario-"); err != nil {
 		return nil, err
 	}
-	if e.Cluster, err = testbed.Start(ctx, testbed.Options{NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, Logf: o.Logf}); err != nil {
+	if e.Cluster, err = testbed.Start(ctx, testbed.Options{NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, ExtraKCMFlags: o.KCMFlags, Logf: o.Logf}); err != nil {
 		return nil, err
 	}
 	if err = e.createSecret(ctx); err != nil {

@@ -1,0 +1,138 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+func TestPodNeeds(t *testing.T) {
+	now := metav1.Now()
+	deleting := func(phase corev1.PodPhase, grace *int64) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now, DeletionGracePeriodSeconds: grace, Finalizers: []string{"example.com/hold"}},
+			Status:     corev1.PodStatus{Phase: phase},
+		}
+	}
+	type needs struct{ Mark, Delete, Done bool }
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want needs
+	}{
+		{"running, not deleted", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, needs{Mark: true, Delete: true}},
+		{"pending, not deleted", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, needs{Mark: true, Delete: true}},
+		{"marked, not deleted", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}, needs{Delete: true}},
+		{"terminating gracefully (taint eviction), not marked", deleting(corev1.PodRunning, ptr.To[int64](30)), needs{Mark: true, Delete: true}},
+		{"marked, terminating with a longer grace period", deleting(corev1.PodFailed, ptr.To[int64](30)), needs{Delete: true}},
+		{"force-deleted by someone else, not marked", deleting(corev1.PodRunning, ptr.To[int64](0)), needs{Mark: true}},
+		{"marked and force-deleted, kept by a finalizer", deleting(corev1.PodFailed, ptr.To[int64](0)), needs{Done: true}},
+		{"succeeded and force-deleted, kept by a finalizer", deleting(corev1.PodSucceeded, ptr.To[int64](0)), needs{Done: true}},
+		{"deletion without a recorded grace period", deleting(corev1.PodFailed, nil), needs{Delete: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mark, del := podNeeds(tc.pod)
+			got := needs{Mark: mark, Delete: del, Done: podDone(tc.pod)}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("podNeeds (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A pod kept by a foreign finalizer does not hold the step, and is counted once however often
+// the step runs. The fake client's Delete records the grace period as the API server does.
+func TestDeletePodsFinalizerHeldPod(t *testing.T) {
+	pod := func(name string, finalizers ...string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: name, UID: k8stypes.UID("uid-" + name), Finalizers: finalizers},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	tolerant := pod("agent-0")
+	tolerant.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).
+		WithObjects(pod("db-0"), pod("held-0", "example.com/hold"), tolerant).
+		WithStatusSubresource(&corev1.Pod{}).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(interceptor.Funcs{Delete: deleteWithGrace}).
+		Build()
+	r := &NodeFenceReconciler{Client: c, APIReader: c, Now: func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }}
+	nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}, Status: v1alpha1.NodeFenceStatus{Method: "ipmi"}}
+	var outs []outcome
+	for range 3 {
+		outs = append(outs, r.deletePods(context.Background(), nf))
+	}
+	want := outcome{state: v1alpha1.StepSucceeded,
+		message: "2 pods force-deleted; 1 pod marked Failed and deleted, kept only by finalizers: db/held-0 (example.com/hold)"}
+	if diff := cmp.Diff(want, outs[0], cmp.AllowUnexported(outcome{})); diff != "" {
+		t.Errorf("first outcome (-want +got):\n%s", diff)
+	}
+	if nf.Status.PodsDeleted != 2 {
+		t.Errorf("podsDeleted = %d after three runs, want 2", nf.Status.PodsDeleted)
+	}
+	held := &corev1.Pod{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "db", Name: "held-0"}, held); err != nil {
+		t.Fatal(err)
+	}
+	if held.Status.Phase != corev1.PodFailed || len(held.Status.Conditions) != 1 || held.Status.Conditions[0].Reason != ReasonDisruption {
+		t.Errorf("held pod status %+v, want Failed with DisruptionTarget %s", held.Status, ReasonDisruption)
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(tolerant), &corev1.Pod{}); err != nil {
+		t.Errorf("the pod tolerating the taint was deleted: %v", err)
+	}
+}
+
+// deleteWithGrace deletes like the API server: an object kept by finalizers records the
+// deletion's grace period (the fake client records only the timestamp).
+func deleteWithGrace(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+	if err := c.Delete(ctx, obj, opts...); err != nil {
+		return err
+	}
+	o := &client.DeleteOptions{}
+	o.ApplyOptions(opts)
+	p := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), p); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	p.DeletionGracePeriodSeconds = o.GracePeriodSeconds
+	return c.Update(ctx, p)
+}
+
+func TestHeldBy(t *testing.T) {
+	held := func(n int) []corev1.Pod {
+		var out []corev1.Pod
+		for i := range n {
+			out = append(out, corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: fmt.Sprintf("db-%d", i),
+				Finalizers: []string{"example.com/hold", "example.com/backup"}}})
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		pods []corev1.Pod
+		want string
+	}{
+		{"one", held(1), "db/db-0 (example.com/hold, example.com/backup)"},
+		{"three", held(3), "db/db-0 (example.com/hold, example.com/backup), db/db-1 (example.com/hold, example.com/backup), db/db-2 (example.com/hold, example.com/backup)"},
+		{"five, three named", held(5), "db/db-0 (example.com/hold, example.com/backup), db/db-1 (example.com/hold, example.com/backup), db/db-2 (example.com/hold, example.com/backup) and 2 more"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, heldBy(tc.pods)); diff != "" {
+				t.Errorf("heldBy (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
