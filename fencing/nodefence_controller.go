@@ -104,7 +104,8 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 	case actFinish:
 		recordFinish(nf, r.now())
 		return ctrl.Result{}, false, r.saveEnd(ctx, nf, corev1.EventTypeNormal, ReasonReleased,
-			fmt.Sprintf("node %s released: %d pods deleted, %d attachments released", nf.Spec.NodeName, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased))
+			fmt.Sprintf("node %s released: %s deleted, %s released", nf.Spec.NodeName,
+				countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment")))
 	case actFail:
 		last := lastStep(nf)
 		recordFailure(nf, last.Reason, fmt.Sprintf("every fencing method failed; last: %s: %s", last.Method, last.Message))
