@@ -77,5 +77,5 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 	if len(res.Remaining) > 0 {
 		return pending(retryRelease, ReasonAttachmentsRemaining, "waiting for %d attachments to go: %v", len(res.Remaining), res.Remaining)
 	}
-	return done("%d volume attachments of the node released", nf.Status.AttachmentsReleased)
+	return done("%s of the node released", countOf(int(nf.Status.AttachmentsReleased), "volume attachment"))
 }
