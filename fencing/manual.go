@@ -33,14 +33,9 @@ func parseFenceRequest(node *corev1.Node) (reason string, ok bool, err error) {
 	return reason, true, nil
 }
 
-// requester names the field manager that last set the request annotation, "" if unknown.
+// requester is the authenticated user the API server recorded as having set the request
+// (palisade.dev/fence-requested-by, written by the chart's admission policies), "" when none is
+// recorded. The field manager is not used: any client can name itself anything there.
 func requester(node *corev1.Node) string {
-	key := `"f:` + v1alpha1.AnnotationFenceRequest + `"`
-	who := ""
-	for _, mf := range node.ManagedFields {
-		if mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), key) {
-			who = mf.Manager
-		}
-	}
-	return who
+	return strings.TrimSpace(node.Annotations[v1alpha1.AnnotationFenceRequestedBy])
 }

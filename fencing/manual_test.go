@@ -52,25 +52,28 @@ func TestParseFenceRequest(t *testing.T) {
 	}
 }
 
+// The requester is the authenticated user the API server recorded, never the field manager:
+// any client can name itself anything there.
 func TestRequester(t *testing.T) {
 	fields := func(manager, annotation string) metav1.ManagedFieldsEntry {
 		raw := `{"f:metadata":{"f:annotations":{"f:` + annotation + `":{}}}}`
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: &metav1.FieldsV1{Raw: []byte(raw)}}
 	}
 	tests := []struct {
-		name    string
-		managed []metav1.ManagedFieldsEntry
-		want    string
+		name        string
+		managed     []metav1.ManagedFieldsEntry
+		annotations map[string]string
+		want        string
 	}{
-		{"no managed fields", nil, ""},
-		{"the manager of the annotation", []metav1.ManagedFieldsEntry{fields("kubelet", "node.alpha.kubernetes.io/ttl"), fields("kubectl-annotate", v1alpha1.AnnotationFenceRequest)}, "kubectl-annotate"},
-		{"an annotation whose name starts alike is not the request", []metav1.ManagedFieldsEntry{fields("other", v1alpha1.AnnotationFenceRequest+"-old")}, ""},
-		{"an entry without fields is skipped", []metav1.ManagedFieldsEntry{{Manager: "ghost"}}, ""},
-		{"the last entry naming it wins", []metav1.ManagedFieldsEntry{fields("first", v1alpha1.AnnotationFenceRequest), fields("second", v1alpha1.AnnotationFenceRequest)}, "second"},
+		{"nothing recorded", nil, nil, ""},
+		{"the field manager does not name the requester", []metav1.ManagedFieldsEntry{fields("kubectl-annotate", v1alpha1.AnnotationFenceRequest)}, nil, ""},
+		{"the recorded user does", []metav1.ManagedFieldsEntry{fields("forged-manager", v1alpha1.AnnotationFenceRequest)},
+			map[string]string{v1alpha1.AnnotationFenceRequestedBy: "alice@example.com"}, "alice@example.com"},
+		{"a ServiceAccount", nil, map[string]string{v1alpha1.AnnotationFenceRequestedBy: " system:serviceaccount:ops:fence-bot "}, "system:serviceaccount:ops:fence-bot"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ManagedFields: tt.managed}}
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ManagedFields: tt.managed, Annotations: tt.annotations}}
 			if got := requester(node); got != tt.want {
 				t.Errorf("requester = %q, want %q", got, tt.want)
 			}

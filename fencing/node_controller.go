@@ -228,7 +228,7 @@ func (r *NodeReconciler) now() time.Time {
 
 func orUnknown(s string) string {
 	if s == "" {
-		return "an unknown client"
+		return "an unverified client (install the chart's fence-request admission policies to record who)"
 	}
 	return s
 }

@@ -129,12 +129,16 @@ func dryRun(p *v1alpha1.FencingPolicy) *v1alpha1.FencingPolicy {
 	return p
 }
 
-// requestedBy makes n1's annotations a manual fence request set by manager.
-func requestedBy(manager, reason string) func(*corev1.Node) {
+// requestedBy makes n1's annotations a manual fence request that the API server recorded as
+// set by user (""; none recorded), sent under a field manager that names someone else.
+func requestedBy(user, reason string) func(*corev1.Node) {
 	return func(n *corev1.Node) {
 		n.Annotations = map[string]string{v1alpha1.AnnotationFenceRequest: reason}
+		if user != "" {
+			n.Annotations[v1alpha1.AnnotationFenceRequestedBy] = user
+		}
 		raw := `{"f:metadata":{"f:annotations":{"f:` + v1alpha1.AnnotationFenceRequest + `":{}}}}`
-		n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate,
+		n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "forged-manager", Operation: metav1.ManagedFieldsOperationUpdate,
 			APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(raw)}}}
 	}
 }
@@ -214,8 +218,8 @@ func TestNodeReconcile(t *testing.T) {
 		},
 		{
 			name: "a manual request fences a healthy node with the whole chain", policy: poolPolicy(executorMethod, ipmiMethod),
-			nodes: map[string]string{"n1": healthy}, editN1: requestedBy("kubectl-annotate", "disk controller on fire"),
-			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerManual, RequestedBy: "kubectl-annotate",
+			nodes: map[string]string{"n1": healthy}, editN1: requestedBy("alice@example.com", "disk controller on fire"),
+			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerManual, RequestedBy: "alice@example.com",
 				Methods: []v1alpha1.Method{executorMethod, ipmiMethod}},
 			wantReason: "disk controller on fire", wantEvents: created("n1"),
 		},
@@ -224,6 +228,12 @@ func TestNodeReconcile(t *testing.T) {
 			nodes: map[string]string{"n1": dead, "n2": dead}, editN1: requestedBy("admin", "maintenance"),
 			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerManual, RequestedBy: "admin",
 				Methods: []v1alpha1.Method{ipmiMethod}},
+			wantReason: "maintenance", wantEvents: created("n1"),
+		},
+		{
+			name: "a request with no recorded requester names none", policy: poolPolicy(ipmiMethod),
+			nodes: map[string]string{"n1": healthy}, editN1: requestedBy("", "maintenance"),
+			want:       &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerManual, Methods: []v1alpha1.Method{ipmiMethod}},
 			wantReason: "maintenance", wantEvents: created("n1"),
 		},
 		{

@@ -176,7 +176,9 @@ func TestRenderObjects(t *testing.T) {
 			"ServiceAccount palisade-system/palisade",
 			"ServiceAccount palisade-system/palisade-agent",
 			"ValidatingAdmissionPolicy -/palisade-agent-nodefence-answers",
+			"ValidatingAdmissionPolicy -/palisade-fence-requests",
 			"ValidatingAdmissionPolicyBinding -/palisade-agent-nodefence-answers",
+			"ValidatingAdmissionPolicyBinding -/palisade-fence-requests",
 		},
 	}, {
 		name: "without the agent",
@@ -194,6 +196,8 @@ func TestRenderObjects(t *testing.T) {
 			"RoleBinding palisade-system/palisade-leader-election",
 			"Service palisade-system/palisade-metrics",
 			"ServiceAccount palisade-system/palisade",
+			"ValidatingAdmissionPolicy -/palisade-fence-requests",
+			"ValidatingAdmissionPolicyBinding -/palisade-fence-requests",
 		},
 	}, {
 		name: "single replica without leader election, metrics or RBAC",
@@ -209,6 +213,8 @@ func TestRenderObjects(t *testing.T) {
 			"Service palisade-system/palisade-agent-heartbeat",
 			"ServiceAccount palisade-system/palisade",
 			"ServiceAccount palisade-system/palisade-agent",
+			"ValidatingAdmissionPolicy -/palisade-fence-requests",
+			"ValidatingAdmissionPolicyBinding -/palisade-fence-requests",
 		},
 	}, {
 		name: "secrets in more namespaces",
@@ -230,6 +236,8 @@ func TestRenderObjects(t *testing.T) {
 			"RoleBinding racks/palisade-bmc-secrets",
 			"Service palisade-system/palisade-metrics",
 			"ServiceAccount palisade-system/palisade",
+			"ValidatingAdmissionPolicy -/palisade-fence-requests",
+			"ValidatingAdmissionPolicyBinding -/palisade-fence-requests",
 		},
 	}}
 	for _, tt := range tests {

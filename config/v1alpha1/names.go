@@ -7,6 +7,11 @@ const (
 	// AnnotationFenceRequest on a Node asks for that node to be fenced; its value is the reason,
 	// a short printable text (1 to 256 characters).
 	AnnotationFenceRequest = "palisade.dev/fence-request"
+	// AnnotationFenceRequestedBy on a Node names the authenticated user who set or last changed
+	// AnnotationFenceRequest. The chart's MutatingAdmissionPolicy writes it from the request's
+	// userInfo, and its ValidatingAdmissionPolicy keeps anyone from setting or changing it on its
+	// own; the controller records it as the NodeFence's spec.requestedBy.
+	AnnotationFenceRequestedBy = "palisade.dev/fence-requested-by"
 	// AnnotationBMCAddress on a Node gives its BMC's address, "host" or "host:port".
 	AnnotationBMCAddress = "palisade.dev/bmc-address"
 	// AnnotationBMCSecret on a Node names a Secret (in the namespace of the policy's credentialsSecretRef) holding the

@@ -42,8 +42,10 @@ type NodeFenceSpec struct {
 	// +kubebuilder:validation:Enum=Dead;Partitioned;KubeletDown
 	// +optional
 	Verdict string `json:"verdict,omitempty"`
-	// RequestedBy is who asked for a manual fence, where known (the field manager that set the
-	// annotation).
+	// RequestedBy is the authenticated user who asked for a manual fence, as the API server
+	// recorded it in the Node's palisade.dev/fence-requested-by annotation (the chart's
+	// admission policies); empty when it was not recorded. Never the client's field manager,
+	// which any client can choose.
 	// +optional
 	RequestedBy string `json:"requestedBy,omitempty"`
 	// Methods is the escalation chain, copied from the policy.

@@ -46,7 +46,7 @@ func TestHelmChartRBACIsEnough(t *testing.T) {
 	if err != nil {
 		t.Fatalf("deploying database: %v", err)
 	}
-	installChart(t, env)
+	installChart(t, env, nil)
 	kubeconfig := serviceAccountKubeconfig(t, env, scenario.SecretNamespace, chartSA)
 
 	p := startBinary(t, kubeconfig, buildController(t))
@@ -110,8 +110,9 @@ func TestHelmChartRBACIsEnough(t *testing.T) {
 }
 
 // installChart installs charts/palisade as release "palisade" in palisade-system with the
-// Helm SDK, as the admin, without its CRDs (the test bed installed them).
-func installChart(t *testing.T, env *scenario.Env) {
+// Helm SDK, as the admin, without its CRDs (the test bed installed them); extra values are
+// merged over the test's own.
+func installChart(t *testing.T, env *scenario.Env, extra map[string]any) {
 	t.Helper()
 	ch, err := loader.Load("../../charts/palisade")
 	if err != nil {
@@ -133,6 +134,9 @@ func installChart(t *testing.T, env *scenario.Env) {
 	vals := map[string]any{
 		"replicaCount":   1,
 		"leaderElection": map[string]any{"enabled": true},
+	}
+	for k, v := range extra {
+		vals[k] = v
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
