@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,20 @@ func TestFenceRequestAdmission(t *testing.T) {
 	label, _ := jsonMarshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{"team": "bob"}}})
 	if err := bob.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n1}}, client.RawPatch(types.MergePatchType, label)); err != nil {
 		t.Errorf("bob's label on the node was denied: %v", err)
+	}
+
+	// Nor may bob let a deletion skip its fence by taking Palisade's finalizer off.
+	waitNode(t, env, n2, "to carry the finalizer", func(n *corev1.Node) bool {
+		return slices.Contains(n.Finalizers, v1alpha1.FinalizerFenceOnDelete)
+	})
+	unfinalize, _ := jsonMarshal([]map[string]any{{"op": "test", "path": "/metadata/finalizers/0", "value": v1alpha1.FinalizerFenceOnDelete},
+		{"op": "remove", "path": "/metadata/finalizers/0"}})
+	err = bob.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n2}}, client.RawPatch(types.JSONPatchType, unfinalize))
+	if err == nil || !strings.Contains(err.Error(), "may not remove the finalizer "+v1alpha1.FinalizerFenceOnDelete) {
+		t.Errorf("bob removing the finalizer: err %v, want a denial naming it", err)
+	}
+	if err := carol.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n2}}, client.RawPatch(types.JSONPatchType, unfinalize), client.DryRunAll); err != nil {
+		t.Errorf("carol (allowed to fence) may remove the finalizer by hand, but was denied: %v", err)
 	}
 
 	for who, c := range map[string]client.Client{"carol (group fencers)": carol, bot: fenceBot} {
