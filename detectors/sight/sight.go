@@ -63,8 +63,6 @@ type Options struct {
 	// time since the tracker was built.
 	Now     func() time.Time
 	Elapsed func() time.Duration
-	// OnChange, when set, is called (outside the tracker's lock) after Blind or Since changed.
-	OnChange func(Status)
 }
 
 // written is a canary value and the monotonic instant it was written at.
@@ -83,6 +81,7 @@ type Tracker struct {
 	ring    []written
 	last    time.Time     // wall clock of the last round
 	lastMon time.Duration // monotonic clock of the last round
+	subs    []func(Status)
 }
 
 // New builds a tracker, blind (Starting) until its first round trip.
@@ -234,9 +233,20 @@ func (t *Tracker) see(now time.Time) {
 	}
 }
 
+// Subscribe has f called (outside the tracker's lock, on the tracker's goroutine; f must not
+// block) each time Blind or Since changes.
+func (t *Tracker) Subscribe(f func(Status)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.subs = append(t.subs, f)
+}
+
 func (t *Tracker) notify(st Status) {
-	if t.o.OnChange != nil {
-		t.o.OnChange(st)
+	t.mu.Lock()
+	subs := t.subs
+	t.mu.Unlock()
+	for _, f := range subs {
+		f(st)
 	}
 }
 
