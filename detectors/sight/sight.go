@@ -227,6 +227,7 @@ func (t *Tracker) see(now time.Time) {
 	st := t.st
 	t.mu.Unlock()
 	blind.Set(0)
+	seeingSince.Set(float64(st.Since.UnixNano()) / 1e9)
 	if changed {
 		t.log.Info("controller sees again", "cause", st.Cause, "lostAt", st.LastLost)
 		t.notify(st)
