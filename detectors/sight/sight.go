@@ -198,21 +198,23 @@ func (t *Tracker) fresh(ctx context.Context, mon time.Duration) (bool, string) {
 	return false, fmt.Sprintf("the watch shows the canary Lease as written at %s, not one of the values written within %s", seen.UTC().Format(time.RFC3339Nano), t.o.StaleAfter)
 }
 
-// lose turns the tracker blind (a new loss when it was seeing, or a clock jump).
+// lose turns the tracker blind: a new loss when it was seeing, at the start or on a clock
+// jump; within one blind spell, a new cause only updates why (the spell began when it began).
 func (t *Tracker) lose(c Cause, msg string, now time.Time) {
 	t.mu.Lock()
-	changed := !t.st.Blind || c == ClockJumped || c == Starting
-	if changed {
+	lost := !t.st.Blind || c == ClockJumped || c == Starting
+	news := lost || t.st.Cause != c // the same spell for the same cause: nothing new to say
+	if lost {
 		t.st = Status{Blind: true, Cause: c, Message: msg, Since: now, LastLost: now}
 		sightLost.WithLabelValues(string(c)).Inc()
-	} else if t.st.Cause != ClockJumped && t.st.Cause != Starting {
-		t.st.Cause, t.st.Message = c, msg // the same blind spell, seen from another side
+	} else if news {
+		t.st.Cause, t.st.Message = c, msg
 	}
 	st := t.st
 	t.mu.Unlock()
 	blind.Set(1)
-	if changed {
-		t.log.Info("controller blind: nothing is fenced automatically", "cause", c, "message", msg)
+	if news {
+		t.log.Info("controller blind: nothing is fenced automatically", "cause", st.Cause, "message", st.Message, "since", st.LastLost)
 		t.notify(st)
 	}
 }

@@ -72,6 +72,9 @@ func TestTracker(t *testing.T) {
 		{"API unreachable, then back", func(i int, _ *clock, api *error, _ *bool) {
 			*api = map[bool]error{true: down}[i == 1 || i == 2]
 		}, []view{{false, Starting, 0}, {true, APIUnreachable, time.Second}, {true, APIUnreachable, time.Second}, {false, APIUnreachable, 3 * time.Second}}},
+		{"API unreachable from the start: the cause is told, the spell began at the start", func(i int, _ *clock, api *error, _ *bool) {
+			*api = map[bool]error{true: down}[i < 2]
+		}, []view{{true, APIUnreachable, 0}, {true, APIUnreachable, 0}, {false, APIUnreachable, 2 * time.Second}}},
 		{"watch stale: the cache keeps an old value", func(i int, _ *clock, _ *error, freeze *bool) {
 			*freeze = i >= 1
 		}, []view{{false, Starting, 0}, {false, Starting, 0}, {false, Starting, 0}, {false, Starting, 0}, {false, Starting, 0}, {true, WatchStale, 5 * time.Second}}},
