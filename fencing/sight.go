@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors"
 	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/detectors/sight"
 )
@@ -41,8 +42,9 @@ func sightOf(o observe.Observer) sightView {
 }
 
 // blind holds back a node that would be fenced while the controller is blind (invariant 3):
-// an outage of the API server or of the watch is not the node's fault.
-func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, why string) (ctrl.Result, bool) {
+// an outage of the API server or of the watch is not the node's fault. The Event's note stays
+// the same through one blind spell, so that the API folds the repeats into one series.
+func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detectors.Observation) (ctrl.Result, bool) {
 	s := sightOf(r.Observer)
 	if s == nil {
 		return ctrl.Result{}, false
@@ -53,8 +55,8 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, why strin
 	}
 	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonControllerBlind, "Detect",
 		"not fencing node %s (%s): the controller is blind since %s (%s: %s); every node gets a fresh lease period once it sees again",
-		node.Name, why, st.LastLost.UTC().Format(time.RFC3339), st.Cause, st.Message)
-	ctrl.LoggerFrom(ctx).Info("controller blind: not fencing", "cause", st.Cause, "message", st.Message, "reason", why)
+		node.Name, obs.Verdict, st.LastLost.UTC().Format(time.RFC3339), st.Cause, st.Message)
+	ctrl.LoggerFrom(ctx).V(1).Info("controller blind: not fencing", "cause", st.Cause, "verdict", obs.Verdict, "reason", obs.Reason)
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
 }
 
