@@ -129,7 +129,8 @@ func (t *Tracker) Start(ctx context.Context) error {
 	}
 }
 
-// Round is one check: clock, canary write, canary read-back through the cache.
+// Round is one check: clock, canary write, canary read-back through the cache. Each call is
+// bounded by Interval, so a round never hangs on a dead API server or an unsynced cache.
 func (t *Tracker) Round(ctx context.Context) {
 	now, mon := t.o.Now().Round(0), t.o.Elapsed()
 	t.mu.Lock()
@@ -180,6 +181,8 @@ func (t *Tracker) write(ctx context.Context, now time.Time, mon time.Duration) e
 
 // fresh says whether the cache shows a canary value written within StaleAfter.
 func (t *Tracker) fresh(ctx context.Context, mon time.Duration) (bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, t.o.Interval) // a cache not synced yet waits
+	defer cancel()
 	canary := &coordinationv1.Lease{}
 	if err := t.o.Cache.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: CanaryName}, canary); err != nil {
 		return false, fmt.Sprintf("reading the canary Lease back through the watch: %v", err)
