@@ -12,6 +12,8 @@ const (
 	ReasonInvalidFenceRequest = "InvalidFenceRequest"
 	ReasonNoPolicy            = "NoFencingPolicy"
 	ReasonStormGuard          = "StormGuardActive"
+	ReasonControllerBlind     = "ControllerBlind"
+	ReasonControllerSeeing    = "ControllerSeeing"
 	ReasonAliveNotFencing     = "NodeAliveNotFencing"
 	ReasonNoMethod            = "NoUsableMethod"
 	ReasonDryRun              = "DryRun"

@@ -133,6 +133,9 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		// Look again the moment the node would turn failed if nothing new arrives.
 		return ctrl.Result{RequeueAfter: max(obs.Deadline.Sub(now), 0) + 50*time.Millisecond}, nil
 	}
+	if res, blind := r.blind(ctx, node, obs); blind {
+		return res, nil
+	}
 	methods := methodsFor(p.Spec.Methods, obs.Verdict)
 	if len(methods) == 0 && obs.Verdict == detectors.Dead {
 		r.Recorder.Eventf(node, p, corev1.EventTypeWarning, ReasonNoMethod, "Detect",

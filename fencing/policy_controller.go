@@ -30,7 +30,7 @@ type PolicyReconciler struct {
 
 // SetupWithManager registers the reconciler.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.FencingPolicy{}).Named("fencingpolicy").Complete(r)
+	return r.watchSight(ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.FencingPolicy{}).Named("fencingpolicy")).Complete(r)
 }
 
 // Reconcile refreshes one policy's status.
@@ -62,6 +62,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if meta.SetStatusCondition(&p.Status.Conditions, guard) && h.Blocked() {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonStormGuard, "Guard", guard.Message)
 	}
+	r.setBlindCondition(p, now)
 	if err := r.Client.Status().Patch(ctx, p, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status of policy %s: %w", p.Name, err)
 	}

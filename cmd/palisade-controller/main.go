@@ -17,6 +17,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
+	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers/ipmi"
 	providermetrics "palisade.dev/palisade/providers/metrics"
@@ -79,6 +80,7 @@ func run() error {
 	ctrl.SetLogger(log)
 
 	fencing.RegisterMetrics(crmetrics.Registry)
+	sight.RegisterMetrics(crmetrics.Registry)
 	providermetrics.Register(crmetrics.Registry)
 	f.opts.IPMI = []ipmi.Option{ipmi.WithIpmitoolPath(f.ipmitool), ipmi.WithTimeout(f.providerTimeout), ipmi.WithLogger(log.WithName("ipmi"))}
 	mgr, err := app.NewManager(ctrl.GetConfigOrDie(), f.opts)

@@ -196,7 +196,7 @@ type FencingPolicyStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=50
 	Unhealthy []NodeVerdict `json:"unhealthy,omitempty"`
-	// Conditions: StormGuardActive.
+	// Conditions: StormGuardActive, ControllerBlind.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -210,6 +210,29 @@ const (
 	ConditionFenced           = "Fenced"
 	ConditionReleased         = "Released"
 	ConditionStormGuardActive = "StormGuardActive"
+	// ConditionControllerBlind (on FencingPolicy) is True while the controller cannot see
+	// fresh renewals, or could see them again too recently to judge a Lease: nothing is fenced
+	// automatically (invariant 3).
+	ConditionControllerBlind = "ControllerBlind"
+)
+
+// ControllerBlind reasons: the cause of the controller's last loss of sight (True), or Seeing
+// (False). The controller's sight tracker (detectors/sight) uses the same words as causes.
+const (
+	// ReasonSeeing (ControllerBlind=False): the controller sees its own canary Lease fresh
+	// and every node has had a full lease period since.
+	ReasonSeeing = "Seeing"
+	// ReasonStarting: the controller started or won leadership; it has seen no renewal yet.
+	ReasonStarting = "Starting"
+	// ReasonAPIUnreachable: the controller cannot write through the API server.
+	ReasonAPIUnreachable = "APIUnreachable"
+	// ReasonWatchStale: writes work but the controller's watch of Leases does not show them.
+	ReasonWatchStale = "WatchStale"
+	// ReasonClockJumped: the controller's wall clock jumped against its monotonic clock.
+	ReasonClockJumped = "ClockJumped"
+	// ReasonFreshLeasePeriod (ControllerBlind=True): the controller sees again, and gives
+	// every node a full lease period from that moment before anything is fenced.
+	ReasonFreshLeasePeriod = "FreshLeasePeriod"
 )
 
 // Condition reasons set by the controller. A Fenced=False condition of a failed fence carries

@@ -53,3 +53,27 @@ func lastSignal(node *corev1.Node, lease *coordinationv1.Lease) (time.Time, stri
 	}
 	return time.Time{}, ""
 }
+
+// ObserveSince judges node like Observe, for a controller that could see renewals only since
+// seeing (zero: always; why names the cause): a Lease's age counts only time in which a
+// renewal could have been seen, so a node whose last signal is older than seeing gets a fresh
+// period, timeout from seeing, before it can turn Dead. LastSeen and Age stay the signal's own.
+func ObserveSince(node *corev1.Node, lease *coordinationv1.Lease, timeout time.Duration, now, seeing time.Time, why string) detectors.Observation {
+	obs := Observe(node, lease, timeout, now)
+	fresh := seeing.Add(timeout)
+	if seeing.IsZero() || !obs.Deadline.Before(fresh) || now.After(fresh) {
+		return obs
+	}
+	obs.Deadline = fresh
+	obs.Verdict = detectors.Healthy
+	if now.Sub(seeing) > timeout/2 {
+		obs.Verdict = detectors.Suspect
+	}
+	last := "no signal yet"
+	if !obs.LastSeen.IsZero() {
+		last = fmt.Sprintf("last signal %s ago", obs.Age.Round(100*time.Millisecond))
+	}
+	obs.Reason = fmt.Sprintf("%s, but the controller could see renewals only since %s (%s): a fresh lease period until %s",
+		last, seeing.UTC().Format(time.RFC3339), why, fresh.UTC().Format(time.RFC3339))
+	return obs
+}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,5 +84,51 @@ func TestRenewalsSeenOnControllerClock(t *testing.T) {
 	var none *Renewals
 	if got := none.Seen("n1", renew, t0); !got.IsZero() {
 		t.Errorf("nil Renewals = %v, want zero", got)
+	}
+}
+
+func TestObserveSince(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	const timeout = 20 * time.Second
+	renewed := func(ago time.Duration) *coordinationv1.Lease {
+		m := metav1.NewMicroTime(now.Add(-ago))
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &m}}
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
+	type result struct {
+		Verdict  detectors.Verdict
+		Deadline time.Time
+		LastSeen time.Time
+	}
+	tests := []struct {
+		name   string
+		lease  *coordinationv1.Lease
+		seeing time.Time
+		want   result
+	}{
+		{"always seeing: Observe's verdict", renewed(time.Minute), time.Time{},
+			result{detectors.Dead, now.Add(-time.Minute + timeout), now.Add(-time.Minute)}},
+		{"old lease, sight regained just now: fresh period", renewed(time.Minute), now.Add(-time.Second),
+			result{detectors.Healthy, now.Add(-time.Second + timeout), now.Add(-time.Minute)}},
+		{"old lease, sight regained past half the period: late", renewed(time.Minute), now.Add(-15 * time.Second),
+			result{detectors.Suspect, now.Add(-15*time.Second + timeout), now.Add(-time.Minute)}},
+		{"old lease, a whole period seen since: dead", renewed(time.Minute), now.Add(-21 * time.Second),
+			result{detectors.Dead, now.Add(-time.Minute + timeout), now.Add(-time.Minute)}},
+		{"renewed after sight regained: its own deadline", renewed(2 * time.Second), now.Add(-5 * time.Second),
+			result{detectors.Healthy, now.Add(-2*time.Second + timeout), now.Add(-2 * time.Second)}},
+		{"no lease, no heartbeat, sight regained just now", nil, now.Add(-time.Second),
+			result{detectors.Healthy, now.Add(-time.Second + timeout), time.Time{}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obs := ObserveSince(node, tt.lease, timeout, now, tt.seeing, "APIUnreachable")
+			got := result{obs.Verdict, obs.Deadline, obs.LastSeen}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("observation (-want +got):\n%s\nreason %q", diff, obs.Reason)
+			}
+			if obs.Reason == "" {
+				t.Error("empty reason")
+			}
+		})
 	}
 }

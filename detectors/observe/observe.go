@@ -33,6 +33,17 @@ type Observer struct {
 	// classifier can tell a node silent on every path before its Lease expires. Shared by all
 	// copies of the Observer.
 	Renewals *lease.Renewals
+	// Sight, when set, says since when the controller could see renewals: a Lease's age and
+	// the agents' warm-up count only from then (invariant 3).
+	Sight Sight
+}
+
+// Sight is the controller's own view of whether it can see fresh signals (detectors/sight).
+type Sight interface {
+	// Since is the moment since which the controller has seen without a gap (zero: always).
+	Since() time.Time
+	// Cause says why sight began then (the cause of the last loss, or the start).
+	Cause() string
 }
 
 // Observe is the detectors' verdict on one node, its Lease judged against leaseTimeout.
@@ -94,7 +105,8 @@ func (o Observer) observeWith(ctx context.Context, node *corev1.Node, leaseTimeo
 	if err != nil {
 		l = nil
 	}
-	obs := lease.Observe(node, l, leaseTimeout, now)
+	seeing, cause := o.seeing()
+	obs := lease.ObserveSince(node, l, leaseTimeout, now, seeing, cause)
 	if sig == nil {
 		return obs, nil
 	}
@@ -103,5 +115,20 @@ func (o Observer) observeWith(ctx context.Context, node *corev1.Node, leaseTimeo
 		renewalSeen = o.Renewals.Seen(node.Name, l.Spec.RenewTime.Time, now)
 	}
 	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: sig.agents[node.Name], Peers: sig.peers[node.Name], LeaseRenewalSeen: renewalSeen},
-		classify.Config{HeartbeatsSince: o.Since}, now), nil
+		classify.Config{HeartbeatsSince: laterOf(o.Since, seeing)}, now), nil
+}
+
+// seeing is since when the controller could see renewals, and why then (zero: always).
+func (o Observer) seeing() (time.Time, string) {
+	if o.Sight == nil {
+		return time.Time{}, ""
+	}
+	return o.Sight.Since(), o.Sight.Cause()
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

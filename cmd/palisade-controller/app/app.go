@@ -20,6 +20,7 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/detectors/observe"
+	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/agent/channel"
@@ -137,7 +138,13 @@ func setup(mgr ctrl.Manager, o Options) error {
 // agents builds the detectors' view and, when the agents' heartbeat server is configured, the
 // server (it runs on the leader only: agents must reach the active controller).
 func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, error) {
-	obs := observe.Observer{Reader: mgr.GetClient(), Renewals: lease.NewRenewals()}
+	// The controller's own sight: a canary Lease written through the client and read back
+	// through the cache that holds the node Leases (invariant 3).
+	tracker := sight.New(sight.Options{Client: mgr.GetClient(), Cache: mgr.GetCache()})
+	if err := mgr.Add(tracker); err != nil {
+		return observe.Observer{}, nil, fmt.Errorf("adding the sight tracker: %w", err)
+	}
+	obs := observe.Observer{Reader: mgr.GetClient(), Renewals: lease.NewRenewals(), Sight: tracker}
 	if o.Agents.Addr == "" {
 		return obs, nil, nil
 	}

@@ -1,0 +1,71 @@
+package observe
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/detectors"
+	"palisade.dev/palisade/detectors/lease"
+)
+
+type sightSince time.Time
+
+func (s sightSince) Since() time.Time { return time.Time(s) }
+func (s sightSince) Cause() string    { return "APIUnreachable" }
+
+type noHeartbeats struct{}
+
+func (noHeartbeats) Snapshot() map[string]agentwire.Heartbeat { return nil }
+
+// TestObserveSight: a Lease a minute old is judged from the moment the controller could see
+// renewals again, on the Lease alone and with agents (whose warm-up restarts then too).
+func TestObserveSight(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+	renew := metav1.NewMicroTime(now.Add(-time.Minute))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(node,
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: "n1"}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}).Build()
+	tests := []struct {
+		name string
+		o    Observer
+		want detectors.Verdict
+		// in is a part of the reason.
+		in string
+	}{
+		{"no sight tracker", Observer{Reader: c}, detectors.Dead, "not renewed"},
+		{"seeing for an hour", Observer{Reader: c, Sight: sightSince(now.Add(-time.Hour))}, detectors.Dead, "not renewed"},
+		{"seeing again for 2s", Observer{Reader: c, Sight: sightSince(now.Add(-2 * time.Second))}, detectors.Healthy, "a fresh lease period until 2026-11-23T01:00:18Z"},
+		{"agents, listening for an hour, no sight tracker", Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-time.Hour), Renewals: lease.NewRenewals()}, detectors.Dead, "no heartbeat ever"},
+		{"agents, seeing again for 2s", Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-time.Hour), Renewals: lease.NewRenewals(),
+			Sight: sightSince(now.Add(-2 * time.Second))}, detectors.Healthy, "no heartbeat yet, controller listening for less than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obs, err := tt.o.Observe(context.Background(), node, 20*time.Second, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, obs.Verdict); diff != "" {
+				t.Errorf("verdict (-want +got):\n%s\nreason %q", diff, obs.Reason)
+			}
+			if !strings.Contains(obs.Reason, tt.in) {
+				t.Errorf("reason %q does not say %q", obs.Reason, tt.in)
+			}
+		})
+	}
+}

@@ -1,0 +1,135 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors"
+	"palisade.dev/palisade/detectors/observe"
+	"palisade.dev/palisade/detectors/sight"
+)
+
+// blindRecheck is how often a node held back because the controller is blind is looked at
+// again.
+const blindRecheck = time.Second
+
+// sightView is what the fencing controllers read of the controller's sight (sight.Tracker).
+type sightView interface {
+	Status() sight.Status
+}
+
+// subscriber lets a controller react at once when the controller's sight changes.
+type subscriber interface {
+	Subscribe(func(sight.Status))
+}
+
+// sightOf is the observer's sight tracker, nil without one.
+func sightOf(o observe.Observer) sightView {
+	s, _ := o.Sight.(sightView)
+	return s
+}
+
+// blind holds back a node that would be fenced while the controller is blind (invariant 3):
+// an outage of the API server or of the watch is not the node's fault. The Event's note stays
+// the same through one blind spell, so that the API folds the repeats into one series.
+func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detectors.Observation) (ctrl.Result, bool) {
+	s := sightOf(r.Observer)
+	if s == nil {
+		return ctrl.Result{}, false
+	}
+	st := s.Status()
+	if !st.Blind {
+		return ctrl.Result{}, false
+	}
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonControllerBlind, "Detect",
+		"not fencing node %s (%s): the controller is blind since %s (%s: %s); every node gets a fresh lease period once it sees again",
+		node.Name, obs.Verdict, st.LastLost.UTC().Format(time.RFC3339), st.Cause, st.Message)
+	ctrl.LoggerFrom(ctx).V(1).Info("controller blind: not fencing", "cause", st.Cause, "verdict", obs.Verdict, "reason", obs.Reason)
+	return ctrl.Result{RequeueAfter: blindRecheck}, true
+}
+
+// blindCondition is the policy's ControllerBlind condition: True while the controller is
+// blind or inside the fresh lease period it gives every node after it sees again.
+func blindCondition(st sight.Status, p *v1alpha1.FencingPolicy, now time.Time) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionControllerBlind, ObservedGeneration: p.Generation}
+	until := st.Since.Add(leaseTimeout(p))
+	lost := st.LastLost.UTC().Format(time.RFC3339)
+	switch {
+	case st.Blind:
+		c.Status, c.Reason = metav1.ConditionTrue, string(st.Cause)
+		c.Message = fmt.Sprintf("the controller is blind since %s (%s): %s; nothing is fenced automatically until it sees its canary Lease again and a lease period (%s) has passed",
+			lost, st.Cause, st.Message, leaseTimeout(p))
+	case now.Before(until):
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonFreshLeasePeriod
+		c.Message = fmt.Sprintf("the controller could not see renewals from %s (%s: %s) and sees again since %s: every node gets a fresh lease period; nothing is fenced automatically until %s",
+			lost, st.Cause, st.Message, st.Since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
+	default:
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonSeeing
+		c.Message = fmt.Sprintf("the controller sees fresh renewals since %s (last lost at %s: %s)", st.Since.UTC().Format(time.RFC3339), lost, st.Cause)
+	}
+	return c
+}
+
+// setBlindCondition sets the policy's ControllerBlind condition (nothing without a sight
+// tracker) and raises an Event when its status turns: Warning to True, Normal to False.
+func (r *PolicyReconciler) setBlindCondition(p *v1alpha1.FencingPolicy, now time.Time) {
+	s := sightOf(r.Observer)
+	if s == nil {
+		return
+	}
+	c := blindCondition(s.Status(), p, now)
+	was := metav1.ConditionUnknown
+	if old := meta.FindStatusCondition(p.Status.Conditions, c.Type); old != nil {
+		was = old.Status
+	}
+	meta.SetStatusCondition(&p.Status.Conditions, c)
+	if was == c.Status {
+		return
+	}
+	if c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonControllerBlind, "Sight", c.Message)
+	} else if was == metav1.ConditionTrue {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ReasonControllerSeeing, "Sight", c.Message)
+	}
+}
+
+// watchSight makes b reconcile every policy as soon as the controller's sight changes (the
+// policies are refreshed every policyResync anyway).
+func (r *PolicyReconciler) watchSight(b *ctrl.Builder) *ctrl.Builder {
+	s, ok := r.Observer.Sight.(subscriber)
+	if !ok {
+		return b
+	}
+	changes := make(chan event.GenericEvent, 1)
+	s.Subscribe(func(sight.Status) {
+		select {
+		case changes <- event.GenericEvent{Object: &v1alpha1.FencingPolicy{}}:
+		default: // a reconcile of every policy is already due
+		}
+	})
+	return b.WatchesRawSource(source.Channel(changes, handler.EnqueueRequestsFromMapFunc(r.allPolicies)))
+}
+
+func (r *PolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list v1alpha1.FencingPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, p := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: p.Name}})
+	}
+	return reqs
+}

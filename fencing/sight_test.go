@@ -1,0 +1,121 @@
+package fencing
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/observe"
+	"palisade.dev/palisade/detectors/sight"
+)
+
+// fixedSight is the controller's sight frozen in one state.
+type fixedSight struct{ st sight.Status }
+
+func (f *fixedSight) Status() sight.Status { return f.st }
+func (f *fixedSight) Since() time.Time     { return f.st.Since }
+func (f *fixedSight) Cause() string        { return string(f.st.Cause) }
+
+var (
+	blindNow    = sight.Status{Blind: true, Cause: sight.APIUnreachable, Message: "connection refused", Since: t0.Add(-30 * time.Second), LastLost: t0.Add(-30 * time.Second)}
+	seeingAgain = sight.Status{Cause: sight.APIUnreachable, Message: "connection refused", Since: t0.Add(-2 * time.Second), LastLost: t0.Add(-40 * time.Second)}
+	seeingLong  = sight.Status{Cause: sight.Starting, Since: t0.Add(-time.Hour), LastLost: t0.Add(-time.Hour)}
+)
+
+// TestNodeReconcileBlind: a node whose Lease is a minute old is fenced only when the controller
+// has seen for a whole lease period.
+func TestNodeReconcileBlind(t *testing.T) {
+	tests := []struct {
+		name       string
+		sight      sight.Status
+		wantFence  bool
+		wantEvents []eventSeen
+		wantAfter  time.Duration
+	}{
+		{"blind: nothing fenced, said on the node", blindNow, false, []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonControllerBlind}}, blindRecheck},
+		{"sight regained 2s ago: a fresh lease period", seeingAgain, false, nil, 18*time.Second + 50*time.Millisecond},
+		{"seeing for an hour: fenced", seeingLong, true, created("n1"), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs, _ := cluster(map[string]string{"n1": dead, "n2": healthy, "n3": healthy, "n4": healthy})
+			c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...).Build()
+			rec := &recorder{}
+			r := &NodeReconciler{Client: c, Recorder: rec, Now: func() time.Time { return t0 },
+				Observer: observe.Observer{Reader: c, Sight: &fixedSight{tt.sight}}}
+			res, err := r.Reconcile(ctrl.LoggerInto(context.Background(), ctrl.Log), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Get(context.Background(), client.ObjectKey{Name: "n1"}, &v1alpha1.NodeFence{})
+			if fenced := err == nil; fenced != tt.wantFence || (err != nil && !apierrors.IsNotFound(err)) {
+				t.Errorf("fenced = %v (%v), want %v", fenced, err, tt.wantFence)
+			}
+			if diff := cmp.Diff(tt.wantEvents, rec.recorded()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			if res.RequeueAfter != tt.wantAfter {
+				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tt.wantAfter)
+			}
+		})
+	}
+}
+
+// TestPolicyBlindCondition reconciles policy "pool" through a loss of sight and back.
+func TestPolicyBlindCondition(t *testing.T) {
+	type cond struct {
+		Status metav1.ConditionStatus
+		Reason string
+	}
+	steps := []struct {
+		name       string
+		sight      sight.Status
+		want       cond
+		wantEvents []eventSeen
+	}{
+		{"seeing", seeingLong, cond{metav1.ConditionFalse, v1alpha1.ReasonSeeing}, nil},
+		{"blind", blindNow, cond{metav1.ConditionTrue, v1alpha1.ReasonAPIUnreachable}, []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, ReasonControllerBlind}}},
+		{"seeing again, inside the fresh period", seeingAgain, cond{metav1.ConditionTrue, v1alpha1.ReasonFreshLeasePeriod}, nil},
+		{"a lease period later", sight.Status{Cause: sight.APIUnreachable, Since: t0.Add(-21 * time.Second), LastLost: t0.Add(-time.Minute)},
+			cond{metav1.ConditionFalse, v1alpha1.ReasonSeeing}, []eventSeen{{"FencingPolicy/pool", corev1.EventTypeNormal, ReasonControllerSeeing}}},
+	}
+	objs, _ := cluster(map[string]string{"n1": healthy})
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...).
+		WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
+	s := &fixedSight{}
+	for _, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			s.st = step.sight
+			rec := &recorder{}
+			r := &PolicyReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Sight: s}, Now: func() time.Time { return t0 }}
+			if _, err := r.Reconcile(ctrl.LoggerInto(context.Background(), ctrl.Log), ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}}); err != nil {
+				t.Fatal(err)
+			}
+			p := &v1alpha1.FencingPolicy{}
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "pool"}, p); err != nil {
+				t.Fatal(err)
+			}
+			var got cond
+			for _, pc := range p.Status.Conditions {
+				if pc.Type == v1alpha1.ConditionControllerBlind {
+					got = cond{pc.Status, pc.Reason}
+				}
+			}
+			if diff := cmp.Diff(step.want, got); diff != "" {
+				t.Errorf("ControllerBlind condition (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(step.wantEvents, rec.recorded()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
