@@ -48,6 +48,8 @@ type Tracker struct {
 	at    map[Milestone]time.Duration
 	seq   []Milestone
 	safe  *bool // at the first release seen: was the fence confirmed and the power Off?
+	// unsafe says what the tracker saw at the first release.
+	unsafe string
 	order *orderWatch
 	stop  context.CancelFunc
 	done  chan struct{}
@@ -97,7 +99,11 @@ func (t *Tracker) poll(ctx context.Context) {
 	c := t.env.Cluster.Client
 	released := false
 	nf := &v1alpha1.NodeFence{}
-	fenceSeen := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, nf) == nil
+	err := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, nf)
+	if client.IgnoreNotFound(err) != nil {
+		return // a failed read says nothing about the fence: look again at the next poll
+	}
+	fenceSeen := err == nil
 	if fenceSeen {
 		t.markFence(nf)
 	}
@@ -169,8 +175,15 @@ func (t *Tracker) recordSafety(fenceConfirmed bool) {
 	if t.safe != nil {
 		return
 	}
+	// ipmitool on a loaded machine may time out: an unanswered read is asked again, an answer
+	// of On is not.
 	on, err := t.node.BMC.PoweredOn()
+	for try := 0; err != nil && try < 3; try++ {
+		time.Sleep(200 * time.Millisecond)
+		on, err = t.node.BMC.PoweredOn()
+	}
 	ok := fenceConfirmed && err == nil && !on
+	t.unsafe = fmt.Sprintf("fence confirmed in the record %t, power read On %t (read error %v)", fenceConfirmed, on, err)
 	t.safe = &ok
 }
 
@@ -182,7 +195,11 @@ func (t *Tracker) ConfirmedBeforeRelease() (ok bool, what string) {
 	first, what := t.order.confirmedFirst()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return first && t.safe != nil && *t.safe, what
+	safe := t.safe != nil && *t.safe
+	if !first || !safe {
+		what = fmt.Sprintf("%s; confirmation written first (etcd order) %t; at that release: %s", what, first, t.unsafe)
+	}
+	return first && safe, what
 }
 
 // Released says whether any release was seen.
