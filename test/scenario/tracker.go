@@ -44,15 +44,15 @@ type Tracker struct {
 	start  time.Time
 	notify func(Milestone, time.Duration)
 
-	mu    sync.Mutex
-	at    map[Milestone]time.Duration
-	seq   []Milestone
-	safe  *bool // at the first release seen: was the fence confirmed and the power Off?
+	mu   sync.Mutex
+	at   map[Milestone]time.Duration
+	seq  []Milestone
+	safe *bool // at the first release seen: was the fence confirmed and the power Off?
 	// unsafe says what the tracker saw at the first release.
 	unsafe string
-	order *orderWatch
-	stop  context.CancelFunc
-	done  chan struct{}
+	order  *orderWatch
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 // Track starts tracking from now (the moment power is cut); notify, when set, is called for
