@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,21 +90,12 @@ func TestNodeShowingLifeAfterConfirmationIsNotReleased(t *testing.T) {
 			checkGolden(t, tt.name, goldenTrace(nf))
 			checkReleased(t, w, tt.released)
 			if !tt.released {
-				if c := condition(nf, v1alpha1.ConditionFenced); c == nil || c.Reason != v1alpha1.ReasonNodeAliveAfterFence {
+				if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced); c == nil || c.Reason != v1alpha1.ReasonNodeAliveAfterFence {
 					t.Errorf("Fenced condition = %+v, want reason %s", c, v1alpha1.ReasonNodeAliveAfterFence)
 				}
 			}
 		})
 	}
-}
-
-func condition(nf *v1alpha1.NodeFence, typ string) *metav1.Condition {
-	for i := range nf.Status.Conditions {
-		if nf.Status.Conditions[i].Type == typ {
-			return &nf.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 // The executor leaves the node running by design: its Lease renewals after the confirmation

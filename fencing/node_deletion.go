@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -59,7 +60,10 @@ func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
 	case Verified(nf) || nf.Status.Phase == v1alpha1.PhaseReleased:
 		return r.letGo(ctx, node, corev1.EventTypeNormal, "node %s is fenced (%s, confirmed and no sign of life after): its deletion goes on", node.Name, nf.Status.Method)
 	case nf.Status.Phase == v1alpha1.PhaseFailed:
-		_, _, msg := fencedCondition(nf)
+		msg := "no condition recorded"
+		if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced); c != nil {
+			msg = c.Message
+		}
 		r.Recorder.Eventf(node, nf, corev1.EventTypeWarning, ReasonDeletionHeld, "Delete",
 			"deletion of node %s is held: its fence failed (%s). Fix the method and delete NodeFence %s to try again; "+
 				"only if you have made sure the machine is off, let the deletion go on by hand: %s",
@@ -104,13 +108,4 @@ func removeFinalizerCommand(node *corev1.Node) string {
 	i := slices.Index(node.Finalizers, v1alpha1.FinalizerFenceOnDelete)
 	return fmt.Sprintf(`kubectl patch node %s --type=json -p '[{"op":"test","path":"/metadata/finalizers/%d","value":"%s"},{"op":"remove","path":"/metadata/finalizers/%d"}]'`,
 		node.Name, i, v1alpha1.FinalizerFenceOnDelete, i)
-}
-
-func fencedCondition(nf *v1alpha1.NodeFence) (string, string, string) {
-	for _, c := range nf.Status.Conditions {
-		if c.Type == v1alpha1.ConditionFenced {
-			return string(c.Status), c.Reason, c.Message
-		}
-	}
-	return "", "", "no condition recorded"
 }
