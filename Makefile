@@ -26,7 +26,12 @@ build: ## Build palisade-controller, palisade-agent (with palisade-executor besi
 
 .PHONY: test
 test: deps testbed ## Unit and integration tests against the real control plane and ipmi_sim.
-	go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./...
+	@log=$$(mktemp -t palisade-test.XXXXXX.log); rc=0; \
+	go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee "$$log" || rc=$$?; \
+	if [ $$rc -ne 0 ]; then \
+	  echo; echo "=== make test failed; the failing tests and their messages (whole output: $$log):"; \
+	  grep -E -- '^ *--- FAIL|^ +[A-Za-z0-9_]+_test\.go:[0-9]+: |^(FAIL|panic:)' "$$log" | tail -n 100; \
+	fi; exit $$rc
 
 .PHONY: test-e2e
 test-e2e: deps testbed ## Only the end-to-end fencing tests.

@@ -112,7 +112,14 @@ func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]
 		"--key", files[node+".key"], "--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", kubelet + "/healthz",
 		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0"}
 	cmd := exec.Command(bin, append(args, extra...)...)
-	cmd.Stderr = os.Stderr
+	// The agent's log goes to a file, shown only when the test fails: on success it would bury
+	// the failures of other tests in `make test`'s output.
+	logPath := filepath.Join(dir, node+"-agent.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +127,11 @@ func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
+		}
+		_ = log.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("palisade-agent log of %s:\n%s", node, b)
 		}
 	})
 	return cmd
