@@ -37,6 +37,9 @@ func startScene(t *testing.T, o scenario.Options) *scenario.Env {
 		t.Fatalf("starting scene: %v", err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the controller's last log lines:\n%s", env.ControllerLogTail(150))
+		}
 		if err := env.Stop(); err != nil {
 			t.Errorf("stopping scene: %v", err)
 		}

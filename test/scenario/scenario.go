@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -69,6 +70,25 @@ type Env struct {
 	dir     string
 	ctl     *controller
 	agents  *agents
+	// logFiles are the controller logs opened by StartController, closed by Stop.
+	logFiles []*os.File
+}
+
+// controllerLog is the in-process controller's log in the scene's directory.
+const controllerLog = "controller.log"
+
+// ControllerLogTail returns the last n lines of the in-process controller's log (every
+// controller started in this scene, in order), for a failing test's message.
+func (e *Env) ControllerLogTail(n int) string {
+	b, err := os.ReadFile(filepath.Join(e.dir, controllerLog))
+	if err != nil {
+		return fmt.Sprintf("(no controller log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // Start builds the scene; Stop tears it down.
@@ -204,9 +224,13 @@ func (e *Env) StartController(ctx context.Context, edit func(*app.Options)) erro
 	if edit != nil {
 		edit(&o)
 	}
-	// The controller's logs go to stderr with PALISADE_TEST_LOG=1; otherwise they are dropped.
+	// The controller's logs go to stderr with PALISADE_TEST_LOG=1; otherwise to the scene's
+	// controller.log, which ControllerLogTail reads when a test fails.
 	if os.Getenv("PALISADE_TEST_LOG") != "" {
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else if f, err := os.OpenFile(filepath.Join(e.dir, controllerLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		e.logFiles = append(e.logFiles, f)
+		ctrl.SetLogger(zap.New(zap.WriteTo(f)))
 	} else {
 		ctrl.SetLogger(logr.Discard())
 	}
@@ -246,6 +270,9 @@ func (e *Env) Stop() error {
 	}
 	if e.Cluster != nil {
 		errs = append(errs, e.Cluster.Stop())
+	}
+	for _, f := range e.logFiles {
+		_ = f.Close()
 	}
 	if e.dir != "" {
 		errs = append(errs, os.RemoveAll(e.dir))
