@@ -122,7 +122,7 @@ func startAPIServerAfterRenewal(t *testing.T, env *scenario.Env, renewed time.Ti
 // fenced and that the policy said so with Events observed since before (the outage).
 func checkSightRegained(t *testing.T, env *scenario.Env, w *conditionWatch, before time.Time) {
 	t.Helper()
-	waitBlindCondition(t, env, "True", 30*time.Second)
+	waitBlindCondition(t, env, "True", time.Minute)
 	began := time.Now()
 	// The watch comes back on client-go's reflector backoff (up to a minute after a long
 	// outage, with jitter), then a lease period passes: 2m0s was measured on an idle machine.
