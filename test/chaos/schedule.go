@@ -1,0 +1,209 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// Kind is one kind of fault.
+type Kind string
+
+// The faults a run draws from (issue 9): what a careful operator has seen go wrong.
+const (
+	// PowerLoss cuts the machine's power through its BMC; healing powers it on again.
+	PowerLoss Kind = "power-loss"
+	// ControlPlaneCut drops the machine's traffic to and from the API server and the
+	// controller; its pods keep running.
+	ControlPlaneCut Kind = "control-plane-cut"
+	// PeerCut drops traffic between two machines only.
+	PeerCut Kind = "peer-cut"
+	// EtcdCut cuts the API server from etcd, then restarts the API server.
+	EtcdCut Kind = "etcd-cut"
+	// KubeletKill kills the machine's kubelet alone; healing starts it again.
+	KubeletKill Kind = "kubelet-kill"
+	// AgentKill kills the machine's palisade-agent alone; healing starts it again.
+	AgentKill Kind = "agent-kill"
+	// LeaderKill kills the controller replica that leads, at the named step of the next fence.
+	LeaderKill Kind = "leader-kill"
+	// LyingBMC makes the machine's BMC answer Off to the power-off command while the machine
+	// keeps running.
+	LyingBMC Kind = "lying-bmc"
+	// SlowBMC makes the machine's BMC answer every command only after Delay.
+	SlowBMC Kind = "slow-bmc"
+	// ControllerAPICut drops the controller replicas' traffic to the API server.
+	ControllerAPICut Kind = "controller-api-cut"
+)
+
+// Kinds is every kind, in a fixed order (the draw depends on it).
+var Kinds = []Kind{PowerLoss, ControlPlaneCut, PeerCut, EtcdCut, KubeletKill, AgentKill, LeaderKill, LyingBMC, SlowBMC, ControllerAPICut}
+
+// FenceSteps are the NodeFence steps a LeaderKill can strike at: the leader dies right after
+// the step starts.
+var FenceSteps = []v1alpha1.StepName{v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.StepTerminate,
+	v1alpha1.StepVerifyFenced, v1alpha1.StepTaint, v1alpha1.StepDeletePods, v1alpha1.StepReleaseAttachments}
+
+// Fault is one injected fault.
+type Fault struct {
+	Kind Kind
+	// Machine is the machine it strikes (1-based); 0 for faults of the control plane.
+	Machine int
+	// Peer is the other machine of a PeerCut.
+	Peer int
+	// At is when it strikes, from the start of the fault window.
+	At time.Duration
+	// For is how long it lasts; 0 means until the heal at the end of the run.
+	For time.Duration
+	// Step is the fence step a LeaderKill waits for.
+	Step v1alpha1.StepName
+	// Delay is a SlowBMC's answer time.
+	Delay time.Duration
+}
+
+func (f Fault) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s", f.Kind)
+	if f.Machine > 0 {
+		fmt.Fprintf(&b, " machine-%d", f.Machine)
+	}
+	if f.Peer > 0 {
+		fmt.Fprintf(&b, "<->machine-%d", f.Peer)
+	}
+	if f.Step != "" {
+		fmt.Fprintf(&b, " at step %s", f.Step)
+	}
+	if f.Delay > 0 {
+		fmt.Fprintf(&b, " delay %s", f.Delay)
+	}
+	fmt.Fprintf(&b, " from +%s", f.At)
+	if f.For > 0 {
+		fmt.Fprintf(&b, " for %s", f.For)
+	} else {
+		b.WriteString(" until the heal")
+	}
+	return b.String()
+}
+
+// Options shape the draw. Zero values take the defaults.
+type Options struct {
+	// Machines in the cluster; default 3.
+	Machines int
+	// Window is the span in which faults strike; default 60s.
+	Window time.Duration
+	// MaxFaults is the most faults a run draws (at least one); default 3.
+	MaxFaults int
+	// Kinds to draw from; default Kinds.
+	Kinds []Kind
+}
+
+func (o Options) withDefaults() Options {
+	if o.Machines <= 0 {
+		o.Machines = 3
+	}
+	if o.Window <= 0 {
+		o.Window = time.Minute
+	}
+	if o.MaxFaults <= 0 {
+		o.MaxFaults = 3
+	}
+	if len(o.Kinds) == 0 {
+		o.Kinds = Kinds
+	}
+	return o
+}
+
+// Schedule is the faults of one run, drawn from its seed: the same seed and options always
+// give the same schedule, so a failing run replays exactly.
+type Schedule struct {
+	Seed    uint64
+	Options Options
+	Faults  []Fault // ordered by At
+}
+
+// Plan draws the schedule of the run with this seed.
+func Plan(seed uint64, o Options) Schedule {
+	o = o.withDefaults()
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	n := 1 + r.IntN(o.MaxFaults)
+	s := Schedule{Seed: seed, Options: o}
+	for range n {
+		s.Faults = append(s.Faults, draw(r, o))
+	}
+	sort.SliceStable(s.Faults, func(i, j int) bool { return s.Faults[i].At < s.Faults[j].At })
+	return s
+}
+
+// draw is one fault: a kind, a target, a moment and a length.
+func draw(r *rand.Rand, o Options) Fault {
+	f := Fault{Kind: o.Kinds[r.IntN(len(o.Kinds))], At: time.Duration(r.Int64N(int64(o.Window)))}
+	if f.Kind.strikesMachine() {
+		f.Machine = 1 + r.IntN(o.Machines)
+	}
+	switch f.Kind {
+	case PeerCut:
+		if o.Machines < 2 {
+			f.Kind, f.Machine = AgentKill, 1 // no peer to cut from
+			break
+		}
+		f.Peer = 1 + (f.Machine+r.IntN(o.Machines-1))%o.Machines // any machine but f.Machine
+	case LeaderKill:
+		f.Step = FenceSteps[r.IntN(len(FenceSteps))]
+	case SlowBMC:
+		f.Delay = time.Duration(1+r.IntN(10)) * time.Second
+	}
+	// Half the faults heal within the window, the others last until the end-of-run heal.
+	if f.Kind.heals() && r.IntN(2) == 0 {
+		f.For = time.Duration(5+r.IntN(55)) * time.Second
+	}
+	return f
+}
+
+// strikesMachine says whether the kind strikes one machine (rather than the control plane).
+func (k Kind) strikesMachine() bool {
+	switch k {
+	case EtcdCut, LeaderKill, ControllerAPICut:
+		return false
+	}
+	return true
+}
+
+// heals says whether the fault has a length of its own (a kill or a BMC's manner has none:
+// they last until the heal).
+func (k Kind) heals() bool {
+	switch k {
+	case LeaderKill, LyingBMC, SlowBMC:
+		return false
+	}
+	return true
+}
+
+// MayFence is the set of machines the schedule may rightly get fenced: those that lost power,
+// were cut off from the control plane, or lost their kubelet. Any other fence is a fence of a
+// healthy node (invariant 3).
+func (s Schedule) MayFence() map[int]bool {
+	m := map[int]bool{}
+	for _, f := range s.Faults {
+		switch f.Kind {
+		case PowerLoss, ControlPlaneCut, KubeletKill:
+			m[f.Machine] = true
+		}
+	}
+	return m
+}
+
+// Replay is the command that runs this schedule again.
+func (s Schedule) Replay() string {
+	return fmt.Sprintf("make chaos RUNS=1 SEED=%d", s.Seed)
+}
+
+func (s Schedule) String() string {
+	parts := make([]string, len(s.Faults))
+	for i, f := range s.Faults {
+		parts[i] = f.String()
+	}
+	return fmt.Sprintf("seed %d: %s", s.Seed, strings.Join(parts, "; "))
+}

@@ -1,0 +1,113 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The same seed gives the same schedule; different seeds give different ones.
+func TestPlanIsReproducible(t *testing.T) {
+	for seed := uint64(0); seed < 200; seed++ {
+		a, b := Plan(seed, Options{}), Plan(seed, Options{})
+		if diff := cmp.Diff(a, b); diff != "" {
+			t.Fatalf("seed %d drew two schedules (-first +second):\n%s", seed, diff)
+		}
+	}
+	distinct := map[string]bool{}
+	for seed := uint64(0); seed < 50; seed++ {
+		distinct[Plan(seed, Options{}).String()] = true
+	}
+	if len(distinct) < 45 {
+		t.Errorf("50 seeds drew only %d distinct schedules", len(distinct))
+	}
+}
+
+// Over many seeds every kind is drawn, and every fault keeps to the options' bounds.
+func TestPlanDrawsEveryKindWithinBounds(t *testing.T) {
+	o := Options{Machines: 3, Window: 40 * time.Second, MaxFaults: 4}
+	seen := map[Kind]int{}
+	counts := map[int]int{}
+	for seed := uint64(0); seed < 2000; seed++ {
+		s := Plan(seed, o)
+		counts[len(s.Faults)]++
+		for i, f := range s.Faults {
+			seen[f.Kind]++
+			if i > 0 && f.At < s.Faults[i-1].At {
+				t.Fatalf("seed %d: faults out of order: %s", seed, s)
+			}
+			if f.At < 0 || f.At >= o.Window {
+				t.Errorf("seed %d: %s strikes outside the window %s", seed, f, o.Window)
+			}
+			if got, want := f.Machine > 0, f.Kind.strikesMachine(); got != want {
+				t.Errorf("seed %d: %s: machine %d", seed, f, f.Machine)
+			}
+			if f.Machine > o.Machines || f.Peer > o.Machines {
+				t.Errorf("seed %d: %s: no such machine", seed, f)
+			}
+			if f.Kind == PeerCut && (f.Peer == 0 || f.Peer == f.Machine) {
+				t.Errorf("seed %d: %s: a peer cut needs another machine", seed, f)
+			}
+			if (f.Kind == LeaderKill) != (f.Step != "") {
+				t.Errorf("seed %d: %s: step %q", seed, f, f.Step)
+			}
+			if f.For != 0 && (!f.Kind.heals() || f.For < 5*time.Second || f.For >= time.Minute) {
+				t.Errorf("seed %d: %s: length %s", seed, f, f.For)
+			}
+		}
+	}
+	for _, k := range Kinds {
+		if seen[k] < 100 {
+			t.Errorf("kind %s drawn %d times in 2000 runs", k, seen[k])
+		}
+	}
+	for n := 1; n <= o.MaxFaults; n++ {
+		if counts[n] == 0 {
+			t.Errorf("no run drew %d faults: %v", n, counts)
+		}
+	}
+	if counts[0] > 0 || counts[o.MaxFaults+1] > 0 {
+		t.Errorf("fault counts outside 1..%d: %v", o.MaxFaults, counts)
+	}
+}
+
+// A single machine has no peer: a peer cut is never drawn for it.
+func TestPlanOneMachineHasNoPeerCut(t *testing.T) {
+	for seed := uint64(0); seed < 500; seed++ {
+		for _, f := range Plan(seed, Options{Machines: 1}).Faults {
+			if f.Kind == PeerCut {
+				t.Fatalf("seed %d drew %s on a one-machine cluster", seed, f)
+			}
+		}
+	}
+}
+
+func TestMayFence(t *testing.T) {
+	s := Schedule{Faults: []Fault{
+		{Kind: PowerLoss, Machine: 1},
+		{Kind: PeerCut, Machine: 2, Peer: 3},
+		{Kind: AgentKill, Machine: 3},
+		{Kind: KubeletKill, Machine: 3},
+		{Kind: EtcdCut},
+		{Kind: LyingBMC, Machine: 2},
+	}}
+	if diff := cmp.Diff(map[int]bool{1: true, 3: true}, s.MayFence()); diff != "" {
+		t.Errorf("MayFence (-want +got):\n%s", diff)
+	}
+}
+
+func TestScheduleReadsAndReplays(t *testing.T) {
+	s := Schedule{Seed: 42, Faults: []Fault{
+		{Kind: PeerCut, Machine: 1, Peer: 2, At: 3 * time.Second, For: 10 * time.Second},
+		{Kind: LeaderKill, Step: "Taint", At: 7 * time.Second},
+		{Kind: SlowBMC, Machine: 3, Delay: 4 * time.Second, At: 9 * time.Second},
+	}}
+	want := "seed 42: peer-cut machine-1<->machine-2 from +3s for 10s; leader-kill at step Taint from +7s until the heal; slow-bmc machine-3 delay 4s from +9s until the heal"
+	if got := s.String(); got != want {
+		t.Errorf("String() =\n%s\nwant\n%s", got, want)
+	}
+	if got, want := s.Replay(), "make chaos RUNS=1 SEED=42"; got != want {
+		t.Errorf("Replay() = %q, want %q", got, want)
+	}
+}
