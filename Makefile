@@ -13,7 +13,7 @@ ETCD_VERSION ?= v3.6.5
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN := $(CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 export PALISADE_TESTBED_BIN := $(CACHE)/testbed-kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)/bin
-DEB_PACKAGES := openipmi ipmitool containerd runc busybox-static iproute2 nftables
+DEB_PACKAGES := openipmi ipmitool containerd runc busybox-static iproute2 nftables containernetworking-plugins util-linux
 TEST_TIMEOUT ?= 60m
 
 .PHONY: help

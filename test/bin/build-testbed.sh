@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler) and the CSI external-attacher (csi-attacher) from the Go module proxy into a
+# kube-scheduler), the kubelet of the test bed's real machines, and the CSI external-attacher (csi-attacher) from the Go module proxy into a
 # cache outside the checkout, keyed by version, so that a fresh clone on the same machine reuses
 # them. Prints the bin directory on success.
 set -euo pipefail
@@ -17,7 +17,7 @@ CSI_ATTACHER_BIN="$CACHE_ROOT/csi-attacher-$CSI_ATTACHER_VERSION/bin"
 log() { echo "build-testbed: $*" >&2; }
 
 build_k8s() {
-  local want=(kube-apiserver kube-controller-manager kube-scheduler) missing=0
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet) missing=0
   for b in "${want[@]}"; do [ -x "$K8S_BIN/$b" ] || missing=1; done
   [ "$missing" = 1 ] || { log "kubernetes $K8S_VERSION cached in $K8S_BIN"; return; }
   local work="$CACHE_ROOT/src/kubernetes-$K8S_VERSION"
@@ -40,6 +40,7 @@ MOD
   done
   echo 'package main' > tools.go
   for b in "${want[@]}"; do
+    [ -x "$K8S_BIN/$b" ] && continue
     GOFLAGS=-mod=mod go build -o "$K8S_BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b"
     mv "$K8S_BIN/$b.tmp" "$K8S_BIN/$b"
     log "built $b"

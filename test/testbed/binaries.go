@@ -97,3 +97,17 @@ func moduleRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// Binary is the path of one of the test bed's programs in $PALISADE_TESTBED_BIN (e.g.
+// "kubelet"), checked to be executable.
+func Binary(name string) (string, error) {
+	dir := os.Getenv(EnvBinDir)
+	if dir == "" {
+		return "", fmt.Errorf("finding %s: $%s is not set; run `make testbed` and run the tests through make", name, EnvBinDir)
+	}
+	p := filepath.Join(dir, name)
+	if err := checkExecutable(p); err != nil {
+		return "", fmt.Errorf("finding %s in %s=%s (run `make testbed`): %w", name, EnvBinDir, dir, err)
+	}
+	return p, nil
+}

@@ -27,6 +27,9 @@ const (
 	SandboxImage = "registry.k8s.io/pause:3.6"
 )
 
+// Sandbox is the sandbox image: busybox sleeping forever, under the name of the pause image.
+var Sandbox = Image{Name: SandboxImage, Cmd: []string{"/bin/sleep", "2147483647"}}
+
 // Containerd is a running private containerd.
 type Containerd struct {
 	// Dir holds the configuration, root, state, socket and log.
@@ -59,7 +62,7 @@ func Start(ctx context.Context, dir string) (*Containerd, error) {
 		_ = c.Stop()
 		return nil, err
 	}
-	err := c.ImportImage(ctx, Image{Name: SandboxImage, Cmd: []string{"/bin/sleep", "2147483647"}})
+	err := c.ImportImage(ctx, Sandbox)
 	if err != nil {
 		_ = c.Stop()
 		return nil, err
@@ -93,8 +96,20 @@ func StartT(t testing.TB) *Containerd {
 	return c
 }
 
-func (c *Containerd) config() string {
-	d := c.Dir
+func (c *Containerd) config() string { return Config(c.Dir, c.Socket, "") }
+
+// Config is the configuration of a private containerd keeping everything under dir (root,
+// state, runc's root) and serving on socket, with the CRI settings this kernel needs. With
+// cniConfDir set, the CRI sets pods up with the CNI configuration there and Debian's plugins in
+// /usr/lib/cni (what a kubelet needs); without, pods share the host network.
+func Config(dir, socket, cniConfDir string) string {
+	cni := ""
+	if cniConfDir != "" {
+		cni = fmt.Sprintf(`  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %q
+`, cniConfDir)
+	}
 	return fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -108,14 +123,14 @@ state = %q
   sandbox_image = %q
   restrict_oom_score_adj = true
   disable_apparmor = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+%s  [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "native"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
     Root = %q
-`, filepath.Join(d, "root"), filepath.Join(d, "state"), c.Socket, c.Socket+".ttrpc",
-		filepath.Join(d, "opt"), SandboxImage, filepath.Join(d, "runc"))
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), socket, socket+".ttrpc",
+		filepath.Join(dir, "opt"), SandboxImage, cni, filepath.Join(dir, "runc"))
 }
 
 func (c *Containerd) start() error {

@@ -1,0 +1,105 @@
+package machine
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"palisade.dev/palisade/test/testbed/containerd"
+)
+
+// Files of a machine, under its directory. disk/ survives a power cut like a disk; run/ is
+// wiped at every boot like a tmpfs.
+const (
+	etcDir     = "etc"
+	diskDir    = "disk"
+	runDir     = "run"
+	logDir     = "log"
+	bootIDFile = "boot_id"
+)
+
+func (m *Machine) path(parts ...string) string {
+	return filepath.Join(append([]string{m.dir}, parts...)...)
+}
+
+func (m *Machine) socket() string { return m.path(runDir, "containerd.sock") }
+
+// podSubnet is the machine's pod network: one /24 per machine index.
+func (m *Machine) podSubnet() string { return fmt.Sprintf("10.88.%d.0/24", m.o.Index) }
+
+// writeConfig writes containerd's, the CNI's and the kubelet's configuration and the
+// kubelet's kubeconfig.
+func (m *Machine) writeConfig() error {
+	for _, d := range []string{etcDir, filepath.Join(etcDir, "cni"), diskDir, runDir, logDir} {
+		if err := os.MkdirAll(m.path(d), 0o755); err != nil {
+			return fmt.Errorf("writing the configuration of machine %s: %w", m.o.Name, err)
+		}
+	}
+	files := map[string]string{
+		m.path(etcDir, "containerd.toml"):            containerd.Config(m.path(diskDir, "containerd"), m.socket(), m.path(etcDir, "cni")),
+		m.path(etcDir, "cni", "10-machine.conflist"): m.cniConfig(),
+		m.path(etcDir, "kubelet.yaml"):               m.kubeletConfig(),
+	}
+	for p, data := range files {
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			return fmt.Errorf("writing the configuration of machine %s: %w", m.o.Name, err)
+		}
+	}
+	return nil
+}
+
+// cniConfig is a bridge with host-local addresses: each machine its own bridge name and
+// subnet, the machine as the pods' gateway.
+func (m *Machine) cniConfig() string {
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "machine",
+		"plugins": []any{
+			map[string]any{
+				"type": "bridge", "bridge": fmt.Sprintf("cni%d", m.o.Index), "isGateway": true, "ipMasq": false,
+				"ipam": map[string]any{
+					"type": "host-local", "dataDir": m.path(runDir, "cni-ipam"),
+					"ranges": []any{[]any{map[string]any{"subnet": m.podSubnet()}}},
+					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
+				},
+			},
+			map[string]any{"type": "loopback"},
+		},
+	}
+	b, _ := json.MarshalIndent(conf, "", "  ")
+	return string(b)
+}
+
+// kubeletConfig is the KubeletConfiguration TESTBED.md found to work on this kernel (cgroup
+// v1, no swap accounting, no per-QoS cgroups), with everything the kubelet writes kept under
+// the machine's directory and eviction thresholds low enough that a full test disk does not
+// evict the workload.
+func (m *Machine) kubeletConfig() string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+localStorageCapacityIsolation: false
+resolvConf: ""
+containerRuntimeEndpoint: unix://%s
+podLogsDir: %s
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+readOnlyPort: 0
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  imagefs.available: "1%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+`, m.socket(), m.path(diskDir, "pod-logs"))
+}

@@ -1,0 +1,452 @@
+package machine
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"palisade.dev/palisade/test/testbed"
+	"palisade.dev/palisade/test/testbed/containerd"
+	"palisade.dev/palisade/test/testbed/netns"
+)
+
+// PowerSource is the machine's power supply; an ipmisim.BMC implements it.
+type PowerSource interface {
+	PoweredOn() (bool, error)
+}
+
+// Options configure a Machine.
+type Options struct {
+	// Name is the node's name.
+	Name string
+	// Index (1–250) is unique among the machines of one LAN: it names the machine's pod
+	// bridge and its pod subnet 10.88.<Index>.0/24.
+	Index int
+	// LAN holds the machine's network namespace.
+	LAN *netns.LAN
+	// Cluster is the control plane the kubelet joins.
+	Cluster *testbed.Cluster
+	// APIServer is the API server's address as the machine reaches it: LAN.Relay of the
+	// cluster's API server.
+	APIServer string
+	// Power is polled every PowerPollInterval (default 100ms): the machine runs while it reads
+	// on, dies at once when it reads off and boots again when it reads on. Nil: always on.
+	Power             PowerSource
+	PowerPollInterval time.Duration
+	// Images are imported at every boot besides the sandbox image (pods use them with
+	// imagePullPolicy Never).
+	Images []containerd.Image
+	// Logf receives progress messages.
+	Logf func(format string, args ...any)
+}
+
+// Machine is one real node: a network namespace on the LAN, and a PID and mount namespace
+// holding its own containerd (with runc and its shims) and a real kubelet. Its power comes
+// from Options.Power.
+type Machine struct {
+	o   Options
+	dir string
+	net *netns.Node
+
+	mu      sync.Mutex
+	init    *exec.Cmd // unshare: its child is the namespaces' PID 1
+	initPID int       // the host PID of that PID 1
+	bootID  string
+	boots   int
+	kubelet *exec.Cmd
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Start creates the machine, boots it when its power is on, and tears it down in t.Cleanup.
+func Start(t testing.TB, o Options) *Machine {
+	t.Helper()
+	m, err := start(t, o)
+	if err != nil {
+		t.Fatalf("starting machine %s: %v", o.Name, err)
+	}
+	return m
+}
+
+func start(t testing.TB, o Options) (*Machine, error) {
+	if err := checkTools(); err != nil {
+		return nil, err
+	}
+	if o.PowerPollInterval <= 0 {
+		o.PowerPollInterval = 100 * time.Millisecond
+	}
+	if o.Logf == nil {
+		o.Logf = t.Logf
+	}
+	// Unix socket paths are limited to 108 bytes: a short directory of its own.
+	dir, err := os.MkdirTemp("", "pm-")
+	if err != nil {
+		return nil, err
+	}
+	m := &Machine{o: o, dir: dir, net: o.LAN.AddNode(o.Name), stop: make(chan struct{}), done: make(chan struct{})}
+	t.Cleanup(func() {
+		if err := m.destroy(); err != nil {
+			t.Errorf("tearing machine %s down: %v", o.Name, err)
+		}
+	})
+	if err := m.writeConfig(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := o.Cluster.NodeKubeconfig(ctx, o.Name, o.APIServer, m.path(etcDir, "kubeconfig")); err != nil {
+		return nil, err
+	}
+	if err := m.buildImages(); err != nil {
+		return nil, err
+	}
+	if on, err := m.poweredOn(); err != nil {
+		return nil, err
+	} else if on {
+		if err := m.boot(ctx); err != nil {
+			return nil, err
+		}
+	}
+	go m.powerLoop()
+	return m, nil
+}
+
+func checkTools() error {
+	for _, bin := range []string{"nsenter", "unshare", "mount", "containerd", "containerd-shim-runc-v2", "runc", "ctr", "/usr/lib/cni/bridge"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("finding %s (run make deps): %w", bin, err)
+		}
+	}
+	return nil
+}
+
+// Name is the node's name.
+func (m *Machine) Name() string { return m.o.Name }
+
+// Net is the machine's network namespace: cut it to partition the machine.
+func (m *Machine) Net() *netns.Node { return m.net }
+
+// Dir holds the machine's configuration, disk, runtime state and logs.
+func (m *Machine) Dir() string { return m.dir }
+
+// BootID is the boot ID of the current (or last) boot, as the kubelet reports it.
+func (m *Machine) BootID() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bootID
+}
+
+// Boots counts the machine's boots.
+func (m *Machine) Boots() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.boots
+}
+
+// Running reports whether the machine is up (powered and booted).
+func (m *Machine) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.init != nil
+}
+
+func (m *Machine) poweredOn() (bool, error) {
+	if m.o.Power == nil {
+		return true, nil
+	}
+	return m.o.Power.PoweredOn()
+}
+
+// powerLoop follows the power: off kills the machine at once, on boots it.
+func (m *Machine) powerLoop() {
+	defer close(m.done)
+	tick := time.NewTicker(m.o.PowerPollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+		on, err := m.poweredOn()
+		if err != nil {
+			continue // an unreadable power file changes nothing
+		}
+		switch running := m.Running(); {
+		case !on && running:
+			m.o.Logf("machine %s: power lost", m.o.Name)
+			if err := m.kill(); err != nil {
+				m.o.Logf("machine %s: %v", m.o.Name, err)
+			}
+		case on && !running:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := m.boot(ctx); err != nil {
+				m.o.Logf("machine %s: booting: %v", m.o.Name, err)
+			}
+			cancel()
+		}
+	}
+}
+
+// boot starts the machine's namespaces with a fresh boot ID and an empty run/, then its
+// containerd, imports the images and starts the kubelet.
+func (m *Machine) boot(ctx context.Context) error {
+	id, err := newBootID()
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.path(runDir)); err != nil {
+		return fmt.Errorf("booting machine %s: %w", m.o.Name, err)
+	}
+	if err := os.MkdirAll(m.path(runDir), 0o755); err != nil {
+		return fmt.Errorf("booting machine %s: %w", m.o.Name, err)
+	}
+	if err := os.WriteFile(m.path(bootIDFile), []byte(id+"\n"), 0o444); err != nil {
+		return fmt.Errorf("booting machine %s: %w", m.o.Name, err)
+	}
+	if err := m.startInit(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.bootID = id
+	m.boots++
+	boots := m.boots
+	m.mu.Unlock()
+	m.o.Logf("machine %s: boot %d, boot ID %s", m.o.Name, boots, id)
+	if err := m.waitSocket(ctx); err != nil {
+		return errors.Join(err, m.kill())
+	}
+	if err := m.importImages(ctx); err != nil {
+		return errors.Join(err, m.kill())
+	}
+	return m.StartKubelet()
+}
+
+// startInit starts the namespaces' PID 1: a shell in the machine's network namespace and in
+// new PID and mount namespaces (private propagation, its own /proc), which puts the boot ID
+// over /proc/sys/kernel/random/boot_id — where the kubelet reads it — and runs containerd.
+// unshare --kill-child makes the shell die with unshare, and every process of a PID
+// namespace dies with its PID 1: killing unshare is the power cut.
+func (m *Machine) startInit() error {
+	script := fmt.Sprintf(`mount --bind %s /proc/sys/kernel/random/boot_id || exit 1
+containerd --config %s >>%s 2>&1 &
+while :; do wait; sleep 1; done`, m.path(bootIDFile), m.path(etcDir, "containerd.toml"), m.path(logDir, "containerd.log"))
+	cmd := exec.Command("nsenter", "--net="+m.net.NetNSPath(), "--",
+		"unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "--mount-proc",
+		"/bin/sh", "-c", script)
+	log, err := os.OpenFile(m.path(logDir, "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("booting machine %s: %w", m.o.Name, err)
+	}
+	defer log.Close()
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("booting machine %s: %w", m.o.Name, err)
+	}
+	pid, err := waitChild(cmd.Process.Pid, 5*time.Second)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("booting machine %s: %w\n%s", m.o.Name, err, tail(m.path(logDir, "init.log"), 10))
+	}
+	go func() { _ = cmd.Wait() }()
+	m.mu.Lock()
+	m.init, m.initPID = cmd, pid
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *Machine) waitSocket(ctx context.Context) error {
+	for {
+		if _, err := os.Stat(m.socket()); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("booting machine %s: waiting for containerd's socket: %w\n%s", m.o.Name, ctx.Err(), tail(m.path(logDir, "containerd.log"), 20))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// buildImages writes the image tarballs once; every boot imports them.
+func (m *Machine) buildImages() error {
+	if err := os.MkdirAll(m.path(diskDir, "images"), 0o755); err != nil {
+		return err
+	}
+	for i, img := range append([]containerd.Image{containerd.Sandbox}, m.o.Images...) {
+		if err := containerd.BuildImage(m.path(diskDir, "images", fmt.Sprintf("%d.tar", i)), img); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// importImages imports the images into the machine's containerd through its socket (ctr
+// runs outside the machine: the socket is a file on the machine's disk).
+func (m *Machine) importImages(ctx context.Context) error {
+	tars, err := filepath.Glob(m.path(diskDir, "images", "*.tar"))
+	if err != nil {
+		return err
+	}
+	for _, tar := range tars {
+		var out []byte
+		for {
+			out, err = exec.CommandContext(ctx, "ctr", "--address", m.socket(), "--namespace", containerd.Namespace,
+				"images", "import", "--snapshotter", "native", tar).CombinedOutput()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // the socket exists a moment before containerd serves
+		}
+		if err != nil {
+			return fmt.Errorf("booting machine %s: importing %s: %w: %s", m.o.Name, tar, err, out)
+		}
+	}
+	return nil
+}
+
+// StartKubelet starts the machine's kubelet (boot does; after KillKubelet, the test does).
+func (m *Machine) StartKubelet() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.init == nil {
+		return fmt.Errorf("starting the kubelet of machine %s: the machine is off", m.o.Name)
+	}
+	log, err := os.OpenFile(m.path(logDir, "kubelet.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("starting the kubelet of machine %s: %w", m.o.Name, err)
+	}
+	defer log.Close()
+	bin, err := testbed.Binary("kubelet")
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", append(m.enter(), bin,
+		"--config="+m.path(etcDir, "kubelet.yaml"), "--kubeconfig="+m.path(etcDir, "kubeconfig"),
+		"--hostname-override="+m.o.Name, "--node-ip="+m.net.IP(),
+		"--root-dir="+m.path(diskDir, "kubelet"), "--cert-dir="+m.path(diskDir, "kubelet", "pki"), "--v=2")...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the kubelet of machine %s: %w", m.o.Name, err)
+	}
+	go func() { _ = cmd.Wait() }()
+	m.kubelet = cmd
+	return nil
+}
+
+// enter is nsenter's arguments to run a program inside the running machine: its network,
+// PID and mount namespaces. Callers hold mu.
+func (m *Machine) enter() []string {
+	return []string{"--target", fmt.Sprint(m.initPID), "--net", "--pid", "--mount", "--"}
+}
+
+// Command runs a program inside the machine (network, PID and mount namespaces).
+func (m *Machine) Command(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.init == nil {
+		return nil, fmt.Errorf("running %s on machine %s: the machine is off", name, m.o.Name)
+	}
+	return exec.CommandContext(ctx, "nsenter", append(m.enter(), append([]string{name}, args...)...)...), nil
+}
+
+// KillKubelet kills the machine's kubelet alone (SIGKILL): "kubelet down". Its containers
+// keep running.
+func (m *Machine) KillKubelet() error {
+	pids, err := m.Processes("kubelet")
+	if err != nil {
+		return err
+	}
+	if len(pids) == 0 {
+		return fmt.Errorf("killing the kubelet of machine %s: no kubelet runs", m.o.Name)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return waitGone(pids, 10*time.Second)
+}
+
+// kill is the power cut: unshare dies, its child (PID 1) with it, and every process of the
+// machine's PID namespace with that. It returns once none is left.
+func (m *Machine) kill() error {
+	m.mu.Lock()
+	init, initPID := m.init, m.initPID
+	m.init, m.initPID, m.kubelet = nil, 0, nil
+	m.mu.Unlock()
+	if init == nil {
+		return nil
+	}
+	pids, _ := processesIn(initPID, "")
+	_ = syscall.Kill(initPID, syscall.SIGKILL)
+	_ = init.Process.Kill()
+	if err := waitGone(append(pids, initPID), 10*time.Second); err != nil {
+		return fmt.Errorf("cutting the power of machine %s: %w", m.o.Name, err)
+	}
+	return nil
+}
+
+// Processes lists the host PIDs of the machine's processes whose command name is comm (all
+// of them with comm "").
+func (m *Machine) Processes(comm string) ([]int, error) {
+	m.mu.Lock()
+	initPID := m.initPID
+	m.mu.Unlock()
+	if initPID == 0 {
+		return nil, nil
+	}
+	return processesIn(initPID, comm)
+}
+
+// destroy stops following the power, kills the machine and removes its files and namespace.
+func (m *Machine) destroy() error {
+	close(m.stop)
+	<-m.done
+	errs := []error{m.kill()}
+	errs = append(errs, removeCgroups(m.dir))
+	errs = append(errs, os.RemoveAll(m.dir))
+	return errors.Join(errs...)
+}
+
+func newBootID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:]), nil
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// LogTail returns the last n lines of one of the machine's logs: "kubelet", "containerd" or
+// "init".
+func (m *Machine) LogTail(name string, n int) string { return tail(m.path(logDir, name+".log"), n) }
+
+// Controllers are the kube-controller-manager controllers pods on real kubelets need beyond
+// testbed.DefaultControllers: the default ServiceAccount of each namespace and the
+// kube-root-ca.crt ConfigMap every projected service-account volume mounts.
+var Controllers = []string{"serviceaccount-controller", "root-ca-certificate-publisher-controller"}

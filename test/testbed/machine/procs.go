@@ -1,0 +1,140 @@
+package machine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// waitChild returns the first child of pid (unshare's forked PID 1), waiting up to timeout.
+func waitChild(pid int, timeout time.Duration) (int, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		if err == nil {
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				return strconv.Atoi(f[0])
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the machine's init did not start within %s", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// processesIn lists the host PIDs of the processes in the PID namespace of initPID (nested
+// namespaces, the containers', included) whose command name is comm ("" for all).
+func processesIn(initPID int, comm string) ([]int, error) {
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", initPID))
+	if err != nil {
+		return nil, fmt.Errorf("reading the machine's PID namespace: %w", err)
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == initPID {
+			continue
+		}
+		if !inNamespace(pid, ns) {
+			continue
+		}
+		if comm != "" {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			if err != nil || strings.TrimSpace(string(b)) != comm {
+				continue
+			}
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// inNamespace reports whether pid lives in the PID namespace ns or in one nested in it. A
+// process's NSpid line lists its PID in each namespace from the host's down; a process of
+// the machine (or of a container in it) has the machine's namespace among its ancestors,
+// which /proc/PID/ns/pid alone does not show for nested ones: walk up the parents instead.
+func inNamespace(pid int, ns string) bool {
+	for p := pid; p > 1; {
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", p)); err == nil && link == ns {
+			return true
+		}
+		pp, err := parent(p)
+		if err != nil {
+			return false
+		}
+		p = pp
+	}
+	return false
+}
+
+func parent(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces and parentheses: the fields after the last ')'.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
+	}
+	return strconv.Atoi(f[1])
+}
+
+// waitGone waits until none of pids exists any more.
+func waitGone(pids []int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var left []int
+		for _, pid := range pids {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil && !zombie(pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v still alive after %s", left, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] == "Z"
+}
+
+// removeCgroups removes the cgroups runc made for the machine's containers: the cgroup v1
+// directories whose name is a container ID that containerd kept under the machine's
+// directory (its runc root lists them).
+func removeCgroups(dir string) error {
+	ids, _ := filepath.Glob(filepath.Join(dir, diskDir, "containerd", "root", "io.containerd.runtime.v2.task", "*", "*"))
+	var errs []error
+	for _, p := range ids {
+		id := filepath.Base(p)
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "*", id))
+		more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", id))
+		for _, d := range append(dirs, more...) {
+			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
