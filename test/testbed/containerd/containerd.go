@@ -105,7 +105,10 @@ func (c *Containerd) config() string { return Config(c.Dir, c.Socket, "") }
 func Config(dir, socket, cniConfDir string) string {
 	cni := ""
 	if cniConfDir != "" {
-		cni = fmt.Sprintf(`  [plugins."io.containerd.grpc.v1.cri".cni]
+		// Pod network namespaces are mounted under the state directory, not /var/run/netns:
+		// a containerd killed with its machine leaves none behind.
+		cni = fmt.Sprintf(`  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
 `, cniConfDir)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +33,7 @@ var workload = containerd.Image{Name: "palisade.test/busybox:1", Cmd: []string{"
 func TestMachineRunsPodsAndDiesWithItsPower(t *testing.T) {
 	c, lan := startCluster(t)
 	bmc := startBMC(t)
-	m := startMachine(t, c, lan, bmc, "machine-1", 1)
+	m := startMachine(t, c, lan, relayAPIServer(t, c, lan), bmc, "machine-1", 1)
 
 	booted := time.Now()
 	bootID := waitReady(t, c, m.Name(), "", 3*time.Minute)
@@ -122,14 +123,22 @@ func startBMC(t *testing.T) *ipmisim.BMC {
 	return bmc
 }
 
-func startMachine(t *testing.T, c *testbed.Cluster, lan *netns.LAN, bmc *ipmisim.BMC, name string, index int) *machine.Machine {
+// relayAPIServer makes the cluster's API server reachable from the LAN and returns its address.
+func relayAPIServer(t *testing.T, c *testbed.Cluster, lan *netns.LAN) string {
 	t.Helper()
 	u, err := url.Parse(c.Config.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := machine.Start(t, machine.Options{Name: name, Index: index, LAN: lan, Cluster: c, APIServer: lan.Relay(t, u.Host),
-		Power: bmc, Images: []containerd.Image{workload}})
+	return lan.Relay(t, u.Host)
+}
+
+// startMachine starts a machine whose kubelet reaches the API server at relay; a nil power
+// is always on.
+func startMachine(t *testing.T, c *testbed.Cluster, lan *netns.LAN, relay string, power machine.PowerSource, name string, index int) *machine.Machine {
+	t.Helper()
+	m := machine.Start(t, machine.Options{Name: name, Index: index, LAN: lan, Cluster: c, APIServer: relay,
+		Power: power, Images: []containerd.Image{workload}})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("machine %s kubelet log:\n%s", name, m.LogTail("kubelet", 40))
@@ -219,3 +228,141 @@ func alive(pid int) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// "Kubelet down" and a partition from the API server both stop the Node's Lease while the
+// pod's process keeps running, and both heal: the kubelet started again (or the link back)
+// renews the Lease, and the pod's process is the same one throughout.
+func TestMachineKubeletDownAndPartitionKeepPodsRunning(t *testing.T) {
+	c, lan := startCluster(t)
+	relay := relayAPIServer(t, c, lan)
+	m := startMachine(t, c, lan, relay, nil, "machine-1", 1)
+	waitReady(t, c, m.Name(), "", 3*time.Minute)
+	createPod(t, c, m, "steady", `while true; do sleep 1; done`)
+	waitRunning(t, c, "steady")
+	pid := onlyProcess(t, m, "sh")
+
+	apiServer, err := netns.ParseEndpoint(relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		fail, heal func() error
+	}{
+		{"kubelet down", m.KillKubelet, m.StartKubelet},
+		{"cut off from the API server", func() error { return m.Net().Cut(apiServer) }, m.Net().Heal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			renewed := waitRenewal(t, c, m.Name(), time.Time{})
+			if err := tc.fail(); err != nil {
+				t.Fatal(err)
+			}
+			// The kubelet renews every 10s: 15s without a renewal is a stopped Lease.
+			time.Sleep(15 * time.Second)
+			if got := renewTime(t, c, m.Name()); !got.Equal(renewed) {
+				t.Errorf("the Lease was renewed at %s during the fault (last before it %s)", got, renewed)
+			}
+			if !alive(pid) || onlyProcess(t, m, "sh") != pid {
+				t.Fatalf("the pod's process %d did not survive the fault", pid)
+			}
+			if err := tc.heal(); err != nil {
+				t.Fatal(err)
+			}
+			healed := time.Now()
+			waitRenewal(t, c, m.Name(), renewed)
+			t.Logf("Lease renewed %s after the heal; pod process %d ran throughout", time.Since(healed).Round(100*time.Millisecond), pid)
+			if onlyProcess(t, m, "sh") != pid {
+				t.Error("the pod's process was restarted")
+			}
+		})
+	}
+}
+
+// onlyProcess is the PID of the machine's single process named comm.
+func onlyProcess(t *testing.T, m *machine.Machine, comm string) int {
+	t.Helper()
+	pids, err := m.Processes(comm)
+	if err != nil || len(pids) != 1 {
+		t.Fatalf("processes %q on %s: %v, %v; want exactly one", comm, m.Name(), pids, err)
+	}
+	return pids[0]
+}
+
+func renewTime(t *testing.T, c *testbed.Cluster, node string) time.Time {
+	t.Helper()
+	l := &coordinationv1.Lease{}
+	err := c.Client.Get(context.Background(), client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, l)
+	if apierrors.IsNotFound(err) {
+		return time.Time{} // not created yet
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
+
+// waitRenewal waits for a renewal after after (any with the zero time) and returns its time.
+func waitRenewal(t *testing.T, c *testbed.Cluster, node string, after time.Time) time.Time {
+	t.Helper()
+	var got time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		got = renewTime(t, c, node)
+		return !got.IsZero() && got.After(after), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for node %s to renew its Lease after %s: %v", node, after, err)
+	}
+	return got
+}
+
+// Three machines fit beside the control plane on this 2-core machine: all three turn Ready
+// and run a pod each, with their own pod subnets.
+func TestThreeMachines(t *testing.T) {
+	c, lan := startCluster(t)
+	relay := relayAPIServer(t, c, lan)
+	var ms []*machine.Machine
+	for i := 1; i <= 3; i++ {
+		ms = append(ms, startMachine(t, c, lan, relay, nil, "machine-"+strconv.Itoa(i), i))
+	}
+	for _, m := range ms {
+		waitReady(t, c, m.Name(), "", 3*time.Minute)
+		createPod(t, c, m, "pod-"+m.Name(), `while true; do sleep 1; done`)
+	}
+	for i, m := range ms {
+		p := pod("pod-" + m.Name())
+		waitRunning(t, c, p.Name)
+		if err := c.Client.Get(context.Background(), client.ObjectKeyFromObject(p), p); err != nil {
+			t.Fatal(err)
+		}
+		if want := "10.88." + strconv.Itoa(i+1) + "."; !strings.HasPrefix(p.Status.PodIP, want) {
+			t.Errorf("pod on %s has IP %q, want one in %s0/24", m.Name(), p.Status.PodIP, want)
+		}
+		var rss []string
+		for _, comm := range []string{"kubelet", "containerd", "containerd-shim"} {
+			pids, _ := m.Processes(comm)
+			kib := 0
+			for _, pid := range pids {
+				kib += rssKiB(pid)
+			}
+			rss = append(rss, comm+"="+strconv.Itoa(kib/1024)+"MiB")
+		}
+		t.Logf("%s: pod IP %s, RSS %s", m.Name(), p.Status.PodIP, strings.Join(rss, " "))
+	}
+}
+
+func rssKiB(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return 0
+}

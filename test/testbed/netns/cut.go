@@ -129,6 +129,18 @@ func describe(peers []Endpoint, all bool) string {
 	return strings.Join(s, ", ")
 }
 
+// dropRule drops the packets from (addr saddr, port sport) or to (daddr, dport) peer.
+func dropRule(p Endpoint, addr, port string) string {
+	family := "ip"
+	if netip.MustParseAddr(p.IP).Is6() {
+		family = "ip6"
+	}
+	if p.Port == 0 {
+		return fmt.Sprintf("\t\t%s %s %s drop\n", family, addr, p.IP)
+	}
+	return fmt.Sprintf("\t\t%s %s %s tcp %s %d drop\n", family, addr, p.IP, port, p.Port)
+}
+
 // ruleset is the nft script that replaces table inet palisade with drop rules for peers (and
 // for everything but loopback when all), or just deletes it when there is nothing to cut.
 func ruleset(peers []Endpoint, all bool) string {
@@ -156,18 +168,22 @@ func ruleset(peers []Endpoint, all bool) string {
 			continue
 		}
 		for _, p := range peers {
-			family := "ip"
-			if netip.MustParseAddr(p.IP).Is6() {
-				family = "ip6"
-			}
-			if p.Port == 0 {
-				fmt.Fprintf(&b, "\t\t%s %s %s drop\n", family, c.addr, p.IP)
-			} else {
-				fmt.Fprintf(&b, "\t\t%s %s %s tcp %s %d drop\n", family, c.addr, p.IP, c.port, p.Port)
-			}
+			b.WriteString(dropRule(p, c.addr, c.port))
 		}
 		b.WriteString("\t}\n")
 	}
+	// Traffic the node routes for others — the pods behind a real machine's bridge — is cut
+	// the same way: in both directions, or all of it that crosses the node's link to the LAN.
+	b.WriteString("\tchain forward {\n\t\ttype filter hook forward priority filter; policy accept;\n")
+	if all {
+		fmt.Fprintf(&b, "\t\tiifname %q drop\n\t\toifname %q drop\n", nodeIface, nodeIface)
+	}
+	for _, p := range peers {
+		if !all {
+			b.WriteString(dropRule(p, "saddr", "sport") + dropRule(p, "daddr", "dport"))
+		}
+	}
+	b.WriteString("\t}\n")
 	b.WriteString("}\n")
 	return b.String()
 }

@@ -27,6 +27,13 @@ func TestRuleset(t *testing.T) {
 		ip daddr 10.231.0.1 tcp dport 6443 drop
 		ip daddr 10.231.0.11 drop
 	}
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+		ip saddr 10.231.0.1 tcp sport 6443 drop
+		ip daddr 10.231.0.1 tcp dport 6443 drop
+		ip saddr 10.231.0.11 drop
+		ip daddr 10.231.0.11 drop
+	}
 }
 `,
 		},
@@ -39,6 +46,11 @@ func TestRuleset(t *testing.T) {
 	}
 	chain output {
 		type filter hook output priority filter; policy accept;
+		ip6 daddr fd00::1 tcp dport 80 drop
+	}
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+		ip6 saddr fd00::1 tcp sport 80 drop
 		ip6 daddr fd00::1 tcp dport 80 drop
 	}
 }
@@ -57,6 +69,11 @@ func TestRuleset(t *testing.T) {
 		type filter hook output priority filter; policy accept;
 		oif "lo" accept
 		drop
+	}
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+		iifname "eth0" drop
+		oifname "eth0" drop
 	}
 }
 `,
