@@ -26,7 +26,7 @@ const saSigningKey = "sa-signer.key"
 
 // startAPIServer runs etcd and kube-apiserver through envtest, installs the CRDs and builds
 // the admin clients.
-func (c *Cluster) startAPIServer(bins binaries, crdDirs []string) error {
+func (c *Cluster) startAPIServer(bins binaries, crdDirs []string, audit bool) error {
 	scheme, err := newScheme()
 	if err != nil {
 		return err
@@ -54,6 +54,11 @@ func (c *Cluster) startAPIServer(bins binaries, crdDirs []string) error {
 	for _, d := range []string{c.env.ControlPlane.Etcd.DataDir, c.env.ControlPlane.APIServer.CertDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("starting kube-apiserver: %w", err)
+		}
+	}
+	if audit {
+		if err := c.configureAudit(c.env.ControlPlane.APIServer); err != nil {
+			return err
 		}
 	}
 	c.logf("starting etcd and kube-apiserver (CRDs from %v)", crdDirs)

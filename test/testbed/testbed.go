@@ -64,6 +64,10 @@ type Options struct {
 	NoCSIAttacher bool
 	// Logf, when set, receives progress messages from Start and Stop (never afterwards).
 	Logf func(format string, args ...any)
+	// AuditLog makes kube-apiserver write an audit log (AuditLogPath) of every write to
+	// Nodes, Pods, VolumeAttachments and NodeFences, with request and response objects: the
+	// API's own record of what was released when, which the chaos checker reads.
+	AuditLog bool
 }
 
 // Cluster is a running control plane: etcd, kube-apiserver, kube-controller-manager,
@@ -140,7 +144,7 @@ func (o Options) withDefaults() Options {
 }
 
 func (c *Cluster) start(ctx context.Context, bins binaries, opts Options) error {
-	if err := c.startAPIServer(bins, opts.CRDDirs); err != nil {
+	if err := c.startAPIServer(bins, opts.CRDDirs, opts.AuditLog); err != nil {
 		return err
 	}
 	if err := c.writeKubeconfig(c.KubeconfigPath(), c.Config); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path"
 	"runtime"
+	"sort"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -28,13 +29,16 @@ type Image struct {
 	Cmd []string
 	// StopSignal is the image's STOPSIGNAL ("SIGUSR2"), "" for none.
 	StopSignal string
+	// Files are added to the image as executables: path in the image (e.g.
+	// "bin/witness-client") → the host file to copy.
+	Files map[string]string
 }
 
 // BuildImage writes img as an image tarball (docker-archive format, which ctr imports) to
 // path: one layer holding busybox at /bin/busybox, a link for each of its applets, and empty
 // /tmp, /etc and /proc directories.
 func BuildImage(path string, img Image) error {
-	layerTar, err := busyboxLayer()
+	layerTar, err := busyboxLayer(img.Files)
 	if err != nil {
 		return fmt.Errorf("building image %s: %w", img.Name, err)
 	}
@@ -70,8 +74,9 @@ func BuildImage(path string, img Image) error {
 	return nil
 }
 
-// busyboxLayer returns an uncompressed tar of busybox, its applet links and a few directories.
-func busyboxLayer() ([]byte, error) {
+// busyboxLayer returns an uncompressed tar of busybox, its applet links, a few directories and
+// the extra files.
+func busyboxLayer(files map[string]string) ([]byte, error) {
 	bin, err := os.ReadFile(BusyboxPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s (run make deps): %w", BusyboxPath, err)
@@ -115,6 +120,27 @@ func busyboxLayer() ([]byte, error) {
 		}
 		link := &tar.Header{Typeflag: tar.TypeSymlink, Name: applet, Linkname: "/bin/busybox", Mode: 0o777}
 		if err := tw.WriteHeader(link); err != nil {
+			return nil, err
+		}
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		data, err := os.ReadFile(files[name])
+		if err != nil {
+			return nil, fmt.Errorf("adding %s to the image: %w", name, err)
+		}
+		name = strings.TrimPrefix(name, "/")
+		if err := addDir(path.Dir(name)); err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(data))}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
 			return nil, err
 		}
 	}

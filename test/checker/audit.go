@@ -1,0 +1,254 @@
+package checker
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Event is the part of an audit.k8s.io/v1 Event the checks read.
+type Event struct {
+	Stage string `json:"stage"`
+	Verb  string `json:"verb"`
+	User  struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+		APIGroup    string `json:"apiGroup"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	RequestObject  json.RawMessage `json:"requestObject"`
+	ResponseObject json.RawMessage `json:"responseObject"`
+	StageTimestamp time.Time       `json:"stageTimestamp"`
+}
+
+// ReadAudit reads the API server's audit log, keeping the writes it accepted (ResponseComplete
+// with a 2xx code), in order.
+func ReadAudit(path string) ([]Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the audit log: %w", err)
+	}
+	defer f.Close()
+	var evs []Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("reading the audit log: line %d: %w", len(evs)+1, err)
+		}
+		if e.Stage == "ResponseComplete" && e.ResponseStatus.Code >= 200 && e.ResponseStatus.Code < 300 {
+			evs = append(evs, e)
+		}
+	}
+	return evs, sc.Err()
+}
+
+// The objects' fields the checks read, as plain JSON.
+type (
+	nodeObj struct {
+		Spec struct {
+			Taints []struct {
+				Key string `json:"key"`
+			} `json:"taints"`
+		} `json:"spec"`
+	}
+	podObj struct {
+		Spec struct {
+			NodeName string `json:"nodeName"`
+		} `json:"spec"`
+	}
+	deleteOptions struct {
+		GracePeriodSeconds *int64 `json:"gracePeriodSeconds"`
+	}
+	attachmentObj struct {
+		Spec struct {
+			NodeName string `json:"nodeName"`
+		} `json:"spec"`
+	}
+	fenceObj struct {
+		Spec struct {
+			NodeName string `json:"nodeName"`
+		} `json:"spec"`
+		Status struct {
+			Phase      string `json:"phase"`
+			Conditions []struct {
+				Type   string `json:"type"`
+				Status string `json:"status"`
+				Reason string `json:"reason"`
+			} `json:"conditions"`
+		} `json:"status"`
+	}
+)
+
+const outOfServiceTaint = "node.kubernetes.io/out-of-service"
+
+func (e Event) is(group, resource string) bool {
+	return e.ObjectRef.APIGroup == group && e.ObjectRef.Resource == resource
+}
+
+func (e Event) at() string { return e.StageTimestamp.Format("15:04:05.000") }
+
+func decode(raw json.RawMessage, into any) bool {
+	return len(raw) > 0 && json.Unmarshal(raw, into) == nil
+}
+
+// fenced is the Fenced condition's status and reason.
+func (f fenceObj) fenced() (status, reason string) {
+	for _, c := range f.Status.Conditions {
+		if c.Type == "Fenced" {
+			return c.Status, c.Reason
+		}
+	}
+	return "", ""
+}
+
+// release is what a write released, if anything: the node and how.
+func release(e Event, tainted map[string]bool, releasers map[string]bool) (node, what string) {
+	switch {
+	case e.is("", "nodes") && e.ObjectRef.Subresource == "" && e.Verb != "delete":
+		var n nodeObj
+		if !decode(e.ResponseObject, &n) {
+			return "", ""
+		}
+		has := false
+		for _, t := range n.Spec.Taints {
+			has = has || t.Key == outOfServiceTaint
+		}
+		was := tainted[e.ObjectRef.Name]
+		tainted[e.ObjectRef.Name] = has
+		if has && !was {
+			return e.ObjectRef.Name, "out-of-service taint added by " + e.User.Username
+		}
+	case e.is("", "pods") && e.Verb == "delete":
+		var opts deleteOptions
+		var p podObj
+		if !decode(e.RequestObject, &opts) || opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds != 0 ||
+			!decode(e.ResponseObject, &p) || p.Spec.NodeName == "" || e.User.Username == "system:node:"+p.Spec.NodeName {
+			return "", ""
+		}
+		return p.Spec.NodeName, fmt.Sprintf("pod %s/%s force-deleted by %s", e.ObjectRef.Namespace, e.ObjectRef.Name, e.User.Username)
+	case e.is("storage.k8s.io", "volumeattachments") && e.Verb == "delete" && releasers[e.User.Username]:
+		var a attachmentObj
+		if decode(e.ResponseObject, &a) && a.Spec.NodeName != "" {
+			return a.Spec.NodeName, fmt.Sprintf("VolumeAttachment %s deleted by %s", e.ObjectRef.Name, e.User.Username)
+		}
+	}
+	return "", ""
+}
+
+// NoEarlyRelease is check (b).
+func NoEarlyRelease(evs []Event, releasers []string) []Violation {
+	rel := map[string]bool{}
+	for _, u := range releasers {
+		rel[u] = true
+	}
+	confirmed := map[string]bool{} // node → a NodeFence with Fenced=True exists
+	fenceNode := map[string]string{}
+	tainted := map[string]bool{}
+	var v []Violation
+	for _, e := range evs {
+		if e.is("fencing.palisade.dev", "nodefences") {
+			trackFence(e, fenceNode, confirmed)
+			continue
+		}
+		if node, what := release(e, tainted, rel); node != "" && !confirmed[node] {
+			v = append(v, Violation{"b NoEarlyRelease", fmt.Sprintf("%s at %s: node %s had no confirmed fence", what, e.at(), node)})
+		}
+	}
+	return v
+}
+
+// trackFence follows NodeFences: their node, and whether each node's is confirmed.
+func trackFence(e Event, fenceNode map[string]string, confirmed map[string]bool) {
+	if e.Verb == "delete" {
+		if n, ok := fenceNode[e.ObjectRef.Name]; ok {
+			confirmed[n] = false
+		}
+		return
+	}
+	var f fenceObj
+	if !decode(e.ResponseObject, &f) || f.Spec.NodeName == "" {
+		return
+	}
+	fenceNode[e.ObjectRef.Name] = f.Spec.NodeName
+	// A confirmation can be taken back (the node showed life after it): the latest word counts.
+	if st, _ := f.fenced(); st != "" {
+		confirmed[f.Spec.NodeName] = st == "True"
+	}
+}
+
+// NoHealthyFenced is check (c).
+func NoHealthyFenced(evs []Event, mayFence map[string]bool, offs []PowerOff) []Violation {
+	var v []Violation
+	for _, e := range evs {
+		if !e.is("fencing.palisade.dev", "nodefences") || e.Verb != "create" {
+			continue
+		}
+		var f fenceObj
+		if decode(e.ResponseObject, &f) && !mayFence[f.Spec.NodeName] {
+			v = append(v, Violation{"c NoHealthyFenced", fmt.Sprintf("NodeFence %s created at %s by %s for node %s, which no fault struck",
+				e.ObjectRef.Name, e.at(), e.User.Username, f.Spec.NodeName)})
+		}
+	}
+	for _, o := range offs {
+		if !mayFence[o.Node] {
+			v = append(v, Violation{"c NoHealthyFenced", fmt.Sprintf("power-off sent to node %s at %s, which no fault struck",
+				o.Node, o.At.Format("15:04:05.000"))})
+		}
+	}
+	return v
+}
+
+// FencesEnd is check (d).
+func FencesEnd(evs []Event, bound time.Duration, end time.Time) []Violation {
+	type fence struct {
+		node    string
+		created time.Time
+		ended   time.Time
+		how     string
+	}
+	fences := map[string]*fence{}
+	var order []string
+	for _, e := range evs {
+		if !e.is("fencing.palisade.dev", "nodefences") || e.Verb == "delete" {
+			continue
+		}
+		var f fenceObj
+		if !decode(e.ResponseObject, &f) {
+			continue
+		}
+		x, ok := fences[e.ObjectRef.Name]
+		if !ok || e.Verb == "create" {
+			x = &fence{node: f.Spec.NodeName, created: e.StageTimestamp}
+			fences[e.ObjectRef.Name] = x
+			order = append(order, e.ObjectRef.Name)
+		}
+		_, reason := f.fenced()
+		if x.ended.IsZero() && (f.Status.Phase == "Released" || f.Status.Phase == "Failed" && reason != "") {
+			x.ended, x.how = e.StageTimestamp, f.Status.Phase+" "+reason
+		}
+	}
+	var v []Violation
+	for _, name := range order {
+		x := fences[name]
+		switch took := x.ended.Sub(x.created); {
+		case x.ended.IsZero() && end.Sub(x.created) > bound:
+			v = append(v, Violation{"d FencesEnd", fmt.Sprintf("NodeFence %s of node %s created at %s has not ended %s later",
+				name, x.node, x.created.Format("15:04:05.000"), end.Sub(x.created).Round(time.Second))})
+		case !x.ended.IsZero() && took > bound:
+			v = append(v, Violation{"d FencesEnd", fmt.Sprintf("NodeFence %s of node %s ended (%s) only %s after its creation, bound %s",
+				name, x.node, x.how, took.Round(time.Second), bound)})
+		}
+	}
+	return v
+}

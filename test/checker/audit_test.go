@@ -1,0 +1,82 @@
+package checker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/checker"
+	"palisade.dev/palisade/test/testbed"
+)
+
+// On the real API server's audit log: a Node tainted out-of-service and its pod force-deleted
+// with no fence are releases before a confirmed fence; the same after a NodeFence whose Fenced
+// condition turned True are not.
+func TestNoEarlyReleaseReadsTheAPIServersAuditLog(t *testing.T) {
+	ctx := context.Background()
+	c, err := testbed.Start(ctx, testbed.Options{AuditLog: true, NoCSIAttacher: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	for _, n := range []string{"bare", "fenced"} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
+		if err := c.Client.Create(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-" + n},
+			Spec: corev1.PodSpec{NodeName: n, Containers: []corev1.Container{{Name: "db", Image: "db"}}}}
+		if err := c.Client.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "fenced"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "fenced", Trigger: v1alpha1.TriggerManual,
+		Methods: []v1alpha1.Method{{Name: "ipmi", Type: v1alpha1.MethodIPMI,
+			IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "default", Name: "bmc"}}}}}}
+	if err := c.Client.Create(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionFenced, Status: metav1.ConditionTrue, Reason: "PowerOff", Message: "test"})
+	nf.Status.Phase = v1alpha1.PhaseFenced
+	if err := c.Client.Status().Update(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"bare", "fenced"} {
+		node := &corev1.Node{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: n}, node); err != nil {
+			t.Fatal(err)
+		}
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Effect: corev1.TaintEffectNoExecute})
+		if err := c.Client.Update(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-" + n}}
+		if err := c.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // the audit backend writes as it goes; give it a moment
+	evs, err := checker.ReadAudit(c.AuditLogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := checker.NoEarlyRelease(evs, nil)
+	t.Logf("%d audit events; %s", len(evs), checker.Report(v))
+	if len(v) != 2 {
+		t.Fatalf("want 2 violations (the taint and the force deletion of node bare), got %d", len(v))
+	}
+	for _, x := range v {
+		if !contains(x.Text, "node bare") {
+			t.Errorf("violation of another node: %s", x)
+		}
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,0 +1,173 @@
+package checker
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"palisade.dev/palisade/test/witness"
+)
+
+var t0 = time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
+
+func ms(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+
+// trail is a session's writes every 100ms from from to to (ms).
+func trail(session, pod, uid string, from, to int) []witness.Record {
+	id := witness.Identity{Pod: pod, PodUID: uid, Node: "node-" + uid, BootID: "boot-" + uid}
+	h := []witness.Record{{Kind: witness.KindOpen, Session: session, Identity: id, Arrival: ms(from)}}
+	for at := from + 100; at <= to; at += 100 {
+		h = append(h, witness.Record{Kind: witness.KindAppend, Session: session, Identity: id, Arrival: ms(at)})
+	}
+	return h
+}
+
+func checks(v []Violation) []string {
+	var s []string
+	for _, x := range v {
+		s = append(s, x.Check)
+	}
+	return s
+}
+
+func TestOneCopy(t *testing.T) {
+	for name, tc := range map[string]struct {
+		history   [][]witness.Record
+		tolerance time.Duration
+		want      []string
+	}{
+		"one writer":                         {history: [][]witness.Record{trail("s1", "db-0", "a", 0, 2000)}},
+		"a handover with a gap":              {history: [][]witness.Record{trail("s1", "db-0", "a", 0, 1000), trail("s2", "db-0", "b", 1100, 3000)}},
+		"two copies overlapping by 50ms":     {history: [][]witness.Record{trail("s1", "db-0", "a", 0, 1000), trail("s2", "db-0", "b", 950, 3000)}, want: []string{"a OneCopy"}},
+		"the old copy writing all along":     {history: [][]witness.Record{trail("s1", "db-0", "a", 0, 5000), trail("s2", "db-0", "b", 1000, 3000)}, want: []string{"a OneCopy"}},
+		"within the tolerance":               {history: [][]witness.Record{trail("s1", "db-0", "a", 0, 1000), trail("s2", "db-0", "b", 950, 3000)}, tolerance: 100 * time.Millisecond},
+		"different pods at once":             {history: [][]witness.Record{trail("s1", "db-0", "a", 0, 1000), trail("s2", "db-1", "b", 0, 1000)}},
+		"the same pod's container restarted": {history: [][]witness.Record{trail("s1", "db-0", "a", 0, 1000), trail("s2", "db-0", "a", 1500, 2000)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var h []witness.Record
+			for _, tr := range tc.history {
+				h = append(h, tr...)
+			}
+			v := OneCopy(h, tc.tolerance)
+			if diff := cmp.Diff(tc.want, checks(v)); diff != "" {
+				t.Errorf("OneCopy (-want +got):\n%s\n%v", diff, v)
+			}
+		})
+	}
+}
+
+func TestReplicasReturn(t *testing.T) {
+	h := append(trail("s1", "db-0", "a", 0, 5000), trail("s2", "db-1", "b", 0, 2000)...)
+	v := ReplicasReturn(h, []string{"db-0", "db-1", "db-2"}, ms(3000))
+	if diff := cmp.Diff([]string{"e ReplicasReturn", "e ReplicasReturn"}, checks(v)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if !strings.Contains(v[0].Text, "db-1") || !strings.Contains(v[1].Text, "db-2") || !strings.Contains(v[1].Text, "never") {
+		t.Errorf("violations do not name the pods: %v", v)
+	}
+}
+
+// ev builds an accepted audit event.
+func ev(at int, verb, user, group, resource, name string, request, response string) Event {
+	var e Event
+	e.Stage, e.Verb, e.User.Username = "ResponseComplete", verb, user
+	e.ObjectRef.APIGroup, e.ObjectRef.Resource, e.ObjectRef.Name = group, resource, name
+	e.ResponseStatus.Code = 200
+	e.StageTimestamp = ms(at)
+	if request != "" {
+		e.RequestObject = json.RawMessage(request)
+	}
+	if response != "" {
+		e.ResponseObject = json.RawMessage(response)
+	}
+	return e
+}
+
+const controller = "system:serviceaccount:palisade:palisade-controller"
+
+func taint(at int, node string) Event {
+	return ev(at, "patch", controller, "", "nodes", node, "", `{"spec":{"taints":[{"key":"node.kubernetes.io/out-of-service","effect":"NoExecute"}]}}`)
+}
+
+func untainted(at int, node string) Event {
+	return ev(at, "patch", controller, "", "nodes", node, "", `{"spec":{}}`)
+}
+
+func forceDelete(at int, user, pod, node string) Event {
+	return ev(at, "delete", user, "", "pods", pod, `{"gracePeriodSeconds":0}`, fmt.Sprintf(`{"spec":{"nodeName":%q}}`, node))
+}
+
+func fence(at int, verb, node, phase, fenced, reason string) Event {
+	conds := ""
+	if fenced != "" {
+		conds = fmt.Sprintf(`,"conditions":[{"type":"Fenced","status":%q,"reason":%q}]`, fenced, reason)
+	}
+	return ev(at, verb, controller, "fencing.palisade.dev", "nodefences", node, "",
+		fmt.Sprintf(`{"spec":{"nodeName":%q},"status":{"phase":%q%s}}`, node, phase, conds))
+}
+
+func TestNoEarlyRelease(t *testing.T) {
+	for name, tc := range map[string]struct {
+		evs  []Event
+		want []string
+	}{
+		"taint after a confirmed fence":        {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(100, "update", "n1", "Fenced", "True", "PowerOff"), taint(200, "n1"), forceDelete(300, controller, "db-0", "n1")}},
+		"taint before the confirmation":        {evs: []Event{fence(0, "create", "n1", "", "", ""), taint(50, "n1"), fence(100, "update", "n1", "Fenced", "True", "PowerOff")}, want: []string{"b NoEarlyRelease"}},
+		"taint with no fence at all":           {evs: []Event{taint(50, "n1")}, want: []string{"b NoEarlyRelease"}},
+		"a taint kept is one release":          {evs: []Event{taint(50, "n1"), taint(60, "n1")}, want: []string{"b NoEarlyRelease"}},
+		"taken off and put on again":           {evs: []Event{taint(50, "n1"), untainted(60, "n1"), taint(70, "n1")}, want: []string{"b NoEarlyRelease", "b NoEarlyRelease"}},
+		"force deletion by an operator":        {evs: []Event{forceDelete(300, "kubernetes-admin", "db-0", "n1")}, want: []string{"b NoEarlyRelease"}},
+		"the kubelet's own final delete":       {evs: []Event{forceDelete(300, "system:node:n1", "db-0", "n1")}},
+		"a graceful delete":                    {evs: []Event{ev(300, "delete", controller, "", "pods", "db-0", `{"gracePeriodSeconds":30}`, `{"spec":{"nodeName":"n1"}}`)}},
+		"a fence of another node":              {evs: []Event{fence(100, "create", "n2", "Fenced", "True", "PowerOff"), taint(200, "n1")}, want: []string{"b NoEarlyRelease"}},
+		"a confirmation taken back":            {evs: []Event{fence(100, "create", "n1", "Fenced", "True", "PowerOff"), fence(150, "update", "n1", "Fencing", "False", "NodeAliveAfterFence"), taint(200, "n1")}, want: []string{"b NoEarlyRelease"}},
+		"the fence deleted before":             {evs: []Event{fence(100, "create", "n1", "Fenced", "True", "PowerOff"), fence(150, "delete", "n1", "", "", ""), taint(200, "n1")}, want: []string{"b NoEarlyRelease"}},
+		"attachment deleted by the controller": {evs: []Event{ev(200, "delete", controller, "storage.k8s.io", "volumeattachments", "va-1", "", `{"spec":{"nodeName":"n1"}}`)}, want: []string{"b NoEarlyRelease"}},
+		"attachment detached by KCM":           {evs: []Event{ev(200, "delete", "system:kube-controller-manager", "storage.k8s.io", "volumeattachments", "va-1", "", `{"spec":{"nodeName":"n1"}}`)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v := NoEarlyRelease(tc.evs, []string{controller})
+			if diff := cmp.Diff(tc.want, checks(v)); diff != "" {
+				t.Errorf("NoEarlyRelease (-want +got):\n%s\n%v", diff, v)
+			}
+		})
+	}
+}
+
+func TestNoHealthyFenced(t *testing.T) {
+	evs := []Event{fence(0, "create", "n1", "", "", ""), fence(10, "create", "n2", "", "", ""), fence(20, "update", "n2", "Fenced", "True", "")}
+	v := NoHealthyFenced(evs, map[string]bool{"n1": true}, []PowerOff{{Node: "n1", At: ms(5)}, {Node: "n3", At: ms(6)}})
+	if diff := cmp.Diff([]string{"c NoHealthyFenced", "c NoHealthyFenced"}, checks(v)); diff != "" {
+		t.Fatalf("(-want +got):\n%s\n%v", diff, v)
+	}
+	if !strings.Contains(v[0].Text, "n2") || !strings.Contains(v[1].Text, "n3") {
+		t.Errorf("violations do not name the healthy nodes: %v", v)
+	}
+}
+
+func TestFencesEnd(t *testing.T) {
+	bound := 10 * time.Second
+	for name, tc := range map[string]struct {
+		evs  []Event
+		want []string
+	}{
+		"released in time":        {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(5000, "update", "n1", "Released", "True", "PowerOff")}},
+		"failed with a reason":    {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(5000, "update", "n1", "Failed", "False", "BMCUnreachable")}},
+		"failed without a reason": {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(5000, "update", "n1", "Failed", "False", "")}, want: []string{"d FencesEnd"}},
+		"never ended":             {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(5000, "update", "n1", "Fencing", "", "")}, want: []string{"d FencesEnd"}},
+		"ended too late":          {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(15000, "update", "n1", "Released", "True", "PowerOff")}, want: []string{"d FencesEnd"}},
+		"still young at the end":  {evs: []Event{fence(15000, "create", "n1", "", "", "")}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v := FencesEnd(tc.evs, bound, ms(20000))
+			if diff := cmp.Diff(tc.want, checks(v)); diff != "" {
+				t.Errorf("FencesEnd (-want +got):\n%s\n%v", diff, v)
+			}
+		})
+	}
+}

@@ -1,0 +1,22 @@
+// Package checker judges a chaos run from its records alone, independently of the
+// controller's code: the witness store's history (package witness) and the API server's audit
+// log. It never imports fencing, providers or detectors, and reads NodeFences as plain JSON.
+//
+// The checks, each a function returning Violations:
+//
+//   - OneCopy (a): no two writers — sessions — of one pod name accepted at overlapping times.
+//     A writer is alive from its first accepted write (the session's open) to its last; two
+//     writers overlap when each started before the other's last accepted write, less the
+//     tolerance (default 0). At most one copy of each pet.
+//   - NoEarlyRelease (b): no release of a node before a confirmed fence of it. A release is the
+//     node.kubernetes.io/out-of-service taint appearing on the Node, a pod bound to the node
+//     deleted with gracePeriodSeconds 0 by anyone but that node's own kubelet, or a
+//     VolumeAttachment of the node deleted by one of Input.Releasers. A confirmed fence is a
+//     NodeFence for the node whose Fenced condition the API accepted as True, and not deleted
+//     since.
+//   - NoHealthyFenced (c): no NodeFence created, and no power-off sent, for a node outside
+//     Input.MayFence (the nodes the run's faults struck).
+//   - FencesEnd (d): every NodeFence reaches phase Released, or Failed with a reason in its
+//     Fenced condition, within Input.FenceBound of its creation.
+//   - ReplicasReturn (e): every pod of Input.Pods has an accepted write after Input.Healed.
+package checker

@@ -1,0 +1,109 @@
+package checker
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"palisade.dev/palisade/test/witness"
+)
+
+// writer is one session's trail in the history.
+type writer struct {
+	session     string
+	id          witness.Identity
+	first, last time.Time
+	writes      int
+}
+
+func (w writer) String() string {
+	return fmt.Sprintf("session %s (pod UID %s on %s, boot %s: %d writes %s…%s)", w.session, w.id.PodUID, w.id.Node,
+		w.id.BootID, w.writes, w.first.Format("15:04:05.000"), w.last.Format("15:04:05.000"))
+}
+
+// writers groups the history by session, per pod name, each pod's writers by first write.
+func writers(h []witness.Record) map[string][]writer {
+	by := map[string]*writer{}
+	var order []string
+	for _, r := range h {
+		w, ok := by[r.Session]
+		if !ok {
+			w = &writer{session: r.Session, id: r.Identity, first: r.Arrival}
+			by[r.Session] = w
+			order = append(order, r.Session)
+		}
+		if r.Arrival.Before(w.first) {
+			w.first = r.Arrival
+		}
+		if r.Arrival.After(w.last) {
+			w.last = r.Arrival
+		}
+		w.writes++
+	}
+	pods := map[string][]writer{}
+	for _, s := range order {
+		w := by[s]
+		pods[w.id.Pod] = append(pods[w.id.Pod], *w)
+	}
+	for _, ws := range pods {
+		sort.SliceStable(ws, func(i, j int) bool { return ws[i].first.Before(ws[j].first) })
+	}
+	return pods
+}
+
+// OneCopy is check (a): no two writers of one pod name alive at overlapping times.
+func OneCopy(h []witness.Record, tolerance time.Duration) []Violation {
+	var v []Violation
+	pods := writers(h)
+	names := make([]string, 0, len(pods))
+	for p := range pods {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, p := range names {
+		ws := pods[p]
+		for i := range ws {
+			for j := i + 1; j < len(ws); j++ {
+				a, b := ws[i], ws[j]
+				overlap := minTime(a.last, b.last).Sub(b.first) // b.first >= a.first
+				if overlap > tolerance {
+					v = append(v, Violation{"a OneCopy", fmt.Sprintf("two copies of pod %s accepted at once for %s: %s and %s",
+						p, overlap, a, b)})
+				}
+			}
+		}
+	}
+	return v
+}
+
+// ReplicasReturn is check (e): each pod wrote after healed.
+func ReplicasReturn(h []witness.Record, pods []string, healed time.Time) []Violation {
+	last := map[string]time.Time{}
+	for _, r := range h {
+		if r.Kind == witness.KindAppend && r.Arrival.After(last[r.Pod]) {
+			last[r.Pod] = r.Arrival
+		}
+	}
+	var v []Violation
+	for _, p := range pods {
+		if !last[p].After(healed) {
+			v = append(v, Violation{"e ReplicasReturn", fmt.Sprintf("pod %s did not write after the heal at %s (last write %s)",
+				p, healed.Format(time.RFC3339Nano), fmtTime(last[p]))})
+		}
+	}
+	return v
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.Format(time.RFC3339Nano)
+}
