@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,6 +46,9 @@ type Options struct {
 	// Images are imported at every boot besides the sandbox image (pods use them with
 	// imagePullPolicy Never).
 	Images []containerd.Image
+	// Labels are the Node's labels, which the kubelet sets when it registers
+	// (--node-labels).
+	Labels map[string]string
 	// Logf receives progress messages.
 	Logf func(format string, args ...any)
 }
@@ -336,7 +340,8 @@ func (m *Machine) StartKubelet() error {
 	cmd := exec.Command("nsenter", append(m.enter(), bin,
 		"--config="+m.path(etcDir, "kubelet.yaml"), "--kubeconfig="+m.path(etcDir, "kubeconfig"),
 		"--hostname-override="+m.o.Name, "--node-ip="+m.net.IP(),
-		"--root-dir="+m.path(diskDir, "kubelet"), "--cert-dir="+m.path(diskDir, "kubelet", "pki"), "--v=2")...)
+		"--root-dir="+m.path(diskDir, "kubelet"), "--cert-dir="+m.path(diskDir, "kubelet", "pki"),
+		"--node-labels="+labels(m.o.Labels), "--v=2")...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -418,6 +423,16 @@ func (m *Machine) destroy() error {
 	errs = append(errs, removeCgroups(m.dir))
 	errs = append(errs, os.RemoveAll(m.dir))
 	return errors.Join(errs...)
+}
+
+// labels is the --node-labels value: k=v pairs, sorted.
+func labels(l map[string]string) string {
+	pairs := make([]string, 0, len(l))
+	for k, v := range l {
+		pairs = append(pairs, k+"="+v)
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, ",")
 }
 
 func newBootID() (string, error) {

@@ -105,6 +105,15 @@ func (n *Node) NetNS() string { return n.ns }
 // NetNSPath is the file that holds the node's network namespace (for setns or nsenter --net).
 func (n *Node) NetNSPath() string { return filepath.Join(netnsDir, n.ns) }
 
+// Route sends the node's traffic for cidr through via (a machine on the LAN routing for the
+// pods behind it).
+func (n *Node) Route(cidr, via string) error {
+	if err := n.lan.tools.ip("-n", n.ns, "route", "add", cidr, "via", via); err != nil {
+		return fmt.Errorf("routing %s via %s on node %s: %w", cidr, via, n.name, err)
+	}
+	return nil
+}
+
 // Command returns a command that runs path with args inside the node's namespace, through
 // `ip netns exec` (which execs path: the process's PID is the command's). It gets SIGKILL
 // when the test process dies; the caller may change SysProcAttr, Stdout, Stderr and so on
