@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 
+	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/detectors/heartbeat"
 	"palisade.dev/palisade/providers/agent/channel"
 	"palisade.dev/palisade/providers/agent/orders"
@@ -108,8 +109,8 @@ func parseFlags(args []string) (options, error) {
 			missing = append(missing, fmt.Errorf("--%s is required", name))
 		}
 	}
-	if o.interval <= 0 {
-		missing = append(missing, errors.New("--interval must be positive"))
+	if o.interval <= 0 || o.interval > agentwire.MaxIntervalMillis*time.Millisecond {
+		missing = append(missing, fmt.Errorf("--interval must be positive and at most %s", agentwire.MaxIntervalMillis*time.Millisecond))
 	}
 	if o.executorTimeout <= 0 {
 		missing = append(missing, errors.New("--executor-timeout must be positive"))

@@ -10,6 +10,11 @@ const HeartbeatPath = "/v1/heartbeat"
 // MaxPeers bounds the peer reports one heartbeat may carry.
 const MaxPeers = 64
 
+// MaxIntervalMillis bounds the heartbeat interval an agent may state (a FencingPolicy's
+// detection.heartbeatInterval goes up to 1m): the controller waits a few intervals before it
+// counts an agent lost, so an agent stating a longer one would keep a dead node looking alive.
+const MaxIntervalMillis = 60_000
+
 // MaxBodyBytes bounds a heartbeat body and its answer: MaxPeers reports fit many times over.
 const MaxBodyBytes = 64 << 10
 

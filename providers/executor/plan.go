@@ -204,10 +204,15 @@ func StopSignal(lifecycle corev1.Signal, imageStopSignal string) (syscall.Signal
 	return syscall.SIGTERM, SignalDefault, nil
 }
 
+// parseSignal reads a signal name or number; numbers outside Linux's signals (1 to SIGRTMAX),
+// which moby's parser lets through, are refused.
 func parseSignal(s string) (syscall.Signal, error) {
 	sig, err := signal.ParseSignal(strings.TrimSpace(s))
 	if err != nil {
 		return 0, fmt.Errorf("parsing stop signal %q: %w", s, err)
+	}
+	if sig < 1 || sig > signal.SignalMap["RTMAX"] {
+		return 0, fmt.Errorf("parsing stop signal %q: no such signal", s)
 	}
 	return sig, nil
 }
@@ -217,8 +222,17 @@ func SignalName(sig syscall.Signal) string {
 	if name := unix.SignalName(sig); name != "" {
 		return name
 	}
-	if rtmin := signal.SignalMap["RTMIN"]; sig >= rtmin && sig <= signal.SignalMap["RTMAX"] {
+	// Named as the parser reads them back: RTMIN+n for the lower half, RTMAX-n for the upper.
+	rtmin, rtmax := signal.SignalMap["RTMIN"], signal.SignalMap["RTMAX"]
+	switch {
+	case sig == rtmin:
+		return "SIGRTMIN"
+	case sig == rtmax:
+		return "SIGRTMAX"
+	case sig > rtmin && sig-rtmin <= 15:
 		return fmt.Sprintf("SIGRTMIN+%d", sig-rtmin)
+	case sig > rtmin && sig < rtmax:
+		return fmt.Sprintf("SIGRTMAX-%d", rtmax-sig)
 	}
 	return fmt.Sprint(int(sig))
 }

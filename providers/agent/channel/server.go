@@ -290,8 +290,8 @@ func validate(rep agentwire.Report) error {
 			return errors.New("a peer report without node or time")
 		}
 	}
-	if rep.IntervalMillis < 0 {
-		return errors.New("negative interval")
+	if rep.IntervalMillis < 0 || rep.IntervalMillis > agentwire.MaxIntervalMillis {
+		return fmt.Errorf("heartbeat interval %dms outside 0..%dms", rep.IntervalMillis, agentwire.MaxIntervalMillis)
 	}
 	if rep.ProbePort < 0 || rep.ProbePort > 65535 || rep.KubeletPort < 0 || rep.KubeletPort > 65535 {
 		return errors.New("probe or kubelet port out of range")
