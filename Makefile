@@ -18,6 +18,10 @@ TEST_TIMEOUT ?= 60m
 # make test runs every fuzz target this long after the tests; make fuzz runs them FUZZTIME each.
 TEST_FUZZTIME ?= 3s
 FUZZTIME ?= 60s
+# make chaos: how many seeded runs, from which seed; VANILLA=1 switches Palisade off.
+RUNS ?= 200
+SEED ?= 1
+VANILLA ?= 0
 
 .PHONY: help
 help: ## Show the targets.
@@ -49,6 +53,13 @@ bench: deps testbed ## Agent cost, detection latency, then failover: Palisade ve
 	go test -count=1 -run '^$$' -bench . -benchtime 1x ./cmd/palisade-agent/ ./detectors/classify/ ./detectors/observe/ | tee $(CACHE)/bench.log
 	go test -count=1 -timeout 40m -run '^$$' -bench . -benchtime 1x ./test/bench/ | tee -a $(CACHE)/bench.log
 	@echo; grep '^BENCH' $(CACHE)/bench.log
+
+.PHONY: chaos
+chaos: deps testbed ## Seeded faults on real machines, judged by the independent checker: make chaos RUNS=200 [SEED=1] [VANILLA=1]
+	@PALISADE_CHAOS_RUNS=$(RUNS) PALISADE_CHAOS_SEED=$(SEED) PALISADE_CHAOS_VANILLA=$(VANILLA) \
+	  go test -count=1 -timeout 0 -v -run '^TestChaos$$' ./test/chaos/ 2>&1 | tee $(CACHE)/chaos.log | \
+	  grep -E '^(=== RUN|--- |BENCH)|chaos_test.go|VIOLATION|replay:' ; \
+	  rc=$${PIPESTATUS[0]}; echo; grep '^BENCH chaos' $(CACHE)/chaos.log | tail -1; exit $$rc
 
 .PHONY: demo
 demo: deps testbed ## Cut a node's power on a real control plane and watch Palisade fence it.

@@ -1,0 +1,333 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/checker"
+	"palisade.dev/palisade/test/realscene"
+	"palisade.dev/palisade/test/testbed/netns"
+)
+
+// Environment of a chaos run (make chaos sets them).
+const (
+	envRuns    = "PALISADE_CHAOS_RUNS"    // how many runs; default: the fixed seeds
+	envSeed    = "PALISADE_CHAOS_SEED"    // the first seed of PALISADE_CHAOS_RUNS runs (default 1)
+	envVanilla = "PALISADE_CHAOS_VANILLA" // "1": Palisade off, an operator force-deletes at NotReady
+)
+
+// fixedSeeds are the runs of make test.
+var fixedSeeds = []uint64{1, 2, 3, 4, 5}
+
+// activeKinds are the faults the runner strikes today. Not yet: AgentKill (the machines run no
+// palisade-agent yet), SlowBMC (ipmi_sim answers at once) and ControllerAPICut (the controller
+// processes reach the API server directly).
+var activeKinds = []Kind{PowerLoss, ControlPlaneCut, PeerCut, EtcdCut, KubeletKill, LeaderKill, LyingBMC}
+
+const (
+	replicas = 3
+	window   = 40 * time.Second
+)
+
+// TestChaos runs seeded fault schedules on three real machines running a 3-replica witness
+// StatefulSet and two palisade-controller replicas, heals everything, and judges the run with
+// the independent checker. A failing seed prints the command that replays it.
+func TestChaos(t *testing.T) {
+	seeds, vanilla := runsFromEnv(t)
+	var runs, violations, faults int
+	for _, seed := range seeds {
+		s := Plan(seed, Options{Machines: 3, Window: window, MaxFaults: 3, Kinds: activeKinds})
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Logf("%s", s)
+			v := run(t, s, vanilla)
+			runs, violations, faults = runs+1, violations+len(v), faults+len(s.Faults)
+			if len(v) > 0 && !vanilla {
+				t.Errorf("%s\nreplay: %s", checker.Report(v), s.Replay())
+			} else {
+				t.Logf("%s", checker.Report(v))
+			}
+		})
+	}
+	first := uint64(0)
+	if len(seeds) > 0 {
+		first = seeds[0]
+	}
+	fmt.Printf("BENCH chaos runs=%d violations=%d faults=%d seed=%d vanilla=%v\n", runs, violations, faults, first, vanilla)
+	if vanilla && violations == 0 {
+		t.Error("Palisade switched off and the operator force-deleting at NotReady, yet the checker saw no violation")
+	}
+}
+
+func runsFromEnv(t *testing.T) ([]uint64, bool) {
+	vanilla := os.Getenv(envVanilla) == "1"
+	n, err := strconv.Atoi(os.Getenv(envRuns))
+	if os.Getenv(envRuns) == "" {
+		return fixedSeeds, vanilla
+	}
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number of runs", envRuns, os.Getenv(envRuns))
+	}
+	first := uint64(1)
+	if v := os.Getenv(envSeed); v != "" {
+		if first, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, v, err)
+		}
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = first + uint64(i)
+	}
+	return seeds, vanilla
+}
+
+// run is one seeded run: scene, faults, settle, heal, check.
+func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
+	sc := realscene.Start(t, realscene.Options{Machines: s.Options.Machines})
+	st := &striker{t: t, sc: sc}
+	if !vanilla {
+		sc.CreatePolicy(t, 20*time.Second)
+		st.ctrls = sc.StartControllers(t, 2)
+	}
+	sc.DeployWitness(t, replicas)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if vanilla {
+		go st.forceDeleteAtNotReady(ctx)
+	}
+	start := time.Now()
+	for _, f := range s.Faults {
+		time.Sleep(time.Until(start.Add(f.At)))
+		st.strike(ctx, f)
+	}
+	time.Sleep(time.Until(start.Add(s.Options.Window)))
+	st.settle(3 * time.Minute)
+	cancel()
+	st.wg.Wait()
+	healed := st.healAll()
+	pods := make([]string, replicas)
+	for i := range pods {
+		pods[i] = realscene.PodName(i)
+		st.waitWrite(pods[i], healed, 3*time.Minute)
+	}
+	return checker.Check(checker.Input{
+		History: sc.History(t), Audit: sc.Audit(t), Releasers: []string{realscene.ControllerUser},
+		MayFence: st.mayFence(s), PowerOffs: st.powerOffs(s), End: time.Now(), Pods: pods, Healed: healed,
+	})
+}
+
+// striker strikes and heals faults on the scene.
+type striker struct {
+	t     *testing.T
+	sc    *realscene.Scene
+	ctrls []*realscene.Controller
+	wg    sync.WaitGroup
+}
+
+func (st *striker) strike(ctx context.Context, f Fault) {
+	st.t.Logf("+%s strike: %s", f.At, f)
+	heal := st.apply(ctx, f)
+	if heal == nil || f.For == 0 {
+		return
+	}
+	st.wg.Go(func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(f.For):
+			st.t.Logf("heal: %s", f)
+			st.check(heal())
+		}
+	})
+}
+
+// apply strikes f and returns how to heal it alone (nil: only the final heal undoes it).
+func (st *striker) apply(ctx context.Context, f Fault) func() error {
+	name := realscene.NodeName(f.Machine)
+	m, bmc := st.sc.Machine(name), st.sc.BMC(name)
+	switch f.Kind {
+	case PowerLoss:
+		st.check(bmc.SetPower(false))
+		return func() error { return bmc.SetPower(true) }
+	case ControlPlaneCut:
+		host, err := netns.ParseEndpoint(st.sc.LAN.HostIP())
+		st.check(err)
+		st.check(m.Net().Cut(host))
+		return m.Net().Heal
+	case PeerCut:
+		st.check(m.Net().CutNodes(st.sc.Machine(realscene.NodeName(f.Peer)).Net()))
+		return m.Net().Heal
+	case EtcdCut:
+		down := f.For
+		if down == 0 {
+			down = 30 * time.Second
+		}
+		st.wg.Go(func() { st.check(st.sc.Cluster.RestartAPIServer(context.Background(), down)) })
+	case KubeletKill:
+		if m.Running() {
+			st.check(m.KillKubelet())
+		}
+		return m.StartKubelet
+	case LeaderKill:
+		st.wg.Go(func() { st.killLeaderAt(ctx, f.Step) })
+	case LyingBMC:
+		st.check(bmc.SetIgnoreOff(true))
+	}
+	return nil
+}
+
+// killLeaderAt kills the leading controller once a NodeFence's step starts, and restarts it 5s
+// later (its Deployment would).
+func (st *striker) killLeaderAt(ctx context.Context, step v1alpha1.StepName) {
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var list v1alpha1.NodeFenceList
+		if err := st.sc.Cluster.Client.List(ctx, &list); err != nil {
+			return false, nil
+		}
+		for _, nf := range list.Items {
+			for _, s := range nf.Status.Steps {
+				if s.Name == step {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return // no fence reached the step: nothing to kill
+	}
+	for _, c := range st.ctrls {
+		if c.Leads() {
+			st.t.Logf("killing the leading controller at step %s", step)
+			c.Kill()
+			time.Sleep(5 * time.Second)
+			st.check(c.Restart())
+			return
+		}
+	}
+}
+
+// settle waits until no NodeFence is under way, so that healing (power back on) cannot look
+// like a fenced node coming back to life.
+func (st *striker) settle(timeout time.Duration) {
+	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		var list v1alpha1.NodeFenceList
+		if err := st.sc.Cluster.Client.List(ctx, &list); err != nil {
+			return false, nil
+		}
+		for _, nf := range list.Items {
+			if nf.Status.Phase != v1alpha1.PhaseReleased && nf.Status.Phase != v1alpha1.PhaseFailed {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// healAll undoes every fault: BMCs honest and powered on, links back, kubelets and controllers
+// running. It returns the moment the heal ended.
+func (st *striker) healAll() time.Time {
+	for i, m := range st.sc.Machines {
+		bmc := st.sc.BMCs[i]
+		st.check(bmc.SetIgnoreOff(false))
+		st.check(bmc.SetPower(true))
+		st.check(m.Net().Heal())
+	}
+	for _, m := range st.sc.Machines {
+		_ = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return m.Running(), nil
+		})
+		if pids, _ := m.Processes("kubelet"); len(pids) == 0 && m.Running() {
+			st.check(m.StartKubelet())
+		}
+	}
+	for _, c := range st.ctrls {
+		if !c.Running() {
+			st.check(c.Restart())
+		}
+	}
+	st.t.Logf("healed everything")
+	return time.Now()
+}
+
+// waitWrite waits for a write of pod after since (the checker judges; this only gives the
+// replica its chance).
+func (st *striker) waitWrite(pod string, since time.Time, timeout time.Duration) {
+	_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		for _, r := range st.sc.History(st.t) {
+			if r.Pod == pod && r.Arrival.After(since) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// forceDeleteAtNotReady is the vanilla operator: every pod of a NotReady node is force-deleted.
+func (st *striker) forceDeleteAtNotReady(ctx context.Context) {
+	c := st.sc.Cluster.Client
+	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, m := range st.sc.Machines {
+			n := &corev1.Node{}
+			if err := c.Get(ctx, client.ObjectKey{Name: m.Name()}, n); err != nil || ready(n) {
+				continue
+			}
+			var pods corev1.PodList
+			if err := c.List(ctx, &pods, client.InNamespace("default")); err != nil {
+				continue
+			}
+			for i := range pods.Items {
+				if p := &pods.Items[i]; p.Spec.NodeName == m.Name() {
+					st.t.Logf("operator: %s is NotReady: kubectl delete pod %s --grace-period=0 --force", m.Name(), p.Name)
+					_ = c.Delete(ctx, p, client.GracePeriodSeconds(0))
+				}
+			}
+		}
+		return false, nil
+	})
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (st *striker) mayFence(s Schedule) map[string]bool {
+	m := map[string]bool{}
+	for i := range s.MayFence() {
+		m[realscene.NodeName(i)] = true
+	}
+	return m
+}
+
+// powerOffs are the power-off commands each BMC received (the time is not recorded).
+func (st *striker) powerOffs(s Schedule) []checker.PowerOff {
+	var offs []checker.PowerOff
+	for i, bmc := range st.sc.BMCs {
+		n, err := bmc.OffCommands()
+		st.check(err)
+		for range n {
+			offs = append(offs, checker.PowerOff{Node: realscene.NodeName(i + 1)})
+		}
+	}
+	return offs
+}
+
+func (st *striker) check(err error) {
+	if err != nil && !strings.Contains(err.Error(), "already") {
+		st.t.Errorf("chaos: %v", err)
+	}
+}

@@ -1,0 +1,231 @@
+package realscene
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/checker"
+	"palisade.dev/palisade/test/testbed"
+	"palisade.dev/palisade/test/testbed/containerd"
+	"palisade.dev/palisade/test/testbed/ipmisim"
+	"palisade.dev/palisade/test/testbed/machine"
+	"palisade.dev/palisade/test/testbed/netns"
+	"palisade.dev/palisade/test/witness"
+)
+
+// StorePort is the witness store's port in the storage namespace.
+const StorePort = 7070
+
+// WitnessImage is busybox with /bin/witness-client, the test StatefulSet's image.
+var WitnessImage = containerd.Image{Name: "palisade.test/witness:1", Cmd: []string{"/bin/witness-client"}}
+
+// Options shape a scene.
+type Options struct {
+	// Machines, default 3.
+	Machines int
+	// NodeMonitorGracePeriod is kube-controller-manager's; default 20s.
+	NodeMonitorGracePeriod time.Duration
+}
+
+// Scene is a running scene; everything stops in t.Cleanup.
+type Scene struct {
+	Cluster  *testbed.Cluster
+	LAN      *netns.LAN
+	Machines []*machine.Machine
+	BMCs     []*ipmisim.BMC
+	Store    *witness.Store
+	StoreURL string
+	// Relay is the API server's address on the LAN.
+	Relay string
+}
+
+// Start builds the scene and waits until every machine's Node is Ready.
+func Start(t testing.TB, o Options) *Scene {
+	t.Helper()
+	if o.Machines == 0 {
+		o.Machines = 3
+	}
+	if o.NodeMonitorGracePeriod == 0 {
+		o.NodeMonitorGracePeriod = 20 * time.Second
+	}
+	img := WitnessImage
+	img.Files = map[string]string{"bin/witness-client": buildWitnessClient(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := testbed.Start(ctx, testbed.Options{AuditLog: true, NoCSIAttacher: true, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod,
+		Controllers: append(append([]string{}, testbed.DefaultControllers...), machine.Controllers...), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	s := &Scene{Cluster: c, LAN: netns.New(t)}
+	u, err := url.Parse(c.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Relay = s.LAN.Relay(t, u.Host)
+	storage := s.serveStore(t)
+	for i := 1; i <= o.Machines; i++ {
+		s.addMachine(t, ctx, i, img)
+		if err := storage.Route("10.88."+strconv.Itoa(i)+".0/24", s.Machines[i-1].Net().IP()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range s.Machines {
+		s.WaitReady(t, m.Name(), 3*time.Minute)
+		patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationBMCAddress + `":"` + s.BMCs[i].Address() + `"}}}`)
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Name()}}
+		if err := c.Client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func (s *Scene) addMachine(t testing.TB, ctx context.Context, i int, img containerd.Image) {
+	t.Helper()
+	bmc, err := ipmisim.Start(ctx, ipmisim.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bmc.Stop() })
+	m := machine.Start(t, machine.Options{Name: NodeName(i), Index: i, LAN: s.LAN, Cluster: s.Cluster, APIServer: s.Relay,
+		Power: bmc, Images: []containerd.Image{img}, Labels: map[string]string{"palisade.dev/fenced-by": "ipmi"}})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s kubelet log:\n%s", m.Name(), m.LogTail("kubelet", 30))
+		}
+	})
+	s.Machines, s.BMCs = append(s.Machines, m), append(s.BMCs, bmc)
+}
+
+// NodeName is machine i's node name (1-based).
+func NodeName(i int) string { return "node-" + strconv.Itoa(i) }
+
+// Machine is the machine of the node, nil when none.
+func (s *Scene) Machine(node string) *machine.Machine {
+	for _, m := range s.Machines {
+		if m.Name() == node {
+			return m
+		}
+	}
+	return nil
+}
+
+// BMC is the node's BMC, nil when none.
+func (s *Scene) BMC(node string) *ipmisim.BMC {
+	for i, m := range s.Machines {
+		if m.Name() == node {
+			return s.BMCs[i]
+		}
+	}
+	return nil
+}
+
+// serveStore runs the witness store in the LAN's "storage" namespace.
+func (s *Scene) serveStore(t testing.TB) *netns.Node {
+	t.Helper()
+	storage := s.LAN.AddNode("storage")
+	store, err := witness.NewStore(filepath.Join(t.TempDir(), "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(storage.IP(), strconv.Itoa(StorePort))
+	ln, err := storage.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: store.Handler(), ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); _ = store.Close() })
+	s.Store, s.StoreURL = store, "http://"+addr
+	return storage
+}
+
+// buildWitnessClient builds the static witness-client once per test.
+func buildWitnessClient(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "witness-client")
+	cmd := exec.Command("go", "build", "-o", bin, filepath.Join(moduleDir(), "test", "cmd", "witness-client"))
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building witness-client: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// moduleDir is the module's root, from this file's place in it.
+func moduleDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// WaitReady waits for the Node's Ready condition to be True.
+func (s *Scene) WaitReady(t testing.TB, name string, timeout time.Duration) {
+	t.Helper()
+	if err := s.waitReady(name, corev1.ConditionTrue, timeout); err != nil {
+		t.Fatalf("waiting for node %s Ready: %v", name, err)
+	}
+}
+
+// WaitNotReady waits until the Node's Ready condition is no longer True.
+func (s *Scene) WaitNotReady(t testing.TB, name string, timeout time.Duration) {
+	t.Helper()
+	if err := s.waitReady(name, corev1.ConditionFalse, timeout); err != nil {
+		t.Fatalf("waiting for node %s NotReady: %v", name, err)
+	}
+}
+
+func (s *Scene) waitReady(name string, want corev1.ConditionStatus, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		n := &corev1.Node{}
+		if err := s.Cluster.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			return false, nil
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return (cond.Status == corev1.ConditionTrue) == (want == corev1.ConditionTrue), nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// History is the witness store's history so far.
+func (s *Scene) History(t testing.TB) []witness.Record {
+	t.Helper()
+	if err := s.Store.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := witness.ReadHistory(s.Store.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// Audit is the API server's audit log so far.
+func (s *Scene) Audit(t testing.TB) []checker.Event {
+	t.Helper()
+	evs, err := checker.ReadAudit(s.Cluster.AuditLogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
