@@ -159,3 +159,18 @@ func TestSignalName(t *testing.T) {
 		}
 	}
 }
+
+// TestParseSignalFound keeps what FuzzParseSignal found: a number outside the signals was taken
+// as a stop signal, and the names of the upper real-time signals did not read back.
+func TestParseSignalFound(t *testing.T) {
+	for _, s := range []string{"-9", "65", "4294967295"} {
+		if sig, err := executor.ParseSignal(s); err == nil {
+			t.Errorf("ParseSignal(%q) = %d, want an error", s, sig)
+		}
+	}
+	for sig := syscall.Signal(1); sig <= 64; sig++ {
+		if back, err := executor.ParseSignal(executor.SignalName(sig)); err != nil || back != sig {
+			t.Errorf("SignalName(%d) = %q reads back as %d, %v", sig, executor.SignalName(sig), back, err)
+		}
+	}
+}

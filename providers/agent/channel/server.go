@@ -293,6 +293,9 @@ func validate(rep agentwire.Report) error {
 	if rep.IntervalMillis < 0 || rep.IntervalMillis > agentwire.MaxIntervalMillis {
 		return fmt.Errorf("heartbeat interval %dms outside 0..%dms", rep.IntervalMillis, agentwire.MaxIntervalMillis)
 	}
+	if rep.RunningContainers != nil && *rep.RunningContainers < 0 {
+		return errors.New("negative running containers")
+	}
 	if rep.ProbePort < 0 || rep.ProbePort > 65535 || rep.KubeletPort < 0 || rep.KubeletPort > 65535 {
 		return errors.New("probe or kubelet port out of range")
 	}

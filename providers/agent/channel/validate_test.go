@@ -1,0 +1,31 @@
+package channel
+
+import (
+	"testing"
+
+	"palisade.dev/palisade/config/agentwire"
+)
+
+// TestValidateRefusesOverflowAndNegativeCounts keeps the two reports FuzzHeartbeatBody found
+// accepted: an interval whose milliseconds overflow a time.Duration into a negative one, and a
+// negative runtime read-back.
+func TestValidateRefusesOverflowAndNegativeCounts(t *testing.T) {
+	minus := -3
+	for _, tc := range []struct {
+		name string
+		rep  agentwire.Report
+	}{
+		{"interval overflowing a duration", agentwire.Report{Node: "n1", IntervalMillis: 9223372036854775807}},
+		{"interval above the bound", agentwire.Report{Node: "n1", IntervalMillis: agentwire.MaxIntervalMillis + 1}},
+		{"negative running containers", agentwire.Report{Node: "n1", RunningContainers: &minus}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := validate(tc.rep); err == nil {
+				t.Fatalf("validate(%+v) accepted it", tc.rep)
+			}
+		})
+	}
+	if err := validate(agentwire.Report{Node: "n1", IntervalMillis: agentwire.MaxIntervalMillis}); err != nil {
+		t.Fatalf("validate refused the largest interval: %v", err)
+	}
+}

@@ -1,0 +1,4 @@
+package executor
+
+// ParseSignal exposes parseSignal to the external tests.
+var ParseSignal = parseSignal
