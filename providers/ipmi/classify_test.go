@@ -123,6 +123,8 @@ func TestSplitAddress(t *testing.T) {
 		{in: ":623", wantErr: true},
 		{in: "fd00::zz", wantErr: true},
 		{in: "user@host", wantErr: true},
+		{in: "00]0", wantErr: true},      // found by FuzzSplitAddress: a bracket left in the host
+		{in: "[a:b]:623", wantErr: true}, // a colon in a host that is no IPv6 address
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

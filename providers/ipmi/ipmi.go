@@ -214,7 +214,8 @@ func splitAddress(addr string) (host, port string, err error) {
 	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
 		return "", "", fmt.Errorf("malformed BMC port in %q", addr)
 	}
-	if host == "" || strings.HasPrefix(host, "-") || strings.ContainsAny(host, " \t\n/@") {
+	if host == "" || strings.HasPrefix(host, "-") || strings.ContainsAny(host, " \t\n/@[]") ||
+		(strings.Contains(host, ":") && net.ParseIP(host) == nil) {
 		return "", "", fmt.Errorf("malformed BMC host in %q", addr)
 	}
 	return host, port, nil
