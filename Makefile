@@ -54,6 +54,13 @@ bench: deps testbed ## Agent cost, detection latency, then failover: Palisade ve
 	go test -count=1 -timeout 40m -run '^$$' -bench . -benchtime 1x ./test/bench/ | tee -a $(CACHE)/bench.log
 	@echo; grep '^BENCH' $(CACHE)/bench.log
 
+SIZES ?= 500,1000,2000,5000
+
+.PHONY: bench-scale
+bench-scale: deps testbed ## The controller's cost at SIZES simulated nodes (30 pods, an agent each): RSS, CPU, API rate, heartbeat p99, rack release.
+	PALISADE_SCALE_SIZES=$(SIZES) go test -count=1 -timeout 3h -run '^$$' -bench . -benchtime 1x ./test/bench/scale/ | tee $(CACHE)/bench-scale.log
+	@echo; grep '^BENCH' $(CACHE)/bench-scale.log
+
 .PHONY: chaos
 chaos: deps testbed ## Seeded faults on real machines, judged by the independent checker: make chaos RUNS=200 [SEED=1] [VANILLA=1]
 	@set +e; PALISADE_CHAOS_RUNS=$(RUNS) PALISADE_CHAOS_SEED=$(SEED) PALISADE_CHAOS_VANILLA=$(VANILLA) \

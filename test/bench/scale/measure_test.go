@@ -1,0 +1,193 @@
+package scale
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/testbed"
+)
+
+const (
+	rackSize    = 40
+	rackTimeout = 5 * time.Minute
+	clockTicks  = 100 // USER_HZ of /proc/PID/stat on Linux
+)
+
+func kubernetesFor(b *testing.B, cfg *rest.Config) kubernetes.Interface {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kube
+}
+
+// createPolicy covers every simulated node with the Executor method: the node's agent
+// terminates its workload and confirms by read-back (the simulated agent confirms at once).
+func createPolicy(ctx context.Context, c *testbed.Cluster) error {
+	p := &v1alpha1.FencingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "scale"},
+		Spec: v1alpha1.FencingPolicySpec{
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"palisade.dev/scale": "true"}},
+			Methods: []v1alpha1.Method{{Name: "executor", Type: v1alpha1.MethodExecutor,
+				Timeout: &metav1.Duration{Duration: 30 * time.Second}, Executor: &v1alpha1.ExecutorMethod{}}},
+		},
+	}
+	if err := c.Client.Create(ctx, p); err != nil {
+		return fmt.Errorf("creating policy: %w", err)
+	}
+	return nil
+}
+
+// sample is the controller's cumulative counters at one moment.
+type sample struct {
+	at       time.Time
+	cpuTicks float64
+	rssKiB   float64
+	requests float64
+}
+
+type steadyState struct {
+	rssMiB, cpuPct, apiQPS, hbP99ms float64
+}
+
+func (p *controller) sample(b *testing.B) sample {
+	pid := p.cmd.Process.Pid
+	s := sample{at: time.Now()}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatalf("reading the controller's stat (did it exit?): %v", err)
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64) // field 14 of stat, utime
+	st, _ := strconv.ParseFloat(f[12], 64) // field 15, stime
+	s.cpuTicks = ut + st
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			s.rssKiB, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
+		}
+	}
+	s.requests = p.scrape(b, "rest_client_requests_total")
+	return s
+}
+
+// scrape sums every series of metric on the controller's metrics endpoint.
+func (p *controller) scrape(b *testing.B, metric string) float64 {
+	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		b.Fatalf("scraping the controller's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		sum += v
+	}
+	return sum
+}
+
+// steady measures the controller over window: its RSS at the end, its CPU and API request
+// rate over the window, and the agents' heartbeat round-trip p99 within it.
+func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) steadyState {
+	_, _, _ = lat.reset()
+	s0 := p.sample(b)
+	time.Sleep(window)
+	s1 := p.sample(b)
+	p99, count, errs := lat.reset()
+	secs := s1.at.Sub(s0.at).Seconds()
+	b.Logf("steady window %s: %d heartbeats, %d failed", window, count, errs)
+	return steadyState{
+		rssMiB:  s1.rssKiB / 1024,
+		cpuPct:  100 * (s1.cpuTicks - s0.cpuTicks) / clockTicks / secs,
+		apiQPS:  (s1.requests - s0.requests) / secs,
+		hbP99ms: float64(p99.Microseconds()) / 1000,
+	}
+}
+
+// rackRelease asks for the fence of rackSize nodes at once (the fence-request annotation, the
+// README's manual request) and returns the time from all their fences confirmed (polled every
+// 100 ms: an upper bound on the moment, so the result is a lower bound by at most that) to all
+// of them Released with every pod of theirs gone.
+func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kubernetes.Interface, n int) time.Duration {
+	rack := map[string]bool{}
+	for i := 0; i < rackSize; i++ {
+		rack[nodeName(n-1-i)] = true
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"bench-scale rack"}}}`, v1alpha1.AnnotationFenceRequest)
+	if err := forEach(rackSize, func(i int) error {
+		_, err := kube.CoreV1().Nodes().Patch(ctx, nodeName(n-1-i), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}); err != nil {
+		b.Fatalf("requesting the rack's fences: %v", err)
+	}
+	deadline := time.Now().Add(rackTimeout)
+	var confirmed time.Time
+	for time.Now().Before(deadline) {
+		fenced, released := rackPhases(ctx, b, c, rack)
+		if confirmed.IsZero() && fenced == rackSize {
+			confirmed = time.Now()
+		}
+		if released == rackSize && podsLeft(ctx, b, kube, rack) == 0 {
+			return time.Since(confirmed)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fenced, released := rackPhases(ctx, b, c, rack)
+	b.Fatalf("rack not released within %s: %d fenced, %d released, %d pods left", rackTimeout, fenced, released, podsLeft(ctx, b, kube, rack))
+	return 0
+}
+
+// rackPhases counts the rack's fences confirmed (Fenced or later) and Released.
+func rackPhases(ctx context.Context, b *testing.B, c *testbed.Cluster, rack map[string]bool) (fenced, released int) {
+	var list v1alpha1.NodeFenceList
+	if err := c.Client.List(ctx, &list); err != nil {
+		b.Fatalf("listing fences: %v", err)
+	}
+	for _, f := range list.Items {
+		if !rack[f.Spec.NodeName] {
+			continue
+		}
+		switch f.Status.Phase {
+		case v1alpha1.PhaseFenced, v1alpha1.PhaseReleasing:
+			fenced++
+		case v1alpha1.PhaseReleased:
+			fenced++
+			released++
+		}
+	}
+	return fenced, released
+}
+
+func podsLeft(ctx context.Context, b *testing.B, kube kubernetes.Interface, rack map[string]bool) int {
+	left := 0
+	for node := range rack {
+		pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			b.Fatalf("listing the pods of %s: %v", node, err)
+		}
+		left += len(pods.Items)
+	}
+	return left
+}

@@ -1,0 +1,182 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/test/testbed"
+)
+
+const steadyWindow = 30 * time.Second
+
+// sizes are the node counts to measure: $PALISADE_SCALE_SIZES (e.g. "500,1000"), else 500.
+func sizes(b *testing.B) []int {
+	v := os.Getenv("PALISADE_SCALE_SIZES")
+	if v == "" {
+		v = "500"
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 40 {
+			b.Fatalf("PALISADE_SCALE_SIZES=%q: each size must be a number of nodes ≥ 40", v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// BenchmarkScale prints one BENCH scale line per size.
+func BenchmarkScale(b *testing.B) {
+	bin := buildController(b)
+	for _, n := range sizes(b) {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for range b.N {
+				measure(b, bin, n)
+			}
+		})
+	}
+}
+
+func buildController(b *testing.B) string {
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(b.TempDir(), "palisade-controller")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/palisade-controller")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building palisade-controller: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(b *testing.B) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+func measure(b *testing.B, bin string, n int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := testbed.Start(ctx, testbed.Options{NoCSIAttacher: true,
+		Controllers: []string{"garbage-collector-controller", "serviceaccount-token-controller"}})
+	if err != nil {
+		b.Fatalf("starting test bed (run make deps testbed): %v", err)
+	}
+	defer func() { _ = c.Stop() }()
+	cfg := *c.Config
+	cfg.QPS, cfg.Burst = 2000, 4000
+	kube := kubernetesFor(b, &cfg)
+	began := time.Now()
+	if err := createNodes(ctx, kube, n); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("setup: %d nodes, %d pods in %s", n, n*podsPerNode, time.Since(began).Round(time.Millisecond))
+	if err := createPolicy(ctx, c); err != nil {
+		b.Fatal(err)
+	}
+	off := &stopped{set: map[int]bool{}}
+	go runLeases(ctx, kube, n, off)
+
+	pk := issuePKI(b, n)
+	proc := startController(b, c, bin, pk)
+	defer proc.stop()
+	lat := &latencies{}
+	for i := 0; i < n; i++ {
+		cl, err := channel.NewClient(channel.ClientOptions{Address: pk.addr, CertFile: pk.dir + "/" + nodeName(i) + ".crt",
+			KeyFile: pk.dir + "/" + nodeName(i) + ".key", CAFile: pk.dir + "/ca.crt", Timeout: 5 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		go runAgent(ctx, cl, i, n, off, lat)
+	}
+	time.Sleep(2 * steadyWindow) // informers synced, every agent heard, caches warm
+	s := proc.steady(b, steadyWindow, lat)
+	rack := rackRelease(ctx, b, c, kube, n)
+	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f\n",
+		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.Seconds())
+}
+
+// agentPKI is the agents' CA, the controller's server certificate and one client
+// certificate per node, as cmd/palisade-controller and test/scenario set them up.
+type agentPKI struct {
+	dir, addr string
+}
+
+func issuePKI(b *testing.B, n int) agentPKI {
+	p := agentPKI{dir: b.TempDir(), addr: freeAddr(b)}
+	ca, err := pki.NewCA()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(p.dir+"/ca.crt", ca.CertPEM(), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	pair, err := ca.IssueServer([]string{"127.0.0.1"})
+	if err == nil {
+		err = pair.WriteFiles(p.dir+"/server.crt", p.dir+"/server.key")
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := forEach(n, func(i int) error {
+		pair, err := ca.IssueAgent(nodeName(i))
+		if err != nil {
+			return err
+		}
+		return pair.WriteFiles(p.dir+"/"+nodeName(i)+".crt", p.dir+"/"+nodeName(i)+".key")
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// controller is the palisade-controller process under measurement.
+type controller struct {
+	cmd     *exec.Cmd
+	metrics string
+	done    chan struct{}
+}
+
+func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI) *controller {
+	kubeconfig := filepath.Join(pk.dir, "controller.kubeconfig")
+	if err := c.WriteKubeconfig(kubeconfig); err != nil {
+		b.Fatal(err)
+	}
+	p := &controller{metrics: freeAddr(b), done: make(chan struct{})}
+	p.cmd = exec.Command(bin, "--leader-elect=false", "--metrics-bind-address", p.metrics,
+		"--health-probe-bind-address", freeAddr(b), "--agent-listen-address", pk.addr,
+		"--agent-tls-cert", pk.dir+"/server.crt", "--agent-tls-key", pk.dir+"/server.key", "--agent-ca", pk.dir+"/ca.crt")
+	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	log, err := os.Create(filepath.Join(c.Dir, "palisade-controller.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = log, log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		b.Fatalf("starting palisade-controller: %v", err)
+	}
+	go func() { _ = p.cmd.Wait(); _ = log.Close(); close(p.done) }()
+	return p
+}
+
+func (p *controller) stop() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}

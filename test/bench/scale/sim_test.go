@@ -1,0 +1,221 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/providers/agent/channel"
+)
+
+const (
+	podsPerNode   = 30
+	leaseInterval = 10 * time.Second
+	hbInterval    = time.Second
+	parallel      = 64
+)
+
+func nodeName(i int) string { return fmt.Sprintf("scale-%05d", i) }
+
+// forEach runs f(i) for i in [0,n) on parallel workers and returns the first error.
+func forEach(n int, f func(i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	next := make(chan int)
+	for w := 0; w < parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					once.Do(func() { first = err })
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// createNodes creates n Ready nodes, their Leases and podsPerNode Running pods on each.
+func createNodes(ctx context.Context, kube kubernetes.Interface, n int) error {
+	if err := forEach(n, func(i int) error {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i), Labels: map[string]string{"palisade.dev/scale": "true"}}}
+		got, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating node %s: %w", node.Name, err)
+		}
+		now := metav1.Now()
+		got.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now, Reason: "KubeletReady"}}
+		if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("marking node %s Ready: %w", node.Name, err)
+		}
+		return renewLease(ctx, kube, node.Name, true)
+	}); err != nil {
+		return err
+	}
+	return forEach(n*podsPerNode, func(i int) error {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%s-%02d", nodeName(i/podsPerNode), i%podsPerNode), Namespace: "default"},
+			Spec:       corev1.PodSpec{NodeName: nodeName(i / podsPerNode), Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+		}
+		got, err := kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating pod %s: %w", pod.Name, err)
+		}
+		got.Status.Phase = corev1.PodRunning
+		got.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if _, err := kube.CoreV1().Pods("default").UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("marking pod %s Running: %w", pod.Name, err)
+		}
+		return nil
+	})
+}
+
+// renewLease creates or renews node's Lease in kube-node-lease, as its kubelet would.
+func renewLease(ctx context.Context, kube kubernetes.Interface, node string, create bool) error {
+	leases := kube.CoordinationV1().Leases("kube-node-lease")
+	now := metav1.NewMicroTime(time.Now())
+	secs := int32(40)
+	if create {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, LeaseDurationSeconds: &secs, RenewTime: &now}}
+		if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating lease %s: %w", node, err)
+		}
+		return nil
+	}
+	l, err := leases.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading lease %s: %w", node, err)
+	}
+	l.Spec.RenewTime = &now
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("renewing lease %s: %w", node, err)
+	}
+	return nil
+}
+
+// stopped is the set of nodes whose kubelet and agent are silent (the rack that lost power).
+type stopped struct {
+	mu  sync.Mutex
+	set map[int]bool
+}
+
+func (s *stopped) has(i int) bool { s.mu.Lock(); defer s.mu.Unlock(); return s.set[i] }
+
+func (s *stopped) add(is ...int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, i := range is {
+		s.set[i] = true
+	}
+}
+
+// runLeases renews every node's Lease each leaseInterval, spread evenly over it.
+func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopped) {
+	step := leaseInterval / time.Duration(n)
+	t := time.NewTicker(step)
+	defer t.Stop()
+	for i := 0; ; i = (i + 1) % n {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !off.has(i) {
+			go func(i int) { _ = renewLease(ctx, kube, nodeName(i), false) }(i)
+		}
+	}
+}
+
+// latencies collects heartbeat round trips.
+type latencies struct {
+	mu     sync.Mutex
+	d      []time.Duration
+	errors int
+}
+
+func (l *latencies) add(d time.Duration, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.errors++
+		return
+	}
+	l.d = append(l.d, d)
+}
+
+// reset returns the p99 and error count since the last reset.
+func (l *latencies) reset() (time.Duration, int, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, errs := l.d, l.errors
+	l.d, l.errors = nil, 0
+	if len(d) == 0 {
+		return 0, 0, errs
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[len(d)*99/100], len(d), errs
+}
+
+// runAgent heartbeats for node i at hbInterval through the real agent client (one keep-alive
+// connection), starting at an offset that spreads the agents over the interval.
+func runAgent(ctx context.Context, c *channel.Client, i, n int, off *stopped, lat *latencies) {
+	defer c.Close()
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(hbInterval * time.Duration(i) / time.Duration(n)):
+	}
+	t := time.NewTicker(hbInterval)
+	defer t.Stop()
+	boot := fmt.Sprintf("boot-%05d", i)
+	var exec *agentwire.ExecutorStatus
+	for seq := uint64(1); ; seq++ {
+		if !off.has(i) {
+			began := time.Now()
+			rep := agentwire.Report{Node: nodeName(i), BootID: boot, Seq: seq, KubeletHealthy: true,
+				IntervalMillis: hbInterval.Milliseconds(), SentAt: began, Executor: exec}
+			if exec != nil {
+				zero := 0
+				rep.RunningContainers = &zero
+			}
+			cmd, err := c.Send(ctx, rep)
+			if ctx.Err() != nil {
+				return
+			}
+			lat.add(time.Since(began), err)
+			exec = answer(cmd, exec)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// answer is the simulated agent's executor: a Terminate command is confirmed at once (the
+// node runs no real container), with every pod of the node counted.
+func answer(cmd *agentwire.Command, prev *agentwire.ExecutorStatus) *agentwire.ExecutorStatus {
+	if cmd == nil || (prev != nil && prev.ID == cmd.ID) {
+		return prev
+	}
+	now := time.Now()
+	return &agentwire.ExecutorStatus{ID: cmd.ID, State: agentwire.ExecutorConfirmed, Pods: podsPerNode, Containers: podsPerNode, StartedAt: now, FinishedAt: now}
+}
