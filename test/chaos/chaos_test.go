@@ -38,6 +38,9 @@ var activeKinds = []Kind{PowerLoss, ControlPlaneCut, PeerCut, EtcdCut, KubeletKi
 const (
 	replicas = 3
 	window   = 40 * time.Second
+	// detectAfter is how long after the window a fault may still be detected: the policy's
+	// Lease timeout (20s), a kubelet renewal interval (10s) and some more.
+	detectAfter = 40 * time.Second
 )
 
 // TestChaos runs seeded fault schedules on three real machines running a 3-replica witness
@@ -110,8 +113,11 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 		time.Sleep(time.Until(start.Add(f.At)))
 		st.strike(ctx, f)
 	}
-	time.Sleep(time.Until(start.Add(s.Options.Window)))
+	// The last fault gets a Lease timeout and more to be detected and its fence started,
+	// then every fence under way its time to end: only then is it healed.
+	time.Sleep(time.Until(start.Add(s.Options.Window + detectAfter)))
 	st.settle(3 * time.Minute)
+	st.logFences()
 	cancel()
 	st.wg.Wait()
 	healed := st.healAll()
@@ -173,10 +179,16 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 		}
 		st.wg.Go(func() { st.check(st.sc.Cluster.RestartAPIServer(context.Background(), down)) })
 	case KubeletKill:
-		if m.Running() {
-			st.check(m.KillKubelet())
+		if !m.Running() {
+			return nil
 		}
-		return m.StartKubelet
+		st.check(m.KillKubelet())
+		return func() error {
+			if !m.Running() {
+				return nil // fenced (powered off) meanwhile: nothing to start
+			}
+			return m.StartKubelet()
+		}
 	case LeaderKill:
 		st.wg.Go(func() { st.killLeaderAt(ctx, f.Step) })
 	case LyingBMC:
@@ -231,6 +243,26 @@ func (st *striker) settle(timeout time.Duration) {
 		}
 		return true, nil
 	})
+}
+
+// logFences says how each fence of the run ended.
+func (st *striker) logFences() {
+	var list v1alpha1.NodeFenceList
+	if err := st.sc.Cluster.Client.List(context.Background(), &list); err != nil {
+		st.t.Logf("listing NodeFences: %v", err)
+		return
+	}
+	var ends []string
+	for _, nf := range list.Items {
+		reason := ""
+		for _, c := range nf.Status.Conditions {
+			if c.Type == v1alpha1.ConditionFenced {
+				reason = c.Reason
+			}
+		}
+		ends = append(ends, fmt.Sprintf("%s %s (%s)", nf.Spec.NodeName, nf.Status.Phase, reason))
+	}
+	st.t.Logf("fences: %d %v", len(ends), ends)
 }
 
 // healAll undoes every fault: BMCs honest and powered on, links back, kubelets and controllers

@@ -10,14 +10,17 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/checker"
@@ -34,6 +37,8 @@ const StorePort = 7070
 
 // WitnessImage is busybox with /bin/witness-client, the test StatefulSet's image.
 var WitnessImage = containerd.Image{Name: "palisade.test/witness:1", Cmd: []string{"/bin/witness-client"}}
+
+var quietLogs sync.Once
 
 // Options shape a scene.
 type Options struct {
@@ -64,6 +69,7 @@ func Start(t testing.TB, o Options) *Scene {
 	if o.NodeMonitorGracePeriod == 0 {
 		o.NodeMonitorGracePeriod = 20 * time.Second
 	}
+	quietLogs.Do(func() { ctrllog.SetLogger(logr.Discard()) }) // envtest logs through it
 	img := WitnessImage
 	img.Files = map[string]string{"bin/witness-client": buildWitnessClient(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -347,22 +347,37 @@ func (n *Node) boot(ctx context.Context) error {
 }
 
 // heartbeatLoop renews the Lease and refreshes the Node's status while the node is active.
+// Like the kubelet, it bounds each attempt (the kubelet's heartbeat client times out) and
+// retries a failed one at once with a short backoff (200ms doubling up to 7s, the kubelet's
+// lease controller) rather than at its next interval.
 func (n *Node) heartbeatLoop(ctx context.Context) {
+	const firstRetry, maxRetry = 200 * time.Millisecond, 7 * time.Second
 	tick := time.NewTicker(n.opts.LeaseRenewInterval)
 	defer tick.Stop()
+	var retry <-chan time.Time
+	backoff := firstRetry
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		case <-n.kick:
+		case <-retry:
 		}
+		retry = nil
 		if !n.active() {
 			continue
 		}
-		if err := n.heartbeat(ctx); err != nil && ctx.Err() == nil {
-			n.logf("heartbeat: %v", err)
+		hctx, cancel := context.WithTimeout(ctx, n.opts.LeaseRenewInterval)
+		err := n.heartbeat(hctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			backoff = firstRetry
+			continue
 		}
+		n.logf("heartbeat: %v (again in %s)", err, backoff)
+		retry = time.After(backoff)
+		backoff = min(2*backoff, maxRetry)
 	}
 }
 
