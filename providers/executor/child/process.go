@@ -24,6 +24,10 @@ const writeTimeout = 10 * time.Second
 // exitWait is how long an executor that closed its stdout has to exit before it is killed.
 const exitWait = 2 * time.Second
 
+// writeFailWait is how long a call whose write failed waits for the reader to record why the
+// process is gone (it waits at most exitWait itself) before recording the write's failure.
+const writeFailWait = exitWait + 500*time.Millisecond
+
 // Process is one running palisade-executor: requests go to its stdin, and a reader
 // goroutine hands out the responses from its stdout by ID. Once the process is gone (it ended,
 // wrote garbage, or the agent killed it), every call fails with the reason, and it is not used
@@ -188,6 +192,13 @@ func (p *Process) Call(ctx context.Context, req protocol.Request, grace time.Dur
 	if n, err := p.write(ctx, req); err != nil {
 		if n == 0 && ctx.Err() != nil {
 			return protocol.Response{}, context.Cause(ctx) // nothing sent: the stream is intact
+		}
+		// A pipe broken because the reader already stopped the process (garbage on its stdout)
+		// or the process ended: the reader's account is the true one, give it a moment.
+		select {
+		case <-p.done:
+			return protocol.Response{}, p.err
+		case <-time.After(writeFailWait):
 		}
 		p.kill(fmt.Errorf("the agent could not write to the executor process %s (pid %d): %w; it stopped it, and a new one is "+
 			"started for the next command", p.bin, p.cmd.Process.Pid, err))
