@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -80,15 +79,7 @@ const controllerLog = "controller.log"
 // ControllerLogTail returns the last n lines of the in-process controller's log (every
 // controller started in this scene, in order), for a failing test's message.
 func (e *Env) ControllerLogTail(n int) string {
-	b, err := os.ReadFile(filepath.Join(e.dir, controllerLog))
-	if err != nil {
-		return fmt.Sprintf("(no controller log: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return testbed.TailFile(filepath.Join(e.dir, controllerLog), n)
 }
 
 // Start builds the scene; Stop tears it down.

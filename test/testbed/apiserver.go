@@ -41,7 +41,7 @@ func (c *Cluster) StopAPIServer(ctx context.Context) error {
 func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	c.logf("starting kube-apiserver again")
 	if err := c.env.ControlPlane.APIServer.Start(); err != nil {
-		return fmt.Errorf("starting kube-apiserver again: %w\n%s", err, tailFile(filepath.Join(c.Dir, APIServerLog), 20))
+		return fmt.Errorf("starting kube-apiserver again: %w\n%s", err, TailFile(filepath.Join(c.Dir, APIServerLog), 20))
 	}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		body, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)

@@ -64,7 +64,7 @@ func (c *Cluster) startAPIServer(bins binaries, crdDirs []string, audit bool) er
 	c.logf("starting etcd and kube-apiserver (CRDs from %v)", crdDirs)
 	cfg, err := c.env.Start()
 	if err != nil {
-		return fmt.Errorf("starting etcd and kube-apiserver: %w\n%s", err, tailFile(apiLog.Name(), 20))
+		return fmt.Errorf("starting etcd and kube-apiserver: %w\n%s", err, TailFile(apiLog.Name(), 20))
 	}
 	return c.buildClients(cfg, scheme)
 }

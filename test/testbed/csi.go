@@ -81,9 +81,9 @@ func (c *Cluster) waitCSIReady(ctx context.Context) error {
 	case <-c.CSI.CapabilitiesAsked():
 		return nil
 	case <-c.attacher.done:
-		return fmt.Errorf("waiting for csi-attacher: it exited (%v)\n%s", c.attacher.err, tailFile(c.attacher.log.Name(), 20))
+		return fmt.Errorf("waiting for csi-attacher: it exited (%v)\n%s", c.attacher.err, TailFile(c.attacher.log.Name(), 20))
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for csi-attacher: %w\n%s", ctx.Err(), tailFile(c.attacher.log.Name(), 20))
+		return fmt.Errorf("waiting for csi-attacher: %w\n%s", ctx.Err(), TailFile(c.attacher.log.Name(), 20))
 	}
 }
 

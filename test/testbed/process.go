@@ -86,9 +86,9 @@ func (p *component) waitHealthy(ctx context.Context, url string, accept func(bod
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to be healthy: %w\n%s", p.name, ctx.Err(), tailFile(p.log.Name(), 20))
+			return fmt.Errorf("waiting for %s to be healthy: %w\n%s", p.name, ctx.Err(), TailFile(p.log.Name(), 20))
 		case <-p.done:
-			return fmt.Errorf("waiting for %s to be healthy: it exited (%v)\n%s", p.name, p.err, tailFile(p.log.Name(), 20))
+			return fmt.Errorf("waiting for %s to be healthy: it exited (%v)\n%s", p.name, p.err, TailFile(p.log.Name(), 20))
 		case <-tick.C:
 		}
 	}
@@ -122,8 +122,9 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// tailFile returns the last n lines of the file at path, or a note saying why it cannot.
-func tailFile(path string, n int) string {
+// TailFile returns the last n lines of the file at path under a header naming it, or why it
+// could not be read: for failure messages.
+func TailFile(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("(reading %s: %v)", path, err)

@@ -180,9 +180,9 @@ func StartT(t testing.TB, opts Options) *Cluster {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Log(tailFile(filepath.Join(c.Dir, KCMLog), 40))
+			t.Log(TailFile(filepath.Join(c.Dir, KCMLog), 40))
 			if c.attacher != nil {
-				t.Log(tailFile(filepath.Join(c.Dir, CSIAttacherLog), 20))
+				t.Log(TailFile(filepath.Join(c.Dir, CSIAttacherLog), 20))
 			}
 		}
 		if err := c.Stop(); err != nil {

@@ -262,7 +262,7 @@ while :; do wait; sleep 1; done`, m.path(bootIDFile), m.path(etcDir, "containerd
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return fmt.Errorf("booting machine %s: %w\n%s", m.o.Name, err, tail(m.path(logDir, "init.log"), 10))
+		return fmt.Errorf("booting machine %s: %w\n%s", m.o.Name, err, testbed.TailFile(m.path(logDir, "init.log"), 10))
 	}
 	go func() { _ = cmd.Wait() }()
 	m.mu.Lock()
@@ -278,7 +278,7 @@ func (m *Machine) waitSocket(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("booting machine %s: waiting for containerd's socket: %w\n%s", m.o.Name, ctx.Err(), tail(m.path(logDir, "containerd.log"), 20))
+			return fmt.Errorf("booting machine %s: waiting for containerd's socket: %w\n%s", m.o.Name, ctx.Err(), testbed.TailFile(m.path(logDir, "containerd.log"), 20))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -445,21 +445,11 @@ func newBootID() (string, error) {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:]), nil
 }
 
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // LogTail returns the last n lines of one of the machine's logs: "kubelet", "containerd" or
 // "init".
-func (m *Machine) LogTail(name string, n int) string { return tail(m.path(logDir, name+".log"), n) }
+func (m *Machine) LogTail(name string, n int) string {
+	return testbed.TailFile(m.path(logDir, name+".log"), n)
+}
 
 // Controllers are the kube-controller-manager controllers pods on real kubelets need beyond
 // testbed.DefaultControllers: the default ServiceAccount of each namespace and the

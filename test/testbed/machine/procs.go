@@ -77,17 +77,22 @@ func inNamespace(pid int, ns string) bool {
 }
 
 func parent(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces and parentheses: the fields after the last ')'.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
+	f, err := statFields(pid)
+	if err != nil || len(f) < 2 {
+		return 0, fmt.Errorf("parsing /proc/%d/stat: %v", pid, err)
 	}
 	return strconv.Atoi(f[1])
+}
+
+// statFields are the fields of /proc/PID/stat after the command name (state first), which
+// may hold spaces and parentheses: the fields after the last ')'.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:]), nil
 }
 
 // waitGone waits until none of pids exists any more.
@@ -111,13 +116,8 @@ func waitGone(pids []int, timeout time.Duration) error {
 }
 
 func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) > 0 && f[0] == "Z"
+	f, err := statFields(pid)
+	return err != nil || len(f) > 0 && f[0] == "Z"
 }
 
 // removeCgroups removes the cgroups runc made for the machine's containers: the cgroup v1
