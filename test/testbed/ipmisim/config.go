@@ -10,13 +10,16 @@ import (
 
 // chassisScript is ipmi_sim's chassis_control, run through /bin/sh (so that a script just
 // written can never be "text file busy") as `chassis_control 0x20 get power` (it must print
-// "power:1" or "power:0") and `chassis_control 0x20 set power 0|1`. Every set is logged; a power-off is ignored while the
-// ignore-off file exists. The power file is replaced atomically so readers never see it empty.
+// "power:1" or "power:0") and `chassis_control 0x20 set power 0|1`. Every set is logged; a
+// power-off is ignored while the ignore-off file exists; while the delay file exists, every
+// call first sleeps the seconds it holds (ipmi_sim waits for the script, so the BMC answers
+// late). The power file is replaced atomically so readers never see it empty.
 const chassisScript = `#!/bin/sh
 # Written by palisade's ipmisim: the chassis of one simulated machine.
 dir='{{DIR}}'
 op="$2"
 shift 2
+if [ -e "$dir/delay" ]; then sleep "$(cat "$dir/delay")"; fi
 case "$op" in
 get)
 	for item in "$@"; do

@@ -35,6 +35,7 @@ const (
 	scriptFile    = "chassis_control"
 	powerFile     = "power"
 	ignoreOffFile = "ignore-off"
+	delayFile     = "delay"
 	commandsFile  = "power-commands.log"
 	logFile       = "ipmi_sim.log"
 	stateDir      = "state"
@@ -278,6 +279,18 @@ func (b *BMC) SetIgnoreOff(ignore bool) error {
 	}
 	if err := os.Remove(b.path(ignoreOffFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("clearing ignore-off: %w", err)
+	}
+	return nil
+}
+
+// SetDelay makes a slow BMC: every chassis command (power status included) is carried out
+// and answered only after d; 0 makes it prompt again.
+func (b *BMC) SetDelay(d time.Duration) error {
+	if d > 0 {
+		return writeFileAtomic(b.path(delayFile), []byte(fmt.Sprintf("%.3f\n", d.Seconds())), 0o644)
+	}
+	if err := os.Remove(b.path(delayFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("clearing the delay: %w", err)
 	}
 	return nil
 }

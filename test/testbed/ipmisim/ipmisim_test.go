@@ -114,6 +114,31 @@ func TestIgnoreOff(t *testing.T) {
 	wantOffCommands(t, b, 2)
 }
 
+// A slow BMC carries out and answers a chassis command only after its delay.
+func TestDelay(t *testing.T) {
+	b := startBMC(t, Options{})
+	const delay = 1500 * time.Millisecond
+	if err := b.SetDelay(delay); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if got, want := ipmitool(t, b, "chassis", "power", "off"), "Chassis Power Control: Down/Off"; got != want {
+		t.Errorf("off = %q, want %q", got, want)
+	}
+	if took := time.Since(start); took < delay {
+		t.Errorf("power off answered after %s, want at least %s", took, delay)
+	}
+	wantPower(t, b, false)
+	if err := b.SetDelay(0); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	ipmitool(t, b, "chassis", "power", "status")
+	if took := time.Since(start); took >= delay {
+		t.Errorf("power status answered after %s with the delay cleared", took)
+	}
+}
+
 func TestWrongPasswordIsRefused(t *testing.T) {
 	b := startBMC(t, Options{})
 	liar := &BMC{dir: b.dir, port: b.port, username: b.username, password: "wrong"}
