@@ -43,6 +43,9 @@ type Store struct {
 	file     *os.File
 	out      *bufio.Writer
 	now      func() time.Time
+	// Indexes for the tests' waits, so that a poll need not read the history back.
+	firstByUID map[string]Record    // the first append of each pod UID
+	lastByPod  map[string]time.Time // the arrival of each pod name's latest append
 }
 
 // NewStore appends the history to path (created when missing).
@@ -51,7 +54,8 @@ func NewStore(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the witness history: %w", err)
 	}
-	return &Store{sessions: map[string]Identity{}, file: f, out: bufio.NewWriter(f), now: time.Now}, nil
+	return &Store{sessions: map[string]Identity{}, file: f, out: bufio.NewWriter(f), now: time.Now,
+		firstByUID: map[string]Record{}, lastByPod: map[string]time.Time{}}, nil
 }
 
 // Close flushes and closes the history.
@@ -95,7 +99,28 @@ func (s *Store) accept(kind, session string, id Identity, counter int64) (Record
 	if _, err := s.out.Write(append(b, '\n')); err != nil {
 		return Record{}, fmt.Errorf("writing the witness history: %w", err)
 	}
+	if kind == KindAppend {
+		if _, ok := s.firstByUID[id.PodUID]; !ok {
+			s.firstByUID[id.PodUID] = r
+		}
+		s.lastByPod[id.Pod] = r.Arrival
+	}
 	return r, nil
+}
+
+// FirstAppend is the first accepted append of the pod with this UID.
+func (s *Store) FirstAppend(podUID string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.firstByUID[podUID]
+	return r, ok
+}
+
+// LastAppend is when the latest append of any pod named pod was accepted (zero if none).
+func (s *Store) LastAppend(pod string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastByPod[pod]
 }
 
 var errUnknownSession = errors.New("unknown session")

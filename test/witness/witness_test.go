@@ -48,6 +48,7 @@ func TestWitnessClientsAndTheOneCopyCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			checkIndexes(t, store, h)
 			v := checker.OneCopy(h, 0)
 			t.Logf("%d records; %s", len(h), checker.Report(v))
 			if len(h) < 15 {
@@ -57,6 +58,35 @@ func TestWitnessClientsAndTheOneCopyCheck(t *testing.T) {
 				t.Errorf("violations %v, want some: %v", v, tc.overlap)
 			}
 		})
+	}
+}
+
+// checkIndexes checks the store's FirstAppend and LastAppend against its history.
+func checkIndexes(t *testing.T, store *witness.Store, h []witness.Record) {
+	t.Helper()
+	first, last := map[string]witness.Record{}, map[string]time.Time{}
+	for _, r := range h {
+		if r.Kind != witness.KindAppend {
+			continue
+		}
+		if _, ok := first[r.PodUID]; !ok {
+			first[r.PodUID] = r
+		}
+		last[r.Pod] = r.Arrival
+	}
+	for _, uid := range []string{"uid-a", "uid-b"} {
+		got, ok := store.FirstAppend(uid)
+		if !ok || got.Seq != first[uid].Seq {
+			t.Errorf("FirstAppend(%s) = %+v, %v; the history's first: %+v", uid, got, ok, first[uid])
+		}
+	}
+	if _, ok := store.FirstAppend("uid-none"); ok {
+		t.Error("FirstAppend of a UID that never wrote found one")
+	}
+	for pod, want := range last {
+		if got := store.LastAppend(pod); !got.Equal(want) {
+			t.Errorf("LastAppend(%s) = %s, the history's last %s", pod, got, want)
+		}
 	}
 }
 
