@@ -175,7 +175,7 @@ func TestExecutorHung(t *testing.T) {
 	e := newEnv(t, "127.0.0.1:0")
 	hung := childtest.FakeExecutor(t, `read -r line; echo '{"id":1,"version":1}'; while read -r line; do :; done`)
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", "/nonexistent/containerd.sock",
-		"--executor-binary", hung, "--executor-timeout", "1s")
+		"--executor-binary", hung, "--executor-timeout", "3s") // long enough for a loaded machine to start the executor
 	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
 	p.waitForLog(t, "executor process started", 5*time.Second)
 	start := time.Now()
@@ -186,7 +186,7 @@ func TestExecutorHung(t *testing.T) {
 	}
 	_, final := waitForOutcome(t, e, "c1", 10*time.Second)
 	t.Logf("MEASURED hung executor to Failed: %.3fs", time.Since(start).Seconds())
-	want := []string{"executor timeout (1s) expired", "did not answer within 5s after it", "the agent stopped it as hung"}
+	want := []string{"executor timeout (3s) expired", "did not answer within 5s after it", "the agent stopped it as hung"}
 	if final.State != agentwire.ExecutorFailed || !containsAll(final.Message, want) {
 		t.Errorf("final status %+v, want Failed with a message holding %q", final, want)
 	}
