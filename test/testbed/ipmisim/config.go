@@ -42,7 +42,7 @@ exit 0
 const lanConf = `name "palisade"
 set_working_mc 0x20
   startlan 1
-    addr 127.0.0.1 %d
+    addr %s %d
     priv_limit admin
     allowed_auths_callback none md2 md5 straight
     allowed_auths_user none md2 md5 straight
@@ -71,7 +71,7 @@ func (b *BMC) writeFiles() error {
 		mode os.FileMode
 	}{
 		{scriptFile, strings.ReplaceAll(chassisScript, "{{DIR}}", b.dir), 0o755},
-		{lanConfFile, fmt.Sprintf(lanConf, b.port, b.port, b.path(scriptFile), b.username, b.password), 0o600},
+		{lanConfFile, fmt.Sprintf(lanConf, b.host, b.port, b.port, b.path(scriptFile), b.username, b.password), 0o600},
 		{emuFile, emu, 0o644},
 	}
 	for _, f := range files {

@@ -48,7 +48,10 @@ type Options struct {
 	Dir string
 	// Username and Password default to "admin" and "secret".
 	Username, Password string
-	// Port is the UDP port on 127.0.0.1; 0 picks a free one.
+	// Host is the IPv4 address it listens on; default 127.0.0.1. A controller in a network
+	// namespace reaches a BMC on the LAN's host address.
+	Host string
+	// Port is the UDP port on Host; 0 picks a free one.
 	Port int
 }
 
@@ -56,6 +59,7 @@ type Options struct {
 type BMC struct {
 	dir                string
 	username, password string
+	host               string
 	port               int
 
 	cmd    *exec.Cmd
@@ -84,9 +88,9 @@ func Start(ctx context.Context, opts Options) (*BMC, error) {
 }
 
 func start(ctx context.Context, opts Options, pickPort bool) (*BMC, error) {
-	b := &BMC{dir: opts.Dir, username: opts.Username, password: opts.Password, port: opts.Port}
+	b := &BMC{dir: opts.Dir, username: opts.Username, password: opts.Password, host: opts.Host, port: opts.Port}
 	if pickPort {
-		port, err := freeUDPPort()
+		port, err := freeUDPPort(opts.Host)
 		if err != nil {
 			return nil, err
 		}
@@ -120,6 +124,12 @@ func withDefaults(opts Options) (Options, error) {
 	if opts.Password == "" {
 		opts.Password = DefaultPassword
 	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if ip := net.ParseIP(opts.Host); ip == nil || ip.To4() == nil {
+		return opts, fmt.Errorf("ipmisim: Host %q is not an IPv4 address", opts.Host)
+	}
 	for what, s := range map[string]string{"Dir": opts.Dir, "Username": opts.Username, "Password": opts.Password} {
 		if strings.ContainsAny(s, " \t\n\"'\\") {
 			return opts, fmt.Errorf("ipmisim: %s must not contain spaces, quotes or backslashes", what)
@@ -131,10 +141,10 @@ func withDefaults(opts Options) (Options, error) {
 	return opts, nil
 }
 
-// freeUDPPort asks the kernel for a free UDP port on 127.0.0.1. Another process may take it
-// before ipmi_sim binds it: Start then tries again with a new port.
-func freeUDPPort() (int, error) {
-	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+// freeUDPPort asks the kernel for a free UDP port on host. Another process may take it before
+// ipmi_sim binds it: Start then tries again with a new port.
+func freeUDPPort(host string) (int, error) {
+	conn, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, fmt.Errorf("picking a free UDP port: %w", err)
 	}
@@ -204,17 +214,19 @@ func (b *BMC) pause(ctx context.Context) error {
 	}
 }
 
-// bound says whether a socket is bound to 127.0.0.1:port, from /proc/net/udp.
+// bound says whether a socket is bound to host:port, from /proc/net/udp (addresses in
+// little-endian hex).
 func (b *BMC) bound() bool {
 	data, err := os.ReadFile("/proc/net/udp")
 	if err != nil {
 		return true // not Linux: let ipmitool find out
 	}
-	return strings.Contains(string(data), fmt.Sprintf(" 0100007F:%04X ", b.port))
+	ip := net.ParseIP(b.host).To4()
+	return strings.Contains(string(data), fmt.Sprintf(" %02X%02X%02X%02X:%04X ", ip[3], ip[2], ip[1], ip[0], b.port))
 }
 
-// Address is "127.0.0.1:<port>".
-func (b *BMC) Address() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port)) }
+// Address is "<host>:<port>".
+func (b *BMC) Address() string { return net.JoinHostPort(b.host, strconv.Itoa(b.port)) }
 
 // Port is the BMC's UDP port.
 func (b *BMC) Port() int { return b.port }
@@ -235,7 +247,7 @@ func (b *BMC) IPMITool(ctx context.Context, args ...string) (string, error) {
 }
 
 func (b *BMC) ipmitool(ctx context.Context, extra []string, args ...string) (string, error) {
-	argv := []string{"-I", "lanplus", "-H", "127.0.0.1", "-p", strconv.Itoa(b.port), "-U", b.username, "-E", "-C", "3"}
+	argv := []string{"-I", "lanplus", "-H", b.host, "-p", strconv.Itoa(b.port), "-U", b.username, "-E", "-C", "3"}
 	argv = append(append(argv, extra...), args...)
 	cmd := exec.CommandContext(ctx, "ipmitool", argv...)
 	cmd.Env = []string{"IPMITOOL_PASSWORD=" + b.password}

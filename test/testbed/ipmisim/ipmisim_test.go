@@ -152,6 +152,17 @@ func TestWrongPasswordIsRefused(t *testing.T) {
 	wantOffCommands(t, b, 0)
 }
 
+// A BMC on another address of the machine than loopback answers there.
+func TestHost(t *testing.T) {
+	b := startBMC(t, Options{Host: "127.0.0.2"})
+	if got, want := b.Address(), "127.0.0.2:"; !strings.HasPrefix(got, want) {
+		t.Errorf("Address() = %s, want %s…", got, want)
+	}
+	if got, want := ipmitool(t, b, "chassis", "power", "status"), "Chassis Power is on"; got != want {
+		t.Errorf("status = %q, want %q", got, want)
+	}
+}
+
 func TestTwoBMCs(t *testing.T) {
 	a := startBMC(t, Options{})
 	b := startBMC(t, Options{})
@@ -210,6 +221,8 @@ func TestOptionsAreChecked(t *testing.T) {
 		"space in user":  {Dir: t.TempDir(), Username: "ad min"},
 		"long password":  {Dir: t.TempDir(), Password: strings.Repeat("x", 21)},
 		"space in a dir": {Dir: t.TempDir() + "/a b"},
+		"host name":      {Dir: t.TempDir(), Host: "localhost"},
+		"IPv6 host":      {Dir: t.TempDir(), Host: "::1"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if b, err := Start(context.Background(), opts); err == nil {
