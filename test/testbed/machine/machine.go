@@ -49,6 +49,8 @@ type Options struct {
 	// Labels are the Node's labels, which the kubelet sets when it registers
 	// (--node-labels).
 	Labels map[string]string
+	// Daemons start at every boot, after the kubelet.
+	Daemons []Daemon
 	// Logf receives progress messages.
 	Logf func(format string, args ...any)
 }
@@ -66,7 +68,7 @@ type Machine struct {
 	initPID int       // the host PID of that PID 1
 	bootID  string
 	boots   int
-	kubelet *exec.Cmd
+	booted  bool // the boot of init is done
 
 	stop chan struct{}
 	done chan struct{}
@@ -157,8 +159,16 @@ func (m *Machine) Boots() int {
 	return m.boots
 }
 
-// Running reports whether the machine is up (powered and booted).
+// Running reports whether the machine is up: powered, and its boot done (kubelet and daemons
+// started), so that a test that starts what is missing does not race the boot.
 func (m *Machine) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.init != nil && m.booted
+}
+
+// powered reports whether the machine's namespaces run (booted or booting).
+func (m *Machine) powered() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.init != nil
@@ -186,7 +196,7 @@ func (m *Machine) powerLoop() {
 		if err != nil {
 			continue // an unreadable power file changes nothing
 		}
-		switch running := m.Running(); {
+		switch running := m.powered(); {
 		case !on && running:
 			m.o.Logf("machine %s: power lost", m.o.Name)
 			if err := m.kill(); err != nil {
@@ -233,7 +243,16 @@ func (m *Machine) boot(ctx context.Context) error {
 	if err := m.importImages(ctx); err != nil {
 		return errors.Join(err, m.kill())
 	}
-	return m.StartKubelet()
+	if err := m.StartKubelet(); err != nil {
+		return errors.Join(err, m.kill())
+	}
+	if err := m.startDaemons(); err != nil {
+		return errors.Join(err, m.kill())
+	}
+	m.mu.Lock()
+	m.booted = m.init != nil
+	m.mu.Unlock()
+	return nil
 }
 
 // startInit starts the namespaces' PID 1: a shell in the machine's network namespace and in
@@ -323,32 +342,36 @@ func (m *Machine) importImages(ctx context.Context) error {
 
 // StartKubelet starts the machine's kubelet (boot does; after KillKubelet, the test does).
 func (m *Machine) StartKubelet() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.init == nil {
-		return fmt.Errorf("starting the kubelet of machine %s: the machine is off", m.o.Name)
-	}
-	log, err := os.OpenFile(m.path(logDir, "kubelet.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("starting the kubelet of machine %s: %w", m.o.Name, err)
-	}
-	defer log.Close()
 	bin, err := testbed.Binary("kubelet")
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", append(m.enter(), bin,
+	return m.startProcess("kubelet", bin,
 		"--config="+m.path(etcDir, "kubelet.yaml"), "--kubeconfig="+m.path(etcDir, "kubeconfig"),
 		"--hostname-override="+m.o.Name, "--node-ip="+m.net.IP(),
 		"--root-dir="+m.path(diskDir, "kubelet"), "--cert-dir="+m.path(diskDir, "kubelet", "pki"),
-		"--node-labels="+labels(m.o.Labels), "--v=2")...)
+		"--node-labels="+labels(m.o.Labels), "--v=2")
+}
+
+// startProcess starts bin inside the running machine, its output appended to the log name.
+func (m *Machine) startProcess(name, bin string, args ...string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.init == nil {
+		return fmt.Errorf("starting %s on machine %s: the machine is off", name, m.o.Name)
+	}
+	log, err := os.OpenFile(m.path(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("starting %s on machine %s: %w", name, m.o.Name, err)
+	}
+	defer log.Close()
+	cmd := exec.Command("nsenter", append(m.enter(), append([]string{bin}, args...)...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the kubelet of machine %s: %w", m.o.Name, err)
+		return fmt.Errorf("starting %s on machine %s: %w", name, m.o.Name, err)
 	}
 	go func() { _ = cmd.Wait() }()
-	m.kubelet = cmd
 	return nil
 }
 
@@ -370,26 +393,14 @@ func (m *Machine) Command(ctx context.Context, name string, args ...string) (*ex
 
 // KillKubelet kills the machine's kubelet alone (SIGKILL): "kubelet down". Its containers
 // keep running.
-func (m *Machine) KillKubelet() error {
-	pids, err := m.Processes("kubelet")
-	if err != nil {
-		return err
-	}
-	if len(pids) == 0 {
-		return fmt.Errorf("killing the kubelet of machine %s: no kubelet runs", m.o.Name)
-	}
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	return waitGone(pids, 10*time.Second)
-}
+func (m *Machine) KillKubelet() error { return m.killComm("kubelet", "the kubelet") }
 
 // kill is the power cut: unshare dies, its child (PID 1) with it, and every process of the
 // machine's PID namespace with that. It returns once none is left.
 func (m *Machine) kill() error {
 	m.mu.Lock()
 	init, initPID := m.init, m.initPID
-	m.init, m.initPID, m.kubelet = nil, 0, nil
+	m.init, m.initPID, m.booted = nil, 0, false
 	m.mu.Unlock()
 	if init == nil {
 		return nil
@@ -445,8 +456,8 @@ func newBootID() (string, error) {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:]), nil
 }
 
-// LogTail returns the last n lines of one of the machine's logs: "kubelet", "containerd" or
-// "init".
+// LogTail returns the last n lines of one of the machine's logs: "kubelet", "containerd",
+// "init" or a daemon's name.
 func (m *Machine) LogTail(name string, n int) string {
 	return testbed.TailFile(m.path(logDir, name+".log"), n)
 }

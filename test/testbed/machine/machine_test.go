@@ -30,10 +30,12 @@ var workload = containerd.Image{Name: "palisade.test/busybox:1", Cmd: []string{"
 // runs; a graceful deletion is carried out by the kubelet (the container's TERM trap runs);
 // the BMC's power-off through IPMI kills every process of the machine at once, the
 // container's included; power-on boots it again with a new boot ID and the Node turns Ready.
+// A daemon starts with every boot, dies alone when killed and with the machine's power.
 func TestMachineRunsPodsAndDiesWithItsPower(t *testing.T) {
 	c, lan := startCluster(t)
 	bmc := startBMC(t)
-	m := startMachine(t, c, lan, relayAPIServer(t, c, lan), bmc, "machine-1", 1)
+	daemon := machine.Daemon{Name: "tick", Path: copyFile(t, "/bin/sleep", "palisade-tick"), Args: []string{"infinity"}}
+	m := startMachine(t, c, lan, relayAPIServer(t, c, lan), bmc, "machine-1", 1, daemon)
 
 	booted := time.Now()
 	bootID := waitReady(t, c, m.Name(), "", 3*time.Minute)
@@ -41,6 +43,7 @@ func TestMachineRunsPodsAndDiesWithItsPower(t *testing.T) {
 	if bootID != m.BootID() {
 		t.Errorf("the kubelet reports boot ID %s, the machine booted with %s", bootID, m.BootID())
 	}
+	checkDaemon(t, m, daemon.Name)
 
 	// A graceful deletion: the kubelet sends TERM, the trap writes a file on a hostPath and exits.
 	marker := filepath.Join(m.Dir(), "disk", "terminated")
@@ -92,6 +95,49 @@ func TestMachineRunsPodsAndDiesWithItsPower(t *testing.T) {
 	if m.Boots() != 2 || newID != m.BootID() {
 		t.Errorf("boots %d, boot ID %s, want 2 boots and %s", m.Boots(), newID, m.BootID())
 	}
+	if !m.DaemonRunning(daemon.Name) {
+		t.Errorf("daemon %s did not start with the new boot", daemon.Name)
+	}
+}
+
+// checkDaemon checks that the daemon runs inside the machine, that KillDaemon kills it alone
+// and that StartDaemon starts it again.
+func checkDaemon(t *testing.T, m *machine.Machine, name string) {
+	t.Helper()
+	pid := onlyProcess(t, m, "palisade-tick")
+	kubelet := onlyProcess(t, m, "kubelet")
+	if err := m.KillDaemon(name); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) || m.DaemonRunning(name) {
+		t.Errorf("daemon %s (pid %d) alive after KillDaemon", name, pid)
+	}
+	if !alive(kubelet) {
+		t.Errorf("KillDaemon(%s) killed the kubelet too", name)
+	}
+	if err := m.StartDaemon(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return m.DaemonRunning(name), nil
+	}); err != nil {
+		t.Errorf("daemon %s not running after StartDaemon: %v", name, err)
+	}
+}
+
+// copyFile copies a program under a name of its own (its command name) into a temporary
+// directory and returns the copy's path.
+func copyFile(t *testing.T, src, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }
 
 func startCluster(t *testing.T) (*testbed.Cluster, *netns.LAN) {
@@ -135,10 +181,10 @@ func relayAPIServer(t *testing.T, c *testbed.Cluster, lan *netns.LAN) string {
 
 // startMachine starts a machine whose kubelet reaches the API server at relay; a nil power
 // is always on.
-func startMachine(t *testing.T, c *testbed.Cluster, lan *netns.LAN, relay string, power machine.PowerSource, name string, index int) *machine.Machine {
+func startMachine(t *testing.T, c *testbed.Cluster, lan *netns.LAN, relay string, power machine.PowerSource, name string, index int, daemons ...machine.Daemon) *machine.Machine {
 	t.Helper()
 	m := machine.Start(t, machine.Options{Name: name, Index: index, LAN: lan, Cluster: c, APIServer: relay,
-		Power: power, Images: []containerd.Image{workload}})
+		Power: power, Images: []containerd.Image{workload}, Daemons: daemons})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("machine %s kubelet log:\n%s", name, m.LogTail("kubelet", 40))

@@ -20,20 +20,30 @@ const relayDialTimeout = 5 * time.Second
 // are closed in t.Cleanup. It returns the address "HostIP:port".
 func (l *LAN) Relay(t testing.TB, target string) string {
 	t.Helper()
+	addr := l.RelayTo(t, target, func() string { return target })
+	l.logf("relay %s → %s", addr, target)
+	return addr
+}
+
+// RelayTo is Relay to a target that may change: every new connection goes to the address
+// target returns then, and is closed at once when it returns "". It stands in for a Service
+// whose one endpoint moves (the controller's heartbeat Service follows its leader). what
+// names the target in errors.
+func (l *LAN) RelayTo(t testing.TB, what string, target func() string) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", net.JoinHostPort(l.HostIP(), "0"))
 	if err != nil {
-		t.Fatalf("netns: starting relay to %s: %v", target, err)
+		t.Fatalf("netns: starting relay to %s: %v", what, err)
 	}
 	r := &relay{ln: ln, target: target, conns: map[net.Conn]bool{}}
 	r.wg.Go(r.serve)
 	t.Cleanup(r.close)
-	l.logf("relay %s → %s", ln.Addr(), target)
 	return ln.Addr().String()
 }
 
 type relay struct {
 	ln     net.Listener
-	target string
+	target func() string
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
@@ -58,7 +68,11 @@ func (r *relay) serve() {
 // directions have ended, passing half-closes on.
 func (r *relay) forward(c net.Conn) {
 	defer r.untrack(c)
-	up, err := net.DialTimeout("tcp", r.target, relayDialTimeout)
+	target := r.target()
+	if target == "" {
+		return
+	}
+	up, err := net.DialTimeout("tcp", target, relayDialTimeout)
 	if err != nil {
 		return
 	}
