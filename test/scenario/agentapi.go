@@ -1,0 +1,69 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// AgentRules are what an agent does through the API server for orders: watch its NodeFence
+// and answer in an annotation on it.
+var AgentRules = []rbacv1.PolicyRule{{APIGroups: []string{"fencing.palisade.dev"}, Resources: []string{"nodefences"}, Verbs: []string{"get", "list", "watch", "patch"}}}
+
+// AgentAPIArgs gives agents the API server as a pod would have it: a ServiceAccount token
+// (from the TokenRequest API) with AgentRules, the API server's CA (caData), and its address
+// server (e.g. a relay), whose certificate is checked for tlsName when not "". The files go
+// to dir; it returns the agents' flags.
+func AgentAPIArgs(ctx context.Context, kube kubernetes.Interface, caData []byte, dir, server, tlsName string) ([]string, error) {
+	const ns, name = SecretNamespace, "palisade-agent"
+	create := func(err error) error {
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("giving the agents API access: %w", err)
+		}
+		return nil
+	}
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err := create(err); err != nil {
+		return nil, err
+	}
+	_, err = kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err := create(err); err != nil {
+		return nil, err
+	}
+	_, err = kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: AgentRules}, metav1.CreateOptions{})
+	if err := create(err); err != nil {
+		return nil, err
+	}
+	_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: name}},
+	}, metav1.CreateOptions{})
+	if err := create(err); err != nil {
+		return nil, err
+	}
+	tok, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("giving the agents API access: %w", err)
+	}
+	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "api-ca.crt")
+	if err := os.WriteFile(token, []byte(tok.Status.Token), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(ca, caData, 0o600); err != nil {
+		return nil, err
+	}
+	args := []string{"--api-server", server, "--api-token-file", token, "--api-ca-file", ca}
+	if tlsName != "" {
+		args = append(args, "--api-tls-server-name", tlsName)
+	}
+	return args, nil
+}
