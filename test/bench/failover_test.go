@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"testing"
 	"time"
@@ -141,9 +140,5 @@ func median(rs []result) float64 {
 	for _, r := range rs {
 		s = append(s, r.replacementRunning.Seconds())
 	}
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return medianOf(s)
 }

@@ -10,14 +10,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/checker"
 	"palisade.dev/palisade/test/realscene"
-	"palisade.dev/palisade/test/testbed/netns"
+	"palisade.dev/palisade/test/testbed/machine"
 )
 
 // Environment of a chaos run (make chaos sets them).
@@ -27,13 +25,15 @@ const (
 	envVanilla = "PALISADE_CHAOS_VANILLA" // "1": Palisade off, an operator force-deletes at NotReady
 )
 
-// fixedSeeds are the runs of make test.
-var fixedSeeds = []uint64{1, 2, 3, 4, 5}
+// fixedSeeds are the runs of make test, chosen so that together they strike every kind and
+// each gets a machine fenced: 10 a power loss and a control-plane cut of one machine while the
+// controllers are cut from the API server; 13 a power loss and the leader killed at PowerOff;
+// 26 a lying BMC, a killed agent and a killed kubelet; 40 a control-plane cut, a peer cut and
+// an etcd cut; 56 a control-plane cut fenced through a slow BMC.
+var fixedSeeds = []uint64{10, 13, 26, 40, 56}
 
-// activeKinds are the faults the runner strikes today. Not yet: AgentKill (the machines run no
-// palisade-agent yet), SlowBMC (ipmi_sim answers at once) and ControllerAPICut (the controller
-// processes reach the API server directly).
-var activeKinds = []Kind{PowerLoss, ControlPlaneCut, PeerCut, EtcdCut, KubeletKill, LeaderKill, LyingBMC}
+// activeKinds are the faults the runner strikes: all of them.
+var activeKinds = Kinds
 
 const (
 	replicas = 3
@@ -96,7 +96,8 @@ func runsFromEnv(t *testing.T) ([]uint64, bool) {
 
 // run is one seeded run: scene, faults, settle, heal, check.
 func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
-	sc := realscene.Start(t, realscene.Options{Machines: s.Options.Machines})
+	// Palisade runs as deployed: a palisade-agent on every machine, two controller replicas.
+	sc := realscene.Start(t, realscene.Options{Machines: s.Options.Machines, Agents: !vanilla, Volumes: true})
 	st := &striker{t: t, sc: sc}
 	if !vanilla {
 		sc.CreatePolicy(t, 20*time.Second)
@@ -106,7 +107,7 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if vanilla {
-		go st.forceDeleteAtNotReady(ctx)
+		go sc.ForceDeletingOperator(ctx, t.Logf)
 	}
 	start := time.Now()
 	for _, f := range s.Faults {
@@ -165,9 +166,7 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 		st.check(bmc.SetPower(false))
 		return func() error { return bmc.SetPower(true) }
 	case ControlPlaneCut:
-		host, err := netns.ParseEndpoint(st.sc.LAN.HostIP())
-		st.check(err)
-		st.check(m.Net().Cut(host))
+		st.check(st.sc.CutFromControlPlane(m))
 		return m.Net().Heal
 	case PeerCut:
 		st.check(m.Net().CutNodes(st.sc.Machine(realscene.NodeName(f.Peer)).Net()))
@@ -189,12 +188,34 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 			}
 			return m.StartKubelet()
 		}
+	case AgentKill:
+		if !m.Running() || !m.DaemonRunning(realscene.AgentDaemon) {
+			return nil // off, or no agent (vanilla)
+		}
+		st.check(m.KillDaemon(realscene.AgentDaemon))
+		return func() error { return startAgent(m) }
 	case LeaderKill:
 		st.wg.Go(func() { st.killLeaderAt(ctx, f.Step) })
 	case LyingBMC:
 		st.check(bmc.SetIgnoreOff(true))
+	case SlowBMC:
+		st.check(bmc.SetDelay(f.Delay))
+	case ControllerAPICut:
+		if st.ctrls == nil {
+			return nil // vanilla: no controller to cut
+		}
+		st.check(st.sc.CutControllersFromAPI())
+		return st.sc.HealControllers
 	}
 	return nil
+}
+
+// startAgent starts the machine's agent when the machine runs and its agent does not.
+func startAgent(m *machine.Machine) error {
+	if !m.Running() || m.DaemonRunning(realscene.AgentDaemon) {
+		return nil
+	}
+	return m.StartDaemon(realscene.AgentDaemon)
 }
 
 // killLeaderAt kills the leading controller once a NodeFence's step starts, and restarts it 5s
@@ -271,6 +292,7 @@ func (st *striker) healAll() time.Time {
 	for i, m := range st.sc.Machines {
 		bmc := st.sc.BMCs[i]
 		st.check(bmc.SetIgnoreOff(false))
+		st.check(bmc.SetDelay(0))
 		st.check(bmc.SetPower(true))
 		st.check(m.Net().Heal())
 	}
@@ -281,7 +303,11 @@ func (st *striker) healAll() time.Time {
 		if pids, _ := m.Processes("kubelet"); len(pids) == 0 && m.Running() {
 			st.check(m.StartKubelet())
 		}
+		if st.ctrls != nil {
+			st.check(startAgent(m))
+		}
 	}
+	st.check(st.sc.HealControllers())
 	for _, c := range st.ctrls {
 		if !c.Running() {
 			st.check(c.Restart())
@@ -295,47 +321,11 @@ func (st *striker) healAll() time.Time {
 // replica its chance).
 func (st *striker) waitWrite(pod string, since time.Time, timeout time.Duration) {
 	_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		for _, r := range st.sc.History(st.t) {
-			if r.Pod == pod && r.Arrival.After(since) {
-				return true, nil
-			}
-		}
-		return false, nil
+		return st.sc.Store.LastAppend(pod).After(since), nil
 	})
 }
 
 // forceDeleteAtNotReady is the vanilla operator: every pod of a NotReady node is force-deleted.
-func (st *striker) forceDeleteAtNotReady(ctx context.Context) {
-	c := st.sc.Cluster.Client
-	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		for _, m := range st.sc.Machines {
-			n := &corev1.Node{}
-			if err := c.Get(ctx, client.ObjectKey{Name: m.Name()}, n); err != nil || ready(n) {
-				continue
-			}
-			var pods corev1.PodList
-			if err := c.List(ctx, &pods, client.InNamespace("default")); err != nil {
-				continue
-			}
-			for i := range pods.Items {
-				if p := &pods.Items[i]; p.Spec.NodeName == m.Name() {
-					st.t.Logf("operator: %s is NotReady: kubectl delete pod %s --grace-period=0 --force", m.Name(), p.Name)
-					_ = c.Delete(ctx, p, client.GracePeriodSeconds(0))
-				}
-			}
-		}
-		return false, nil
-	})
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
 
 func (st *striker) mayFence(s Schedule) map[string]bool {
 	m := map[string]bool{}

@@ -11,7 +11,6 @@ import (
 
 	"palisade.dev/palisade/test/checker"
 	"palisade.dev/palisade/test/realscene"
-	"palisade.dev/palisade/test/testbed/netns"
 )
 
 // A machine cut off from the control plane keeps running its pod, which keeps writing to its
@@ -33,12 +32,8 @@ func TestRealMachinesCutOffFromTheControlPlane(t *testing.T) {
 			s.DeployWitness(t, 1)
 			first, _ := s.WaitWriter(t, realscene.PodName(0), "", time.Minute)
 			m := s.Machine(first)
-			host, err := netns.ParseEndpoint(s.LAN.HostIP())
-			if err != nil {
-				t.Fatal(err)
-			}
 			cut := time.Now()
-			if err := m.Net().Cut(host); err != nil {
+			if err := s.CutFromControlPlane(m); err != nil {
 				t.Fatal(err)
 			}
 			if !tc.palisade {

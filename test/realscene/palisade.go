@@ -2,6 +2,7 @@ package realscene
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -14,9 +15,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed"
+	"palisade.dev/palisade/test/testbed/machine"
+	"palisade.dev/palisade/test/testbed/netns"
 )
 
 // leaderLease is the controller's leader-election Lease.
@@ -27,11 +34,11 @@ const leaderLease = "palisade-controller.fencing.palisade.dev"
 const ControllerUser = "admin"
 
 // CreatePolicy creates the BMC Secret and the scene's FencingPolicy (IPMI, the given Lease
-// timeout) over every machine.
-func (s *Scene) CreatePolicy(t testing.TB, leaseTimeout time.Duration) {
+// timeout) over every machine, changed by edit.
+func (s *Scene) CreatePolicy(t testing.TB, leaseTimeout time.Duration, edit ...func(*v1alpha1.FencingPolicy)) {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.Cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scenario.SecretNamespace}}); err != nil {
+	if err := s.Cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scenario.SecretNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: scenario.SecretName},
@@ -39,41 +46,71 @@ func (s *Scene) CreatePolicy(t testing.TB, leaseTimeout time.Duration) {
 	if err := s.Cluster.Client.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Cluster.Client.Create(ctx, scenario.NewPolicy(leaseTimeout)); err != nil {
+	p := scenario.NewPolicy(leaseTimeout)
+	for _, e := range edit {
+		e(p)
+	}
+	if err := s.Cluster.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// Controller is one palisade-controller process (a replica); Restart brings a killed one back.
+// Controller is one palisade-controller process (a replica) in the scene's controller
+// namespace on the LAN. Like a Deployment's pod under a kubelet, a process that exits on its
+// own (a leader that lost its Lease exits) is started again after a back-off; Kill is a crash
+// that stays down until Restart.
 type Controller struct {
 	bin, kubeconfig, dir string
+	net                  *netns.Node
+	heartbeat            string   // its agents' heartbeat server, "" without agents
+	args                 []string // flags beyond the scene's
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	metrics string
+	gen     int // Kill and Restart end the supervision of the generation before
 }
 
-// StartControllers builds palisade-controller and runs n replicas with leader election.
+// Restart back-off of a controller process that exited on its own: the kubelet's.
+const (
+	restartBackoff    = 10 * time.Second
+	maxRestartBackoff = 5 * time.Minute
+)
+
+// StartControllers builds palisade-controller and runs n replicas with leader election, in
+// a network namespace of their own on the LAN (CutControllersFromAPI cuts it), reaching the
+// API server through its relay.
 func (s *Scene) StartControllers(t testing.TB, n int) []*Controller {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "palisade-controller")
+	dir := t.TempDir()
+	bin, kubeconfig := filepath.Join(dir, "palisade-controller"), filepath.Join(dir, "kubeconfig")
 	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(moduleDir(), "cmd", "palisade-controller")).CombinedOutput(); err != nil {
 		t.Fatalf("building palisade-controller: %v\n%s", err, out)
 	}
+	if err := s.Cluster.WriteKubeconfigVia(kubeconfig, s.Relay); err != nil {
+		t.Fatal(err)
+	}
+	if s.controllerNet == nil {
+		s.controllerNet = s.LAN.AddNode("controllers")
+	}
 	var cs []*Controller
 	for range n {
-		c := &Controller{bin: bin, kubeconfig: s.Cluster.KubeconfigPath(), dir: t.TempDir()}
+		c := &Controller{bin: bin, kubeconfig: kubeconfig, dir: t.TempDir(), net: s.controllerNet}
+		if s.agents != nil {
+			addr, err := c.freeAddr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.heartbeat, c.args = addr, s.agents.controllerArgs(addr)
+			s.agents.add(c)
+		}
 		if err := c.Restart(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
 			c.Kill()
 			if t.Failed() {
-				b, _ := os.ReadFile(filepath.Join(c.dir, "controller.log"))
-				if len(b) > 3000 {
-					b = b[len(b)-3000:]
-				}
-				t.Logf("controller log (tail):\n%s", b)
+				t.Logf("controller log (tail):\n%s", testbed.TailFile(filepath.Join(c.dir, "controller.log"), 60))
 			}
 		})
 		cs = append(cs, c)
@@ -81,41 +118,111 @@ func (s *Scene) StartControllers(t testing.TB, n int) []*Controller {
 	return cs
 }
 
-// Restart starts the process (again).
+// CutControllersFromAPI drops the controller replicas' traffic to the API server (their
+// heartbeat servers stay reachable); HealControllers undoes it.
+func (s *Scene) CutControllersFromAPI() error {
+	api, err := netns.ParseEndpoint(s.Relay)
+	if err != nil {
+		return err
+	}
+	return s.controllerNet.Cut(api)
+}
+
+// CutFromControlPlane cuts machine m off from the control plane: the API server, the
+// controllers and their heartbeat relay (everything on the host's LAN address and in the
+// controllers' namespace). Its pods keep running, and its peers stay reachable.
+func (s *Scene) CutFromControlPlane(m *machine.Machine) error {
+	eps := []string{s.LAN.HostIP()}
+	if s.controllerNet != nil {
+		eps = append(eps, s.controllerNet.IP())
+	}
+	var peers []netns.Endpoint
+	for _, e := range eps {
+		p, err := netns.ParseEndpoint(e)
+		if err != nil {
+			return err
+		}
+		peers = append(peers, p)
+	}
+	return m.Net().Cut(peers...)
+}
+
+// HealControllers undoes CutControllersFromAPI.
+func (s *Scene) HealControllers() error {
+	if s.controllerNet == nil {
+		return nil
+	}
+	return s.controllerNet.Heal()
+}
+
+// Restart starts the process (again) and supervises it.
 func (c *Controller) Restart() error {
-	metrics, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	health, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	log, err := os.OpenFile(filepath.Join(c.dir, "controller.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(c.bin, "--kubeconfig", c.kubeconfig,
-		"--leader-election-namespace", scenario.SecretNamespace, "--leader-elect-lease-duration", "4s",
-		"--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
-		"--health-probe-bind-address", health, "--metrics-bind-address", metrics)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return err
-	}
-	go func() { _ = cmd.Wait(); log.Close() }()
 	c.mu.Lock()
-	c.cmd, c.metrics = cmd, "http://"+metrics
+	c.gen++
+	gen := c.gen
 	c.mu.Unlock()
+	done, err := c.start(gen)
+	if err != nil {
+		return err
+	}
+	go c.supervise(gen, done)
 	return nil
 }
 
-// Kill is SIGKILL: a controller crash.
+// supervise starts the process again, after the back-off, each time it exits on its own.
+func (c *Controller) supervise(gen int, done <-chan struct{}) {
+	backoff := restartBackoff
+	for {
+		<-done
+		time.Sleep(backoff)
+		backoff = min(2*backoff, maxRestartBackoff)
+		var err error
+		if done, err = c.start(gen); err != nil {
+			return // killed meanwhile, or no process could start
+		}
+	}
+}
+
+// start starts the process unless generation gen is over; done closes when it exits.
+func (c *Controller) start(gen int) (<-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return nil, errors.New("killed")
+	}
+	metrics, err := c.freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	health, err := c.freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	log, err := os.OpenFile(filepath.Join(c.dir, "controller.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := c.net.Command(context.Background(), c.bin, append([]string{"--kubeconfig", c.kubeconfig,
+		"--leader-election-namespace", scenario.SecretNamespace, "--leader-elect-lease-duration", "4s",
+		"--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
+		"--health-probe-bind-address", health, "--metrics-bind-address", metrics}, c.args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	c.cmd, c.metrics = cmd, "http://"+metrics
+	return done, nil
+}
+
+// Kill is SIGKILL: a controller crash, not restarted until Restart.
 func (c *Controller) Kill() {
 	c.mu.Lock()
 	cmd := c.cmd
 	c.cmd = nil
+	c.gen++
 	c.mu.Unlock()
 	if cmd != nil {
 		_ = cmd.Process.Kill()
@@ -140,8 +247,9 @@ func (c *Controller) Leads() bool {
 	return strings.Contains(string(b), `leader_election_master_status{name="`+leaderLease+`"} 1`)
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freeAddr is a free address in the controllers' namespace.
+func (c *Controller) freeAddr() (string, error) {
+	l, err := c.net.Listen("tcp", net.JoinHostPort(c.net.IP(), "0"))
 	if err != nil {
 		return "", err
 	}
@@ -149,9 +257,32 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// Running says whether the process was started and not killed since.
+// heartbeatAddr is the replica's agent heartbeat server.
+func (c *Controller) heartbeatAddr() string { return c.heartbeat }
+
+// Running says whether the process was started and not killed since (it may be between a
+// crash and its restart).
 func (c *Controller) Running() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cmd != nil
+}
+
+// WaitLeader waits until one of the replicas leads and returns it.
+func WaitLeader(t testing.TB, cs []*Controller, timeout time.Duration) *Controller {
+	t.Helper()
+	var leader *Controller
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		for _, c := range cs {
+			if c.Leads() {
+				leader = c
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no controller replica leads within %s", timeout)
+	}
+	return leader
 }

@@ -46,6 +46,13 @@ type Options struct {
 	Machines int
 	// NodeMonitorGracePeriod is kube-controller-manager's; default 20s.
 	NodeMonitorGracePeriod time.Duration
+	// Agents runs a real palisade-agent on every machine (a daemon of the machine: it dies
+	// with the power and starts with every boot), heartbeating to the leading controller.
+	Agents bool
+	// Volumes gives the witness StatefulSet RWO CSI volumes: the test bed's CSI driver (its
+	// controller plugin behind the real external-attacher) and a CSI node plugin on every
+	// machine, registered with its kubelet.
+	Volumes bool
 }
 
 // Scene is a running scene; everything stops in t.Cleanup.
@@ -58,6 +65,11 @@ type Scene struct {
 	StoreURL string
 	// Relay is the API server's address on the LAN.
 	Relay string
+
+	machines      int
+	agents        *agents     // nil without Options.Agents
+	volumes       *volumes    // nil without Options.Volumes
+	controllerNet *netns.Node // the controller replicas' namespace, from StartControllers
 }
 
 // Start builds the scene and waits until every machine's Node is Ready.
@@ -74,18 +86,29 @@ func Start(t testing.TB, o Options) *Scene {
 	img.Files = map[string]string{"bin/witness-client": buildWitnessClient(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := testbed.Start(ctx, testbed.Options{AuditLog: true, NoCSIAttacher: true, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod,
+	c, err := testbed.Start(ctx, testbed.Options{AuditLog: true, NoCSIAttacher: !o.Volumes, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod,
 		Controllers: append(append([]string{}, testbed.DefaultControllers...), machine.Controllers...), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
-	s := &Scene{Cluster: c, LAN: netns.New(t)}
+	s := &Scene{Cluster: c, LAN: netns.New(t), machines: o.Machines}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the scene's API objects:\n%s", s.Describe())
+		}
+	})
 	u, err := url.Parse(c.Config.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Relay = s.LAN.Relay(t, u.Host)
+	if o.Agents {
+		s.agents = s.setupAgents(t)
+	}
+	if o.Volumes {
+		s.volumes = setupVolumes(t)
+	}
 	storage := s.serveStore(t)
 	for i := 1; i <= o.Machines; i++ {
 		s.addMachine(t, ctx, i, img)
@@ -106,16 +129,26 @@ func Start(t testing.TB, o Options) *Scene {
 
 func (s *Scene) addMachine(t testing.TB, ctx context.Context, i int, img containerd.Image) {
 	t.Helper()
-	bmc, err := ipmisim.Start(ctx, ipmisim.Options{Dir: t.TempDir()})
+	bmc, err := ipmisim.Start(ctx, ipmisim.Options{Dir: t.TempDir(), Host: s.LAN.HostIP()}) // the controllers' namespace reaches it
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bmc.Stop() })
+	var daemons []machine.Daemon
+	if s.agents != nil {
+		daemons = append(daemons, s.agents.daemon(i))
+	}
+	if s.volumes != nil {
+		daemons = append(daemons, s.volumes.daemon())
+	}
 	m := machine.Start(t, machine.Options{Name: NodeName(i), Index: i, LAN: s.LAN, Cluster: s.Cluster, APIServer: s.Relay,
-		Power: bmc, Images: []containerd.Image{img}, Labels: map[string]string{"palisade.dev/fenced-by": "ipmi"}})
+		Power: bmc, Images: []containerd.Image{img}, Labels: map[string]string{"palisade.dev/fenced-by": "ipmi"}, Daemons: daemons})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("%s kubelet log:\n%s", m.Name(), m.LogTail("kubelet", 30))
+			if s.agents != nil {
+				t.Logf("%s agent log:\n%s", m.Name(), m.LogTail(AgentDaemon, 20))
+			}
 		}
 	})
 	s.Machines, s.BMCs = append(s.Machines, m), append(s.BMCs, bmc)
@@ -204,12 +237,7 @@ func (s *Scene) waitReady(name string, want corev1.ConditionStatus, timeout time
 		if err := s.Cluster.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
 			return false, nil
 		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				return (cond.Status == corev1.ConditionTrue) == (want == corev1.ConditionTrue), nil
-			}
-		}
-		return false, nil
+		return nodeReady(n) == (want == corev1.ConditionTrue), nil
 	})
 }
 

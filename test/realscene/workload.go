@@ -11,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"palisade.dev/palisade/test/witness"
 )
 
 // StatefulSetName is the witness StatefulSet's name, in namespace default: its pods are
@@ -54,6 +52,12 @@ func (s *Scene) DeployWitness(t testing.TB, replicas int) {
 			},
 		},
 	}
+	if s.volumes != nil {
+		s.createPVs(t, replicas)
+		sts.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{claimTemplate()}
+		c := &sts.Spec.Template.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: "/data"})
+	}
 	if err := s.Cluster.Client.Create(context.Background(), sts); err != nil {
 		t.Fatal(err)
 	}
@@ -74,18 +78,9 @@ func (s *Scene) WaitWriter(t testing.TB, pod, notOn string, timeout time.Duratio
 		if p.Spec.NodeName == "" || p.Spec.NodeName == notOn || p.DeletionTimestamp != nil {
 			return false, nil
 		}
-		if err := s.Store.Flush(); err != nil {
-			return false, err
-		}
-		h, err := witness.ReadHistory(s.Store.Path())
-		if err != nil {
-			return false, err
-		}
-		for _, r := range h {
-			if r.Kind == witness.KindAppend && r.PodUID == string(p.UID) {
-				node, uid = p.Spec.NodeName, string(p.UID)
-				return true, nil
-			}
+		if _, ok := s.Store.FirstAppend(string(p.UID)); ok {
+			node, uid = p.Spec.NodeName, string(p.UID)
+			return true, nil
 		}
 		return false, nil
 	})

@@ -1,0 +1,116 @@
+package realscene
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed/machine"
+)
+
+// AgentDaemon is the name of the machines' palisade-agent daemon (machine.KillDaemon).
+const AgentDaemon = "palisade-agent"
+
+// AgentInterval is the agents' heartbeat interval, the product's default.
+const AgentInterval = "1s"
+
+// agents is what the scene's node agents need: the binaries, the certificates of the agents
+// and of the controllers' heartbeat server, and the heartbeat address on the LAN.
+type agents struct {
+	bin   string // palisade-agent, palisade-executor next to it
+	files map[string]string
+	api   []string // the flags of the agents' API access
+	// Heartbeat is the LAN address the agents send to: a relay to the leading controller's
+	// heartbeat server, standing in for the Service that follows the leader's pod label
+	// (no kube-proxy runs here).
+	heartbeat string
+
+	mu          sync.Mutex
+	controllers []*Controller
+}
+
+// setupAgents builds the agent, issues the certificates and opens the heartbeat relay.
+func (s *Scene) setupAgents(t testing.TB) *agents {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"palisade-agent", "palisade-executor"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), filepath.Join(moduleDir(), "cmd", name)).CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", name, err, out)
+		}
+	}
+	a := &agents{bin: filepath.Join(dir, "palisade-agent"), files: map[string]string{}}
+	ca, err := pki.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.files["ca.crt"] = filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(a.files["ca.crt"], ca.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	issue := func(name string, pair *pki.KeyPair, err error) {
+		a.files[name+".crt"], a.files[name+".key"] = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+		if err == nil {
+			err = pair.WriteFiles(a.files[name+".crt"], a.files[name+".key"])
+		}
+		if err != nil {
+			t.Fatalf("issuing the certificate of %s: %v", name, err)
+		}
+	}
+	pair, err := ca.IssueServer([]string{"127.0.0.1", s.LAN.HostIP()})
+	issue("heartbeat-server", pair, err)
+	for i := 1; i <= s.machines; i++ {
+		pair, err := ca.IssueAgent(NodeName(i))
+		issue(NodeName(i), pair, err)
+	}
+	if a.api, err = scenario.AgentAPIArgs(context.Background(), s.Cluster.Kube, s.Cluster.Config.CAData, dir, "https://"+s.Relay, "localhost"); err != nil {
+		t.Fatal(err)
+	}
+	a.heartbeat = s.LAN.RelayTo(t, "the leading controller's heartbeat server", a.leader)
+	return a
+}
+
+// daemon is machine i's palisade-agent: heartbeats every AgentInterval through the relay,
+// peers probed on the LAN, the machine's kubelet and containerd for orders, which come in
+// heartbeat answers or, for a node whose kubelet is down, through the API server (a
+// ServiceAccount token, as in a pod); its kubelet-stop command kills the machine's kubelet
+// (whose PID namespace is the agent's own).
+func (a *agents) daemon(i int) machine.Daemon {
+	node := NodeName(i)
+	return machine.Daemon{Name: AgentDaemon, Path: a.bin, Args: append([]string{
+		"--controller-address", a.heartbeat, "--node-name", node,
+		"--cert", a.files[node+".crt"], "--key", a.files[node+".key"], "--ca", a.files["ca.crt"],
+		"--interval", AgentInterval, "--kubelet-healthz", "http://127.0.0.1:10248/healthz",
+		"--probe-address", "$(NODE_IP):9444", "--probe-advertise-host", "$(NODE_IP)", "--kubelet-port", "10250",
+		"--cri-endpoint", "$(CONTAINERD_SOCKET)", "--kubelet-stop-command", "pkill -KILL -x kubelet; true",
+	}, a.api...)}
+}
+
+// controllerArgs are a controller replica's flags for its heartbeat server at addr.
+func (a *agents) controllerArgs(addr string) []string {
+	return []string{"--agent-listen-address", addr, "--agent-tls-cert", a.files["heartbeat-server.crt"],
+		"--agent-tls-key", a.files["heartbeat-server.key"], "--agent-ca", a.files["ca.crt"]}
+}
+
+func (a *agents) add(c *Controller) {
+	a.mu.Lock()
+	a.controllers = append(a.controllers, c)
+	a.mu.Unlock()
+}
+
+// leader is the heartbeat address of the replica that leads, "" when none does.
+func (a *agents) leader() string {
+	a.mu.Lock()
+	cs := append([]*Controller(nil), a.controllers...)
+	a.mu.Unlock()
+	for _, c := range cs {
+		if c.Leads() {
+			return c.heartbeatAddr()
+		}
+	}
+	return ""
+}
