@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -25,11 +26,13 @@ const (
 	envVanilla = "PALISADE_CHAOS_VANILLA" // "1": Palisade off, an operator force-deletes at NotReady
 )
 
-// fixedSeeds are the runs of make test, chosen so that together they strike every kind and
-// each gets a machine fenced: 10 a power loss and a control-plane cut of one machine while the
-// controllers are cut from the API server; 13 a power loss and the leader killed at PowerOff;
-// 26 a lying BMC, a killed agent and a killed kubelet; 40 a control-plane cut, a peer cut and
-// an etcd cut; 56 a control-plane cut fenced through a slow BMC.
+// fixedSeeds are the runs of make test, chosen so that together they strike every kind:
+// 10 a power loss and a control-plane cut of one machine while the controllers are cut from
+// the API server (fenced by IPMI); 13 a power loss and the leader killed at PowerOff (fenced by
+// IPMI); 26 a lying BMC, a killed agent and a killed kubelet (fenced by the Executor, the
+// machine keeps its power); 40 a control-plane cut, a peer cut and an etcd cut (nothing fenced:
+// the controller is blind while the API server is down, and the cut machine's peers see it);
+// 56 a control-plane cut under a slow BMC (fenced by the Executor once the cut healed).
 var fixedSeeds = []uint64{10, 13, 26, 40, 56}
 
 // activeKinds are the faults the runner strikes: all of them.
@@ -100,7 +103,12 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	sc := realscene.Start(t, realscene.Options{Machines: s.Options.Machines, Agents: !vanilla, Volumes: true})
 	st := &striker{t: t, sc: sc}
 	if !vanilla {
-		sc.CreatePolicy(t, 20*time.Second)
+		// As deployed for nodes with agents: the Executor first (a node whose kubelet alone is
+		// down is fenced only by it), then IPMI power-off.
+		sc.CreatePolicy(t, 20*time.Second, func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods = append([]v1alpha1.Method{{Name: "executor", Type: v1alpha1.MethodExecutor,
+				Timeout: &metav1.Duration{Duration: time.Minute}, Executor: &v1alpha1.ExecutorMethod{}}}, p.Spec.Methods...)
+		})
 		st.ctrls = sc.StartControllers(t, 2)
 	}
 	sc.DeployWitness(t, replicas)
