@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
 	"github.com/bmc-toolbox/bmclib/v2/providers/ipmitool"
@@ -214,12 +215,16 @@ func splitAddress(addr string) (host, port string, err error) {
 	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
 		return "", "", fmt.Errorf("malformed BMC port in %q", addr)
 	}
-	if host == "" || strings.HasPrefix(host, "-") || strings.ContainsAny(host, " \t\n/@[]") ||
+	if host == "" || strings.HasPrefix(host, "-") || strings.ContainsAny(host, "/@[]") || strings.IndexFunc(host, spaceOrControl) >= 0 ||
 		(strings.Contains(host, ":") && net.ParseIP(host) == nil) {
 		return "", "", fmt.Errorf("malformed BMC host in %q", addr)
 	}
 	return host, port, nil
 }
+
+// spaceOrControl is a character no host name or address holds (a vertical tab once got
+// through: FuzzSplitAddress).
+func spaceOrControl(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
 // client builds a bmclib client that uses the ipmitool provider and nothing else.
 func (p *Provider) client(host, port string, t Target) *bmclib.Client {
