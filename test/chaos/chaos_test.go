@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -103,12 +102,7 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	sc := realscene.Start(t, realscene.Options{Machines: s.Options.Machines, Agents: !vanilla, Volumes: true})
 	st := &striker{t: t, sc: sc}
 	if !vanilla {
-		// As deployed for nodes with agents: the Executor first (a node whose kubelet alone is
-		// down is fenced only by it), then IPMI power-off.
-		sc.CreatePolicy(t, 20*time.Second, func(p *v1alpha1.FencingPolicy) {
-			p.Spec.Methods = append([]v1alpha1.Method{{Name: "executor", Type: v1alpha1.MethodExecutor,
-				Timeout: &metav1.Duration{Duration: time.Minute}, Executor: &v1alpha1.ExecutorMethod{}}}, p.Spec.Methods...)
-		})
+		sc.CreatePolicy(t, 20*time.Second, realscene.ExecutorFirst)
 		st.ctrls = sc.StartControllers(t, 2)
 	}
 	sc.DeployWitness(t, replicas)

@@ -41,10 +41,7 @@ const termPreStop = `echo "prestop $(up)" >> /term/events; sleep 1`
 // the same offsets; node-2 keeps its power.
 func TestRealMachinesExecutorStopsPodsAsTheKubeletDoes(t *testing.T) {
 	s := realscene.Start(t, realscene.Options{Machines: 2, Agents: true})
-	s.CreatePolicy(t, 20*time.Second, func(p *v1alpha1.FencingPolicy) {
-		p.Spec.Methods = []v1alpha1.Method{{Name: "executor", Type: v1alpha1.MethodExecutor,
-			Timeout: &metav1.Duration{Duration: time.Minute}, Executor: &v1alpha1.ExecutorMethod{}}, p.Spec.Methods[0]}
-	})
+	s.CreatePolicy(t, 20*time.Second, realscene.ExecutorFirst)
 	s.StartControllers(t, 1)
 	ctx := context.Background()
 

@@ -109,7 +109,7 @@ func (a *agents) leader() string {
 	a.mu.Unlock()
 	for _, c := range cs {
 		if c.Leads() {
-			return c.heartbeatAddr()
+			return c.heartbeat
 		}
 	}
 	return ""

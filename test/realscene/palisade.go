@@ -257,15 +257,20 @@ func (c *Controller) freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// heartbeatAddr is the replica's agent heartbeat server.
-func (c *Controller) heartbeatAddr() string { return c.heartbeat }
-
 // Running says whether the process was started and not killed since (it may be between a
 // crash and its restart).
 func (c *Controller) Running() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cmd != nil
+}
+
+// ExecutorFirst edits a policy as deployed with agents: the Executor (a minute, each pod's own
+// grace period) before the policy's other methods; a node whose kubelet alone is down is
+// fenced only by it.
+func ExecutorFirst(p *v1alpha1.FencingPolicy) {
+	p.Spec.Methods = append([]v1alpha1.Method{{Name: "executor", Type: v1alpha1.MethodExecutor,
+		Timeout: &metav1.Duration{Duration: time.Minute}, Executor: &v1alpha1.ExecutorMethod{}}}, p.Spec.Methods...)
 }
 
 // WaitLeader waits until one of the replicas leads and returns it.
