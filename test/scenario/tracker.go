@@ -95,8 +95,12 @@ func (t *Tracker) mark(m Milestone) {
 	}
 }
 
+// poll reads the fence, the node, the pod and the attachments once. A release is recorded
+// (recordSafety) before any of this poll's milestones is marked, so that whoever waits for a
+// release milestone finds what was true at that release already there.
 func (t *Tracker) poll(ctx context.Context) {
 	c := t.env.Cluster.Client
+	var seen []Milestone
 	released := false
 	nf := &v1alpha1.NodeFence{}
 	err := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, nf)
@@ -105,67 +109,73 @@ func (t *Tracker) poll(ctx context.Context) {
 	}
 	fenceSeen := err == nil
 	if fenceSeen {
-		t.markFence(nf)
+		seen = append(seen, fenceMilestones(nf)...)
 	}
 	node := &corev1.Node{}
 	if err := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, node); err == nil {
 		if !nodeReady(node) {
-			t.mark(NodeNotReady)
+			seen = append(seen, NodeNotReady)
 		}
 		if hasOutOfService(node) {
-			t.mark(Tainted)
+			seen = append(seen, Tainted)
 			released = true
 		}
 	}
-	released = t.pollPod(ctx) || released
+	pod, gone := t.pollPod(ctx)
+	seen = append(seen, pod...)
+	released = released || gone
 	if vas, err := t.env.Attachments(ctx, t.node.Name()); err == nil && len(vas) == 0 {
-		t.mark(AttachmentReleased)
+		seen = append(seen, AttachmentReleased)
 		released = true
 	}
 	if released {
 		t.recordSafety(fenceSeen && fencing.Confirmed(nf))
 	}
+	for _, m := range seen {
+		t.mark(m)
+	}
 }
 
-func (t *Tracker) markFence(nf *v1alpha1.NodeFence) {
-	t.mark(Detected)
+// fenceMilestones lists the milestones the fence's record shows.
+func fenceMilestones(nf *v1alpha1.NodeFence) []Milestone {
+	seen := []Milestone{Detected}
 	for _, s := range nf.Status.Steps {
 		if s.State != v1alpha1.StepSucceeded {
 			continue
 		}
 		switch s.Name {
 		case v1alpha1.StepPowerOff:
-			t.mark(PowerOffSent)
+			seen = append(seen, PowerOffSent)
 		case v1alpha1.StepConfirmOff:
-			t.mark(OffConfirmed)
+			seen = append(seen, OffConfirmed)
 		case v1alpha1.StepVerifyFenced:
-			t.mark(Verified)
+			seen = append(seen, Verified)
 		}
 	}
+	return seen
 }
 
-// pollPod marks the pod milestones and says whether the old pod is gone.
-func (t *Tracker) pollPod(ctx context.Context) bool {
+// pollPod lists the pod milestones seen and says whether the old pod is gone.
+func (t *Tracker) pollPod(ctx context.Context) ([]Milestone, bool) {
 	pod := &corev1.Pod{}
 	err := t.env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PodName}, pod)
 	if err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			t.mark(PodDeleted)
-			return true
+			return []Milestone{PodDeleted}, true
 		}
-		return false
+		return nil, false
 	}
 	if pod.UID == t.oldUID {
-		return false
+		return nil, false
 	}
-	t.mark(PodDeleted)
+	seen := []Milestone{PodDeleted}
 	if pod.Spec.NodeName != "" && pod.Spec.NodeName != t.node.Name() {
-		t.mark(ReplacementScheduled)
+		seen = append(seen, ReplacementScheduled)
 		if pod.Status.Phase == corev1.PodRunning {
-			t.mark(ReplacementRunning)
+			seen = append(seen, ReplacementRunning)
 		}
 	}
-	return true
+	return seen, true
 }
 
 // recordSafety keeps what was true the first time any release was seen.
@@ -197,7 +207,11 @@ func (t *Tracker) ConfirmedBeforeRelease() (ok bool, what string) {
 	defer t.mu.Unlock()
 	safe := t.safe != nil && *t.safe
 	if !first || !safe {
-		what = fmt.Sprintf("%s; confirmation written first (etcd order) %t; at that release: %s", what, first, t.unsafe)
+		at := t.unsafe
+		if t.safe == nil {
+			at = "the tracker saw no release"
+		}
+		what = fmt.Sprintf("%s; confirmation written first (etcd order) %t; at that release: %s", what, first, at)
 	}
 	return first && safe, what
 }
