@@ -41,6 +41,7 @@ func parseFlags() flags {
 	var f flags
 	flag.StringVar(&f.opts.MetricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
 	flag.StringVar(&f.opts.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.StringVar(&f.opts.PprofAddr, "pprof-bind-address", "", `address of Go's /debug/pprof profiles, for profiling on demand ("" disables it)`)
 	flag.BoolVar(&f.opts.LeaderElection, "leader-elect", true, "elect one active controller among replicas")
 	flag.StringVar(&f.opts.LeaderElectionNS, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader-election Lease (default: the pod's)")
 	flag.DurationVar(&f.opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "leader-election lease duration")

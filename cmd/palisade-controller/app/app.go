@@ -31,6 +31,7 @@ import (
 type Options struct {
 	MetricsAddr        string // "0" disables
 	ProbeAddr          string // "0" disables
+	PprofAddr          string // Go's /debug/pprof; "" and "0" disable
 	LeaderElection     bool
 	LeaderElectionNS   string
 	LeaseDuration      time.Duration
@@ -70,6 +71,10 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// LeaderElectionID is the name of the replicas' leader-election Lease, in the leader-election
+// namespace.
+const LeaderElectionID = "palisade-controller.fencing.palisade.dev"
+
 // NewManager builds the manager with every reconciler registered.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	scheme, err := Scheme()
@@ -81,8 +86,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		NewClient:                     o.NewClient,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
 		LeaderElection:                o.LeaderElection,
-		LeaderElectionID:              "palisade-controller.fencing.palisade.dev",
+		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
 		LeaseDuration:                 durationOrNil(o.LeaseDuration),

@@ -107,6 +107,7 @@ func measure(b *testing.B, bin string, n int) {
 	}
 	time.Sleep(2 * steadyWindow) // informers synced, every agent heard, caches warm
 	s := proc.steady(b, steadyWindow, lat)
+	proc.profileHeap(b, bin, n)
 	rack := rackRelease(ctx, b, c, kube, n)
 	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f\n",
 		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.Seconds())
@@ -148,9 +149,9 @@ func issuePKI(b *testing.B, n int) agentPKI {
 
 // controller is the palisade-controller process under measurement.
 type controller struct {
-	cmd     *exec.Cmd
-	metrics string
-	done    chan struct{}
+	cmd            *exec.Cmd
+	metrics, pprof string
+	done           chan struct{}
 }
 
 func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI) *controller {
@@ -158,8 +159,8 @@ func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI) 
 	if err := c.WriteKubeconfig(kubeconfig); err != nil {
 		b.Fatal(err)
 	}
-	p := &controller{metrics: freeAddr(b), done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "--leader-elect=false", "--metrics-bind-address", p.metrics,
+	p := &controller{metrics: freeAddr(b), pprof: freeAddr(b), done: make(chan struct{})}
+	p.cmd = exec.Command(bin, "--leader-elect=false", "--metrics-bind-address", p.metrics, "--pprof-bind-address", p.pprof,
 		"--health-probe-bind-address", freeAddr(b), "--agent-listen-address", pk.addr,
 		"--agent-tls-cert", pk.dir+"/server.crt", "--agent-tls-key", pk.dir+"/server.key", "--agent-ca", pk.dir+"/ca.crt")
 	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
