@@ -82,7 +82,7 @@ func TestFenceRequestAdmission(t *testing.T) {
 	if err := annotate(alice, n1, forged, "mallory-manager", false); err != nil {
 		t.Fatalf("alice's fence request was denied: %v", err)
 	}
-	nf := waitFence(t, env, n1, time.Minute, func(*v1alpha1.NodeFence) bool { return true })
+	nf := waitFence(t, env.Cluster, n1, time.Minute, func(*v1alpha1.NodeFence) bool { return true })
 	if nf.Spec.RequestedBy != "alice" || nf.Spec.Trigger != v1alpha1.TriggerManual {
 		t.Errorf("NodeFence requestedBy %q trigger %s, want alice, Manual", nf.Spec.RequestedBy, nf.Spec.Trigger)
 	}

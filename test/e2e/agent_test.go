@@ -61,7 +61,7 @@ func TestAgentAliveMeansNoPowerOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = agentProc.Wait()
-	nf := waitFence(t, env, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
+	nf := waitFence(t, env.Cluster, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
 	if !strings.Contains(nf.Spec.Reason, "Dead") {
 		t.Errorf("fence reason %q, want a Dead verdict", nf.Spec.Reason)
 	}

@@ -19,11 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/scenario"
 )
-
-const leaderLease = "palisade-controller.fencing.palisade.dev"
 
 type controllerProc struct {
 	cmd             *exec.Cmd
@@ -44,7 +43,7 @@ func TestControllerBinaryLeaderElection(t *testing.T) {
 	leader := waitMaster(t, a, b)
 	follower := otherOf(a, b, leader)
 	patchAnnotations(t, env, env.Node(2).Name(), map[string]any{v1alpha1.AnnotationFenceRequest: "binary test"})
-	waitFence(t, env, env.Node(2).Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
+	waitFence(t, env.Cluster, env.Node(2).Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
 	waitHTTP(t, leader.metrics+"/metrics", "palisade_fences_created_total")
 	if isMaster(follower) {
 		t.Error("both processes report themselves leader")
@@ -102,7 +101,7 @@ func waitLeader(t *testing.T, env *scenario.Env, not string) string {
 	var holder string
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		l := &coordinationv1.Lease{}
-		if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: scenario.SecretNamespace, Name: leaderLease}, l); err != nil {
+		if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: scenario.SecretNamespace, Name: app.LeaderElectionID}, l); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		if l.Spec.HolderIdentity != nil {
@@ -117,15 +116,7 @@ func waitLeader(t *testing.T, env *scenario.Env, not string) string {
 }
 
 // isMaster reads client-go's leader-election metric from the process.
-func isMaster(p *controllerProc) bool {
-	resp, err := http.Get(p.metrics + "/metrics")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return strings.Contains(string(b), `leader_election_master_status{name="`+leaderLease+`"} 1`)
-}
+func isMaster(p *controllerProc) bool { return scenario.ReportsLeader(p.metrics) }
 
 // waitMaster waits until one of ps reports itself leader and returns it.
 func waitMaster(t *testing.T, ps ...*controllerProc) *controllerProc {

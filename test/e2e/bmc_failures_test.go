@@ -47,7 +47,7 @@ func TestBMCFailuresReleaseNothing(t *testing.T) {
 			}
 			patchAnnotations(t, env, n1.Name(), tc.annotations)
 			patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: "e2e: " + tc.name})
-			nf := waitFence(t, env, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseFailed))
+			nf := waitFence(t, env.Cluster, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseFailed))
 			st, reason, msg := condition(nf, v1alpha1.ConditionFenced)
 			if st != "False" || reason != tc.wantReason {
 				t.Errorf("Fenced condition = %s/%s (%s), want False/%s", st, reason, msg, tc.wantReason)

@@ -140,7 +140,7 @@ func executorFences(t *testing.T, verdict string, kubeletHealthy bool) {
 	s.agent(t, s.addr, api...)
 	n1 := s.env.Node(1)
 	n1.PauseHeartbeats()
-	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
+	nf := waitFence(t, s.env.Cluster, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
 	want := []string{"Terminate:Succeeded", "ConfirmTerminated:Succeeded", "VerifyFenced:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded", "ReleaseAttachments:Succeeded"}
 	if diff := cmp.Diff(want, trace(nf)); diff != "" {
 		t.Errorf("step trace (-want +got):\n%s", diff)
@@ -181,7 +181,7 @@ func TestLyingAgentIsCaught(t *testing.T) {
 	s.agent(t, s.addr, append(agentAPIArgs(t, s.env, "", ""), "--fault-report-confirmed-early")...)
 	n1 := s.env.Node(1)
 	n1.PauseHeartbeats()
-	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseFailed))
+	nf := waitFence(t, s.env.Cluster, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseFailed))
 	if st, reason, msg := condition(nf, v1alpha1.ConditionFenced); st != "False" || reason != "MethodTimedOut" || !strings.Contains(msg, "running") {
 		t.Errorf("Fenced condition = %s/%s (%s), want False/MethodTimedOut naming running containers", st, reason, msg)
 	}

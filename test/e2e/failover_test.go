@@ -46,7 +46,7 @@ func TestPowerLossFailover(t *testing.T) {
 	if ok, first := tr.ConfirmedBeforeRelease(); !ok {
 		t.Errorf("the first release (%s) was not preceded by a confirmed fence with the power Off", first)
 	}
-	nf := waitFence(t, env, n1.Name(), 30*time.Second, phaseIs(v1alpha1.PhaseReleased))
+	nf := waitFence(t, env.Cluster, n1.Name(), 30*time.Second, phaseIs(v1alpha1.PhaseReleased))
 	if diff := cmp.Diff(fullTrace, trace(nf)); diff != "" {
 		t.Errorf("step trace (-want +got):\n%s", diff)
 	}
@@ -109,7 +109,7 @@ func TestControllerKilledResumes(t *testing.T) {
 			assertKilledState(t, env, w, tc.killAt, tc.wantTaint)
 
 			startController(t, env)
-			nf := waitFence(t, env, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
+			nf := waitFence(t, env.Cluster, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
 			if diff := cmp.Diff(fullTrace, trace(nf)); diff != "" {
 				t.Errorf("step trace after resuming (-want +got):\n%s", diff)
 			}

@@ -41,7 +41,7 @@ func TestFinalizerHeldPodReleasesNode(t *testing.T) {
 	if err := n1.BMC.SetPower(false); err != nil {
 		t.Fatal(err)
 	}
-	nf := waitFence(t, env, n1.Name(), 2*time.Minute, phaseIs(v1alpha1.PhaseReleased))
+	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, phaseIs(v1alpha1.PhaseReleased))
 	if diff := cmp.Diff(fullTrace, trace(nf)); diff != "" {
 		t.Errorf("step trace (-want +got):\n%s", diff)
 	}
@@ -58,7 +58,7 @@ func TestFinalizerHeldPodReleasesNode(t *testing.T) {
 	}
 	assertNoAttachmentFor(t, env, n1.Name(), 3*adcSync)
 	assertMarkedAndHeld(t, env, w) // the pod lingered all along
-	if nf := waitFence(t, env, n1.Name(), time.Second, phaseIs(v1alpha1.PhaseReleased)); nf.Status.PodsDeleted != 1 {
+	if nf := waitFence(t, env.Cluster, n1.Name(), time.Second, phaseIs(v1alpha1.PhaseReleased)); nf.Status.PodsDeleted != 1 {
 		t.Errorf("podsDeleted = %d a while after the release, want 1", nf.Status.PodsDeleted)
 	}
 

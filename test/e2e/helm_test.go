@@ -60,7 +60,7 @@ func TestHelmChartRBACIsEnough(t *testing.T) {
 	waitHTTP(t, p.health+"/readyz", "ok")
 	waitLeader(t, env, "")
 	patchAnnotations(t, env, node, map[string]any{v1alpha1.AnnotationFenceRequest: "helm RBAC test"})
-	nf := waitFence(t, env, node, time.Minute, phaseIs(v1alpha1.PhaseReleased))
+	nf := waitFence(t, env.Cluster, node, time.Minute, phaseIs(v1alpha1.PhaseReleased))
 	t.Logf("fence released: %d pods deleted, %d attachments released; steps %v", nf.Status.PodsDeleted, nf.Status.AttachmentsReleased, trace(nf))
 	for _, s := range nf.Status.Steps {
 		if strings.Contains(strings.ToLower(s.Message), "forbidden") {

@@ -13,6 +13,7 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed"
 )
 
 // Test-speed settings: the simulated kubelets renew every second, the policy fences after 5s.
@@ -64,11 +65,11 @@ func deploy(t *testing.T, env *scenario.Env) *scenario.Workload {
 }
 
 // waitFence waits until the node's NodeFence satisfies ok.
-func waitFence(t *testing.T, env *scenario.Env, node string, timeout time.Duration, ok func(*v1alpha1.NodeFence) bool) *v1alpha1.NodeFence {
+func waitFence(t *testing.T, c *testbed.Cluster, node string, timeout time.Duration, ok func(*v1alpha1.NodeFence) bool) *v1alpha1.NodeFence {
 	t.Helper()
 	nf := &v1alpha1.NodeFence{}
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: node}, nf); err != nil {
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: node}, nf); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		return ok(nf), nil

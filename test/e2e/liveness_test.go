@@ -28,7 +28,7 @@ func TestFenceOfTheWrongMachineReleasesNothing(t *testing.T) {
 	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationBMCAddress: n3.BMC.Address()})
 	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: "e2e: fence node 1 through a swapped BMC address"})
 
-	nf := waitFence(t, env, n1.Name(), 2*time.Minute, phaseIs(v1alpha1.PhaseFailed))
+	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, phaseIs(v1alpha1.PhaseFailed))
 	t.Logf("trace: %v", trace(nf))
 	if on, err := n3.BMC.PoweredOn(); err != nil || on {
 		t.Fatalf("node 3's power on = %t (%v): the swapped address did not power off the other machine, the test did not test", on, err)

@@ -47,7 +47,7 @@ func TestManualFenceRequest(t *testing.T) {
 	}
 
 	patchAnnotations(t, env, n2.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: "disk controller reports errors"})
-	nf := waitFence(t, env, n2.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
+	nf := waitFence(t, env.Cluster, n2.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
 	// No admission policy records the requester in this scene, and the field manager
 	// ("e2e-operator") is not taken for it: requestedBy stays empty (TestFenceRequestAdmission
 	// checks the recorded user).

@@ -48,7 +48,7 @@ func TestDeletingACutOffNodeFencesItFirst(t *testing.T) {
 	if _, err := tr.Wait(ctx, scenario.ReplacementRunning, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	nf := waitFence(t, env, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
+	nf := waitFence(t, env.Cluster, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
 	if nf.Spec.Trigger != v1alpha1.TriggerNodeDeleted {
 		t.Errorf("trigger %s, want %s", nf.Spec.Trigger, v1alpha1.TriggerNodeDeleted)
 	}

@@ -234,7 +234,7 @@ func TestPartitions(t *testing.T) {
 		if err := s.ns[0].Cut(s.relay); err != nil { // the kubelet and the agent lose the API server
 			t.Fatal(err)
 		}
-		nf := waitFence(t, s.env, "node-1", 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
+		nf := waitFence(t, s.env.Cluster, "node-1", 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
 		if nf.Spec.Verdict != "Partitioned" || nf.Status.Method != "executor" || !strings.Contains(stepMessage(nf, "Terminate"), "over the direct channel") {
 			t.Errorf("verdict %q method %q terminate step %q; want Partitioned, the executor, over the direct channel", nf.Spec.Verdict, nf.Status.Method, stepMessage(nf, "Terminate"))
 		}
@@ -251,7 +251,7 @@ func TestPartitions(t *testing.T) {
 		if err := s.kubelets[0].Kill(); err != nil {
 			t.Fatal(err)
 		}
-		nf := waitFence(t, s.env, "node-1", 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
+		nf := waitFence(t, s.env.Cluster, "node-1", 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
 		if nf.Spec.Verdict != "KubeletDown" || nf.Status.Method != "executor" || !strings.Contains(stepMessage(nf, "Terminate"), "through the API server") {
 			t.Errorf("verdict %q method %q terminate step %q; want KubeletDown, the executor, through the API server", nf.Spec.Verdict, nf.Status.Method, stepMessage(nf, "Terminate"))
 		}
@@ -270,7 +270,7 @@ func TestPartitions(t *testing.T) {
 		if err := s.ns[0].CutAll(); err != nil {
 			t.Fatal(err)
 		}
-		nf := waitFence(t, s.env, "node-1", 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
+		nf := waitFence(t, s.env.Cluster, "node-1", 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
 		t.Logf("released %s after everything was cut", time.Since(start).Round(100*time.Millisecond))
 		if nf.Spec.Verdict != "Dead" || nf.Status.Method != "ipmi" {
 			t.Errorf("verdict %q method %q; want Dead, fenced by power-off", nf.Spec.Verdict, nf.Status.Method)

@@ -26,10 +26,7 @@ func TestRealMachinesWithAgents(t *testing.T) {
 	s.CreatePolicy(t, leaseTimeout)
 	ctrls := s.StartControllers(t, 2)
 	s.DeployWitness(t, 1)
-	for _, m := range s.Machines {
-		waitAgentLog(t, s, m.Name(), "heartbeats accepted by the controller", 1, time.Minute)
-		waitAgentLog(t, s, m.Name(), `"peer reachability"`, 2, time.Minute)
-	}
+	s.WaitAgents(t, time.Minute)
 	first, _ := s.WaitWriter(t, realscene.PodName(0), "", time.Minute)
 	other := realscene.NodeName(1)
 	if other == first {

@@ -87,7 +87,7 @@ func TestSelfFence(t *testing.T) {
 	n1.PauseHeartbeats() // cut off from the API server ...
 	apiserver.Close()
 	link.Cut() // ... and from the controller
-	nf := waitFence(t, s.env, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
+	nf := waitFence(t, s.env.Cluster, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
 	if st, reason, msg := condition(nf, v1alpha1.ConditionFenced); st != "True" || reason != "SelfFenceSafeTimePassed" {
 		t.Errorf("Fenced condition = %s/%s (%s), want True/SelfFenceSafeTimePassed", st, reason, msg)
 	}

@@ -5,8 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/scenario"
@@ -113,4 +117,20 @@ func (a *agents) leader() string {
 		}
 	}
 	return ""
+}
+
+// WaitAgents waits until every machine's agent has had heartbeats accepted by the controller
+// and has reported both of its peers' reachability: a fault struck earlier would leave the
+// verdict to the Lease alone.
+func (s *Scene) WaitAgents(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	for _, m := range s.Machines {
+		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+			log := m.LogTail(AgentDaemon, 10000)
+			return strings.Contains(log, "heartbeats accepted by the controller") && strings.Count(log, `"peer reachability"`) >= len(s.Machines)-1, nil
+		})
+		if err != nil {
+			t.Fatalf("the agent of %s was not heard, or did not report its peers, within %s:\n%s", m.Name(), timeout, m.LogTail(AgentDaemon, 20))
+		}
+	}
 }

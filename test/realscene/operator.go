@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"palisade.dev/palisade/test/scenario"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -20,7 +21,7 @@ func (s *Scene) ForceDeletingOperator(ctx context.Context, logf func(format stri
 	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		for _, m := range s.Machines {
 			n := &corev1.Node{}
-			if err := c.Get(ctx, client.ObjectKey{Name: m.Name()}, n); err != nil || nodeReady(n) {
+			if err := c.Get(ctx, client.ObjectKey{Name: m.Name()}, n); err != nil || scenario.NodeReady(n) {
 				continue
 			}
 			var pods corev1.PodList
@@ -44,14 +45,4 @@ func (s *Scene) ForceDeletingOperator(ctx context.Context, logf func(format stri
 		}
 		return false, nil
 	})
-}
-
-// nodeReady says whether the Node's Ready condition is True.
-func nodeReady(n *corev1.Node) bool {
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

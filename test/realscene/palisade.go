@@ -3,13 +3,10 @@ package realscene
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,9 +22,6 @@ import (
 	"palisade.dev/palisade/test/testbed/machine"
 	"palisade.dev/palisade/test/testbed/netns"
 )
-
-// leaderLease is the controller's leader-election Lease.
-const leaderLease = "palisade-controller.fencing.palisade.dev"
 
 // ControllerUser is the user the controller processes act as (the test bed's admin
 // kubeconfig): the checker counts its VolumeAttachment deletions as releases.
@@ -234,17 +228,7 @@ func (c *Controller) Leads() bool {
 	c.mu.Lock()
 	running, metrics := c.cmd != nil, c.metrics
 	c.mu.Unlock()
-	if !running {
-		return false
-	}
-	cl := http.Client{Timeout: time.Second}
-	resp, err := cl.Get(metrics + "/metrics")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return strings.Contains(string(b), `leader_election_master_status{name="`+leaderLease+`"} 1`)
+	return running && scenario.ReportsLeader(metrics)
 }
 
 // freeAddr is a free address in the controllers' namespace.

@@ -24,6 +24,7 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/checker"
+	"palisade.dev/palisade/test/scenario"
 	"palisade.dev/palisade/test/testbed"
 	"palisade.dev/palisade/test/testbed/containerd"
 	"palisade.dev/palisade/test/testbed/ipmisim"
@@ -237,7 +238,7 @@ func (s *Scene) waitReady(name string, want corev1.ConditionStatus, timeout time
 		if err := s.Cluster.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
 			return false, nil
 		}
-		return nodeReady(n) == (want == corev1.ConditionTrue), nil
+		return scenario.NodeReady(n) == (want == corev1.ConditionTrue), nil
 	})
 }
 

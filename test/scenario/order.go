@@ -14,6 +14,7 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/fencing"
+	"palisade.dev/palisade/test/testbed"
 )
 
 // orderWatch proves the order of writes: it watches the NodeFence, the Node, the pod and the
@@ -28,8 +29,8 @@ type orderWatch struct {
 	wg                  sync.WaitGroup
 }
 
-func (e *Env) watchOrder(ctx context.Context, node string, podUID types.UID) (*orderWatch, error) {
-	wc, err := client.NewWithWatch(e.Cluster.Config, client.Options{Scheme: e.Cluster.Scheme})
+func watchOrder(ctx context.Context, c *testbed.Cluster, node string, podUID types.UID) (*orderWatch, error) {
+	wc, err := client.NewWithWatch(c.Config, client.Options{Scheme: c.Scheme})
 	if err != nil {
 		return nil, err
 	}

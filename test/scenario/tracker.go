@@ -13,6 +13,7 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/fencing"
+	"palisade.dev/palisade/test/testbed"
 )
 
 // Milestone is one observable point of a failover.
@@ -30,16 +31,27 @@ const (
 	AttachmentReleased   Milestone = "RWO attachment released"
 	ReplacementScheduled Milestone = "replacement pod scheduled on another node"
 	ReplacementRunning   Milestone = "replacement pod Running"
+	ReplacementWrites    Milestone = "replacement's first write accepted by the witness store"
 )
 
 // pollInterval bounds the tracker's error on every milestone.
 const pollInterval = 100 * time.Millisecond
 
-// Tracker watches a failover of the database pod from node, from the outside, by polling the
-// API server; every time is when the tracker first saw the milestone.
+// A Target is what a Tracker follows: one node of a test bed's cluster, running the database
+// pod (Namespace/PodName), and its BMC's power reading.
+type Target struct {
+	Cluster   *testbed.Cluster
+	Node      string
+	PoweredOn func() (bool, error)
+	// Wrote, when set, says whether a witness store has accepted a write of the pod with this
+	// UID (real machines): the replacement's first write is then a milestone.
+	Wrote func(podUID string) bool
+}
+
+// Tracker watches a failover of the database pod from the target's node, from the outside, by
+// polling the API server; every time is when the tracker first saw the milestone.
 type Tracker struct {
-	env    *Env
-	node   *Node
+	tg     Target
 	oldUID types.UID
 	start  time.Time
 	notify func(Milestone, time.Duration)
@@ -55,16 +67,21 @@ type Tracker struct {
 	done   chan struct{}
 }
 
-// Track starts tracking from now (the moment power is cut); notify, when set, is called for
-// each milestone as it is seen.
+// Track starts tracking node's failover from now (the moment power is cut); notify, when set,
+// is called for each milestone as it is seen.
 func (e *Env) Track(ctx context.Context, node *Node, old *corev1.Pod, notify func(Milestone, time.Duration)) (*Tracker, error) {
+	return Track(ctx, Target{Cluster: e.Cluster, Node: node.Name(), PoweredOn: node.BMC.PoweredOn}, old, notify)
+}
+
+// Track starts tracking the target's failover of the pod old from now.
+func Track(ctx context.Context, tg Target, old *corev1.Pod, notify func(Milestone, time.Duration)) (*Tracker, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	order, err := e.watchOrder(ctx, node.Name(), old.UID)
+	order, err := watchOrder(ctx, tg.Cluster, tg.Node, old.UID)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("watching the order of writes: %w", err)
 	}
-	t := &Tracker{env: e, node: node, oldUID: old.UID, start: time.Now(), notify: notify, order: order,
+	t := &Tracker{tg: tg, oldUID: old.UID, start: time.Now(), notify: notify, order: order,
 		at: map[Milestone]time.Duration{}, stop: cancel, done: make(chan struct{})}
 	t.mark(PowerLost)
 	go func() {
@@ -99,11 +116,11 @@ func (t *Tracker) mark(m Milestone) {
 // (recordSafety) before any of this poll's milestones is marked, so that whoever waits for a
 // release milestone finds what was true at that release already there.
 func (t *Tracker) poll(ctx context.Context) {
-	c := t.env.Cluster.Client
+	c := t.tg.Cluster.Client
 	var seen []Milestone
 	released := false
 	nf := &v1alpha1.NodeFence{}
-	err := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, nf)
+	err := c.Get(ctx, client.ObjectKey{Name: t.tg.Node}, nf)
 	if client.IgnoreNotFound(err) != nil {
 		return // a failed read says nothing about the fence: look again at the next poll
 	}
@@ -112,8 +129,8 @@ func (t *Tracker) poll(ctx context.Context) {
 		seen = append(seen, fenceMilestones(nf)...)
 	}
 	node := &corev1.Node{}
-	if err := c.Get(ctx, client.ObjectKey{Name: t.node.Name()}, node); err == nil {
-		if !nodeReady(node) {
+	if err := c.Get(ctx, client.ObjectKey{Name: t.tg.Node}, node); err == nil {
+		if !NodeReady(node) {
 			seen = append(seen, NodeNotReady)
 		}
 		if hasOutOfService(node) {
@@ -124,7 +141,7 @@ func (t *Tracker) poll(ctx context.Context) {
 	pod, gone := t.pollPod(ctx)
 	seen = append(seen, pod...)
 	released = released || gone
-	if vas, err := t.env.Attachments(ctx, t.node.Name()); err == nil && len(vas) == 0 {
+	if vas, err := attachments(ctx, c, t.tg.Node); err == nil && len(vas) == 0 {
 		seen = append(seen, AttachmentReleased)
 		released = true
 	}
@@ -158,7 +175,7 @@ func fenceMilestones(nf *v1alpha1.NodeFence) []Milestone {
 // pollPod lists the pod milestones seen and says whether the old pod is gone.
 func (t *Tracker) pollPod(ctx context.Context) ([]Milestone, bool) {
 	pod := &corev1.Pod{}
-	err := t.env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PodName}, pod)
+	err := t.tg.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PodName}, pod)
 	if err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			return []Milestone{PodDeleted}, true
@@ -169,10 +186,13 @@ func (t *Tracker) pollPod(ctx context.Context) ([]Milestone, bool) {
 		return nil, false
 	}
 	seen := []Milestone{PodDeleted}
-	if pod.Spec.NodeName != "" && pod.Spec.NodeName != t.node.Name() {
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != t.tg.Node {
 		seen = append(seen, ReplacementScheduled)
 		if pod.Status.Phase == corev1.PodRunning {
 			seen = append(seen, ReplacementRunning)
+		}
+		if t.tg.Wrote != nil && t.tg.Wrote(string(pod.UID)) {
+			seen = append(seen, ReplacementWrites)
 		}
 	}
 	return seen, true
@@ -187,10 +207,10 @@ func (t *Tracker) recordSafety(fenceConfirmed bool) {
 	}
 	// ipmitool on a loaded machine may time out: an unanswered read is asked again, an answer
 	// of On is not.
-	on, err := t.node.BMC.PoweredOn()
+	on, err := t.tg.PoweredOn()
 	for try := 0; err != nil && try < 3; try++ {
 		time.Sleep(200 * time.Millisecond)
-		on, err = t.node.BMC.PoweredOn()
+		on, err = t.tg.PoweredOn()
 	}
 	ok := fenceConfirmed && err == nil && !on
 	t.unsafe = fmt.Sprintf("fence confirmed in the record %t, power read On %t (read error %v)", fenceConfirmed, on, err)
@@ -252,7 +272,8 @@ func (t *Tracker) Seen() []Milestone {
 	return append([]Milestone(nil), t.seq...)
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady says whether the Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

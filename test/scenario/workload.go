@@ -69,7 +69,7 @@ func (e *Env) describeNodes(ctx context.Context) string {
 	}
 	s := "nodes:"
 	for _, n := range nodes.Items {
-		s += fmt.Sprintf(" %s(unschedulable=%t taints=%v ready=%t)", n.Name, n.Spec.Unschedulable, n.Spec.Taints, nodeReady(&n))
+		s += fmt.Sprintf(" %s(unschedulable=%t taints=%v ready=%t)", n.Name, n.Spec.Unschedulable, n.Spec.Taints, NodeReady(&n))
 	}
 	return s
 }
@@ -116,8 +116,12 @@ func (e *Env) WaitPodRunning(ctx context.Context, node, notOn string, timeout ti
 
 // Attachments lists the VolumeAttachments on node.
 func (e *Env) Attachments(ctx context.Context, node string) ([]storagev1.VolumeAttachment, error) {
+	return attachments(ctx, e.Cluster.Client, node)
+}
+
+func attachments(ctx context.Context, c client.Client, node string) ([]storagev1.VolumeAttachment, error) {
 	var list storagev1.VolumeAttachmentList
-	if err := e.Cluster.Client.List(ctx, &list); err != nil {
+	if err := c.List(ctx, &list); err != nil {
 		return nil, err
 	}
 	var out []storagev1.VolumeAttachment
