@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/checker"
+	"palisade.dev/palisade/test/realscene"
+	"palisade.dev/palisade/test/testbed/machine"
+	"palisade.dev/palisade/test/testbed/netns"
+)
+
+// realPartitionLease is the policy's Lease timeout in the real-machine partition tests.
+const realPartitionLease = 20 * time.Second
+
+// realPartition is three real machines with their agents and db-0 of the witness StatefulSet
+// writing from one of them (on an RWO volume): the machine the tests cut links around.
+type realPartition struct {
+	s     *realscene.Scene
+	node  string // db-0's node
+	uid   string // db-0's pod UID
+	m     *machine.Machine
+	peers []*machine.Machine
+}
+
+// startRealPartition starts the scene with the policy as deployed with agents (the Executor,
+// then IPMI) and one controller, and waits until every agent is heard and probes its peers.
+func startRealPartition(t *testing.T) *realPartition {
+	t.Helper()
+	s := realscene.Start(t, realscene.Options{Machines: 3, Agents: true, Volumes: true})
+	s.CreatePolicy(t, realPartitionLease, realscene.ExecutorFirst)
+	s.StartControllers(t, 1)
+	s.DeployWitness(t, 1)
+	s.WaitAgents(t, time.Minute)
+	p := &realPartition{s: s}
+	p.node, p.uid = s.WaitWriter(t, realscene.PodName(0), "", time.Minute)
+	p.m = s.Machine(p.node)
+	for _, m := range s.Machines {
+		if m != p.m {
+			p.peers = append(p.peers, m)
+		}
+	}
+	return p
+}
+
+// fencedByExecutor checks what is common to a fence by the Executor: the fence released with
+// the given verdict and the Terminate step's channel, db-0 writing again from another node on
+// its volume, the machine never powered off, and the store's history and the audit clean.
+func (p *realPartition) fencedByExecutor(t *testing.T, verdict, channel string) {
+	t.Helper()
+	nf := waitFence(t, p.s.Cluster, p.node, 3*time.Minute, phaseIs(v1alpha1.PhaseReleased))
+	if string(nf.Spec.Verdict) != verdict || nf.Status.Method != "executor" || !strings.Contains(stepMessage(nf, "Terminate"), channel) {
+		t.Errorf("verdict %q method %q terminate step %q; want %s, the executor, %s", nf.Spec.Verdict, nf.Status.Method, stepMessage(nf, "Terminate"), verdict, channel)
+	}
+	second, _ := p.s.WaitWriter(t, realscene.PodName(0), p.node, 2*time.Minute)
+	waitAttached(t, p.s, "pv-"+realscene.PodName(0), second)
+	// The executor stopped the kubelet before the pods: a kubelet left running would start
+	// db-0's container again from its own desired state.
+	if pids, err := p.m.Processes("kubelet"); err != nil || len(pids) != 0 {
+		t.Errorf("the kubelet of %s runs after the Executor's fence: pids %v (%v)", p.node, pids, err)
+	}
+	p.noPowerOff(t)
+	p.clean(t, map[string]bool{p.node: true})
+}
+
+// noPowerOff checks that no BMC was sent a power-off and every machine still runs.
+func (p *realPartition) noPowerOff(t *testing.T) {
+	t.Helper()
+	for _, m := range p.s.Machines {
+		if offs, err := p.s.BMC(m.Name()).OffCommands(); err != nil || offs != 0 {
+			t.Errorf("%d power-off commands reached the BMC of %s (err %v)", offs, m.Name(), err)
+		}
+		if !m.Running() {
+			t.Errorf("%s is not running", m.Name())
+		}
+	}
+}
+
+// clean checks the store's history (one copy of db-0 at a time) and the audit of writes (no
+// release before a confirmed fence; no fence of a node outside mayFence).
+func (p *realPartition) clean(t *testing.T, mayFence map[string]bool) {
+	t.Helper()
+	h, evs := p.s.History(t), p.s.Audit(t)
+	v := append(checker.OneCopy(h, 0), checker.NoEarlyRelease(evs, []string{realscene.ControllerUser})...)
+	v = append(v, checker.NoHealthyFenced(evs, mayFence, nil)...)
+	if len(v) > 0 {
+		t.Errorf("%s", checker.Report(v))
+	}
+}
+
+// TestRealMachinesPartitions cuts links around db-0's machine — three real machines, real
+// kubelets, a real palisade-agent on each — and checks what Palisade makes of each cut, on the
+// witness store's history as well as on the NodeFence. The real kubelet makes these truer than
+// TestPartitions: a kubelet cut off from the API server keeps its pods running and would start
+// them again, so the Executor must stop it first.
+func TestRealMachinesPartitions(t *testing.T) {
+	t.Run("API server cut off: Partitioned, the Executor over the direct channel", func(t *testing.T) {
+		p := startRealPartition(t)
+		api, err := netns.ParseEndpoint(p.s.Relay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.m.Net().Cut(api); err != nil { // the kubelet and the agent lose the API server; the heartbeats go on
+			t.Fatal(err)
+		}
+		p.fencedByExecutor(t, "Partitioned", "over the direct channel")
+		nf := fenceOf(t, p.s, p.node)
+		if _, ok := nf.Annotations[v1alpha1.AnnotationExecutorStatus]; ok {
+			t.Error("an answer through the API server from an agent cut off from it")
+		}
+	})
+	t.Run("kubelet killed: KubeletDown, the Executor through the API server", func(t *testing.T) {
+		p := startRealPartition(t)
+		if err := p.m.KillKubelet(); err != nil { // db-0's container runs on, unsupervised
+			t.Fatal(err)
+		}
+		p.fencedByExecutor(t, "KubeletDown", "through the API server")
+		nf := fenceOf(t, p.s, p.node)
+		if _, ok := nf.Annotations[v1alpha1.AnnotationExecutorStatus]; !ok {
+			t.Error("no answer from the agent on the NodeFence")
+		}
+	})
+	t.Run("node to node cut only: nothing fenced, db-0 writes on", func(t *testing.T) {
+		p := startRealPartition(t)
+		var others []*netns.Node
+		for _, m := range p.peers {
+			others = append(others, m.Net())
+		}
+		if err := p.m.Net().CutNodes(others...); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(realPartitionLease + 5*time.Second) // past the Lease timeout, many heartbeat intervals
+		if last := p.s.Store.LastAppend(realscene.PodName(0)); time.Since(last) > 2*time.Second {
+			t.Errorf("db-0's last write was accepted %s ago: it stopped although nothing was fenced", time.Since(last).Round(100*time.Millisecond))
+		}
+		if node, uid := p.s.WaitWriter(t, realscene.PodName(0), "", time.Second); node != p.node || uid != p.uid {
+			t.Errorf("db-0 is %s on %s, was %s on %s: it was replaced although nothing was fenced", uid, node, p.uid, p.node)
+		}
+		// The cut was real: the machine's peers lost it, and it lost them.
+		for _, m := range p.s.Machines {
+			if !strings.Contains(m.LogTail(realscene.AgentDaemon, 10000), `"reachable":false`) {
+				t.Errorf("the agent of %s never found a peer unreachable: the cut did not take", m.Name())
+			}
+		}
+		if nf := fenceOf(t, p.s, p.node); nf != nil {
+			t.Errorf("%s was fenced although only node-to-node links were cut: %s", p.node, nf.Spec.Reason)
+		}
+		p.noPowerOff(t)
+		p.clean(t, nil)
+		if err := p.m.Net().Heal(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
