@@ -58,7 +58,7 @@ SIZES ?= 500,1000,2000,5000
 
 .PHONY: bench-scale
 bench-scale: deps testbed ## The controller's cost at SIZES simulated nodes (30 pods, an agent each): RSS, CPU, API rate, heartbeat p99, rack release.
-	PALISADE_SCALE_SIZES=$(SIZES) go test -count=1 -timeout 3h -run '^$$' -bench . -benchtime 1x ./test/bench/scale/ | tee $(CACHE)/bench-scale.log
+	PALISADE_SCALE_SIZES=$(SIZES) PALISADE_SCALE_PROFILES=$(CACHE) go test -count=1 -timeout 3h -run '^$$' -bench . -benchtime 1x ./test/bench/scale/ | tee $(CACHE)/bench-scale.log
 	@echo; grep '^BENCH' $(CACHE)/bench-scale.log
 
 .PHONY: chaos
@@ -69,7 +69,11 @@ chaos: deps testbed ## Seeded faults on real machines, judged by the independent
 	  rc=$${PIPESTATUS[0]}; echo; grep '^BENCH chaos' $(CACHE)/chaos.log | tail -1; exit $$rc
 
 .PHONY: demo
-demo: deps testbed ## Cut a node's power on a real control plane and watch Palisade fence it.
+demo: deps testbed ## Cut a real machine's power (real kubelet, containerd, palisade-agent) and watch Palisade fence it and move its database pod. Needs root.
+	@set -o pipefail; go test -count=1 -timeout 10m -v -run '^TestDemo$$' ./test/demo/ | sed -E 's/^ +[a-z_]+\.go:[0-9]+: //'
+
+.PHONY: demo-simulated
+demo-simulated: deps testbed ## The demo on simulated nodes (no machines, no root).
 	go run ./test/cmd/palisade-demo
 
 .PHONY: generate
