@@ -24,9 +24,11 @@ const (
 	ReasonFenceFailed         = "FenceFailed"
 	ReasonReleased            = "Released"
 	ReasonNodeAliveAfterFence = v1alpha1.ReasonNodeAliveAfterFence
-	ReasonNodeDeleted         = "NodeDeleted"
-	ReasonDeletionHeld        = "NodeDeletionHeld"
-	ReasonDeletionReleased    = "NodeDeletionReleased"
+	// ReasonWorkloadRunningAfterFence: the workload ran again after the Executor's confirmation.
+	ReasonWorkloadRunningAfterFence = v1alpha1.ReasonWorkloadRunningAfterFence
+	ReasonNodeDeleted               = "NodeDeleted"
+	ReasonDeletionHeld              = "NodeDeletionHeld"
+	ReasonDeletionReleased          = "NodeDeletionReleased"
 )
 
 // Step reasons the controller itself gives (a step's reason may also be a provider's: see

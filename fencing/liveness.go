@@ -30,6 +30,14 @@ import (
 // server, from the controller's agent channel and from its peers shows no signal whether it
 // runs or not; for such a node only the provider's read-back stands between a wrong machine
 // and a release.
+//
+// A method that leaves the node running by design (the Executor) is judged on its workload
+// instead: its Lease, heartbeats and peers are no evidence, but its agent reads the container
+// runtime back at every heartbeat, and a workload container running again after the
+// confirmation — a kubelet the agent did not stop restarts what the executor killed, and
+// then two copies of a pet run — fails the method (WorkloadRunningAfterFence) the same way.
+// Without an agent channel to the controller there is no such read-back, and the agent's own
+// at the confirmation stands.
 
 const (
 	// defaultRenewInterval is the kubelet's Lease renewal interval when its Lease says nothing:
@@ -46,6 +54,9 @@ const (
 	signalLease     = "Lease"
 	signalHeartbeat = "AgentHeartbeat"
 	signalPeer      = "PeerProbe"
+	// signalWorkload: for a method that leaves the node running, workload containers read back
+	// running again by the node's agent.
+	signalWorkload = "WorkloadRunning"
 )
 
 // lifeSign is a signal from the node after its fence was confirmed.
@@ -64,11 +75,13 @@ func checksLiveness(nf *v1alpha1.NodeFence) bool {
 	return true
 }
 
-// verifyFenced is the VerifyFenced step: it watches the node's own signals for the window after
-// the confirmation and succeeds when none came.
+// verifyFenced is the VerifyFenced step: it watches the node's own signals (for a method that
+// leaves the node running, its workload) for the window after the confirmation and succeeds
+// when none came.
 func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
-	if !checksLiveness(nf) {
-		return done("method %s leaves node %s running by design (its workload was stopped, as its own agent confirmed): its signals are no evidence against the fence",
+	keepsRunning := !checksLiveness(nf)
+	if keepsRunning && r.Heartbeats == nil {
+		return done("method %s leaves node %s running by design (its workload was stopped, as its own agent confirmed): its signals are no evidence against the fence, and no agent channel reads its workload back",
 			nf.Status.Method, nf.Spec.NodeName)
 	}
 	if nf.Status.Liveness == nil {
@@ -83,9 +96,18 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 	}
 	until := nf.Status.Liveness.WatchUntil.Time
 	if now := r.now(); now.Before(until) {
+		if keepsRunning {
+			return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
+				"method %s stopped the workload of node %s, as its agent confirmed at %s; watching the agent's read-back of running containers until %s before releasing (the node itself runs by design)",
+				nf.Status.Method, nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339))
+		}
 		return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
 			"no sign of life since the fence was confirmed at %s; watching the node's Lease, agent heartbeats and peer probes until %s before releasing",
 			fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339))
+	}
+	if keepsRunning {
+		return done("no workload container ran again on node %s between the confirmation at %s and %s%s",
+			nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339), r.lastReadBack(nf))
 	}
 	return done("no sign of life from node %s between the confirmation at %s and %s: no Lease renewal, no agent heartbeat, no peer reached it",
 		nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339))
@@ -117,9 +139,6 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 // checkLife looks for a sign of life after the confirmation. stop says the step ends here: the
 // method failed (the node lives) or the signals could not be read (retry).
 func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFence) (outcome, bool) {
-	if !checksLiveness(nf) {
-		return outcome{}, false
-	}
 	sign, err := r.signOfLife(ctx, nf)
 	if err != nil {
 		return pending(retryRelease, ReasonAPIError, "reading the node's signals before releasing: %v", err), true
@@ -132,6 +151,14 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 		return pending(retryRelease, ReasonAPIError, "node %s showed life (%s) and its out-of-service taint must go: %v", nf.Spec.NodeName, sign.message, err), true
 	}
 	fencesDisproved.WithLabelValues(nf.Status.Method, sign.signal).Inc()
+	if sign.signal == signalWorkload {
+		msg := fmt.Sprintf("the workload of node %s runs again: %s, after method %s confirmed it stopped at %s; something started it again — on a node whose kubelet runs, the agent must stop the kubelet first (the agent's --kubelet-stop-command, the chart's agent.kubeletStopCommand). Releasing nothing",
+			nf.Spec.NodeName, sign.message, nf.Status.Method, fencedAt(nf).Format(time.RFC3339))
+		if untainted {
+			msg += "; the out-of-service taint was removed again"
+		}
+		return failed(v1alpha1.ReasonWorkloadRunningAfterFence, "%s", msg), true
+	}
 	msg := fmt.Sprintf("node %s is alive: %s, after method %s confirmed its fence at %s; the fence hit another machine or the read-back is wrong (check the method's target, e.g. the node's BMC address). Releasing nothing",
 		nf.Spec.NodeName, sign.message, nf.Status.Method, fencedAt(nf).Format(time.RFC3339))
 	if untainted {
@@ -142,6 +169,9 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 
 // signOfLife is the first signal from the node after its confirmation, nil when there is none.
 func (r *NodeFenceReconciler) signOfLife(ctx context.Context, nf *v1alpha1.NodeFence) (*lifeSign, error) {
+	if !checksLiveness(nf) {
+		return r.workloadBack(nf), nil
+	}
 	at := fencedAt(nf)
 	l, err := r.lease(ctx, nf.Spec.NodeName)
 	if err != nil {
@@ -160,9 +190,9 @@ func (r *NodeFenceReconciler) signOfLife(ctx context.Context, nf *v1alpha1.NodeF
 	if r.Heartbeats == nil {
 		return nil, nil
 	}
-	// The record keeps the confirmation time to the second: only what came after the second
-	// it was recorded in is surely after it (a live agent heartbeats again within the window).
-	at = at.Truncate(time.Second).Add(time.Second)
+	// Only what came after the second the confirmation was recorded in is surely after it (a
+	// live agent heartbeats again within the window).
+	at = afterConfirmation(nf)
 	snapshot := r.Heartbeats.Snapshot()
 	if hb, ok := snapshot[nf.Spec.NodeName]; ok && hb.Received.After(at) {
 		return &lifeSign{signalHeartbeat, fmt.Sprintf("its agent heartbeated at %s (boot ID %s)", hb.Received.Format(time.RFC3339Nano), hb.BootID)}, nil
@@ -175,6 +205,38 @@ func (r *NodeFenceReconciler) signOfLife(ctx context.Context, nf *v1alpha1.NodeF
 		}
 	}
 	return nil, nil
+}
+
+// afterConfirmation is the first instant surely after the confirmation: the record keeps its
+// time to the second.
+func afterConfirmation(nf *v1alpha1.NodeFence) time.Time {
+	return fencedAt(nf).Truncate(time.Second).Add(time.Second)
+}
+
+// workloadBack is, for a method that leaves the node running, the node's agent reading back
+// workload containers running in a heartbeat after the confirmation; nil when none did.
+func (r *NodeFenceReconciler) workloadBack(nf *v1alpha1.NodeFence) *lifeSign {
+	if r.Heartbeats == nil {
+		return nil
+	}
+	hb, ok := r.Heartbeats.Snapshot()[nf.Spec.NodeName]
+	if !ok || !hb.Received.After(afterConfirmation(nf)) || hb.RunningContainers == nil || *hb.RunningContainers == 0 {
+		return nil
+	}
+	return &lifeSign{signalWorkload, fmt.Sprintf("its agent's heartbeat at %s read back %d workload container(s) running",
+		hb.Received.Format(time.RFC3339Nano), *hb.RunningContainers)}
+}
+
+// lastReadBack says what the agent's latest heartbeat read back, for the VerifyFenced record.
+func (r *NodeFenceReconciler) lastReadBack(nf *v1alpha1.NodeFence) string {
+	hb, ok := r.Heartbeats.Snapshot()[nf.Spec.NodeName]
+	switch {
+	case !ok || !hb.Received.After(afterConfirmation(nf)):
+		return ": no heartbeat from its agent since, so its read-back at the confirmation stands"
+	case hb.RunningContainers == nil:
+		return fmt.Sprintf(": its agent's latest heartbeat (%s) carried no read-back, so its read-back at the confirmation stands", hb.Received.Format(time.RFC3339))
+	}
+	return fmt.Sprintf(": its agent's latest heartbeat (%s) read back none running", hb.Received.Format(time.RFC3339))
 }
 
 // lease reads the node's Lease from the API server (not the cache: the check must not miss a

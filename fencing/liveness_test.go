@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +109,77 @@ func TestExecutorConfirmationIgnoresTheNodesOwnSignals(t *testing.T) {
 	if nf.Status.Method != "executor" || nf.Status.Phase != v1alpha1.PhaseReleased {
 		t.Errorf("method %s phase %s, want executor Released", nf.Status.Method, nf.Status.Phase)
 	}
+}
+
+// The Executor's fence is judged on the node's workload: a heartbeat after the confirmation
+// whose runtime read-back shows workload containers running again (a kubelet the agent did not
+// stop restarted them) fails the method, releases nothing and escalates; heartbeats reading
+// back none release after the window, the node's own Lease renewals notwithstanding.
+func TestExecutorWorkloadRunningAgainIsNotReleased(t *testing.T) {
+	tests := []struct {
+		name     string
+		methods  []string
+		running  int
+		released bool
+	}{
+		{"workload-running-after-executor", []string{"executor"}, 2, false},
+		{"workload-running-after-executor-escalates", []string{"executor", "ipmi"}, 2, true},
+		{"workload-stopped-after-executor", []string{"executor"}, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, tt.methods...)
+			w.renewLease(t)
+			w.r.Heartbeats = heartbeats{}
+			read := 0
+			w.tick = func(nf *v1alpha1.NodeFence) {
+				if nf.Status.Method != "executor" {
+					w.r.Heartbeats = heartbeats{} // powered off: no more renewals, no more heartbeats
+					return
+				}
+				w.renewLease(t) // the node runs by design
+				if watching(nf) {
+					read++
+					n := tt.running
+					w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Received: w.now.Add(time.Second / 2), RunningContainers: &n}}
+				}
+			}
+			before := testutil.ToFloat64(fencesDisproved.WithLabelValues("executor", signalWorkload))
+			nf := w.run(t)
+			if read == 0 {
+				t.Fatal("no heartbeat was read back while VerifyFenced watched: the test did not test")
+			}
+			checkGolden(t, tt.name, goldenTrace(nf))
+			checkReleased(t, w, tt.released)
+			disproved := testutil.ToFloat64(fencesDisproved.WithLabelValues("executor", signalWorkload)) - before
+			verify := stepOf(nf, v1alpha1.StepVerifyFenced)
+			if tt.running == 0 {
+				if disproved != 0 || nf.Status.Method != "executor" || !strings.Contains(verify.Message, "read back none running") {
+					t.Errorf("disproved %v, method %s, VerifyFenced %q; want the Executor's fence verified by the read-back", disproved, nf.Status.Method, verify.Message)
+				}
+				if read < 5 {
+					t.Errorf("released after %d heartbeats: the window was not watched", read)
+				}
+				return
+			}
+			if disproved != 1 {
+				t.Errorf("palisade_fences_disproved_total{method=executor,signal=%s} went up by %v, want 1", signalWorkload, disproved)
+			}
+			if verify.Reason != v1alpha1.ReasonWorkloadRunningAfterFence || !strings.Contains(verify.Message, "--kubelet-stop-command") {
+				t.Errorf("VerifyFenced %s %q; want %s saying what to do", verify.Reason, verify.Message, v1alpha1.ReasonWorkloadRunningAfterFence)
+			}
+		})
+	}
+}
+
+// stepOf is the first step named name.
+func stepOf(nf *v1alpha1.NodeFence, name v1alpha1.StepName) v1alpha1.Step {
+	for _, s := range nf.Status.Steps {
+		if s.Name == name {
+			return s
+		}
+	}
+	return v1alpha1.Step{}
 }
 
 // A node that shows life after this fence tainted it loses the taint again (a release needs a

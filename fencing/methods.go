@@ -69,7 +69,7 @@ func confirmation(nf *v1alpha1.NodeFence) (confirmed, verified bool) {
 			confirmed, verified = true, false
 		case s.State == v1alpha1.StepSucceeded && s.Name == v1alpha1.StepVerifyFenced:
 			verified = confirmed
-		case s.State == v1alpha1.StepFailed && s.Reason == v1alpha1.ReasonNodeAliveAfterFence:
+		case disproved(s):
 			confirmed, verified = false, false
 		}
 	}

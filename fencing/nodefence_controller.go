@@ -136,7 +136,7 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		return ctrl.Result{RequeueAfter: out.retry}, false, r.saveStatus(ctx, nf)
 	}
 	step.Reason = out.reason
-	if out.state == v1alpha1.StepFailed && out.reason == v1alpha1.ReasonNodeAliveAfterFence {
+	if out.state == v1alpha1.StepFailed && disproving(out.reason) {
 		step.Method = nf.Status.Method // the method the node's signs of life disproved
 	}
 	recordEnd(nf, out.state, out.message, r.now())
@@ -153,7 +153,7 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 func (r *NodeFenceReconciler) eventForEnd(ctx context.Context, nf *v1alpha1.NodeFence, s *v1alpha1.Step) {
 	switch {
 	case disproved(*s):
-		r.event(ctx, nf, corev1.EventTypeWarning, ReasonNodeAliveAfterFence, "%s", s.Message)
+		r.event(ctx, nf, corev1.EventTypeWarning, s.Reason, "%s", s.Message)
 	case s.State == v1alpha1.StepFailed:
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonMethodFailed, "method %s failed at %s (%s): %s", s.Method, s.Name, s.Reason, s.Message)
 	case isConfirmStep(s.Name):
@@ -227,7 +227,7 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 	}
 	r.Recorder.Eventf(nf, nil, typ, reason, "Fence", format, args...)
 	switch reason {
-	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence:
+	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence, ReasonWorkloadRunningAfterFence:
 		node := &corev1.Node{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err == nil {
 			r.Recorder.Eventf(node, nf, typ, reason, "Fence", format, args...)

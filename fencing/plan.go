@@ -65,9 +65,14 @@ func plan(nf *v1alpha1.NodeFence) action {
 }
 
 // disproved says whether a failed step is a confirmed fence disproved by the node's signs of
-// life.
+// life (or, for a method that leaves the node running, by its workload running again).
 func disproved(s v1alpha1.Step) bool {
-	return s.State == v1alpha1.StepFailed && s.Reason == v1alpha1.ReasonNodeAliveAfterFence
+	return s.State == v1alpha1.StepFailed && disproving(s.Reason)
+}
+
+// disproving says whether a step reason says a confirmed fence did not hold.
+func disproving(reason string) bool {
+	return reason == v1alpha1.ReasonNodeAliveAfterFence || reason == v1alpha1.ReasonWorkloadRunningAfterFence
 }
 
 // releaseSequence is the order of the release steps after a confirmed fence. VerifyFenced is

@@ -49,7 +49,7 @@ func recordEnd(nf *v1alpha1.NodeFence, state v1alpha1.StepState, message string,
 	if disproved(*s) {
 		nf.Status.Phase = v1alpha1.PhaseFencing
 		nf.Status.FencedTime = nil
-		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, v1alpha1.ReasonNodeAliveAfterFence, message)
+		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, s.Reason, message)
 	}
 }
 

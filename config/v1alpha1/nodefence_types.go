@@ -255,6 +255,11 @@ const (
 	// hit another machine or the provider's read-back lied; nothing more is released and the
 	// next method is taken.
 	ReasonNodeAliveAfterFence = "NodeAliveAfterFence"
+	// ReasonWorkloadRunningAfterFence (Fenced=False; also a step reason): after a method that
+	// leaves the node running (the Executor) confirmed its workload stopped, the node's agent
+	// read back workload containers running again — something, typically a kubelet the agent
+	// did not stop, started them; nothing more is released and the next method is taken.
+	ReasonWorkloadRunningAfterFence = "WorkloadRunningAfterFence"
 	// ReasonReleased (Released=True): the release steps the policy asked for are done.
 	ReasonReleased = "Released"
 	// ReasonNotFenced (Released=False): every method failed; nothing was released.
