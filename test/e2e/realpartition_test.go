@@ -27,9 +27,9 @@ type realPartition struct {
 
 // startRealPartition starts the scene with the policy as deployed with agents (the Executor,
 // then IPMI) and one controller, and waits until every agent is heard and probes its peers.
-func startRealPartition(t *testing.T) *realPartition {
+func startRealPartition(t *testing.T, kubeletLeftRunning bool) *realPartition {
 	t.Helper()
-	s := realscene.Start(t, realscene.Options{Machines: 3, Agents: true, Volumes: true})
+	s := realscene.Start(t, realscene.Options{Machines: 3, Agents: true, Volumes: true, KubeletLeftRunning: kubeletLeftRunning})
 	s.CreatePolicy(t, realPartitionLease, realscene.ExecutorFirst)
 	s.StartControllers(t, 1)
 	s.DeployWitness(t, 1)
@@ -97,7 +97,7 @@ func (p *realPartition) clean(t *testing.T, mayFence map[string]bool) {
 // them again, so the Executor must stop it first.
 func TestRealMachinesPartitions(t *testing.T) {
 	t.Run("API server cut off: Partitioned, the Executor over the direct channel", func(t *testing.T) {
-		p := startRealPartition(t)
+		p := startRealPartition(t, false)
 		api, err := netns.ParseEndpoint(p.s.Relay)
 		if err != nil {
 			t.Fatal(err)
@@ -111,8 +111,39 @@ func TestRealMachinesPartitions(t *testing.T) {
 			t.Error("an answer through the API server from an agent cut off from it")
 		}
 	})
+	t.Run("API server cut off, agent without a kubelet-stop command: the workload runs again, the BMC powers the machine off", func(t *testing.T) {
+		p := startRealPartition(t, true)
+		api, err := netns.ParseEndpoint(p.s.Relay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.m.Net().Cut(api); err != nil {
+			t.Fatal(err)
+		}
+		nf := waitFence(t, p.s.Cluster, p.node, 3*time.Minute, phaseIs(v1alpha1.PhaseReleased))
+		var disproved *v1alpha1.Step
+		for i, st := range nf.Status.Steps {
+			if st.Name == v1alpha1.StepVerifyFenced && st.Method == "executor" {
+				disproved = &nf.Status.Steps[i]
+			}
+		}
+		if disproved == nil || disproved.State != v1alpha1.StepFailed || disproved.Reason != v1alpha1.ReasonWorkloadRunningAfterFence {
+			t.Errorf("the Executor's fence was not disproved by the workload running again: %+v", disproved)
+		} else {
+			t.Logf("VerifyFenced (executor): %s", disproved.Message)
+		}
+		if nf.Status.Method != "ipmi" {
+			t.Errorf("fenced by %s, want ipmi after the Executor's fence failed", nf.Status.Method)
+		}
+		second, _ := p.s.WaitWriter(t, realscene.PodName(0), p.node, 2*time.Minute)
+		waitAttached(t, p.s, "pv-"+realscene.PodName(0), second)
+		if p.m.Running() {
+			t.Errorf("%s still runs after its fence by power-off", p.node)
+		}
+		p.clean(t, map[string]bool{p.node: true})
+	})
 	t.Run("kubelet killed: KubeletDown, the Executor through the API server", func(t *testing.T) {
-		p := startRealPartition(t)
+		p := startRealPartition(t, false)
 		if err := p.m.KillKubelet(); err != nil { // db-0's container runs on, unsupervised
 			t.Fatal(err)
 		}
@@ -123,7 +154,7 @@ func TestRealMachinesPartitions(t *testing.T) {
 		}
 	})
 	t.Run("node to node cut only: nothing fenced, db-0 writes on", func(t *testing.T) {
-		p := startRealPartition(t)
+		p := startRealPartition(t, false)
 		var others []*netns.Node
 		for _, m := range p.peers {
 			others = append(others, m.Net())

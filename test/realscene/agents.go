@@ -29,6 +29,8 @@ type agents struct {
 	bin   string // palisade-agent, palisade-executor next to it
 	files map[string]string
 	api   []string // the flags of the agents' API access
+	// kubeletStop is the agents' kubelet-stop command, "" for none.
+	kubeletStop string
 	// Heartbeat is the LAN address the agents send to: a relay to the leading controller's
 	// heartbeat server, standing in for the Service that follows the leader's pod label
 	// (no kube-proxy runs here).
@@ -39,7 +41,7 @@ type agents struct {
 }
 
 // setupAgents builds the agent, issues the certificates and opens the heartbeat relay.
-func (s *Scene) setupAgents(t testing.TB) *agents {
+func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool) *agents {
 	t.Helper()
 	dir := t.TempDir()
 	for _, name := range []string{"palisade-agent", "palisade-executor"} {
@@ -47,7 +49,10 @@ func (s *Scene) setupAgents(t testing.TB) *agents {
 			t.Fatalf("building %s: %v\n%s", name, err, out)
 		}
 	}
-	a := &agents{bin: filepath.Join(dir, "palisade-agent"), files: map[string]string{}}
+	a := &agents{bin: filepath.Join(dir, "palisade-agent"), files: map[string]string{}, kubeletStop: "pkill -KILL -x kubelet; true"}
+	if kubeletLeftRunning {
+		a.kubeletStop = ""
+	}
 	ca, err := pki.NewCA()
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +87,7 @@ func (s *Scene) setupAgents(t testing.TB) *agents {
 // peers probed on the LAN, the machine's kubelet and containerd for orders, which come in
 // heartbeat answers or, for a node whose kubelet is down, through the API server (a
 // ServiceAccount token, as in a pod); its kubelet-stop command kills the machine's kubelet
-// (whose PID namespace is the agent's own).
+// (whose PID namespace is the agent's own) unless the scene leaves the kubelet running.
 func (a *agents) daemon(i int) machine.Daemon {
 	node := NodeName(i)
 	return machine.Daemon{Name: AgentDaemon, Path: a.bin, Args: append([]string{
@@ -90,7 +95,7 @@ func (a *agents) daemon(i int) machine.Daemon {
 		"--cert", a.files[node+".crt"], "--key", a.files[node+".key"], "--ca", a.files["ca.crt"],
 		"--interval", AgentInterval, "--kubelet-healthz", "http://127.0.0.1:10248/healthz",
 		"--probe-address", "$(NODE_IP):9444", "--probe-advertise-host", "$(NODE_IP)", "--kubelet-port", "10250",
-		"--cri-endpoint", "$(CONTAINERD_SOCKET)", "--kubelet-stop-command", "pkill -KILL -x kubelet; true",
+		"--cri-endpoint", "$(CONTAINERD_SOCKET)", "--kubelet-stop-command", a.kubeletStop,
 	}, a.api...)}
 }
 

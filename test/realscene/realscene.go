@@ -50,6 +50,10 @@ type Options struct {
 	// Agents runs a real palisade-agent on every machine (a daemon of the machine: it dies
 	// with the power and starts with every boot), heartbeating to the leading controller.
 	Agents bool
+	// KubeletLeftRunning configures the agents without a kubelet-stop command, as an operator
+	// might by mistake: the Executor kills the pods of a node whose kubelet runs, and the
+	// kubelet starts them again.
+	KubeletLeftRunning bool
 	// Volumes gives the witness StatefulSet RWO CSI volumes: the test bed's CSI driver (its
 	// controller plugin behind the real external-attacher) and a CSI node plugin on every
 	// machine, registered with its kubelet.
@@ -105,7 +109,7 @@ func Start(t testing.TB, o Options) *Scene {
 	}
 	s.Relay = s.LAN.Relay(t, u.Host)
 	if o.Agents {
-		s.agents = s.setupAgents(t)
+		s.agents = s.setupAgents(t, o.KubeletLeftRunning)
 	}
 	if o.Volumes {
 		s.volumes = setupVolumes(t)
