@@ -60,10 +60,7 @@ func TestRealMachinesExecutorStopsPodsAsTheKubeletDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPodGone(t, s, "probe-executor", 3*time.Minute)
-	nf := fenceOf(t, s, "node-2")
-	if nf == nil || nf.Status.Phase != v1alpha1.PhaseReleased {
-		t.Fatalf("node-2's fence: %+v, want one Released", nf)
-	}
+	waitFence(t, s.Cluster, "node-2", time.Minute, phaseIs(v1alpha1.PhaseReleased)) // the pod goes before the attachments step ends
 	have := readTermination(t, got)
 	t.Logf("kubelet:  %s\nexecutor: %s", want, have)
 	for _, c := range []struct {
