@@ -23,6 +23,7 @@ type realPartition struct {
 	uid   string // db-0's pod UID
 	m     *machine.Machine
 	peers []*machine.Machine
+	fault time.Time // when the fault struck
 }
 
 // startRealPartition starts the scene with the policy as deployed with agents (the Executor,
@@ -54,8 +55,9 @@ func (p *realPartition) fencedByExecutor(t *testing.T, verdict, channel string) 
 	if string(nf.Spec.Verdict) != verdict || nf.Status.Method != "executor" || !strings.Contains(stepMessage(nf, "Terminate"), channel) {
 		t.Errorf("verdict %q method %q terminate step %q; want %s, the executor, %s", nf.Spec.Verdict, nf.Status.Method, stepMessage(nf, "Terminate"), verdict, channel)
 	}
-	second, _ := p.s.WaitWriter(t, realscene.PodName(0), p.node, 2*time.Minute)
+	second, uid := p.s.WaitWriter(t, realscene.PodName(0), p.node, 2*time.Minute)
 	waitAttached(t, p.s, "pv-"+realscene.PodName(0), second)
+	p.logTimes(t, nf, second, uid)
 	// The executor stopped the kubelet before the pods: a kubelet left running would start
 	// db-0's container again from its own desired state.
 	if pids, err := p.m.Processes("kubelet"); err != nil || len(pids) != 0 {
@@ -63,6 +65,23 @@ func (p *realPartition) fencedByExecutor(t *testing.T, verdict, channel string) 
 	}
 	p.noPowerOff(t)
 	p.clean(t, map[string]bool{p.node: true})
+}
+
+// logTimes logs, from the fault, when the fence was created, confirmed and released, and when
+// the store accepted the first write of db-0's replacement (pod UID uid) on node second.
+func (p *realPartition) logTimes(t *testing.T, nf *v1alpha1.NodeFence, second, uid string) {
+	t.Helper()
+	since := func(at time.Time) string { return at.Sub(p.fault).Round(100 * time.Millisecond).String() }
+	var confirmed, released string
+	if nf.Status.FencedTime != nil {
+		confirmed = since(nf.Status.FencedTime.Time)
+	}
+	if nf.Status.ReleasedTime != nil {
+		released = since(nf.Status.ReleasedTime.Time)
+	}
+	first, _ := p.s.Store.FirstAppend(uid)
+	t.Logf("from the fault: NodeFence %s (verdict %s), fence by %s confirmed %s, released %s; db-0's first write from %s %s",
+		since(nf.CreationTimestamp.Time), nf.Spec.Verdict, nf.Status.Method, confirmed, released, second, since(first.Arrival))
 }
 
 // noPowerOff checks that no BMC was sent a power-off and every machine still runs.
@@ -102,6 +121,7 @@ func TestRealMachinesPartitions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		p.fault = time.Now()
 		if err := p.m.Net().Cut(api); err != nil { // the kubelet and the agent lose the API server; the heartbeats go on
 			t.Fatal(err)
 		}
@@ -117,6 +137,7 @@ func TestRealMachinesPartitions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		p.fault = time.Now()
 		if err := p.m.Net().Cut(api); err != nil {
 			t.Fatal(err)
 		}
@@ -135,8 +156,9 @@ func TestRealMachinesPartitions(t *testing.T) {
 		if nf.Status.Method != "ipmi" {
 			t.Errorf("fenced by %s, want ipmi after the Executor's fence failed", nf.Status.Method)
 		}
-		second, _ := p.s.WaitWriter(t, realscene.PodName(0), p.node, 2*time.Minute)
+		second, uid := p.s.WaitWriter(t, realscene.PodName(0), p.node, 2*time.Minute)
 		waitAttached(t, p.s, "pv-"+realscene.PodName(0), second)
+		p.logTimes(t, nf, second, uid)
 		if p.m.Running() {
 			t.Errorf("%s still runs after its fence by power-off", p.node)
 		}
@@ -144,6 +166,7 @@ func TestRealMachinesPartitions(t *testing.T) {
 	})
 	t.Run("kubelet killed: KubeletDown, the Executor through the API server", func(t *testing.T) {
 		p := startRealPartition(t, false)
+		p.fault = time.Now()
 		if err := p.m.KillKubelet(); err != nil { // db-0's container runs on, unsupervised
 			t.Fatal(err)
 		}
