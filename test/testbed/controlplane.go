@@ -3,6 +3,7 @@ package testbed
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,9 +25,31 @@ import (
 // saSigningKey is the service-account signing key envtest writes into the API server's CertDir.
 const saSigningKey = "sa-signer.key"
 
+// envtestNamespaceWait is the error envtest returns when the default namespace did not appear
+// within its fixed 5 s of kube-apiserver answering.
+const envtestNamespaceWait = "default namespace didn't register within deadline"
+
 // startAPIServer runs etcd and kube-apiserver through envtest, installs the CRDs and builds
-// the admin clients.
+// the admin clients. envtest gives kube-apiserver a fixed 5 s, not configurable, to create the
+// default namespace; on a loaded machine its first start can take longer (seen once in a
+// fresh-clone run, with the namespace a second late), and then the control plane starts once
+// more from scratch.
 func (c *Cluster) startAPIServer(bins binaries, crdDirs []string, audit bool) error {
+	err := c.startAPIServerOnce(bins, crdDirs, audit)
+	if err == nil || !strings.Contains(err.Error(), envtestNamespaceWait) {
+		return err
+	}
+	c.logf("kube-apiserver took longer than envtest's fixed 5 s to create the default namespace; starting etcd and kube-apiserver again")
+	_ = c.env.Stop()
+	for _, d := range []string{c.env.ControlPlane.Etcd.DataDir, c.env.ControlPlane.APIServer.CertDir} {
+		if rmErr := os.RemoveAll(d); rmErr != nil {
+			return errors.Join(err, rmErr)
+		}
+	}
+	return c.startAPIServerOnce(bins, crdDirs, audit)
+}
+
+func (c *Cluster) startAPIServerOnce(bins binaries, crdDirs []string, audit bool) error {
 	scheme, err := newScheme()
 	if err != nil {
 		return err
