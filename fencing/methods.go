@@ -17,9 +17,10 @@ type methodKind struct {
 	needsAgent bool
 	// keepsNodeRunning: the method stops the node's workload and leaves the node up, so the
 	// node's Lease, heartbeats and peers are expected after its confirmation and are no
-	// evidence against it (its confirmation comes from the node's own authenticated agent).
-	// Every other method is checked for signs of life before anything is released; a new
-	// method is checked unless its row says otherwise.
+	// evidence against it (its confirmation comes from the node's own authenticated agent);
+	// its workload is, as the agent reads it back (liveness.go). Every other method is
+	// checked for signs of life before anything is released; a new method is checked unless
+	// its row says otherwise.
 	keepsNodeRunning bool
 }
 
