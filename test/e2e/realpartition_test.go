@@ -84,6 +84,20 @@ func (p *realPartition) logTimes(t *testing.T, nf *v1alpha1.NodeFence, second, u
 		since(nf.CreationTimestamp.Time), nf.Spec.Verdict, nf.Status.Method, confirmed, released, second, since(first.Arrival))
 }
 
+// cutFromAPIServer cuts db-0's machine from the API server alone: its kubelet and its agent
+// lose it, the heartbeats to the controller and the peers' probes go on.
+func (p *realPartition) cutFromAPIServer(t *testing.T) {
+	t.Helper()
+	api, err := netns.ParseEndpoint(p.s.Relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.fault = time.Now()
+	if err := p.m.Net().Cut(api); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // noPowerOff checks that no BMC was sent a power-off and every machine still runs.
 func (p *realPartition) noPowerOff(t *testing.T) {
 	t.Helper()
@@ -117,14 +131,7 @@ func (p *realPartition) clean(t *testing.T, mayFence map[string]bool) {
 func TestRealMachinesPartitions(t *testing.T) {
 	t.Run("API server cut off: Partitioned, the Executor over the direct channel", func(t *testing.T) {
 		p := startRealPartition(t, false)
-		api, err := netns.ParseEndpoint(p.s.Relay)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.fault = time.Now()
-		if err := p.m.Net().Cut(api); err != nil { // the kubelet and the agent lose the API server; the heartbeats go on
-			t.Fatal(err)
-		}
+		p.cutFromAPIServer(t)
 		p.fencedByExecutor(t, "Partitioned", "over the direct channel")
 		nf := fenceOf(t, p.s, p.node)
 		if _, ok := nf.Annotations[v1alpha1.AnnotationExecutorStatus]; ok {
@@ -133,14 +140,7 @@ func TestRealMachinesPartitions(t *testing.T) {
 	})
 	t.Run("API server cut off, agent without a kubelet-stop command: the workload runs again, the BMC powers the machine off", func(t *testing.T) {
 		p := startRealPartition(t, true)
-		api, err := netns.ParseEndpoint(p.s.Relay)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.fault = time.Now()
-		if err := p.m.Net().Cut(api); err != nil {
-			t.Fatal(err)
-		}
+		p.cutFromAPIServer(t)
 		nf := waitFence(t, p.s.Cluster, p.node, 3*time.Minute, phaseIs(v1alpha1.PhaseReleased))
 		var disproved *v1alpha1.Step
 		for i, st := range nf.Status.Steps {
