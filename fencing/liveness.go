@@ -193,15 +193,13 @@ func (r *NodeFenceReconciler) signOfLife(ctx context.Context, nf *v1alpha1.NodeF
 	// Only what came after the second the confirmation was recorded in is surely after it (a
 	// live agent heartbeats again within the window).
 	at = afterConfirmation(nf)
-	snapshot := r.Heartbeats.Snapshot()
-	if hb, ok := snapshot[nf.Spec.NodeName]; ok && hb.Received.After(at) {
+	hb, about, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
+	if ok && hb.Received.After(at) {
 		return &lifeSign{signalHeartbeat, fmt.Sprintf("its agent heartbeated at %s (boot ID %s)", hb.Received.Format(time.RFC3339Nano), hb.BootID)}, nil
 	}
-	for from, hb := range snapshot {
-		for _, p := range hb.Peers {
-			if p.Node == nf.Spec.NodeName && p.Reachable && p.At.After(at) {
-				return &lifeSign{signalPeer, fmt.Sprintf("peer %s reached it at %s", from, p.At.Format(time.RFC3339Nano))}, nil
-			}
+	for _, p := range about {
+		if p.Reachable && p.At.After(at) {
+			return &lifeSign{signalPeer, fmt.Sprintf("peer %s reached it at %s", p.From, p.At.Format(time.RFC3339Nano))}, nil
 		}
 	}
 	return nil, nil
@@ -219,7 +217,7 @@ func (r *NodeFenceReconciler) workloadBack(nf *v1alpha1.NodeFence) *lifeSign {
 	if r.Heartbeats == nil {
 		return nil
 	}
-	hb, ok := r.Heartbeats.Snapshot()[nf.Spec.NodeName]
+	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
 	if !ok || !hb.Received.After(afterConfirmation(nf)) || hb.RunningContainers == nil || *hb.RunningContainers == 0 {
 		return nil
 	}
@@ -229,7 +227,7 @@ func (r *NodeFenceReconciler) workloadBack(nf *v1alpha1.NodeFence) *lifeSign {
 
 // lastReadBack says what the agent's latest heartbeat read back, for the VerifyFenced record.
 func (r *NodeFenceReconciler) lastReadBack(nf *v1alpha1.NodeFence) string {
-	hb, ok := r.Heartbeats.Snapshot()[nf.Spec.NodeName]
+	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
 	switch {
 	case !ok || !hb.Received.After(afterConfirmation(nf)):
 		return ": no heartbeat from its agent since, so its read-back at the confirmation stands"

@@ -112,6 +112,10 @@ func (c *channel) Snapshot() map[string]agentwire.Heartbeat {
 	return map[string]agentwire.Heartbeat{"n1": {Node: "n1", RunningContainers: &c.running}}
 }
 
+func (c *channel) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
+	return agentwire.LatestOf(c.Snapshot(), node)
+}
+
 // served is the order a heartbeat of node would be answered with.
 func (c *channel) served(node string) (agentwire.Command, bool) {
 	c.mu.Lock()

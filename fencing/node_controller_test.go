@@ -46,6 +46,9 @@ func testScheme(t *testing.T) *runtime.Scheme {
 type heartbeats map[string]agentwire.Heartbeat
 
 func (h heartbeats) Snapshot() map[string]agentwire.Heartbeat { return h }
+func (h heartbeats) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
+	return agentwire.LatestOf(h, node)
+}
 
 // eventSeen is one recorded event: the kind and name it regards, its type and reason.
 type eventSeen struct{ On, Type, Reason string }

@@ -19,7 +19,11 @@ import (
 // Heartbeats is the source of the node agents' direct heartbeats (the controller's end of the
 // agent channel).
 type Heartbeats interface {
+	// Snapshot is a copy of every node's latest heartbeat, for a pass over all nodes.
 	Snapshot() map[string]agentwire.Heartbeat
+	// Latest is one node's latest heartbeat and every peer's latest report about it, for a
+	// look at one node (agentwire.LatestOf says what it returns).
+	Latest(node string) (hb agentwire.Heartbeat, about []agentwire.Sighting, ok bool)
 }
 
 // Observer asks the detectors about a node: the lease detector always, and the classifier
@@ -47,14 +51,30 @@ type Sight interface {
 }
 
 // Observe is the detectors' verdict on one node, its Lease judged against leaseTimeout.
+// It reads only that node's agent signals (O(peers)), however many nodes there are.
 func (o Observer) Observe(ctx context.Context, node *corev1.Node, leaseTimeout time.Duration, now time.Time) (detectors.Observation, error) {
-	return o.observeWith(ctx, node, leaseTimeout, now, o.agentSignals())
+	var sig signalsOf
+	if o.Heartbeats != nil {
+		sig = func(name string) (classify.Agent, []classify.PeerReport) {
+			hb, about, ok := o.Heartbeats.Latest(name)
+			var a classify.Agent
+			if ok {
+				a = agentOf(hb)
+			}
+			return a, sightings(about)
+		}
+	}
+	return o.observeWith(ctx, node, leaseTimeout, now, sig)
 }
 
 // ObserveAll observes every node from one snapshot of the agents' heartbeats: O(nodes × peers)
 // for the whole pass rather than per node.
 func (o Observer) ObserveAll(ctx context.Context, nodes []corev1.Node, leaseTimeout time.Duration, now time.Time) ([]detectors.Observation, error) {
-	sig := o.agentSignals()
+	var sig signalsOf
+	if o.Heartbeats != nil {
+		agents, peers := Signals(o.Heartbeats.Snapshot())
+		sig = func(name string) (classify.Agent, []classify.PeerReport) { return agents[name], peers[name] }
+	}
 	out := make([]detectors.Observation, 0, len(nodes))
 	for i := range nodes {
 		obs, err := o.observeWith(ctx, &nodes[i], leaseTimeout, now, sig)
@@ -81,22 +101,11 @@ func (o Observer) LastSignal(ctx context.Context, name string, now time.Time) (t
 	return obs.LastSeen, err
 }
 
-// agentSignals are the classifier's inputs from the agents, taken from one snapshot of their
-// heartbeats (nil without agents).
-type agentSignals struct {
-	agents map[string]classify.Agent
-	peers  map[string][]classify.PeerReport
-}
+// signalsOf gives a node's classifier inputs from the agents: its own heartbeat and its peers'
+// reports about it (nil without agents).
+type signalsOf func(node string) (classify.Agent, []classify.PeerReport)
 
-func (o Observer) agentSignals() *agentSignals {
-	if o.Heartbeats == nil {
-		return nil
-	}
-	a, p := Signals(o.Heartbeats.Snapshot())
-	return &agentSignals{agents: a, peers: p}
-}
-
-func (o Observer) observeWith(ctx context.Context, node *corev1.Node, leaseTimeout time.Duration, now time.Time, sig *agentSignals) (detectors.Observation, error) {
+func (o Observer) observeWith(ctx context.Context, node *corev1.Node, leaseTimeout time.Duration, now time.Time, sig signalsOf) (detectors.Observation, error) {
 	l := &coordinationv1.Lease{}
 	err := o.Reader.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node.Name}, l)
 	if client.IgnoreNotFound(err) != nil {
@@ -114,7 +123,8 @@ func (o Observer) observeWith(ctx context.Context, node *corev1.Node, leaseTimeo
 	if l != nil && l.Spec.RenewTime != nil {
 		renewalSeen = o.Renewals.Seen(node.Name, l.Spec.RenewTime.Time, now)
 	}
-	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: sig.agents[node.Name], Peers: sig.peers[node.Name], LeaseRenewalSeen: renewalSeen},
+	agent, peers := sig(node.Name)
+	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agent, Peers: peers, LeaseRenewalSeen: renewalSeen},
 		classify.Config{HeartbeatsSince: laterOf(o.Since, seeing)}, now), nil
 }
 

@@ -27,6 +27,9 @@ func (s sightSince) Cause() string    { return "APIUnreachable" }
 type noHeartbeats struct{}
 
 func (noHeartbeats) Snapshot() map[string]agentwire.Heartbeat { return nil }
+func (noHeartbeats) Latest(string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
+	return agentwire.Heartbeat{}, nil, false
+}
 
 // TestObserveSight: a Lease a minute old is judged from the moment the controller could see
 // renewals again, on the Lease alone and with agents (whose warm-up restarts then too).

@@ -11,10 +11,27 @@ func Signals(snapshot map[string]agentwire.Heartbeat) (map[string]classify.Agent
 	agents := make(map[string]classify.Agent, len(snapshot))
 	peers := make(map[string][]classify.PeerReport, len(snapshot))
 	for node, hb := range snapshot {
-		agents[node] = classify.Agent{LastSeen: hb.Received, Interval: hb.Interval, KubeletHealthy: hb.KubeletHealthy}
+		agents[node] = agentOf(hb)
 		for _, p := range hb.Peers {
 			peers[p.Node] = append(peers[p.Node], classify.PeerReport{From: node, Reachable: p.Reachable, At: p.At})
 		}
 	}
 	return agents, peers
+}
+
+// agentOf is the classifier's view of a node's own latest heartbeat.
+func agentOf(hb agentwire.Heartbeat) classify.Agent {
+	return classify.Agent{LastSeen: hb.Received, Interval: hb.Interval, KubeletHealthy: hb.KubeletHealthy}
+}
+
+// sightings turns the peers' reports about one node into the classifier's inputs.
+func sightings(about []agentwire.Sighting) []classify.PeerReport {
+	if len(about) == 0 {
+		return nil
+	}
+	out := make([]classify.PeerReport, len(about))
+	for i, s := range about {
+		out[i] = classify.PeerReport{From: s.From, Reachable: s.Reachable, At: s.At}
+	}
+	return out
 }

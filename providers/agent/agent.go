@@ -26,7 +26,7 @@ type Channel interface {
 	SetCommand(node string, cmd agentwire.Command)
 	ClearCommand(node string)
 	ExecutorStatus(node string) (agentwire.ExecutorStatus, bool)
-	Snapshot() map[string]agentwire.Heartbeat
+	Latest(node string) (hb agentwire.Heartbeat, about []agentwire.Sighting, ok bool)
 }
 
 // Via is the channel an order travels to a node's agent.
@@ -144,7 +144,7 @@ func (p *Provider) report(ctx context.Context, req providers.Request) (agentwire
 			return st, nil, "the agent has not taken the order yet", nil
 		}
 		var running *int
-		if hb, ok := p.ch.Snapshot()[node]; ok {
+		if hb, _, ok := p.ch.Latest(node); ok {
 			running = hb.RunningContainers
 		}
 		return st, running, "", nil

@@ -32,8 +32,8 @@ func (c *channel) ExecutorStatus(string) (agentwire.ExecutorStatus, bool) {
 	}
 	return *c.status, true
 }
-func (c *channel) Snapshot() map[string]agentwire.Heartbeat {
-	return map[string]agentwire.Heartbeat{"n1": {Node: "n1", RunningContainers: c.running}}
+func (c *channel) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
+	return agentwire.LatestOf(map[string]agentwire.Heartbeat{"n1": {Node: "n1", RunningContainers: c.running}}, node)
 }
 
 func request(verdict detectors.Verdict) providers.Request {

@@ -57,7 +57,10 @@ type Server struct {
 	// commands are the pending commands by node; statuses the latest executor status by node.
 	commands map[string]agentwire.Command
 	statuses map[string]agentwire.ExecutorStatus
-	peers    *peerBook
+	// about indexes the latest heartbeats' peer reports by the node they are about, then by
+	// the reporting node, so that Latest reads one node's signals in O(peers).
+	about map[string]map[string][]agentwire.PeerReport
+	peers *peerBook
 }
 
 // NewServer loads the certificate files (failing early when they are unusable) and builds the
@@ -71,7 +74,8 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	s := &Server{
 		opts: opts, log: opts.Logger, nodes: map[string]agentwire.Heartbeat{},
-		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{}, peers: newPeerBook(opts.ProbePeers),
+		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{},
+		about: map[string]map[string][]agentwire.PeerReport{}, peers: newPeerBook(opts.ProbePeers),
 	}
 	var err error
 	if s.cert, err = pki.KeyPairSource(opts.CertFile, opts.KeyFile, s.log); err != nil {
@@ -169,11 +173,48 @@ func (s *Server) Snapshot() map[string]agentwire.Heartbeat {
 	return out
 }
 
+// Latest returns node's latest heartbeat (ok false when there is none) and the reports about
+// node in every other node's latest heartbeat, without copying the others: what
+// agentwire.LatestOf computes from a Snapshot, in O(peers).
+func (s *Server) Latest(node string) (hb agentwire.Heartbeat, about []agentwire.Sighting, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	hb, ok = s.nodes[node]
+	for from, reports := range s.about[node] {
+		for _, p := range reports {
+			about = append(about, agentwire.Sighting{From: from, Reachable: p.Reachable, At: p.At})
+		}
+	}
+	return hb, about, ok
+}
+
+// reindex replaces the reports of node (its previous heartbeat's, old) by those of its new
+// one in the index by target; s.mu must be held for writing.
+func (s *Server) reindex(node string, old, reports []agentwire.PeerReport) {
+	for _, p := range old {
+		if m := s.about[p.Node]; m != nil {
+			delete(m, node)
+			if len(m) == 0 {
+				delete(s.about, p.Node)
+			}
+		}
+	}
+	for _, p := range reports {
+		m := s.about[p.Node]
+		if m == nil {
+			m = map[string][]agentwire.PeerReport{}
+			s.about[p.Node] = m
+		}
+		m[node] = append(m[node], p)
+	}
+}
+
 // Forget drops a node's heartbeat, its pending command and its executor status, for a node
 // deleted from the cluster.
 func (s *Server) Forget(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reindex(node, s.nodes[node].Peers, nil)
 	delete(s.nodes, node)
 	delete(s.commands, node)
 	delete(s.statuses, node)
@@ -331,6 +372,7 @@ func (s *Server) record(hb agentwire.Heartbeat) (agentwire.Command, bool) {
 	s.mu.Lock()
 	prev, seen := s.nodes[hb.Node]
 	s.nodes[hb.Node] = hb
+	s.reindex(hb.Node, prev.Peers, hb.Peers)
 	prevStatus, hadStatus := s.statuses[hb.Node]
 	if hb.Executor != nil {
 		s.statuses[hb.Node] = *hb.Executor
