@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"palisade.dev/palisade/attach"
@@ -41,7 +42,14 @@ type NodeFenceReconciler struct {
 	Attachments *attach.Releaser
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Concurrency is how many NodeFences advance at once (0: DefaultConcurrency). One fence
+	// never runs in two workers: the work queue hands a key to one worker at a time.
+	Concurrency int
 }
+
+// DefaultConcurrency is how many NodeFences advance at once by default: a rack lost at once
+// (40 nodes) is released in a few rounds instead of one fence after another.
+const DefaultConcurrency = 10
 
 // outcome is what taking a step produced.
 type outcome struct {
@@ -67,8 +75,13 @@ func pending(retry time.Duration, reason, format string, args ...any) outcome {
 func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Our own status writes must not wake us with a stale cached copy: the reconciler requeues
 	// itself while a step is pending.
+	workers := r.Concurrency
+	if workers <= 0 {
+		workers = DefaultConcurrency
+	}
 	return ctrl.NewControllerManagedBy(mgr).Named("nodefence").
 		For(&v1alpha1.NodeFence{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(r)
 }
 

@@ -47,6 +47,7 @@ func parseFlags() flags {
 	flag.DurationVar(&f.opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "leader-election lease duration")
 	flag.DurationVar(&f.opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "leader-election renew deadline")
 	flag.DurationVar(&f.opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "leader-election retry period")
+	flag.IntVar(&f.opts.FenceConcurrency, "fence-concurrency", fencing.DefaultConcurrency, "how many NodeFences advance at once (a rack lost at once is released in parallel; each fence takes its own steps in order)")
 	flag.DurationVar(&f.opts.AttachmentForceAge, "attachment-force-after", 30*time.Second, "how long a deleted VolumeAttachment of a fenced node may wait for its CSI attacher before its finalizer is removed")
 	flag.StringVar(&f.ipmitool, "ipmitool", "ipmitool", "path of the ipmitool binary")
 	flag.DurationVar(&f.providerTimeout, "provider-call-timeout", 15*time.Second, "timeout of one call to a BMC")

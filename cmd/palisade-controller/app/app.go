@@ -38,6 +38,8 @@ type Options struct {
 	RenewDeadline      time.Duration
 	RetryPeriod        time.Duration
 	AttachmentForceAge time.Duration
+	// FenceConcurrency is how many NodeFences advance at once (0: fencing.DefaultConcurrency).
+	FenceConcurrency int
 	// IPMI configures the IPMI provider.
 	IPMI []ipmi.Option
 	// Fencers, when set, replaces or adds the provider of a method type (tests); fencers.go
@@ -131,6 +133,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 	nf := &fencing.NodeFenceReconciler{
 		Client: c, APIReader: reader, Recorder: rec, Fencers: fencers(mgr, o, obs, srv), Heartbeats: obs.Heartbeats,
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
+		Concurrency: o.FenceConcurrency,
 	}
 	if err := nf.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up nodefence controller: %w", err)
