@@ -107,7 +107,7 @@ func measure(b *testing.B, bin string, n int) {
 	}
 	time.Sleep(2 * steadyWindow) // informers synced, every agent heard, caches warm
 	s := proc.steady(b, steadyWindow, lat)
-	proc.profileHeap(b, bin, n)
+	proc.profile(b, bin, n)
 	rack := rackRelease(ctx, b, c, kube, n)
 	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f\n",
 		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.Seconds())
