@@ -97,9 +97,13 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		RenewDeadline:                 durationOrNil(o.RenewDeadline),
 		RetryPeriod:                   durationOrNil(o.RetryPeriod),
 		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lease.Namespace: {}}},
-		}},
+		Cache: cache.Options{
+			// Nothing reads managedFields; every cached Node and Lease would keep them.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lease.Namespace: {}}},
+			},
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
