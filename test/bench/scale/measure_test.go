@@ -126,11 +126,15 @@ func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) 
 	}
 }
 
+// rackTimes are the rack's release times: from all its fences confirmed, and from all their
+// verify windows ended (the policy's wait after a confirmation, no work of the controller's),
+// to all of them Released with every pod of theirs gone.
+type rackTimes struct{ fromConfirmed, afterWindows time.Duration }
+
 // rackRelease asks for the fence of rackSize nodes at once (the fence-request annotation, the
-// README's manual request) and returns the time from all their fences confirmed (polled every
-// 100 ms: an upper bound on the moment, so the result is a lower bound by at most that) to all
-// of them Released with every pod of theirs gone.
-func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kubernetes.Interface, n int) time.Duration {
+// README's manual request) and times its release. Moments are polled every 100 ms: each is an
+// upper bound, so the times are lower bounds by at most that.
+func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kubernetes.Interface, n int) rackTimes {
 	rack := map[string]bool{}
 	for i := 0; i < rackSize; i++ {
 		rack[nodeName(n-1-i)] = true
@@ -143,41 +147,54 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 		b.Fatalf("requesting the rack's fences: %v", err)
 	}
 	deadline := time.Now().Add(rackTimeout)
-	var confirmed time.Time
+	var confirmed, windowsEnded time.Time
 	for time.Now().Before(deadline) {
-		fenced, released := rackPhases(ctx, b, c, rack)
-		if confirmed.IsZero() && fenced == rackSize {
+		p := rackPhases(ctx, b, c, rack)
+		if confirmed.IsZero() && p.fenced == rackSize {
 			confirmed = time.Now()
 		}
-		if released == rackSize && podsLeft(ctx, b, kube, rack) == 0 {
-			return time.Since(confirmed)
+		if windowsEnded.IsZero() && p.verified == rackSize {
+			windowsEnded = time.Now()
+		}
+		if p.released == rackSize && podsLeft(ctx, b, kube, rack) == 0 {
+			return rackTimes{fromConfirmed: time.Since(confirmed), afterWindows: time.Since(windowsEnded)}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	fenced, released := rackPhases(ctx, b, c, rack)
-	b.Fatalf("rack not released within %s: %d fenced, %d released, %d pods left", rackTimeout, fenced, released, podsLeft(ctx, b, kube, rack))
-	return 0
+	p := rackPhases(ctx, b, c, rack)
+	b.Fatalf("rack not released within %s: %d fenced, %d verified, %d released, %d pods left", rackTimeout, p.fenced, p.verified, p.released, podsLeft(ctx, b, kube, rack))
+	return rackTimes{}
 }
 
-// rackPhases counts the rack's fences confirmed (Fenced or later) and Released.
-func rackPhases(ctx context.Context, b *testing.B, c *testbed.Cluster, rack map[string]bool) (fenced, released int) {
+// rackProgress counts the rack's fences confirmed (Fenced or later), past their verify window
+// (the VerifyFenced step succeeded) and Released.
+type rackProgress struct{ fenced, verified, released int }
+
+func rackPhases(ctx context.Context, b *testing.B, c *testbed.Cluster, rack map[string]bool) rackProgress {
 	var list v1alpha1.NodeFenceList
 	if err := c.Client.List(ctx, &list); err != nil {
 		b.Fatalf("listing fences: %v", err)
 	}
+	var p rackProgress
 	for _, f := range list.Items {
 		if !rack[f.Spec.NodeName] {
 			continue
 		}
 		switch f.Status.Phase {
 		case v1alpha1.PhaseFenced, v1alpha1.PhaseReleasing:
-			fenced++
+			p.fenced++
 		case v1alpha1.PhaseReleased:
-			fenced++
-			released++
+			p.fenced++
+			p.released++
+		}
+		for _, st := range f.Status.Steps {
+			if st.Name == v1alpha1.StepVerifyFenced && st.State == v1alpha1.StepSucceeded {
+				p.verified++
+				break
+			}
 		}
 	}
-	return fenced, released
+	return p
 }
 
 func podsLeft(ctx context.Context, b *testing.B, kube kubernetes.Interface, rack map[string]bool) int {

@@ -109,8 +109,8 @@ func measure(b *testing.B, bin string, n int) {
 	s := proc.steady(b, steadyWindow, lat)
 	proc.profile(b, bin, n)
 	rack := rackRelease(ctx, b, c, kube, n)
-	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f\n",
-		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.Seconds())
+	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f rack_after_window_s=%.1f\n",
+		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.fromConfirmed.Seconds(), rack.afterWindows.Seconds())
 }
 
 // agentPKI is the agents' CA, the controller's server certificate and one client
