@@ -13,8 +13,10 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -56,7 +58,10 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1.Node{}).
 		Watches(&coordinationv1.Lease{}, leaseToNode).
 		Watches(&v1alpha1.NodeFence{}, byName).
-		Watches(&v1alpha1.FencingPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes))
+		// A policy's spec decides its nodes; its status (rewritten every policyResync while a
+		// node is listed failed) would wake every node of the cluster for nothing.
+		Watches(&v1alpha1.FencingPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	if r.Observer.Heartbeats != nil {
 		w := newAgentLossWatch(r.Observer.Heartbeats, r.now)
 		if err := mgr.Add(w); err != nil {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -24,9 +25,9 @@ const DefaultLeaseTimeout = 20 * time.Second
 var defaultMaxUnhealthy = intstr.FromString("40%")
 
 // policyFor returns the policy covering node: of all whose selector matches, the first by name.
-func policyFor(ctx context.Context, c client.Reader, node *corev1.Node) (*v1alpha1.FencingPolicy, error) {
+func policyFor(ctx context.Context, c client.Reader, node *corev1.Node, opts ...client.ListOption) (*v1alpha1.FencingPolicy, error) {
 	var list v1alpha1.FencingPolicyList
-	if err := c.List(ctx, &list); err != nil {
+	if err := c.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("listing fencing policies: %w", err)
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
@@ -60,11 +61,12 @@ func HeartbeatIntervals(c client.Reader) func(node string) time.Duration {
 	return func(name string) time.Duration {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
+		// Read-only, for every heartbeat: the cache's own objects, not copies.
 		node := &corev1.Node{}
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, node, &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}); err != nil {
 			return 0
 		}
-		p, err := policyFor(ctx, c, node)
+		p, err := policyFor(ctx, c, node, client.UnsafeDisableDeepCopy)
 		if err != nil || p == nil {
 			return 0
 		}
@@ -92,7 +94,8 @@ func policyHealth(ctx context.Context, o observe.Observer, p *v1alpha1.FencingPo
 		return health{}, fmt.Errorf("parsing the node selector of policy %s: %w", p.Name, err)
 	}
 	var nodes corev1.NodeList
-	if err := o.Reader.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	// Read-only: the cache's own objects, not a copy of every node each pass.
+	if err := o.Reader.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 		return health{}, fmt.Errorf("listing nodes: %w", err)
 	}
 	all, err := o.ObserveAll(ctx, nodes.Items, leaseTimeout(p), now)

@@ -10,7 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/observe"
@@ -30,7 +32,9 @@ type PolicyReconciler struct {
 
 // SetupWithManager registers the reconciler.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.watchSight(ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.FencingPolicy{}).Named("fencingpolicy")).Complete(r)
+	// Its own status writes need no second pass: the pass repeats every policyResync.
+	return r.watchSight(ctrl.NewControllerManagedBy(mgr).Named("fencingpolicy").
+		For(&v1alpha1.FencingPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}))).Complete(r)
 }
 
 // Reconcile refreshes one policy's status.

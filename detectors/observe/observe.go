@@ -64,7 +64,11 @@ func (o Observer) Observe(ctx context.Context, node *corev1.Node, leaseTimeout t
 			return a, sightings(about)
 		}
 	}
-	return o.observeWith(ctx, node, leaseTimeout, now, sig)
+	l, err := o.lease(ctx, node.Name)
+	if err != nil {
+		return detectors.Observation{}, err
+	}
+	return o.observeWith(node, l, leaseTimeout, now, sig), nil
 }
 
 // ObserveAll observes every node from one snapshot of the agents' heartbeats: O(nodes × peers)
@@ -75,13 +79,18 @@ func (o Observer) ObserveAll(ctx context.Context, nodes []corev1.Node, leaseTime
 		agents, peers := Signals(o.Heartbeats.Snapshot())
 		sig = func(name string) (classify.Agent, []classify.PeerReport) { return agents[name], peers[name] }
 	}
+	// One read of every node Lease (the cache's own objects, read only) rather than one per node.
+	var list coordinationv1.LeaseList
+	if err := o.Reader.List(ctx, &list, client.InNamespace(lease.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing node leases: %w", err)
+	}
+	leases := make(map[string]*coordinationv1.Lease, len(list.Items))
+	for i := range list.Items {
+		leases[list.Items[i].Name] = &list.Items[i]
+	}
 	out := make([]detectors.Observation, 0, len(nodes))
 	for i := range nodes {
-		obs, err := o.observeWith(ctx, &nodes[i], leaseTimeout, now, sig)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, obs)
+		out = append(out, o.observeWith(&nodes[i], leases[nodes[i].Name], leaseTimeout, now, sig))
 	}
 	return out, nil
 }
@@ -105,19 +114,25 @@ func (o Observer) LastSignal(ctx context.Context, name string, now time.Time) (t
 // reports about it (nil without agents).
 type signalsOf func(node string) (classify.Agent, []classify.PeerReport)
 
-func (o Observer) observeWith(ctx context.Context, node *corev1.Node, leaseTimeout time.Duration, now time.Time, sig signalsOf) (detectors.Observation, error) {
+// lease is the node's Lease, nil when it has none.
+func (o Observer) lease(ctx context.Context, node string) (*coordinationv1.Lease, error) {
 	l := &coordinationv1.Lease{}
-	err := o.Reader.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node.Name}, l)
-	if client.IgnoreNotFound(err) != nil {
-		return detectors.Observation{}, fmt.Errorf("reading lease of node %s: %w", node.Name, err)
+	err := o.Reader.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: node}, l)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
 	}
 	if err != nil {
-		l = nil
+		return nil, fmt.Errorf("reading lease of node %s: %w", node, err)
 	}
+	return l, nil
+}
+
+// observeWith judges the node on its Lease (nil: none) and its agent signals.
+func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseTimeout time.Duration, now time.Time, sig signalsOf) detectors.Observation {
 	seeing, cause := o.seeing()
 	obs := lease.ObserveSince(node, l, leaseTimeout, now, seeing, cause)
 	if sig == nil {
-		return obs, nil
+		return obs
 	}
 	var renewalSeen time.Time
 	if l != nil && l.Spec.RenewTime != nil {
@@ -125,7 +140,7 @@ func (o Observer) observeWith(ctx context.Context, node *corev1.Node, leaseTimeo
 	}
 	agent, peers := sig(node.Name)
 	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agent, Peers: peers, LeaseRenewalSeen: renewalSeen},
-		classify.Config{HeartbeatsSince: laterOf(o.Since, seeing)}, now), nil
+		classify.Config{HeartbeatsSince: laterOf(o.Since, seeing)}, now)
 }
 
 // seeing is since when the controller could see renewals, and why then (zero: always).
