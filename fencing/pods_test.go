@@ -3,6 +3,8 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +136,62 @@ func TestHeldBy(t *testing.T) {
 				t.Errorf("heldBy (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A node's pods are marked and deleted podWriters at a time, never more; a pod whose deletion
+// fails keeps the step pending with the error, the others are counted once, and the next pass
+// finishes the job and counts the rest.
+func TestDeletePodsInParallel(t *testing.T) {
+	const pods = 50
+	var objs []client.Object
+	for i := range pods {
+		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: fmt.Sprintf("p-%02d", i), UID: k8stypes.UID(fmt.Sprintf("uid-%d", i))},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}})
+	}
+	var (
+		inFlight, most atomic.Int32
+		failing        atomic.Bool
+	)
+	failing.Store(true)
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).
+		WithStatusSubresource(&corev1.Pod{}).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(5 * time.Millisecond) // a round trip to the API server
+			if failing.Load() && strings.HasSuffix(obj.GetName(), "7") {
+				return fmt.Errorf("injected: etcd timeout")
+			}
+			return deleteWithGrace(ctx, c, obj, opts...)
+		}}).
+		Build()
+	r := &NodeFenceReconciler{Client: c, APIReader: c, Now: func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }}
+	nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}, Status: v1alpha1.NodeFenceStatus{Method: "ipmi"}}
+
+	out := r.deletePods(context.Background(), nf)
+	if out.state != v1alpha1.StepStarted || out.reason != ReasonAPIError || !strings.Contains(out.message, "injected: etcd timeout") {
+		t.Errorf("first pass with failing deletions: %+v, want pending with the API error", out)
+	}
+	if got := nf.Status.PodsDeleted; got != pods-5 { // p-07, p-17, p-27, p-37, p-47 failed
+		t.Errorf("podsDeleted after the first pass = %d, want %d", got, pods-5)
+	}
+	if m := most.Load(); m < 2 || m > podWriters {
+		t.Errorf("at most %d deletions at once, want between 2 and %d", m, podWriters)
+	}
+	failing.Store(false)
+	out = r.deletePods(context.Background(), nf)
+	if out.state != v1alpha1.StepSucceeded || nf.Status.PodsDeleted != pods {
+		t.Errorf("second pass: %+v with podsDeleted %d, want done with %d", out, nf.Status.PodsDeleted, pods)
+	}
+	var left corev1.PodList
+	if err := c.List(context.Background(), &left); err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Items) != 0 {
+		t.Errorf("%d pods left after the step succeeded", len(left.Items))
 	}
 }
