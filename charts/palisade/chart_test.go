@@ -328,6 +328,9 @@ func TestDeployment(t *testing.T) {
 	if !hasArg(c.Args, "--health-probe-bind-address=:8081") || !hasArg(c.Args, "--metrics-bind-address=:8080") {
 		t.Errorf("args %q lack the probe or metrics address", c.Args)
 	}
+	if !hasArg(c.Args, "--fence-concurrency=10") {
+		t.Errorf("args %q lack --fence-concurrency=10 (controller.fenceConcurrency)", c.Args)
+	}
 	env := map[string]string{}
 	for _, e := range c.Env {
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
