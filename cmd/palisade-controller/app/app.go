@@ -79,6 +79,9 @@ const LeaderElectionID = "palisade-controller.fencing.palisade.dev"
 
 // NewManager builds the manager with every reconciler registered.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.FenceConcurrency < 0 {
+		return nil, fmt.Errorf("--fence-concurrency is %d: it must be at least 1 (0 means the default, %d)", o.FenceConcurrency, fencing.DefaultConcurrency)
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)

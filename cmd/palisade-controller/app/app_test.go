@@ -1,0 +1,16 @@
+package app
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+)
+
+// A negative fence concurrency is refused with an error naming the flag, before anything starts.
+func TestNewManagerRefusesNegativeFenceConcurrency(t *testing.T) {
+	_, err := NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, Options{FenceConcurrency: -1})
+	if err == nil || !strings.Contains(err.Error(), "--fence-concurrency is -1") {
+		t.Fatalf("NewManager with FenceConcurrency -1: %v, want an error naming --fence-concurrency", err)
+	}
+}
