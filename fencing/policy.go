@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,26 +56,79 @@ const DefaultHeartbeatInterval = time.Second
 
 // HeartbeatIntervals returns the heartbeat interval each node's agent is to use: its policy's
 // detection.heartbeatInterval, the default for a node under a policy without one, and 0 (the
-// agent keeps its own) for a node no policy covers or that cannot be read (c is a cache, so
-// this is quick enough to ask for every heartbeat).
+// agent keeps its own) for a node no policy covers or that cannot be read. It is asked for
+// every heartbeat, so each node's answer is remembered for IntervalMemoTTL: a changed policy
+// or node label reaches the agent within that time and its next heartbeat. Nothing is
+// inferred from the interval the controller asks for; the detectors read the one each agent
+// reports using.
 func HeartbeatIntervals(c client.Reader) func(node string) time.Duration {
-	return func(name string) time.Duration {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		// Read-only, for every heartbeat: the cache's own objects, not copies.
-		node := &corev1.Node{}
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, node, &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}); err != nil {
-			return 0
-		}
-		p, err := policyFor(ctx, c, node, client.UnsafeDisableDeepCopy)
-		if err != nil || p == nil {
-			return 0
-		}
-		if d := p.Spec.Detection.HeartbeatInterval; d != nil && d.Duration > 0 {
-			return d.Duration
-		}
-		return DefaultHeartbeatInterval
+	return newIntervalMemo(func(name string) time.Duration { return heartbeatInterval(c, name) }, time.Now, IntervalMemoTTL).get
+}
+
+// IntervalMemoTTL is how long HeartbeatIntervals remembers a node's answer.
+const IntervalMemoTTL = 5 * time.Second
+
+// heartbeatInterval reads node's interval from c (a cache: the cache's own objects, not copies).
+func heartbeatInterval(c client.Reader, name string) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, node, &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}); err != nil {
+		return 0
 	}
+	p, err := policyFor(ctx, c, node, client.UnsafeDisableDeepCopy)
+	if err != nil || p == nil {
+		return 0
+	}
+	if d := p.Spec.Detection.HeartbeatInterval; d != nil && d.Duration > 0 {
+		return d.Duration
+	}
+	return DefaultHeartbeatInterval
+}
+
+// intervalMemo remembers read's answer for each node for ttl. The lock is not held while
+// reading, so concurrent heartbeats never wait on each other's reads; expired answers are
+// swept once per ttl, so nodes that left the cluster are forgotten.
+type intervalMemo struct {
+	read func(node string) time.Duration
+	now  func() time.Time
+	ttl  time.Duration
+
+	mu     sync.Mutex
+	byNode map[string]memoized
+	swept  time.Time
+}
+
+type memoized struct {
+	d       time.Duration
+	expires time.Time
+}
+
+func newIntervalMemo(read func(string) time.Duration, now func() time.Time, ttl time.Duration) *intervalMemo {
+	return &intervalMemo{read: read, now: now, ttl: ttl, byNode: map[string]memoized{}, swept: now()}
+}
+
+func (m *intervalMemo) get(node string) time.Duration {
+	now := m.now()
+	m.mu.Lock()
+	e, ok := m.byNode[node]
+	m.mu.Unlock()
+	if ok && now.Before(e.expires) {
+		return e.d
+	}
+	d := m.read(node)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.byNode[node] = memoized{d: d, expires: now.Add(m.ttl)}
+	if now.Sub(m.swept) >= m.ttl {
+		for n, e := range m.byNode {
+			if !now.Before(e.expires) {
+				delete(m.byNode, n)
+			}
+		}
+		m.swept = now
+	}
+	return d
 }
 
 // health counts the policy's nodes and those that look failed or late (Suspect).

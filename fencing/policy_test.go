@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -169,5 +171,57 @@ func TestPolicyFor(t *testing.T) {
 				t.Errorf("policyFor = %q, want %q", name, tt.want)
 			}
 		})
+	}
+}
+
+// TestHeartbeatIntervals: the interval asked of each node's agent is its policy's, the default
+// under a policy without one, 0 without a policy or a node; each answer is remembered for the
+// memo's TTL (a policy change reaches the agent once it expires, not before), with one read per
+// node per TTL, and nodes not asked about for a TTL are forgotten.
+func TestHeartbeatIntervals(t *testing.T) {
+	fast := &v1alpha1.FencingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "a-fast"}, Spec: v1alpha1.FencingPolicySpec{
+		NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"db": "true"}},
+		Detection:    v1alpha1.Detection{HeartbeatInterval: &metav1.Duration{Duration: 3 * time.Second}},
+	}}
+	plain := &v1alpha1.FencingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "b-plain"}, Spec: v1alpha1.FencingPolicySpec{
+		NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"web": "true"}},
+	}}
+	node := func(name string, labels map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	}
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(fast, plain,
+		node("db1", map[string]string{"db": "true"}), node("web1", map[string]string{"web": "true"}), node("lone", nil)).Build()
+
+	reads := map[string]int{}
+	now := time.Unix(1000, 0)
+	m := newIntervalMemo(func(n string) time.Duration { reads[n]++; return heartbeatInterval(c, n) }, func() time.Time { return now }, IntervalMemoTTL)
+	for name, want := range map[string]time.Duration{"db1": 3 * time.Second, "web1": DefaultHeartbeatInterval, "lone": 0, "gone": 0} {
+		if got := m.get(name); got != want {
+			t.Errorf("interval of %s = %v, want %v", name, got, want)
+		}
+	}
+
+	ctx := context.Background()
+	changed := fast.DeepCopy()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(fast), changed); err != nil {
+		t.Fatal(err)
+	}
+	changed.Spec.Detection.HeartbeatInterval.Duration = 7 * time.Second
+	if err := c.Update(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(IntervalMemoTTL - time.Millisecond)
+	if got := m.get("db1"); got != 3*time.Second || reads["db1"] != 1 {
+		t.Errorf("within the TTL: interval %v after %d reads, want the remembered 3s after 1", got, reads["db1"])
+	}
+	now = now.Add(time.Millisecond)
+	if got := m.get("db1"); got != 7*time.Second || reads["db1"] != 2 {
+		t.Errorf("once the TTL is over: interval %v after %d reads, want the changed policy's 7s after 2", got, reads["db1"])
+	}
+
+	now = now.Add(IntervalMemoTTL)
+	m.get("web1")
+	if _, kept := m.byNode["gone"]; kept || len(m.byNode) != 1 {
+		t.Errorf("after a TTL unasked, the memo still holds %d nodes (gone kept: %v), want only web1", len(m.byNode), kept)
 	}
 }
