@@ -37,7 +37,7 @@ type ClientOptions struct {
 }
 
 // Client sends an agent's heartbeats to the controller over mutually authenticated TLS, one
-// long-lived HTTP/2 connection for all of them.
+// long-lived HTTP/1.1 keep-alive connection for all of them.
 type Client struct {
 	url          string
 	cert         *pki.FileSource[*tls.Certificate]
@@ -85,7 +85,6 @@ func NewClient(opts ClientOptions) (*Client, error) {
 					return cert, err
 				},
 			},
-			ForceAttemptHTTP2:   true,
 			TLSHandshakeTimeout: opts.Timeout,
 			IdleConnTimeout:     time.Minute,
 		}
@@ -98,9 +97,9 @@ func NewClient(opts ClientOptions) (*Client, error) {
 // httpClient returns the client of the current transport. When the certificate files changed
 // since the last heartbeat, or renew is set, it first replaces the transport, so that the
 // heartbeat opens a new connection whose handshake presents the current certificate. (Closing
-// the idle connection would not do: an HTTP/2 connection whose last response was just delivered
-// can still count its stream as active for a moment, and would be reused.) The old transport's
-// connections close once idle.
+// the idle connections would not do: a connection whose last response is still being read
+// returns to the pool after the call, and would be reused.) The old transport's connections
+// close once idle.
 func (c *Client) httpClient(renew bool) *http.Client {
 	c.mu.Lock()
 	defer c.mu.Unlock()

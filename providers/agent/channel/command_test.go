@@ -64,7 +64,7 @@ func TestCommandDeliveredToItsNodeOnly(t *testing.T) {
 }
 
 // TestCommandResponseWire: the response carrying a command is a 200 with a JSON body, over
-// HTTP/2 like every heartbeat; the heartbeat itself is recorded.
+// HTTP/1.1 like every heartbeat; the heartbeat itself is recorded.
 func TestCommandResponseWire(t *testing.T) {
 	p := newPKI(t)
 	s := startServer(t, p, ServerOptions{})
@@ -76,8 +76,8 @@ func TestCommandResponseWire(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || resp.Proto != "HTTP/2.0" || resp.Header.Get("Content-Type") != "application/json" {
-		t.Errorf("got %s over %s, %s; want a JSON 200 over HTTP/2.0", resp.Status, resp.Proto, resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK || resp.Proto != "HTTP/1.1" || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("got %s over %s, %s; want a JSON 200 over HTTP/1.1", resp.Status, resp.Proto, resp.Header.Get("Content-Type"))
 	}
 	if got, want := strings.TrimSpace(string(body)), `{"command":{"id":"c1","action":"Terminate","gracePeriodSeconds":0}}`; got != want {
 		t.Errorf("body %s, want %s", got, want)

@@ -63,9 +63,6 @@ type Server struct {
 	peers *peerBook
 }
 
-// headerTableSize is the HPACK dynamic table size, each way, of a heartbeat connection.
-const headerTableSize = 256
-
 // NewServer loads the certificate files (failing early when they are unusable) and builds the
 // server; Listen or Start opens the port.
 func NewServer(opts ServerOptions) (*Server, error) {
@@ -96,12 +93,20 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          stdlog.New(logWriter{s.log}, "", 0),
-		// Every agent keeps its connection open, so what one connection holds counts once per
-		// node. A heartbeat's few headers gain nothing from HPACK's 4 KiB tables, which cost
-		// about 10 KiB of heap per connection (make bench-scale's heap profile).
-		HTTP2: &http.HTTP2Config{MaxDecoderHeaderTableSize: headerTableSize, MaxEncoderHeaderTableSize: headerTableSize},
+		// HTTP/1.1 with keep-alive: every agent keeps one connection open and sends one request
+		// at a time on it, so HTTP/2's streams buy nothing, and its framing costs a second
+		// goroutine per connection, a goroutine and several frames per heartbeat, and HPACK
+		// state. At 5000 nodes that was most of the controller's CPU and memory (make
+		// bench-scale's profiles).
+		Protocols: http1Only(),
 	}
 	return s, nil
+}
+
+func http1Only() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	return p
 }
 
 // configForClient re-reads the certificate files for every handshake, so that a rotated
@@ -120,7 +125,7 @@ func (s *Server) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 		Certificates: []tls.Certificate{*cert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    pool,
-		NextProtos:   []string{"h2", "http/1.1"},
+		NextProtos:   []string{"http/1.1"},
 	}, nil
 }
 

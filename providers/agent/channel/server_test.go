@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
@@ -50,7 +51,9 @@ func TestHeartbeatAccepted(t *testing.T) {
 	}
 }
 
-func TestHTTP2(t *testing.T) {
+// TestHeartbeatsShareOneConnection: heartbeats go over HTTP/1.1, and an agent's heartbeats,
+// answered with 204 or with a body, all go over the one connection its first one opened.
+func TestHeartbeatsShareOneConnection(t *testing.T) {
 	p := newPKI(t)
 	s := startServer(t, p, ServerOptions{})
 	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
@@ -59,8 +62,32 @@ func TestHTTP2(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent || resp.Proto != "HTTP/2.0" {
-		t.Errorf("got %s over %s, want 204 over HTTP/2.0", resp.Status, resp.Proto)
+	if resp.StatusCode != http.StatusNoContent || resp.Proto != "HTTP/1.1" {
+		t.Errorf("got %s over %s, want 204 over HTTP/1.1", resp.Status, resp.Proto)
+	}
+
+	c := newClient(t, p, s.Addr(), certFile, keyFile)
+	var opened, reused int
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		if i.Reused {
+			reused++
+		} else {
+			opened++
+		}
+	}})
+	for seq := range 5 {
+		if seq == 2 {
+			s.SetCommand("n1", agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
+		}
+		if seq == 4 {
+			s.ClearCommand("n1")
+		}
+		if _, err := c.Exchange(ctx, agentwire.Report{Node: "n1", Seq: uint64(seq) + 1}); err != nil {
+			t.Fatalf("heartbeat %d: %v", seq, err)
+		}
+	}
+	if opened != 1 || reused != 4 {
+		t.Errorf("5 heartbeats opened %d connections and reused one %d times, want 1 and 4", opened, reused)
 	}
 }
 
