@@ -18,18 +18,21 @@ const agentLossTick = 250 * time.Millisecond
 
 // agentLossWatch wakes the node controller the moment a node's agent heartbeats time out.
 // Heartbeats change no API object, so nothing else would: a node with a fresh Lease is
-// otherwise looked at again only when its Lease is due. It scans the latest heartbeats
-// (O(nodes)) every tick and sends only the nodes whose agent has just been lost; from then on
-// the classifier's Deadline keeps such a node looked at every interval until it is settled.
+// otherwise looked at again only when its Lease is due. Every tick it reads each node's last
+// heartbeat time in place (O(nodes), without copying a heartbeat) and sends only the nodes
+// whose agent has just been lost; from then on the classifier's Deadline keeps such a node
+// looked at every interval until it is settled.
 type agentLossWatch struct {
 	heartbeats observe.Heartbeats
 	events     chan event.GenericEvent
 	now        func() time.Time
-	lost       map[string]bool
+	// lost holds the nodes whose agent was lost at the last scan, with that scan's number.
+	lost  map[string]uint64
+	scans uint64
 }
 
 func newAgentLossWatch(h observe.Heartbeats, now func() time.Time) *agentLossWatch {
-	return &agentLossWatch{heartbeats: h, events: make(chan event.GenericEvent, 1024), now: now, lost: map[string]bool{}}
+	return &agentLossWatch{heartbeats: h, events: make(chan event.GenericEvent, 1024), now: now, lost: map[string]uint64{}}
 }
 
 // NeedLeaderElection: only the leader fences, and only the leader hears heartbeats.
@@ -49,27 +52,34 @@ func (w *agentLossWatch) Start(ctx context.Context) error {
 	}
 }
 
+// scan sends the nodes lost since the last scan. A node lost, heard again (or forgotten) and
+// lost again is sent again.
 func (w *agentLossWatch) scan(ctx context.Context) {
 	now := w.now()
-	snapshot := w.heartbeats.Snapshot()
-	for node, hb := range snapshot {
-		interval := hb.Interval
+	w.scans++
+	var fresh []string
+	w.heartbeats.EachReceived(func(node string, received time.Time, interval time.Duration) {
 		if interval <= 0 {
 			interval = classify.DefaultInterval
 		}
-		lost := now.Sub(hb.Received) > time.Duration(classify.DefaultMissedHeartbeats)*interval
-		if lost && !w.lost[node] {
-			select {
-			case w.events <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
-			case <-ctx.Done():
-				return
-			}
+		if now.Sub(received) <= time.Duration(classify.DefaultMissedHeartbeats)*interval {
+			return
 		}
-		w.lost[node] = lost
-	}
-	for node := range w.lost {
-		if _, ok := snapshot[node]; !ok {
+		if _, was := w.lost[node]; !was {
+			fresh = append(fresh, node)
+		}
+		w.lost[node] = w.scans
+	})
+	for node, at := range w.lost {
+		if at != w.scans {
 			delete(w.lost, node)
+		}
+	}
+	for _, node := range fresh {
+		select {
+		case w.events <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

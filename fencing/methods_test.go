@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -114,6 +115,10 @@ func (c *channel) Snapshot() map[string]agentwire.Heartbeat {
 
 func (c *channel) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
 	return agentwire.LatestOf(c.Snapshot(), node)
+}
+
+func (c *channel) EachReceived(fn func(string, time.Time, time.Duration)) {
+	agentwire.EachReceivedOf(c.Snapshot(), fn)
 }
 
 // served is the order a heartbeat of node would be answered with.

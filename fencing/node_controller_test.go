@@ -49,6 +49,9 @@ func (h heartbeats) Snapshot() map[string]agentwire.Heartbeat { return h }
 func (h heartbeats) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
 	return agentwire.LatestOf(h, node)
 }
+func (h heartbeats) EachReceived(fn func(string, time.Time, time.Duration)) {
+	agentwire.EachReceivedOf(h, fn)
+}
 
 // eventSeen is one recorded event: the kind and name it regards, its type and reason.
 type eventSeen struct{ On, Type, Reason string }

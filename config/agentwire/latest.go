@@ -26,3 +26,10 @@ func LatestOf(snapshot map[string]Heartbeat, node string) (hb Heartbeat, about [
 	}
 	return hb, about, ok
 }
+
+// EachReceivedOf is what a heartbeat source's EachReceived does, over a full Snapshot.
+func EachReceivedOf(snapshot map[string]Heartbeat, fn func(node string, received time.Time, interval time.Duration)) {
+	for n, hb := range snapshot {
+		fn(n, hb.Received, hb.Interval)
+	}
+}

@@ -24,6 +24,10 @@ type Heartbeats interface {
 	// Latest is one node's latest heartbeat and every peer's latest report about it, for a
 	// look at one node (agentwire.LatestOf says what it returns).
 	Latest(node string) (hb agentwire.Heartbeat, about []agentwire.Sighting, ok bool)
+	// EachReceived calls fn with every node's latest heartbeat's arrival time and interval,
+	// without copying the heartbeats, for a frequent look at all nodes; fn must be quick and
+	// must not call back into the source.
+	EachReceived(fn func(node string, received time.Time, interval time.Duration))
 }
 
 // Observer asks the detectors about a node: the lease detector always, and the classifier

@@ -30,6 +30,7 @@ func (noHeartbeats) Snapshot() map[string]agentwire.Heartbeat { return nil }
 func (noHeartbeats) Latest(string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
 	return agentwire.Heartbeat{}, nil, false
 }
+func (noHeartbeats) EachReceived(func(string, time.Time, time.Duration)) {}
 
 // TestObserveSight: a Lease a minute old is judged from the moment the controller could see
 // renewals again, on the Lease alone and with agents (whose warm-up restarts then too).

@@ -15,7 +15,8 @@ import (
 
 // TestLatestMatchesSnapshot: after every heartbeat and every Forget of a random history (peers
 // that come and go, a node reporting the same peer twice, reports about nodes that never
-// heartbeat), the index Latest reads gives what a full Snapshot gives for every node.
+// heartbeat), the index Latest reads gives what a full Snapshot gives for every node, and
+// EachReceived visits exactly the snapshot's nodes with their arrival times and intervals.
 func TestLatestMatchesSnapshot(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	names := make([]string, 12)
@@ -29,7 +30,8 @@ func TestLatestMatchesSnapshot(t *testing.T) {
 		if rng.IntN(10) == 0 {
 			s.Forget(node)
 		} else {
-			hb := agentwire.Heartbeat{Node: node, Seq: uint64(step), Received: t0.Add(time.Duration(step) * time.Millisecond)}
+			hb := agentwire.Heartbeat{Node: node, Seq: uint64(step), Received: t0.Add(time.Duration(step) * time.Millisecond),
+				Interval: time.Duration(rng.IntN(3)) * time.Second}
 			for range rng.IntN(5) {
 				peer := names[rng.IntN(len(names))] + []string{"", "-gone"}[rng.IntN(2)]
 				hb.Peers = append(hb.Peers, agentwire.PeerReport{Node: peer, Reachable: rng.IntN(2) == 0, At: hb.Received})
@@ -37,6 +39,16 @@ func TestLatestMatchesSnapshot(t *testing.T) {
 			s.record(hb)
 		}
 		snap := s.Snapshot()
+		type arrival struct {
+			Received time.Time
+			Interval time.Duration
+		}
+		wantArrivals, gotArrivals := map[string]arrival{}, map[string]arrival{}
+		agentwire.EachReceivedOf(snap, func(n string, r time.Time, i time.Duration) { wantArrivals[n] = arrival{r, i} })
+		s.EachReceived(func(n string, r time.Time, i time.Duration) { gotArrivals[n] = arrival{r, i} })
+		if diff := cmp.Diff(wantArrivals, gotArrivals); diff != "" {
+			t.Fatalf("step %d: EachReceived differs from the snapshot's (-want +got):\n%s", step, diff)
+		}
 		for _, n := range append(names, "n3-gone", "nowhere") {
 			wantHB, wantAbout, wantOK := agentwire.LatestOf(snap, n)
 			gotHB, gotAbout, gotOK := s.Latest(n)

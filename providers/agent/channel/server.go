@@ -185,6 +185,16 @@ func (s *Server) Snapshot() map[string]agentwire.Heartbeat {
 	return out
 }
 
+// EachReceived calls fn with every node's latest heartbeat's arrival time and interval, under
+// the read lock and without copying: fn must be quick and must not call the server.
+func (s *Server) EachReceived(fn func(node string, received time.Time, interval time.Duration)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for n, hb := range s.nodes {
+		fn(n, hb.Received, hb.Interval)
+	}
+}
+
 // Latest returns node's latest heartbeat (ok false when there is none) and the reports about
 // node in every other node's latest heartbeat, without copying the others: what
 // agentwire.LatestOf computes from a Snapshot, in O(peers).
