@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,7 +34,7 @@ func policyFor(ctx context.Context, c client.Reader, node *corev1.Node, opts ...
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
 	for i := range list.Items {
-		sel, err := metav1.LabelSelectorAsSelector(&list.Items[i].Spec.NodeSelector)
+		sel, err := selectors.of(&list.Items[i])
 		if err != nil {
 			continue
 		}
@@ -42,6 +43,47 @@ func policyFor(ctx context.Context, c client.Reader, node *corev1.Node, opts ...
 		}
 	}
 	return nil, nil
+}
+
+// selectors remembers each policy's parsed node selector: parsing validates every key and
+// value, and policyFor runs for every Lease renewal the node controller sees.
+var selectors selectorCache
+
+// selectorCache holds the parsed node selector of each policy by UID, for its generation (a
+// change of the spec makes a new generation). Policies without a UID (not read from an API
+// server) are parsed every time.
+type selectorCache struct {
+	mu    sync.Mutex
+	byUID map[types.UID]parsedSelector
+}
+
+// maxCachedSelectors bounds the cache, far above any cluster's number of policies.
+const maxCachedSelectors = 256
+
+type parsedSelector struct {
+	generation int64
+	sel        labels.Selector
+	err        error
+}
+
+func (c *selectorCache) of(p *v1alpha1.FencingPolicy) (labels.Selector, error) {
+	if p.UID == "" {
+		return metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector)
+	}
+	c.mu.Lock()
+	e, ok := c.byUID[p.UID]
+	c.mu.Unlock()
+	if ok && e.generation == p.Generation {
+		return e.sel, e.err
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byUID == nil || len(c.byUID) >= maxCachedSelectors {
+		c.byUID = map[types.UID]parsedSelector{} // deleted policies' entries go with the rest
+	}
+	c.byUID[p.UID] = parsedSelector{generation: p.Generation, sel: sel, err: err}
+	return sel, err
 }
 
 func leaseTimeout(p *v1alpha1.FencingPolicy) time.Duration {
@@ -143,7 +185,7 @@ func (h health) Blocked() bool { return h.Unhealthy > h.MaxUnhealthy }
 
 // policyHealth observes every node the policy selects, in one pass.
 func policyHealth(ctx context.Context, o observe.Observer, p *v1alpha1.FencingPolicy, now time.Time) (health, error) {
-	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector)
+	sel, err := selectors.of(p)
 	if err != nil {
 		return health{}, fmt.Errorf("parsing the node selector of policy %s: %w", p.Name, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -223,5 +225,56 @@ func TestHeartbeatIntervals(t *testing.T) {
 	m.get("web1")
 	if _, kept := m.byNode["gone"]; kept || len(m.byNode) != 1 {
 		t.Errorf("after a TTL unasked, the memo still holds %d nodes (gone kept: %v), want only web1", len(m.byNode), kept)
+	}
+}
+
+// TestSelectorCache: a policy's parsed selector is reused while its generation stays, replaced
+// when the spec changes (a new generation), an invalid selector's error is kept like a
+// selector, policies without a UID are parsed every time, and the cache stays bounded.
+func TestSelectorCache(t *testing.T) {
+	var c selectorCache
+	policy := func(uid string, gen int64, sel metav1.LabelSelector) *v1alpha1.FencingPolicy {
+		return &v1alpha1.FencingPolicy{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Generation: gen}, Spec: v1alpha1.FencingPolicySpec{NodeSelector: sel}}
+	}
+	db := metav1.LabelSelector{MatchLabels: map[string]string{"db": "true"}}
+	web := metav1.LabelSelector{MatchLabels: map[string]string{"web": "true"}}
+	broken := metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "db", Operator: "Resembles"}}}
+	matches := func(p *v1alpha1.FencingPolicy, l map[string]string) (bool, error) {
+		sel, err := c.of(p)
+		if err != nil {
+			return false, err
+		}
+		return sel.Matches(labels.Set(l)), nil
+	}
+	dbNode, webNode := map[string]string{"db": "true"}, map[string]string{"web": "true"}
+	steps := []struct {
+		name    string
+		p       *v1alpha1.FencingPolicy
+		node    map[string]string
+		want    bool
+		wantErr bool
+	}{
+		{"first parse", policy("u1", 1, db), dbNode, true, false},
+		{"same generation: the remembered selector", policy("u1", 1, web), dbNode, true, false},
+		{"a new generation is parsed", policy("u1", 2, web), webNode, true, false},
+		{"and replaces the old", policy("u1", 2, db), dbNode, false, false},
+		{"an invalid selector fails", policy("u2", 1, broken), dbNode, false, true},
+		{"and keeps failing in its generation", policy("u2", 1, db), dbNode, false, true},
+		{"no UID: parsed", policy("", 1, db), dbNode, true, false},
+		{"no UID: parsed again", policy("", 1, web), dbNode, false, false},
+	}
+	for _, st := range steps {
+		got, err := matches(st.p, st.node)
+		if got != st.want || (err != nil) != st.wantErr {
+			t.Errorf("%s: matches %v, error %v; want %v, error %v", st.name, got, err, st.want, st.wantErr)
+		}
+	}
+	for i := range 3 * maxCachedSelectors {
+		if _, err := c.of(policy(fmt.Sprintf("many-%d", i), 1, db)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.byUID); n > maxCachedSelectors {
+		t.Errorf("the cache holds %d selectors, want at most %d", n, maxCachedSelectors)
 	}
 }
