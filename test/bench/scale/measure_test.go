@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,7 +57,8 @@ type sample struct {
 	at       time.Time
 	cpuTicks float64
 	rssKiB   float64
-	requests float64
+	// requests are the controller's API requests so far by series (method and code).
+	requests map[string]float64
 }
 
 type steadyState struct {
@@ -83,29 +85,63 @@ func (p *controller) sample(b *testing.B) sample {
 			s.rssKiB, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
 		}
 	}
-	s.requests = p.scrape(b, "rest_client_requests_total")
+	s.requests = p.series(b, "rest_client_requests_total")
 	return s
 }
 
 // scrape sums every series of metric on the controller's metrics endpoint.
 func (p *controller) scrape(b *testing.B, metric string) float64 {
+	var sum float64
+	for _, v := range p.series(b, metric) {
+		sum += v
+	}
+	return sum
+}
+
+// series reads every series of metric on the controller's metrics endpoint, by its labels.
+func (p *controller) series(b *testing.B, metric string) map[string]float64 {
 	resp, err := http.Get("http://" + p.metrics + "/metrics")
 	if err != nil {
 		b.Fatalf("scraping the controller's metrics: %v", err)
 	}
 	defer resp.Body.Close()
-	var sum float64
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
 		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
 			continue
 		}
-		f := strings.Fields(line)
-		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		sum += v
+		i := strings.LastIndexByte(line, ' ')
+		v, _ := strconv.ParseFloat(line[i+1:], 64)
+		out[strings.TrimPrefix(line[:i], metric)] += v
 	}
-	return sum
+	return out
+}
+
+// delta is what each series of s1 gained since s0, the largest first, as "labels: n" lines
+// (series that did not move left out), and the total.
+func delta(s0, s1 map[string]float64) (string, float64) {
+	type gain struct {
+		series string
+		n      float64
+	}
+	var gains []gain
+	var total float64
+	for k, v := range s1 {
+		if d := v - s0[k]; d > 0 {
+			gains = append(gains, gain{k, d})
+			total += d
+		}
+	}
+	sort.Slice(gains, func(i, j int) bool {
+		return gains[i].n > gains[j].n || gains[i].n == gains[j].n && gains[i].series < gains[j].series
+	})
+	var out strings.Builder
+	for _, g := range gains {
+		fmt.Fprintf(&out, "\n\t%s: %.0f", g.series, g.n)
+	}
+	return out.String(), total
 }
 
 // steady measures the controller over window: its RSS at the end, its CPU and API request
@@ -118,10 +154,12 @@ func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) 
 	p99, count, errs := lat.reset()
 	secs := s1.at.Sub(s0.at).Seconds()
 	b.Logf("steady window %s: %d heartbeats, %d failed", window, count, errs)
+	bySeries, requests := delta(s0.requests, s1.requests)
+	b.Logf("steady window %s: %.0f API requests by the controller, by method and code:%s", window, requests, bySeries)
 	return steadyState{
 		rssMiB:  s1.rssKiB / 1024,
 		cpuPct:  100 * (s1.cpuTicks - s0.cpuTicks) / clockTicks / secs,
-		apiQPS:  (s1.requests - s0.requests) / secs,
+		apiQPS:  requests / secs,
 		hbP99ms: float64(p99.Microseconds()) / 1000,
 	}
 }

@@ -94,7 +94,7 @@ func measure(b *testing.B, bin string, n int) {
 	go runLeases(ctx, kube, n, off)
 
 	pk := issuePKI(b, n)
-	proc := startController(b, c, bin, pk)
+	proc := startController(b, c, bin, pk, n)
 	defer proc.stop()
 	lat := &latencies{}
 	for i := 0; i < n; i++ {
@@ -154,7 +154,7 @@ type controller struct {
 	done           chan struct{}
 }
 
-func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI) *controller {
+func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI, n int) *controller {
 	kubeconfig := filepath.Join(pk.dir, "controller.kubeconfig")
 	if err := c.WriteKubeconfig(kubeconfig); err != nil {
 		b.Fatal(err)
@@ -164,7 +164,11 @@ func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI) 
 		"--health-probe-bind-address", freeAddr(b), "--agent-listen-address", pk.addr,
 		"--agent-tls-cert", pk.dir+"/server.crt", "--agent-tls-key", pk.dir+"/server.key", "--agent-ca", pk.dir+"/ca.crt")
 	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	log, err := os.Create(filepath.Join(c.Dir, "palisade-controller.log"))
+	logDir := os.Getenv("PALISADE_SCALE_PROFILES") // kept beside the profiles, to read after the run
+	if logDir == "" {
+		logDir = c.Dir
+	}
+	log, err := os.Create(filepath.Join(logDir, fmt.Sprintf("scale-controller-%d.log", n)))
 	if err != nil {
 		b.Fatal(err)
 	}
