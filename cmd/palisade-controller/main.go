@@ -80,6 +80,11 @@ func run() error {
 	}
 	log := zapr.NewLogger(zl)
 	ctrl.SetLogger(log)
+	if limit, err := app.SetMemoryLimit("/sys/fs/cgroup"); err != nil {
+		log.Error(err, "could not read the container's memory limit; the Go runtime keeps no memory limit (set GOMEMLIMIT to give one)")
+	} else if limit > 0 {
+		log.Info("Go runtime memory limit set from the container's", "bytes", limit, "ratio", app.MemoryLimitRatio)
+	}
 
 	fencing.RegisterMetrics(crmetrics.Registry)
 	sight.RegisterMetrics(crmetrics.Registry)
