@@ -78,7 +78,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("building logger: %w", err)
 	}
-	log := zapr.NewLogger(zl)
+	log := app.LazyValues(zapr.NewLogger(zl))
 	ctrl.SetLogger(log)
 	if limit, err := app.SetMemoryLimit("/sys/fs/cgroup"); err != nil {
 		log.Error(err, "could not read the container's memory limit; the Go runtime keeps no memory limit (set GOMEMLIMIT to give one)")
