@@ -8,16 +8,19 @@ import (
 	"errors"
 	"fmt"
 	stdlog "log"
+	"math"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/providers/agent/pki"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/net/netutil"
 	"k8s.io/klog/v2"
 )
 
@@ -41,6 +44,26 @@ type ServerOptions struct {
 	// IntervalFor, when set, gives the heartbeat interval a node's agent is to use (0: its
 	// own), sent in every answer. It is called for every heartbeat and must be quick.
 	IntervalFor func(node string) time.Duration
+	// MaxConns bounds the connections open at once; more wait in the kernel's accept queue.
+	// 0 means the process's open-file limit less ReservedFiles: agents reconnecting faster
+	// than their old connections close (a controller slowed down), or anyone opening
+	// connections to the port, must never take the files the controller needs to reach its
+	// API server, without which it is blind.
+	MaxConns int
+}
+
+// ReservedFiles are the open files a default MaxConns leaves to the rest of the process (API
+// server connections and watches, metrics and probes).
+const ReservedFiles = 1024
+
+// defaultMaxConns is the open-file limit less ReservedFiles, and at least half of it.
+func defaultMaxConns() int {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil || r.Cur > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	limit := int(r.Cur)
+	return max(limit-ReservedFiles, limit/2)
 }
 
 // Server receives the direct heartbeats of node agents over mutually authenticated TLS,
@@ -68,6 +91,9 @@ type Server struct {
 func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = defaultMaxConns()
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
@@ -138,7 +164,7 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("listening for heartbeats on %s: %w", s.opts.Addr, err)
 	}
-	s.lis = lis
+	s.lis = netutil.LimitListener(lis, s.opts.MaxConns)
 	return nil
 }
 

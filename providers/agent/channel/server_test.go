@@ -3,12 +3,15 @@ package channel
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -250,5 +253,62 @@ func TestNewServerFailsEarly(t *testing.T) {
 	cancel()
 	if err := s.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("Start on a cancelled context: %v", err)
+	}
+}
+
+// TestConnectionsBounded: with MaxConns open, a further connection is not served (its
+// handshake does not finish) until one closes; by default the bound leaves ReservedFiles of
+// the open-file limit to the rest of the process.
+func TestConnectionsBounded(t *testing.T) {
+	p := newPKI(t)
+	s := startServer(t, p, ServerOptions{MaxConns: 2})
+	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
+	pair := loadPair(t, certFile, keyFile)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(p.ca.CertPEM())
+	dial := func() (*tls.Conn, error) {
+		raw, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			return nil, err
+		}
+		c := tls.Client(raw, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if err := c.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	var open []*tls.Conn
+	for i := range 2 {
+		c, err := dial()
+		if err != nil {
+			t.Fatalf("connection %d of 2: %v", i+1, err)
+		}
+		open = append(open, c)
+	}
+	if c, err := dial(); err == nil {
+		c.Close()
+		t.Fatal("a third connection was served with MaxConns 2")
+	}
+	open[0].Close()
+	var third *tls.Conn
+	deadline := time.Now().Add(5 * time.Second)
+	for third == nil && time.Now().Before(deadline) {
+		third, _ = dial()
+	}
+	if third == nil {
+		t.Fatal("no connection served after one of the two closed")
+	}
+	third.Close()
+	open[1].Close()
+
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := defaultMaxConns(), max(int(r.Cur)-ReservedFiles, int(r.Cur)/2); got != want {
+		t.Errorf("default bound %d with an open-file limit of %d, want %d", got, r.Cur, want)
 	}
 }
