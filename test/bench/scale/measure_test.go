@@ -59,6 +59,8 @@ type sample struct {
 	rssKiB   float64
 	// requests are the controller's API requests so far by series (method and code).
 	requests map[string]float64
+	// openFiles is how many files (sockets among them) the controller has open.
+	openFiles int
 }
 
 type steadyState struct {
@@ -86,6 +88,11 @@ func (p *controller) sample(b *testing.B) sample {
 		}
 	}
 	s.requests = p.series(b, "rest_client_requests_total")
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.openFiles = len(fds)
 	return s
 }
 
@@ -153,7 +160,7 @@ func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) 
 	s1 := p.sample(b)
 	p99, count, errs := lat.reset()
 	secs := s1.at.Sub(s0.at).Seconds()
-	b.Logf("steady window %s: %d heartbeats, %d failed", window, count, errs)
+	b.Logf("steady window %s: %d heartbeats, %d failed; the controller has %d files open", window, count, errs, s1.openFiles)
 	bySeries, requests := delta(s0.requests, s1.requests)
 	b.Logf("steady window %s: %.0f API requests by the controller, by method and code:%s", window, requests, bySeries)
 	return steadyState{

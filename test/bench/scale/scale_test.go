@@ -108,7 +108,10 @@ func measure(b *testing.B, bin string, n int) {
 	time.Sleep(2 * steadyWindow) // informers synced, every agent heard, caches warm
 	s := proc.steady(b, steadyWindow, lat)
 	proc.profile(b, bin, n)
+	_, _, _ = lat.reset()
 	rack := rackRelease(ctx, b, c, kube, n)
+	p99, count, errs := lat.reset()
+	b.Logf("during the rack: %d heartbeats, %d failed, p99 %s; the controller has %d files open", count, errs, p99, proc.sample(b).openFiles)
 	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f rack_after_window_s=%.1f\n",
 		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.fromConfirmed.Seconds(), rack.afterWindows.Seconds())
 }
