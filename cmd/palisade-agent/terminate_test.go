@@ -154,7 +154,7 @@ func TestTerminateCommand(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
 	work := ctd.RunEventsPod(t, "work", "uid-work", eventsImage, map[string]string{"graceful": "TERM", "stubborn": ""})
-	preStop, _ := json.Marshal(corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: containerd.PreStopCommand(30)}})
+	preStop, _ := json.Marshal(corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: containerd.PreStopCommand(30 * time.Second)}})
 	annotated := runAnnotatedPod(t, ctd, "annotated", "uid-annotated", map[string]string{
 		annotationTerminationGrace: "1", annotationPreStop: string(preStop),
 	})

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -69,7 +70,7 @@ func TestStopSignals(t *testing.T) {
 // at ~5 s, counted from the hook's start as the container saw it.
 func TestPreStopTakenFromGrace(t *testing.T) {
 	t.Parallel()
-	pod := newPod("prestop", 5, withPreStop(ctr("app", ""), 3))
+	pod := newPod("prestop", 5, withPreStop(ctr("app", ""), 3*time.Second))
 	dir := runPod(t, pod)
 	rep := terminate(t, executor.Request{Pod: pod})
 	evs := containerd.MustReadEvents(t, dir, "app")
@@ -79,6 +80,28 @@ func TestPreStopTakenFromGrace(t *testing.T) {
 	if c := rep.Container("app"); c.PreStop == nil || !c.PreStop.Completed || c.Outcome != executor.OutcomeKilled {
 		t.Errorf("report = %+v, want a completed hook and a kill", c)
 	}
+}
+
+// TestPreStopWholeSecondsTaken: the kubelet takes a hook's run from the grace period in whole
+// seconds, truncated, so a hook of 2.75 s with a 6 s grace period leaves 4 s from TERM to
+// SIGKILL, not 3.25 s. The expectation is computed from the hook's run as the executor
+// measured it, so a slow exec on a loaded machine changes the figures, not the verdict.
+func TestPreStopWholeSecondsTaken(t *testing.T) {
+	t.Parallel()
+	pod := newPod("prestop-fraction", 6, withPreStop(ctr("app", ""), 2750*time.Millisecond))
+	dir := runPod(t, pod)
+	rep := terminate(t, executor.Request{Pod: pod})
+	c := rep.Container("app")
+	if c.PreStop == nil || !c.PreStop.Completed || c.Outcome != executor.OutcomeKilled {
+		t.Fatalf("report = %+v, want a completed hook and a kill", c)
+	}
+	hook := c.PreStop.Ended.Sub(c.PreStop.Started)
+	want := max(6*time.Second-hook.Truncate(time.Second), executor.MinimumGracePeriod)
+	if got := c.KillAt.Sub(c.SignalledAt); got != want {
+		t.Errorf("SIGKILL due %v after the stop signal, want %v (6 s less the hook's %v in whole seconds)", got, want, hook)
+	}
+	evs := containerd.MustReadEvents(t, dir, "app")
+	assertNear(t, fmt.Sprintf("TERM to death (grace 6s, hook %.2fs)", hook.Seconds()), evs.Last()-containerd.EventAt(t, evs, "app", "TERM"), want)
 }
 
 // TestMinimumGrace: a grace period of 0 or 1 s still gives 2 s between TERM and KILL.
@@ -101,7 +124,7 @@ func TestMinimumGrace(t *testing.T) {
 // stop signal goes at expiry and SIGKILL 2 s later, once.
 func TestPreStopExtension(t *testing.T) {
 	t.Parallel()
-	pod := newPod("extension", 3, withPreStop(ctr("app", ""), 30))
+	pod := newPod("extension", 3, withPreStop(ctr("app", ""), 30*time.Second))
 	dir := runPod(t, pod)
 	rep := terminate(t, executor.Request{Pod: pod})
 	evs := containerd.MustReadEvents(t, dir, "app")

@@ -14,6 +14,7 @@ const MinimumGracePeriod = 2 * time.Second
 // grace period can only be shortened, never lengthened. It is safe for concurrent use.
 type Deadline struct {
 	mu      sync.Mutex
+	initial int64 // the grace period the termination started with
 	grace   int64
 	at      time.Time
 	changed chan struct{}
@@ -21,7 +22,7 @@ type Deadline struct {
 
 // NewDeadline starts a grace period of graceSeconds at start.
 func NewDeadline(start time.Time, graceSeconds int64) *Deadline {
-	return &Deadline{grace: graceSeconds, at: start.Add(seconds(graceSeconds)), changed: make(chan struct{})}
+	return &Deadline{initial: graceSeconds, grace: graceSeconds, at: start.Add(seconds(graceSeconds)), changed: make(chan struct{})}
 }
 
 // Shorten applies a new grace period requested at now (a second deletion with a shorter
@@ -65,12 +66,30 @@ func (d *Deadline) Changed() <-chan struct{} {
 	return d.changed
 }
 
-// KillAt is when a container that got its stop signal at signalled is sent SIGKILL: at the
-// deadline, but never less than MinimumGracePeriod after the stop signal.
-func (d *Deadline) KillAt(signalled time.Time) time.Time {
-	at := d.At()
-	if floor := signalled.Add(MinimumGracePeriod); at.Before(floor) {
-		return floor
+// KillAt is when a container that got its stop signal at signalled is sent SIGKILL, counted
+// the way the kubelet's killContainer counts, in whole seconds: the grace period less the
+// whole seconds its preStop hook took and the whole seconds it waited for its turn (the
+// kubelet truncates each), from the stop signal, and never less than MinimumGracePeriod
+// (which is also the one 2 s extension of a hook still running at expiry). A hook of 1.4 s
+// with a 6 s grace period thus gives SIGKILL 5 s after the stop signal, 6.4 s after the
+// termination began. Once the grace period has been shortened, SIGKILL goes no later than the
+// shortened deadline, or MinimumGracePeriod after the stop signal if that is later.
+func (d *Deadline) KillAt(signalled time.Time, hook, turn time.Duration) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	floor := signalled.Add(MinimumGracePeriod)
+	at := signalled.Add(seconds(d.initial) - hook.Truncate(time.Second) - turn.Truncate(time.Second))
+	if at.Before(floor) {
+		at = floor
+	}
+	if d.grace < d.initial {
+		shortened := d.at
+		if shortened.Before(floor) {
+			shortened = floor
+		}
+		if shortened.Before(at) {
+			at = shortened
+		}
 	}
 	return at
 }

@@ -48,22 +48,40 @@ func TestDeadlineOnlyShortens(t *testing.T) {
 	}
 }
 
+// TestDeadlineKillAt holds KillAt to the kubelet's killContainer (v1.37): the grace period
+// less the whole seconds of the hook and of the turn, from the stop signal, at least 2 s.
 func TestDeadlineKillAt(t *testing.T) {
-	d := executor.NewDeadline(t0, 10)
+	const ms = time.Millisecond
 	tests := []struct {
-		name      string
-		signalled time.Duration
-		want      time.Duration
+		name       string
+		grace      int64
+		shorten    int64         // 0: none
+		shortenAt  time.Duration // since t0
+		signalled  time.Duration // since t0
+		hook, turn time.Duration
+		want       time.Duration // since t0
 	}{
-		{"stop signal early: SIGKILL at the deadline", 0, 10 * time.Second},
-		{"stop signal 2 s before: at the deadline", 8 * time.Second, 10 * time.Second},
-		{"stop signal 1 s before: 2 s minimum", 9 * time.Second, 11 * time.Second},
-		{"stop signal at expiry (preStop still running): one 2 s extension", 10 * time.Second, 12 * time.Second},
-		{"stop signal after expiry (sidecar's turn): 2 s minimum", 11 * time.Second, 13 * time.Second},
+		{"no hook: SIGKILL at the grace period's end", 10, 0, 0, 0, 0, 0, 10 * time.Second},
+		{"hook of whole seconds: at the grace period's end", 10, 0, 0, 3 * time.Second, 3 * time.Second, 0, 10 * time.Second},
+		{"hook of 1.4 s: its fraction is not taken from the grace (kubelet truncates)", 6, 0, 0, 1400 * ms, 1400 * ms, 0, 6400 * ms},
+		{"hook of 1.999 s: still 1 s taken", 6, 0, 0, 1999 * ms, 1999 * ms, 0, 6999 * ms},
+		{"hook and turn truncated each", 10, 0, 0, 3800 * ms, 1900 * ms, 1900 * ms, 11800 * ms},
+		{"stop signal 1 s before the end: 2 s minimum", 10, 0, 0, 9 * time.Second, 9 * time.Second, 0, 11 * time.Second},
+		{"hook still running at expiry: one 2 s extension", 10, 0, 0, 10 * time.Second, 10 * time.Second, 0, 12 * time.Second},
+		{"hook cut a hair before expiry: still the 2 s extension", 10, 0, 0, 10 * time.Second, 9999 * ms, 0, 12 * time.Second},
+		{"sidecar's turn past expiry: 2 s minimum", 3, 0, 0, 3100 * ms, 0, 3100 * ms, 5100 * ms},
+		{"sidecar's turn of 2.5 s in a 10 s grace: 8 s from its signal", 10, 0, 0, 2500 * ms, 0, 2500 * ms, 10500 * ms},
+		{"shortened: the new deadline", 30, 2, time.Second, 0, 0, 0, 3 * time.Second},
+		{"shortened after the stop signal's 2 s: 2 s after the signal", 30, 1, 0, 500 * ms, 0, 0, 2500 * ms},
+		{"shortened to later than the kubelet's count: the kubelet's count", 5, 4, 4 * time.Second, 0, 0, 0, 5 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := d.KillAt(t0.Add(tt.signalled)).Sub(t0); got != tt.want {
+			d := executor.NewDeadline(t0, tt.grace)
+			if tt.shorten > 0 && !d.Shorten(tt.shorten, t0.Add(tt.shortenAt)) {
+				t.Fatalf("Shorten(%d) refused", tt.shorten)
+			}
+			if got := d.KillAt(t0.Add(tt.signalled), tt.hook, tt.turn).Sub(t0); got != tt.want {
 				t.Errorf("KillAt = t0+%v, want t0+%v", got, tt.want)
 			}
 		})

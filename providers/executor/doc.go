@@ -10,8 +10,9 @@
 // deadline but never sooner than 2 s after the stop signal (which is also the one 2 s
 // extension of a preStop hook still running at expiry); and sidecars (restartable init
 // containers) signalled only after every main container and every later sidecar has ended,
-// waiting within the same grace period. Unlike the kubelet, which counts in whole seconds and
-// truncates the time a hook took, the executor keeps one deadline with sub-second precision.
+// waiting within the same grace period. Like the kubelet, it takes the hook's run and the wait
+// for a container's turn from the grace period in whole seconds, truncated, so SIGKILL comes
+// up to a second later per step than an exact count would give (Deadline.KillAt).
 // The runtime part (executor.go) drives a Runtime: the containerd implementation uses the CRI
 // for listing, status, preStop exec hooks and sandboxes, and containerd's own task API for the
 // signals, since the CRI's StopContainer of containerd 1.6 cannot choose the signal. Every

@@ -83,9 +83,9 @@ func ctr(name, exitOn string) corev1.Container {
 	return corev1.Container{Name: name, Env: []corev1.EnvVar{{Name: "EXIT_ON", Value: exitOn}}}
 }
 
-func withPreStop(c corev1.Container, seconds int) corev1.Container {
+func withPreStop(c corev1.Container, d time.Duration) corev1.Container {
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
-		Exec: &corev1.ExecAction{Command: containerd.PreStopCommand(seconds)},
+		Exec: &corev1.ExecAction{Command: containerd.PreStopCommand(d)},
 	}}
 	return c
 }

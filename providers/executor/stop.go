@@ -14,10 +14,14 @@ func (t *Termination) stopContainer(ctx context.Context, tg target) ContainerRep
 	rep := ContainerReport{Name: tg.Name, ID: tg.ID, Sidecar: tg.plan.Sidecar}
 	hookCtx, cancelHook := context.WithCancel(ctx)
 	defer cancelHook() // a hook still running ends with its container at the latest
+	var spent spent
 	if tg.plan.PreStop != nil && time.Now().Before(t.deadline.At()) {
 		rep.PreStop = t.runPreStop(hookCtx, tg)
+		spent.hook = rep.PreStop.Ended.Sub(rep.PreStop.Started)
 	}
+	turn := time.Now()
 	t.waitForTurn(ctx, tg.plan.WaitFor)
+	spent.turn = time.Since(turn)
 	if st, err := t.e.runtime.Status(ctx, tg.ID); err == nil && st.State == StateExited {
 		rep.Outcome, rep.ExitCode, rep.ExitedAt = OutcomeAlreadyExited, st.ExitCode, st.FinishedAt
 		if rep.PreStop != nil {
@@ -37,9 +41,14 @@ func (t *Termination) stopContainer(ctx context.Context, tg target) ContainerRep
 		sig, src = syscall.SIGTERM, SignalDefault
 	}
 	rep.Signal, rep.SignalSource = SignalName(sig), src
-	t.signalAndWait(ctx, tg, sig, &rep)
+	t.signalAndWait(ctx, tg, sig, spent, &rep)
 	return rep
 }
+
+// spent is the time a container's termination took before its stop signal: its preStop
+// hook's run and its wait for its turn, which the kubelet takes from its grace period in
+// whole seconds (see Deadline.KillAt).
+type spent struct{ hook, turn time.Duration }
 
 // runPreStop runs the hook until it ends or the grace period expires; a hook still running
 // then goes on (until its container ends) while the container gets its stop signal.
@@ -77,14 +86,14 @@ func (t *Termination) waitForTurn(ctx context.Context, names []string) {
 
 // signalAndWait sends the stop signal, then SIGKILL once KillAt has passed, and polls the
 // container's status until it is read back as exited.
-func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.Signal, rep *ContainerReport) {
+func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.Signal, spent spent, rep *ContainerReport) {
 	rt := t.e.runtime
 	rep.SignalledAt = time.Now()
 	if err := rt.Signal(ctx, tg.ID, sig); err != nil && !errors.Is(err, ErrNotFound) {
 		rep.Error = fmt.Sprintf("sending %s: %v", rep.Signal, err) // confirmed below either way
 	}
 	for {
-		rep.KillAt = t.deadline.KillAt(rep.SignalledAt)
+		rep.KillAt = t.deadline.KillAt(rep.SignalledAt, spent.hook, spent.turn)
 		st, err := rt.Status(ctx, tg.ID)
 		if errors.Is(err, ErrNotFound) {
 			st, err = ContainerStatus{State: StateExited, ExitCode: -1, FinishedAt: time.Now()}, nil

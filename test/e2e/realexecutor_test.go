@@ -23,22 +23,31 @@ import (
 )
 
 // termScript is the probe pod's container: it logs, on the host's uptime clock, every 100 ms
-// that it is alive, and its TERM, which it ignores; its preStop hook logs and takes 1 s. What
+// that it is alive, and its TERM, which it ignores; its preStop hook logs and takes 2 s. What
 // the kubelet does to it is the reference: preStop, then TERM once the hook has ended, then
-// SIGKILL when the grace period (6 s) is over.
+// SIGKILL when the grace period (8 s) less the hook's run in whole seconds is over.
 const termScript = `up() { cut -d' ' -f1 /proc/uptime; }
 trap 'echo "term $(up)" >> /term/events' TERM
 echo "start $(up)" >> /term/events
 while true; do echo "alive $(up)" >> /term/events; sleep 0.1; done`
 
-const termPreStop = `echo "prestop $(up)" >> /term/events; sleep 1`
+const termPreStop = `echo "prestop $(up)" >> /term/events; sleep 2`
+
+// termTolerance is how far the executor's offsets may be from the kubelet's. Each real stop
+// lags on a loaded machine: in one CI run the kubelet's SIGKILL came 0.53 s after its due
+// time, and the hook's fraction of a second, which both leave in the grace period, differs
+// from one run to the next. Every mistake this test is for moves an offset by the hook's
+// 2 s or more (TERM before the hook ends, the hook not taken from the grace, SIGKILL at
+// TERM + 2 s); the sub-second rule itself is held to the kubelet's code on a real containerd
+// by the executor's own tests (TestPreStopWholeSecondsTaken).
+const termTolerance = time.Second
 
 // The executor on a real machine stops a pod the way the machine's own kubelet does: the same
 // pod, deleted gracefully on node-1 (the kubelet stops it), and on node-2 whose kubelet was
 // killed, fenced by the Executor method (the node's palisade-agent stops it through the
 // machine's containerd from the labels and annotations the real kubelet put on its
 // containers). Both see preStop, TERM after the hook, SIGKILL at the grace period's end, at
-// the same offsets; node-2 keeps its power.
+// the same offsets (within termTolerance); node-2 keeps its power.
 func TestRealMachinesExecutorStopsPodsAsTheKubeletDoes(t *testing.T) {
 	s := realscene.Start(t, realscene.Options{Machines: 2, Agents: true})
 	s.CreatePolicy(t, 20*time.Second, realscene.ExecutorFirst)
@@ -70,8 +79,8 @@ func TestRealMachinesExecutorStopsPodsAsTheKubeletDoes(t *testing.T) {
 		{"TERM after preStop", want.term - want.preStop, have.term - have.preStop},
 		{"SIGKILL after preStop", want.killed - want.preStop, have.killed - have.preStop},
 	} {
-		if math.Abs(c.got-c.want) > 0.5 {
-			t.Errorf("%s: executor %.2fs, kubelet %.2fs", c.what, c.got, c.want)
+		if math.Abs(c.got-c.want) > termTolerance.Seconds() {
+			t.Errorf("%s: executor %.2fs, kubelet %.2fs (tolerance %s)", c.what, c.got, c.want, termTolerance)
 		}
 	}
 	if !m.Running() {
@@ -96,7 +105,7 @@ func startProbe(t *testing.T, s *realscene.Scene, name, node string) string {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 		Spec: corev1.PodSpec{
-			NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](6),
+			NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](8),
 			Containers: []corev1.Container{{
 				Name: "probe", Image: realscene.WitnessImage.Name, ImagePullPolicy: corev1.PullNever,
 				Command:      []string{"/bin/sh", "-c", termScript},

@@ -35,9 +35,10 @@ while :; do wait; done
 // EventCommand is the container command that runs EventScript.
 var EventCommand = []string{"/bin/sh", "-c", EventScript, "events"}
 
-// PreStopCommand is an exec preStop hook that records its run and sleeps for seconds.
-func PreStopCommand(seconds int) []string {
-	return []string{"/bin/sh", "-c", EventScript, "events", "prestop", strconv.Itoa(seconds)}
+// PreStopCommand is an exec preStop hook that records its run and sleeps for d (busybox's
+// sleep takes fractions of a second).
+func PreStopCommand(d time.Duration) []string {
+	return []string{"/bin/sh", "-c", EventScript, "events", "prestop", strconv.FormatFloat(d.Seconds(), 'f', -1, 64)}
 }
 
 // Event is one line of a container's event log.
