@@ -327,8 +327,6 @@ func (st *striker) waitWrite(pod string, since time.Time, timeout time.Duration)
 	})
 }
 
-// forceDeleteAtNotReady is the vanilla operator: every pod of a NotReady node is force-deleted.
-
 func (st *striker) mayFence(s Schedule) map[string]bool {
 	m := map[string]bool{}
 	for i := range s.MayFence() {

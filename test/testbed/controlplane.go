@@ -138,6 +138,12 @@ func (c *Cluster) writeKubeconfig(path string, cfg *rest.Config) error {
 	return nil
 }
 
+// Components says whether kube-controller-manager and kube-scheduler run, or how they ended
+// (a failing test's dump: they are not restarted when they exit).
+func (c *Cluster) Components() string {
+	return fmt.Sprintf("kube-controller-manager %s, kube-scheduler %s", c.kcm.status(), c.scheduler.status())
+}
+
 // startKCMAndScheduler launches kube-controller-manager and kube-scheduler and waits until
 // both are effective.
 func (c *Cluster) startKCMAndScheduler(ctx context.Context, bins binaries, opts Options) error {
@@ -209,6 +215,7 @@ func (c *Cluster) schedulerArgs() ([]string, error) {
 		"--kubeconfig=" + kubeconfig,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
+		"--v=2", // why a pod waits for a node: its failed attempts and the events that requeue it
 	}, nil
 }
 

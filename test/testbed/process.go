@@ -47,6 +47,19 @@ func startComponent(name, path string, args []string, logPath string) (*componen
 	return p, nil
 }
 
+// status says whether the process runs, or how it ended.
+func (p *component) status() string {
+	if p == nil {
+		return "not started"
+	}
+	select {
+	case <-p.done:
+		return fmt.Sprintf("exited (%v)", p.err)
+	default:
+		return "running"
+	}
+}
+
 // stop sends SIGTERM to the process group, SIGKILL after grace, and waits until it is reaped.
 func (p *component) stop(grace time.Duration) error {
 	defer p.log.Close()
