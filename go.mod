@@ -15,6 +15,7 @@ require (
 	github.com/kubernetes-csi/external-attacher/v4 v4.13.0
 	github.com/moby/sys/signal v0.7.0
 	github.com/prometheus/client_golang v1.24.1
+	github.com/stmcginnis/gofish v0.20.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/net v0.58.0
 	golang.org/x/sys v0.47.0
@@ -154,7 +155,6 @@ require (
 	github.com/spf13/cast v1.7.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
-	github.com/stmcginnis/gofish v0.20.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
 	go.opencensus.io v0.24.0 // indirect

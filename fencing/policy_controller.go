@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,8 +68,37 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonStormGuard, "Guard", guard.Message)
 	}
 	r.setBlindCondition(p, now)
+	if tls, ok := insecureTLSCondition(p); !ok {
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1alpha1.ConditionInsecureTLS)
+	} else if meta.SetStatusCondition(&p.Status.Conditions, tls) && tls.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1alpha1.ConditionInsecureTLS, "Validate", tls.Message)
+	}
 	if err := r.Client.Status().Patch(ctx, p, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status of policy %s: %w", p.Name, err)
 	}
 	return ctrl.Result{RequeueAfter: policyResync}, nil
+}
+
+// insecureTLSCondition is the policy's InsecureTLS condition: True, naming the methods, while
+// one of them skips the verification of its BMCs' certificates. A policy without a method that
+// talks TLS to a BMC (Redfish) has none (ok false).
+func insecureTLSCondition(p *v1alpha1.FencingPolicy) (c metav1.Condition, ok bool) {
+	var insecure []string
+	for _, m := range p.Spec.Methods {
+		if m.Type != v1alpha1.MethodRedfish || m.Redfish == nil {
+			continue
+		}
+		ok = true
+		if m.Redfish.InsecureSkipVerify {
+			insecure = append(insecure, m.Name)
+		}
+	}
+	c = metav1.Condition{Type: v1alpha1.ConditionInsecureTLS, Status: metav1.ConditionFalse, ObservedGeneration: p.Generation,
+		Reason: v1alpha1.ReasonCertificatesVerified, Message: "every method verifies the certificates of the endpoints it talks to"}
+	if len(insecure) > 0 {
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonCertificatesUnverified
+		c.Message = fmt.Sprintf("method(s) %s skip the verification of the BMCs' certificates (insecureSkipVerify): anyone on the path can take the BMC credentials and answer for a BMC, even that a node is off; set caBundleSecretRef instead",
+			strings.Join(insecure, ", "))
+	}
+	return c, ok
 }

@@ -15,6 +15,9 @@ const (
 	ReasonUnreachable Reason = "BMCUnreachable"
 	// ReasonAuthFailed: the BMC refused the credentials. Not retryable until the Secret changes.
 	ReasonAuthFailed Reason = "BMCAuthFailed"
+	// ReasonUntrustedCertificate: the BMC's TLS certificate is not signed by a trusted CA or
+	// does not name the address. Not retryable until the CA bundle or the certificate changes.
+	ReasonUntrustedCertificate Reason = "BMCCertificateUntrusted"
 	// ReasonRefused: the BMC answered but refused or failed the command. Retryable.
 	ReasonRefused Reason = "BMCRefused"
 	// ReasonBadTarget: the node's BMC address or credentials, or the method's settings, are
@@ -92,7 +95,7 @@ func HintOf(err error) string {
 // IsRetryable says whether trying again may help without a person changing something.
 func IsRetryable(err error) bool {
 	switch ReasonOf(err) {
-	case ReasonAuthFailed, ReasonBadTarget:
+	case ReasonAuthFailed, ReasonBadTarget, ReasonUntrustedCertificate:
 		return false
 	}
 	return true

@@ -21,6 +21,7 @@ import (
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers/ipmi"
 	providermetrics "palisade.dev/palisade/providers/metrics"
+	"palisade.dev/palisade/providers/redfish"
 )
 
 func main() {
@@ -90,6 +91,7 @@ func run() error {
 	sight.RegisterMetrics(crmetrics.Registry)
 	providermetrics.Register(crmetrics.Registry)
 	f.opts.IPMI = []ipmi.Option{ipmi.WithIpmitoolPath(f.ipmitool), ipmi.WithTimeout(f.providerTimeout), ipmi.WithLogger(log.WithName("ipmi"))}
+	f.opts.Redfish = []redfish.Option{redfish.WithTimeout(f.providerTimeout), redfish.WithLogger(log.WithName("redfish"))}
 	mgr, err := app.NewManager(ctrl.GetConfigOrDie(), f.opts)
 	if err != nil {
 		return err

@@ -6,13 +6,17 @@ import (
 )
 
 // MethodType names a fencing method.
-// +kubebuilder:validation:Enum=IPMI;Executor;SelfFence
+// +kubebuilder:validation:Enum=IPMI;Redfish;Executor;SelfFence
 type MethodType string
 
 const (
 	// MethodIPMI powers the node off through its BMC over IPMI (bmclib's ipmitool provider) and
 	// confirms by reading the chassis power state back.
 	MethodIPMI MethodType = "IPMI"
+	// MethodRedfish powers the node off through its BMC over Redfish (bmclib's Redfish
+	// provider: ComputerSystem.Reset with ForceOff) and confirms by reading the system's
+	// PowerState back.
+	MethodRedfish MethodType = "Redfish"
 	// MethodExecutor has the node's agent stop the kubelet and terminate every workload
 	// container as the kubelet would, then confirms from the agent's read-back that none runs.
 	// It needs a reachable agent, so it is skipped for a node with no signal on any path (Dead).
@@ -77,6 +81,7 @@ type Detection struct {
 
 // Method is one step of the escalation chain.
 // +kubebuilder:validation:XValidation:rule="self.type != 'IPMI' || has(self.ipmi)",message="a method of type IPMI needs its ipmi settings (credentialsSecretRef)"
+// +kubebuilder:validation:XValidation:rule="self.type != 'Redfish' || has(self.redfish)",message="a method of type Redfish needs its redfish settings (credentialsSecretRef)"
 // +kubebuilder:validation:XValidation:rule="self.type != 'SelfFence' || has(self.selfFence)",message="a method of type SelfFence needs selfFence.safeAfter: how long after the last signal the node's agent has surely fenced itself"
 // +kubebuilder:validation:XValidation:rule="!has(self.timeout) || (duration(self.timeout) >= duration('1s') && duration(self.timeout) <= duration('30m'))",message="a method's timeout must be between 1s and 30m"
 type Method struct {
@@ -96,6 +101,10 @@ type Method struct {
 	// IPMI configures a method of type IPMI.
 	// +optional
 	IPMI *IPMIMethod `json:"ipmi,omitempty"`
+
+	// Redfish configures a method of type Redfish.
+	// +optional
+	Redfish *RedfishMethod `json:"redfish,omitempty"`
 
 	// Executor configures a method of type Executor.
 	// +optional
@@ -136,6 +145,31 @@ type IPMIMethod struct {
 	// +kubebuilder:validation:Maximum=17
 	// +optional
 	CipherSuite *int32 `json:"cipherSuite,omitempty"`
+}
+
+// RedfishMethod configures Redfish power fencing. The BMC address of each node is its
+// annotation palisade.dev/bmc-address ("host" or "host:port"; port 443 by default), its system
+// the one named by its annotation palisade.dev/redfish-system, or the only system the BMC has.
+type RedfishMethod struct {
+	// CredentialsSecretRef names the Secret with keys "username" and "password". A node's
+	// annotation palisade.dev/bmc-secret names another Secret in the same namespace for it.
+	CredentialsSecretRef SecretReference `json:"credentialsSecretRef"`
+
+	// CABundleSecretRef names a Secret whose key "ca.crt" holds the PEM certificates of the CAs
+	// that sign the BMCs' certificates. Unset: the controller's system CAs.
+	// +optional
+	CABundleSecretRef *SecretReference `json:"caBundleSecretRef,omitempty"`
+
+	// InsecureSkipVerify skips the verification of the BMCs' certificates: anyone on the path
+	// could then take the credentials and answer for the BMC. The policy carries a warning
+	// condition while a method says so.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+
+	// BasicAuth sends the credentials with every request instead of opening a Redfish session
+	// (for BMCs whose session service is broken).
+	// +optional
+	BasicAuth bool `json:"basicAuth,omitempty"`
 }
 
 // SecretReference names a Secret.

@@ -17,6 +17,9 @@ const (
 	// AnnotationBMCSecret on a Node names a Secret (in the namespace of the policy's credentialsSecretRef) holding the
 	// BMC's "username" and "password", overriding the policy's credentialsSecretRef.
 	AnnotationBMCSecret = "palisade.dev/bmc-secret"
+	// AnnotationRedfishSystem on a Node names its ComputerSystem (the system's Name) on a
+	// Redfish BMC that has several; unset, the BMC's only system.
+	AnnotationRedfishSystem = "palisade.dev/redfish-system"
 	// AnnotationExecutorCommand on a NodeFence is the controller's order to the node's agent
 	// when the order goes through the API server (a node whose kubelet is down but whose agent
 	// sees the API server): the JSON of an agentwire Command (config/agentwire). The agent watches its own

@@ -214,6 +214,17 @@ const (
 	// fresh renewals, or could see them again too recently to judge a Lease: nothing is fenced
 	// automatically (invariant 3).
 	ConditionControllerBlind = "ControllerBlind"
+	// ConditionInsecureTLS (on FencingPolicy) is True while one of its methods skips the
+	// verification of the certificates of the BMCs it talks to (redfish.insecureSkipVerify).
+	ConditionInsecureTLS = "InsecureTLS"
+)
+
+// InsecureTLS reasons.
+const (
+	// ReasonCertificatesUnverified (InsecureTLS=True): a method skips certificate verification.
+	ReasonCertificatesUnverified = "CertificatesUnverified"
+	// ReasonCertificatesVerified (InsecureTLS=False): every method verifies certificates.
+	ReasonCertificatesVerified = "CertificatesVerified"
 )
 
 // ControllerBlind reasons: the cause of the controller's last loss of sight (True), or Seeing

@@ -2,15 +2,11 @@ package ipmi
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
 )
-
-// resendOffEvery re-sends the off command while the power still reads On: a BMC may drop it.
-const resendOffEvery = 5
 
 // hints tell an operator what to look at for each kind of failure.
 var hints = map[providers.Reason]string{
@@ -20,51 +16,27 @@ var hints = map[providers.Reason]string{
 	providers.ReasonBadTarget:   "Fix the node's BMC settings named above, then delete this NodeFence to try again.",
 }
 
-func withHint(err error) error {
-	return providers.WithHint(err, hints[providers.ReasonOf(err)])
+// ipmiSwitch is the Provider as a power.Switch.
+type ipmiSwitch struct{ *Provider }
+
+func (s ipmiSwitch) Target(ctx context.Context, req providers.Request) (Target, error) {
+	return s.target(ctx, req)
+}
+
+// fencer is the power fence over IPMI.
+func (p *Provider) fencer() *power.Fencer[Target] {
+	return power.NewFencer[Target](ProviderName, ipmiSwitch{p}, "the BMC", hints)
 }
 
 // Fence sends the power-off command to the node's BMC.
 func (p *Provider) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
-	t, err := p.target(ctx, req)
-	if err != nil {
-		return providers.Status{}, withHint(err)
-	}
-	if err := p.PowerOff(ctx, t); err != nil {
-		return providers.Status{}, withHint(err)
-	}
-	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("power-off command accepted by the BMC of %s", t)}, nil
+	return p.fencer().Fence(ctx, req)
 }
 
 // Check reads the power state back until it is Off, re-sending the off command every
-// resendOffEvery attempts while it is not.
+// power.ResendOffEvery attempts while it is not.
 func (p *Provider) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
-	t, err := p.target(ctx, req)
-	if err != nil {
-		return providers.Status{}, withHint(err)
-	}
-	state, err := p.PowerState(ctx, t)
-	if err != nil {
-		return providers.Status{}, withHint(err)
-	}
-	if state == PowerOff {
-		return providers.Status{State: providers.Confirmed, Message: fmt.Sprintf("power state Off read back from the BMC of %s", t)}, nil
-	}
-	var elapsed time.Duration
-	if start := req.Fence.Status.MethodStartTime; start != nil {
-		elapsed = req.Now.Sub(start.Time).Round(100 * time.Millisecond)
-	}
-	if req.Expired {
-		return providers.Status{State: providers.Failed, Reason: providers.ReasonPowerStillOn,
-			Message: fmt.Sprintf("the BMC of %s still reports power %s %s after the off command; check the BMC and the machine, then delete this NodeFence to try again", t, state, elapsed)}, nil
-	}
-	if req.Attempt%resendOffEvery == 0 {
-		if err := p.PowerOff(ctx, t); err != nil {
-			return providers.Status{}, withHint(err)
-		}
-	}
-	return providers.Status{State: providers.InProgress, Reason: providers.ReasonPowerStillOn,
-		Message: fmt.Sprintf("power still reads %s %s after the off command", state, elapsed)}, nil
+	return p.fencer().Check(ctx, req)
 }
 
 // End does nothing: a BMC holds no order.

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
 	"github.com/bmc-toolbox/bmclib/v2/providers/ipmitool"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
 )
 
 const (
@@ -88,7 +88,7 @@ func (p *Provider) Name() string { return ProviderName }
 // PowerOff sends "chassis power off" unless the BMC already reports the chassis off.
 func (p *Provider) PowerOff(ctx context.Context, t Target) error {
 	return p.call(ctx, t, "powering off", func(ctx context.Context, c *bmclib.Client) error {
-		return setPower(ctx, c, "off")
+		return power.SetBMCPower(ctx, c, "off")
 	})
 }
 
@@ -96,7 +96,7 @@ func (p *Provider) PowerOff(ctx context.Context, t Target) error {
 // never calls it; recovery and tests do.
 func (p *Provider) PowerOn(ctx context.Context, t Target) error {
 	return p.call(ctx, t, "powering on", func(ctx context.Context, c *bmclib.Client) error {
-		return setPower(ctx, c, "on")
+		return power.SetBMCPower(ctx, c, "on")
 	})
 }
 
@@ -115,14 +115,6 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (PowerState, error)
 		return PowerUnknown, err
 	}
 	return state, nil
-}
-
-func setPower(ctx context.Context, c *bmclib.Client, state string) error {
-	ok, err := c.SetPowerState(ctx, state)
-	if err == nil && !ok {
-		err = fmt.Errorf("BMC did not acknowledge power %s", state)
-	}
-	return err
 }
 
 // parsePowerState maps bmclib's answer ("Chassis Power is on", "on", "Off") to a PowerState.
@@ -199,32 +191,11 @@ func (p *Provider) check(t Target) (host, port string, err error) {
 	return host, port, nil
 }
 
-// splitAddress splits "host", "host:port", "[v6]:port" or a bare IPv6 address.
+// splitAddress splits "host", "host:port", "[v6]:port" or a bare IPv6 address; the port
+// defaults to IPMI's.
 func splitAddress(addr string) (host, port string, err error) {
-	addr = strings.TrimSpace(addr)
-	if addr == "" {
-		return "", "", errors.New("empty BMC address")
-	}
-	host, port, err = net.SplitHostPort(addr)
-	if err != nil {
-		host, port = strings.Trim(addr, "[]"), DefaultPort
-		if strings.Contains(host, ":") && net.ParseIP(host) == nil {
-			return "", "", fmt.Errorf("malformed BMC address %q", addr)
-		}
-	}
-	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
-		return "", "", fmt.Errorf("malformed BMC port in %q", addr)
-	}
-	if host == "" || strings.HasPrefix(host, "-") || strings.ContainsAny(host, "/@[]") || strings.IndexFunc(host, spaceOrControl) >= 0 ||
-		(strings.Contains(host, ":") && net.ParseIP(host) == nil) {
-		return "", "", fmt.Errorf("malformed BMC host in %q", addr)
-	}
-	return host, port, nil
+	return power.SplitAddress(addr, DefaultPort)
 }
-
-// spaceOrControl is a character no host name or address holds (a vertical tab once got
-// through: FuzzSplitAddress).
-func spaceOrControl(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
 // client builds a bmclib client that uses the ipmitool provider and nothing else.
 func (p *Provider) client(host, port string, t Target) *bmclib.Client {

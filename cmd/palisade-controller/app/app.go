@@ -25,6 +25,7 @@ import (
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/agent/channel"
 	"palisade.dev/palisade/providers/ipmi"
+	"palisade.dev/palisade/providers/redfish"
 )
 
 // Options configure the controller.
@@ -42,6 +43,8 @@ type Options struct {
 	FenceConcurrency int
 	// IPMI configures the IPMI provider.
 	IPMI []ipmi.Option
+	// Redfish configures the Redfish provider.
+	Redfish []redfish.Option
 	// Fencers, when set, replaces or adds the provider of a method type (tests); fencers.go
 	// builds the others.
 	Fencers map[v1alpha1.MethodType]providers.Fencer

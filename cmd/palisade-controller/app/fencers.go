@@ -12,6 +12,7 @@ import (
 	"palisade.dev/palisade/providers/agent/channel"
 	"palisade.dev/palisade/providers/ipmi"
 	"palisade.dev/palisade/providers/metrics"
+	"palisade.dev/palisade/providers/redfish"
 )
 
 // fencers is the registry of fencing providers, one per method type, each wrapped once by the
@@ -21,6 +22,7 @@ import (
 func fencers(mgr ctrl.Manager, o Options, obs observe.Observer, srv *channel.Server) map[v1alpha1.MethodType]providers.Fencer {
 	reg := map[v1alpha1.MethodType]providers.Fencer{
 		v1alpha1.MethodIPMI:      ipmi.New(mgr.GetAPIReader(), o.IPMI...),
+		v1alpha1.MethodRedfish:   redfish.New(mgr.GetAPIReader(), o.Redfish...),
 		v1alpha1.MethodSelfFence: agent.NewSelfFence(obs),
 	}
 	if srv != nil {

@@ -1,0 +1,78 @@
+package power
+
+import (
+	"context"
+	"fmt"
+
+	bmclib "github.com/bmc-toolbox/bmclib/v2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
+
+// BMC is what a node's annotations and its Secret say of its BMC. The credentials must never
+// be logged or written to an event or a status.
+type BMC struct {
+	Node               *corev1.Node
+	Address            string
+	Username, Password string
+}
+
+// NodeBMC reads node's BMC address from its palisade.dev/bmc-address annotation and the
+// credentials from the Secret ref names, or the one its palisade.dev/bmc-secret annotation
+// names in the same namespace. Errors carry their Reason (BadTarget, APIError).
+func NodeBMC(ctx context.Context, reader client.Reader, provider, nodeName string, ref v1alpha1.SecretReference) (BMC, error) {
+	if reader == nil {
+		return BMC{}, BadTarget("the %s provider has no API reader to find the BMC of node %s", provider, nodeName)
+	}
+	node := &corev1.Node{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+		return BMC{}, providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading node %s: %w", nodeName, err))
+	}
+	addr := node.Annotations[v1alpha1.AnnotationBMCAddress]
+	if addr == "" {
+		return BMC{}, BadTarget("node %s has no annotation %s: set it to the BMC's host[:port]", nodeName, v1alpha1.AnnotationBMCAddress)
+	}
+	if name := node.Annotations[v1alpha1.AnnotationBMCSecret]; name != "" {
+		ref.Name = name
+	}
+	secret, err := Secret(ctx, reader, ref, "the BMC credentials of node "+nodeName)
+	if err != nil {
+		return BMC{}, err
+	}
+	b := BMC{Node: node, Address: addr, Username: string(secret.Data["username"]), Password: string(secret.Data["password"])}
+	if b.Username == "" || b.Password == "" {
+		return BMC{}, BadTarget("Secret %s/%s needs the keys username and password", ref.Namespace, ref.Name)
+	}
+	return b, nil
+}
+
+// Secret reads the Secret ref names; what says what it holds, for the error.
+func Secret(ctx context.Context, reader client.Reader, ref v1alpha1.SecretReference, what string) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, BadTarget("Secret %s/%s with %s does not exist", ref.Namespace, ref.Name, what)
+		}
+		return nil, providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err))
+	}
+	return secret, nil
+}
+
+// BadTarget is a BadTarget provider error.
+func BadTarget(format string, args ...any) error {
+	return providers.NewError(providers.ReasonBadTarget, fmt.Errorf(format, args...))
+}
+
+// SetBMCPower sets a bmclib client's power state ("on", "off": bmclib's ForceOff on Redfish,
+// "chassis power off" on IPMI) and fails when the BMC does not acknowledge it.
+func SetBMCPower(ctx context.Context, c *bmclib.Client, state string) error {
+	ok, err := c.SetPowerState(ctx, state)
+	if err == nil && !ok {
+		err = fmt.Errorf("BMC did not acknowledge power %s", state)
+	}
+	return err
+}

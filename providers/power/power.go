@@ -1,0 +1,107 @@
+// Package power is the fence of every method that turns a machine off through whatever
+// controls its power — a BMC over IPMI or Redfish, later a cloud or a hypervisor: the off
+// command, then the power state read back until it is Off (invariant 1), the command sent
+// again while it is not, and a failure naming what still reads On once the method's time is
+// up. A method supplies only its Switch: how to find the machine and how to talk to it.
+package power
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"palisade.dev/palisade/providers"
+)
+
+// State is what a machine's power controller reports.
+type State string
+
+const (
+	On      State = "On"
+	Off     State = "Off"
+	Unknown State = "Unknown"
+)
+
+// ResendOffEvery re-sends the off command every this many checks while the power still reads
+// On: a BMC may drop it.
+const ResendOffEvery = 5
+
+// Switch is a method's access to the machines' power. T is its target (the machine and the
+// credentials to reach it); its String must never print a credential.
+type Switch[T fmt.Stringer] interface {
+	// Target resolves the machine behind the fenced node from the Node, the method's settings
+	// and its Secrets.
+	Target(ctx context.Context, req providers.Request) (T, error)
+	// PowerOff sends the off command.
+	PowerOff(ctx context.Context, t T) error
+	// PowerState reads the power state back.
+	PowerState(ctx context.Context, t T) (State, error)
+}
+
+// Fencer is the providers.Fencer of a Switch.
+type Fencer[T fmt.Stringer] struct {
+	name  string
+	sw    Switch[T]
+	what  string // "the BMC", for messages
+	hints map[providers.Reason]string
+}
+
+// NewFencer returns the Fencer named name of sw; what names the power controller in messages
+// ("the BMC"); hints tell a person what to look at for each Reason of error.
+func NewFencer[T fmt.Stringer](name string, sw Switch[T], what string, hints map[providers.Reason]string) *Fencer[T] {
+	return &Fencer[T]{name: name, sw: sw, what: what, hints: hints}
+}
+
+// Name is the method's provider name.
+func (f *Fencer[T]) Name() string { return f.name }
+
+func (f *Fencer[T]) withHint(err error) error {
+	return providers.WithHint(err, f.hints[providers.ReasonOf(err)])
+}
+
+// Fence sends the off command.
+func (f *Fencer[T]) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
+	t, err := f.sw.Target(ctx, req)
+	if err != nil {
+		return providers.Status{}, f.withHint(err)
+	}
+	if err := f.sw.PowerOff(ctx, t); err != nil {
+		return providers.Status{}, f.withHint(err)
+	}
+	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("power-off command accepted by %s of %s", f.what, t)}, nil
+}
+
+// Check reads the power state back until it is Off, re-sending the off command every
+// ResendOffEvery attempts while it is not; once the method has expired, power still On is a
+// failure.
+func (f *Fencer[T]) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
+	t, err := f.sw.Target(ctx, req)
+	if err != nil {
+		return providers.Status{}, f.withHint(err)
+	}
+	state, err := f.sw.PowerState(ctx, t)
+	if err != nil {
+		return providers.Status{}, f.withHint(err)
+	}
+	if state == Off {
+		return providers.Status{State: providers.Confirmed, Message: fmt.Sprintf("power state Off read back from %s of %s", f.what, t)}, nil
+	}
+	var elapsed time.Duration
+	if start := req.Fence.Status.MethodStartTime; start != nil {
+		elapsed = req.Now.Sub(start.Time).Round(100 * time.Millisecond)
+	}
+	if req.Expired {
+		return providers.Status{State: providers.Failed, Reason: providers.ReasonPowerStillOn,
+			Message: fmt.Sprintf("%s of %s still reports power %s %s after the off command; check it and the machine, then delete this NodeFence to try again", f.what, t, state, elapsed)}, nil
+	}
+	if req.Attempt%ResendOffEvery == 0 {
+		if err := f.sw.PowerOff(ctx, t); err != nil {
+			return providers.Status{}, f.withHint(err)
+		}
+	}
+	return providers.Status{State: providers.InProgress, Reason: providers.ReasonPowerStillOn,
+		Message: fmt.Sprintf("power still reads %s %s after the off command", state, elapsed)}, nil
+}
+
+// End does nothing: a power controller holds no order.
+func (f *Fencer[T]) End(context.Context, providers.Request) error { return nil }

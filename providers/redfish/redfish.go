@@ -1,0 +1,205 @@
+package redfish
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	bmclib "github.com/bmc-toolbox/bmclib/v2"
+	bmcredfish "github.com/bmc-toolbox/bmclib/v2/providers/redfish"
+	"github.com/go-logr/logr"
+	"github.com/stmcginnis/gofish/common"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
+)
+
+const (
+	// ProviderName is the provider's name in metrics and records.
+	ProviderName = "redfish"
+	// DefaultTimeout bounds one call (session, command or read, logout).
+	DefaultTimeout = 15 * time.Second
+	// DefaultPort is HTTPS's.
+	DefaultPort = "443"
+)
+
+var _ providers.Fencer = (*Provider)(nil)
+
+// Provider is the Redfish Fencer. It is safe for concurrent use.
+type Provider struct {
+	*power.Fencer[Target]
+	reader  client.Reader
+	timeout time.Duration
+	log     logr.Logger
+}
+
+// Option configures a Provider.
+type Option func(*Provider)
+
+// WithTimeout sets the per-call timeout (default 15 s).
+func WithTimeout(d time.Duration) Option { return func(p *Provider) { p.timeout = d } }
+
+// WithLogger sets the logger, also handed to bmclib.
+func WithLogger(l logr.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// New returns a Redfish provider that reads Nodes and Secrets through reader (nil: it can only
+// be driven through PowerOff, PowerState and PowerOn with a Target).
+func New(reader client.Reader, opts ...Option) *Provider {
+	p := &Provider{reader: reader, timeout: DefaultTimeout, log: logr.Discard()}
+	for _, o := range opts {
+		o(p)
+	}
+	p.Fencer = power.NewFencer[Target](ProviderName, redfishSwitch{p}, "the BMC", hints)
+	return p
+}
+
+// redfishSwitch is the Provider as a power.Switch.
+type redfishSwitch struct{ *Provider }
+
+func (s redfishSwitch) Target(ctx context.Context, req providers.Request) (Target, error) {
+	return s.target(ctx, req)
+}
+
+// PowerOff resets the system with ForceOff, unless it already reads Off.
+func (p *Provider) PowerOff(ctx context.Context, t Target) error {
+	return p.call(ctx, t, "powering off", func(ctx context.Context, c *bmclib.Client) error {
+		return power.SetBMCPower(ctx, c, "off") // bmclib's "off" is ResetType ForceOff
+	})
+}
+
+// PowerOn resets the system with On. Fencing never calls it; recovery and tests do.
+func (p *Provider) PowerOn(ctx context.Context, t Target) error {
+	return p.call(ctx, t, "powering on", func(ctx context.Context, c *bmclib.Client) error {
+		return power.SetBMCPower(ctx, c, "on")
+	})
+}
+
+// PowerState reads the system's PowerState; one it does not know (PoweringOn, PoweringOff,
+// Paused) is power.Unknown, which never confirms a fence.
+func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error) {
+	state := power.Unknown
+	err := p.call(ctx, t, "reading the power state of", func(ctx context.Context, c *bmclib.Client) error {
+		s, err := c.GetPowerState(ctx)
+		if err != nil {
+			return err
+		}
+		switch strings.ToLower(strings.TrimSpace(s)) {
+		case "on":
+			state = power.On
+		case "off":
+			state = power.Off
+		}
+		return nil
+	})
+	if err != nil {
+		return power.Unknown, err
+	}
+	return state, nil
+}
+
+// call checks the target, opens a bmclib client restricted to its Redfish provider, runs fn
+// and closes the client (deleting the session), all within the per-call timeout, and
+// classifies any error.
+func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(context.Context, *bmclib.Client) error) error {
+	host, port, err := splitAddress(t.Address)
+	if err != nil {
+		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: %w", verb, t, err))
+	}
+	if t.Username == "" || t.Password == "" {
+		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: no BMC username or password", verb, t))
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	start := time.Now()
+	log := p.log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "system", t.System, "action", verb)
+	bmc := p.client(host, port, t)
+	err = bmc.Open(ctx)
+	if err == nil {
+		err = fn(ctx, bmc)
+		_ = bmc.Close(ctx) // deletes the session; a failure leaves it to expire on the BMC
+	}
+	if err == nil {
+		log.V(1).Info("Redfish call done", "duration", time.Since(start))
+		return nil
+	}
+	reason, cause := classify(ctx, err, t.Password)
+	log.V(1).Info("Redfish call failed", "duration", time.Since(start), "reason", reason, "error", cause.Error())
+	return providers.NewError(reason, fmt.Errorf("%s node %s: %w", verb, t, cause))
+}
+
+// client builds a bmclib client that uses the Redfish provider and nothing else, over an HTTP
+// client that verifies the BMC's certificate unless the target says not to.
+func (p *Provider) client(host, port string, t Target) *bmclib.Client {
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: t.RootCAs, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // only when the method says so
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true,
+		DialContext: (&net.Dialer{Timeout: p.timeout / 3}).DialContext, TLSHandshakeTimeout: p.timeout / 3}}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	c := bmclib.NewClient(host, t.Username, t.Password,
+		bmclib.WithLogger(p.log.WithName("bmclib")),
+		bmclib.WithHTTPClient(hc),
+		bmclib.WithRedfishPort(port),
+		bmclib.WithRedfishUseBasicAuth(t.BasicAuth),
+		bmclib.WithRedfishSystemName(t.System),
+		bmclib.WithPerProviderTimeout(p.timeout),
+	)
+	c.Registry.Drivers = c.Registry.For(bmcredfish.ProviderName)
+	return c
+}
+
+// splitAddress splits "host", "host:port", "[v6]:port" or a bare IPv6 address; the port
+// defaults to 443. A URL is refused: Redfish is always https.
+func splitAddress(addr string) (host, port string, err error) {
+	if strings.Contains(addr, "://") {
+		return "", "", fmt.Errorf("BMC address %q: give host[:port], without a scheme (Redfish is always https)", addr)
+	}
+	return power.SplitAddress(addr, DefaultPort)
+}
+
+// classify turns a bmclib error into a Reason and an error text without the password.
+func classify(ctx context.Context, err error, password string) (providers.Reason, error) {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	// The HTTP client's own timeout is the call's (bmclib sets it from the context's deadline)
+	// and may fire an instant before the context is done.
+	if ctxErr := ctx.Err(); ctxErr != nil || errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "Client.Timeout exceeded") {
+		if ctxErr == nil {
+			ctxErr = context.DeadlineExceeded
+		}
+		return providers.ReasonUnreachable, fmt.Errorf("no answer in time, the command may or may not have taken effect: %w", ctxErr)
+	}
+	if password != "" {
+		msg = strings.ReplaceAll(msg, password, "[redacted]")
+	}
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		rf        *common.Error
+		netErr    net.Error
+	)
+	lower := strings.ToLower(msg)
+	switch {
+	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify),
+		strings.Contains(lower, "x509: "), strings.Contains(lower, "tls: failed to verify certificate"):
+		return providers.ReasonUntrustedCertificate, errors.New(msg)
+	case errors.As(err, &rf) && (rf.HTTPReturnedStatusCode == http.StatusUnauthorized || rf.HTTPReturnedStatusCode == http.StatusForbidden),
+		strings.HasPrefix(lower, "401:"), strings.Contains(lower, " 401: "), strings.Contains(lower, "novalidsession"):
+		return providers.ReasonAuthFailed, errors.New(msg)
+	case strings.Contains(lower, "no matching redfish system"):
+		return providers.ReasonBadTarget, errors.New(msg)
+	case errors.As(err, &netErr), strings.Contains(lower, "connection refused"), strings.Contains(lower, "no route to host"),
+		strings.Contains(lower, "i/o timeout"), strings.Contains(lower, "no such host"):
+		return providers.ReasonUnreachable, errors.New(msg)
+	}
+	return providers.ReasonRefused, errors.New(msg)
+}

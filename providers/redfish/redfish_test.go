@@ -1,0 +1,220 @@
+package redfish_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
+	"palisade.dev/palisade/providers/redfish"
+	"palisade.dev/palisade/test/testbed/redfishsim"
+)
+
+// The tests run the provider through bmclib and gofish against redfishsim, a DMTF-shaped
+// Redfish service over TLS (see its doc comment for why it is a stand-in).
+
+const ns = "palisade-system"
+
+// scene is a node whose BMC is svc, the method's Secrets and the provider.
+type scene struct {
+	svc    *redfishsim.Service
+	p      *redfish.Provider
+	method v1alpha1.Method
+	fence  *v1alpha1.NodeFence
+}
+
+func newScene(t *testing.T, svc *redfishsim.Service, nodeAnnotations map[string]string, edit func(*v1alpha1.RedfishMethod), opts ...redfish.Option) *scene {
+	t.Helper()
+	ann := map[string]string{v1alpha1.AnnotationBMCAddress: svc.Address()}
+	for k, v := range nodeAnnotations {
+		ann[k] = v
+	}
+	objs := []client.Object{
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Annotations: ann}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc"}, Data: map[string][]byte{"username": []byte(svc.Username()), "password": []byte(svc.Password())}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong"}, Data: map[string][]byte{"username": []byte(svc.Username()), "password": []byte("not-the-password")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc-ca"}, Data: map[string][]byte{redfish.CABundleKey: svc.CACert()}},
+	}
+	m := &v1alpha1.RedfishMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: ns, Name: "bmc"},
+		CABundleSecretRef: &v1alpha1.SecretReference{Namespace: ns, Name: "bmc-ca"}}
+	if edit != nil {
+		edit(m)
+	}
+	reader := fake.NewClientBuilder().WithObjects(objs...).Build()
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: types.UID("fence-1")}, Spec: v1alpha1.NodeFenceSpec{NodeName: "node-1"}}
+	return &scene{svc: svc, p: redfish.New(reader, opts...), method: v1alpha1.Method{Name: "redfish", Type: v1alpha1.MethodRedfish, Redfish: m}, fence: nf}
+}
+
+func (s *scene) req(attempt int32, expired bool) providers.Request {
+	return providers.Request{Fence: s.fence, Method: s.method, Attempt: attempt, Now: time.Now(), Expired: expired}
+}
+
+func (s *scene) fenceAndCheck(t *testing.T) (providers.Status, error) {
+	t.Helper()
+	if _, err := s.p.Fence(context.Background(), s.req(1, false)); err != nil {
+		return providers.Status{}, err
+	}
+	return s.p.Check(context.Background(), s.req(1, false))
+}
+
+func TestForceOffConfirmedByPowerState(t *testing.T) {
+	for _, basic := range []bool{false, true} {
+		t.Run(map[bool]string{false: "session", true: "basic"}[basic], func(t *testing.T) {
+			svc := redfishsim.Start(t, redfishsim.Options{})
+			s := newScene(t, svc, nil, func(m *v1alpha1.RedfishMethod) { m.BasicAuth = basic })
+			st, err := s.fenceAndCheck(t)
+			if err != nil || st.State != providers.Confirmed {
+				t.Fatalf("Check = %+v, %v; want Confirmed", st, err)
+			}
+			if svc.PoweredOn(0) {
+				t.Error("the system is still on")
+			}
+			if got := svc.Resets(0); len(got) != 1 || got[0] != "ForceOff" {
+				t.Errorf("resets = %v, want [ForceOff]", got)
+			}
+			if !strings.Contains(st.Message, "power state Off read back") {
+				t.Errorf("message = %q", st.Message)
+			}
+			if n := svc.Sessions(); n != 0 {
+				t.Errorf("%d sessions left open on the BMC, want each call to delete its own", n)
+			}
+		})
+	}
+}
+
+func TestWrongCredentialsRefusedAndNotRetried(t *testing.T) {
+	svc := redfishsim.Start(t, redfishsim.Options{Password: "the-real-pw"})
+	s := newScene(t, svc, map[string]string{v1alpha1.AnnotationBMCSecret: "wrong"}, nil)
+	_, err := s.p.Fence(context.Background(), s.req(1, false))
+	if providers.ReasonOf(err) != providers.ReasonAuthFailed || providers.IsRetryable(err) {
+		t.Fatalf("Fence error = %v (reason %s), want %s, not retryable", err, providers.ReasonOf(err), providers.ReasonAuthFailed)
+	}
+	if strings.Contains(err.Error(), "not-the-password") || strings.Contains(err.Error(), "the-real-pw") {
+		t.Errorf("the error shows a password: %v", err)
+	}
+	if providers.HintOf(err) == "" {
+		t.Error("no hint for people")
+	}
+	if len(svc.Resets(0)) != 0 || !svc.PoweredOn(0) || svc.AuthFailures() == 0 {
+		t.Errorf("resets %v, on %v, auth failures %d: want no command carried out and the refusal seen", svc.Resets(0), svc.PoweredOn(0), svc.AuthFailures())
+	}
+}
+
+func TestLyingBMCNeverConfirms(t *testing.T) {
+	svc := redfishsim.Start(t, redfishsim.Options{})
+	svc.SetIgnoreOff(true)
+	s := newScene(t, svc, nil, nil)
+	st, err := s.fenceAndCheck(t)
+	if err != nil || st.State != providers.InProgress || st.Reason != providers.ReasonPowerStillOn {
+		t.Fatalf("Check = %+v, %v; want InProgress PowerStillOn", st, err)
+	}
+	if _, err := s.p.Check(context.Background(), s.req(power.ResendOffEvery, false)); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(svc.Resets(0)); got != 2 {
+		t.Errorf("%d ForceOff sent, want 2 (the command again at attempt %d)", got, power.ResendOffEvery)
+	}
+	st, err = s.p.Check(context.Background(), s.req(7, true))
+	if err != nil || st.State != providers.Failed || st.Reason != providers.ReasonPowerStillOn || !strings.Contains(st.Message, "still reports power On") {
+		t.Fatalf("Check once expired = %+v, %v; want Failed PowerStillOn", st, err)
+	}
+}
+
+func TestSlowBMCIsUnreachableNotConfirmed(t *testing.T) {
+	svc := redfishsim.Start(t, redfishsim.Options{})
+	svc.SetDelay(3 * time.Second)
+	s := newScene(t, svc, nil, nil, redfish.WithTimeout(time.Second))
+	start := time.Now()
+	_, err := s.p.Check(context.Background(), s.req(1, false))
+	if providers.ReasonOf(err) != providers.ReasonUnreachable || !providers.IsRetryable(err) || !strings.Contains(err.Error(), "may or may not have taken effect") {
+		t.Fatalf("Check error = %v (reason %s), want a retryable %s", err, providers.ReasonOf(err), providers.ReasonUnreachable)
+	}
+	if took := time.Since(start); took > 2500*time.Millisecond {
+		t.Errorf("the call took %v, want it bounded by the 1 s timeout", took)
+	}
+}
+
+func TestUntrustedCertificate(t *testing.T) {
+	svc := redfishsim.Start(t, redfishsim.Options{})
+	t.Run("system CAs only", func(t *testing.T) {
+		s := newScene(t, svc, nil, func(m *v1alpha1.RedfishMethod) { m.CABundleSecretRef = nil })
+		_, err := s.p.Fence(context.Background(), s.req(1, false))
+		if providers.ReasonOf(err) != providers.ReasonUntrustedCertificate || providers.IsRetryable(err) {
+			t.Fatalf("Fence error = %v (reason %s), want %s, not retryable", err, providers.ReasonOf(err), providers.ReasonUntrustedCertificate)
+		}
+		if !strings.Contains(providers.HintOf(err), "caBundleSecretRef") {
+			t.Errorf("hint = %q, want it to name caBundleSecretRef", providers.HintOf(err))
+		}
+		if svc.AuthFailures() != 0 || len(svc.Resets(0)) != 0 {
+			t.Error("the credentials or a command reached an untrusted BMC")
+		}
+	})
+	t.Run("another CA's bundle", func(t *testing.T) {
+		other := redfishsim.Start(t, redfishsim.Options{})
+		s := newScene(t, svc, nil, nil)
+		reader := fake.NewClientBuilder().WithObjects(
+			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: svc.Address()}}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc"}, Data: map[string][]byte{"username": []byte(svc.Username()), "password": []byte(svc.Password())}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc-ca"}, Data: map[string][]byte{redfish.CABundleKey: other.CACert()}},
+		).Build()
+		_, err := redfish.New(reader).Fence(context.Background(), s.req(1, false))
+		if providers.ReasonOf(err) != providers.ReasonUntrustedCertificate {
+			t.Fatalf("Fence error = %v, want %s", err, providers.ReasonUntrustedCertificate)
+		}
+	})
+	t.Run("insecureSkipVerify", func(t *testing.T) {
+		s := newScene(t, svc, nil, func(m *v1alpha1.RedfishMethod) { m.CABundleSecretRef, m.InsecureSkipVerify = nil, true })
+		if st, err := s.fenceAndCheck(t); err != nil || st.State != providers.Confirmed {
+			t.Fatalf("Check = %+v, %v; want Confirmed", st, err)
+		}
+	})
+}
+
+func TestSystemChosenByAnnotation(t *testing.T) {
+	svc := redfishsim.Start(t, redfishsim.Options{Systems: []string{"blade-a", "blade-b"}})
+	t.Run("named", func(t *testing.T) {
+		s := newScene(t, svc, map[string]string{v1alpha1.AnnotationRedfishSystem: "blade-b"}, nil)
+		if st, err := s.fenceAndCheck(t); err != nil || st.State != providers.Confirmed {
+			t.Fatalf("Check = %+v, %v; want Confirmed", st, err)
+		}
+		if !svc.PoweredOn(0) || svc.PoweredOn(1) {
+			t.Errorf("power a=%v b=%v, want only blade-b off", svc.PoweredOn(0), svc.PoweredOn(1))
+		}
+	})
+	t.Run("unnamed among several", func(t *testing.T) {
+		s := newScene(t, svc, nil, nil)
+		_, err := s.p.Fence(context.Background(), s.req(1, false))
+		if providers.ReasonOf(err) != providers.ReasonBadTarget || !svc.PoweredOn(0) {
+			t.Fatalf("Fence = %v with blade-a on=%v: want %s and nothing powered off", err, svc.PoweredOn(0), providers.ReasonBadTarget)
+		}
+	})
+}
+
+func TestBadTargets(t *testing.T) {
+	svc := redfishsim.Start(t, redfishsim.Options{})
+	for name, ann := range map[string]map[string]string{
+		"scheme":         {v1alpha1.AnnotationBMCAddress: "https://" + svc.Address()},
+		"port":           {v1alpha1.AnnotationBMCAddress: "127.0.0.1:99999"},
+		"missing secret": {v1alpha1.AnnotationBMCSecret: "nope"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newScene(t, svc, ann, nil)
+			_, err := s.p.Fence(context.Background(), s.req(1, false))
+			if providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) {
+				t.Fatalf("Fence error = %v, want %s", err, providers.ReasonBadTarget)
+			}
+		})
+	}
+	if len(svc.Resets(0)) != 0 || svc.AuthFailures() != 0 {
+		t.Error("a bad target reached the BMC")
+	}
+}
