@@ -37,6 +37,14 @@ const (
 	ReasonWaitingForSafeTime Reason = "WaitingForSafeTime"
 	// ReasonNodeReachable: a node expected to have fenced itself sent a signal again.
 	ReasonNodeReachable Reason = "NodeReachableAgain"
+	// ReasonCloudAuthFailed: the cloud refused the credentials or the permission (AuthFailure,
+	// UnauthorizedOperation). Not retryable until the credentials or the role change.
+	ReasonCloudAuthFailed Reason = "CloudAuthFailed"
+	// ReasonCloudUnreachable: no answer from the cloud's API in time. Retryable: the command
+	// may or may not have taken effect.
+	ReasonCloudUnreachable Reason = "CloudUnreachable"
+	// ReasonCloudRefused: the cloud answered with an error. Retryable.
+	ReasonCloudRefused Reason = "CloudRefused"
 	// ReasonTimedOut: the method did not confirm within its timeout.
 	ReasonTimedOut Reason = "MethodTimedOut"
 )
@@ -95,7 +103,7 @@ func HintOf(err error) string {
 // IsRetryable says whether trying again may help without a person changing something.
 func IsRetryable(err error) bool {
 	switch ReasonOf(err) {
-	case ReasonAuthFailed, ReasonBadTarget, ReasonUntrustedCertificate:
+	case ReasonAuthFailed, ReasonBadTarget, ReasonUntrustedCertificate, ReasonCloudAuthFailed:
 		return false
 	}
 	return true

@@ -19,6 +19,7 @@ import (
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/fencing"
+	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/providers/ipmi"
 	providermetrics "palisade.dev/palisade/providers/metrics"
 	"palisade.dev/palisade/providers/redfish"
@@ -92,6 +93,7 @@ func run() error {
 	providermetrics.Register(crmetrics.Registry)
 	f.opts.IPMI = []ipmi.Option{ipmi.WithIpmitoolPath(f.ipmitool), ipmi.WithTimeout(f.providerTimeout), ipmi.WithLogger(log.WithName("ipmi"))}
 	f.opts.Redfish = []redfish.Option{redfish.WithTimeout(f.providerTimeout), redfish.WithLogger(log.WithName("redfish"))}
+	f.opts.AWS = []aws.Option{aws.WithTimeout(f.providerTimeout), aws.WithLogger(log.WithName("aws"))}
 	mgr, err := app.NewManager(ctrl.GetConfigOrDie(), f.opts)
 	if err != nil {
 		return err

@@ -6,7 +6,7 @@ import (
 )
 
 // MethodType names a fencing method.
-// +kubebuilder:validation:Enum=IPMI;Redfish;Executor;SelfFence
+// +kubebuilder:validation:Enum=IPMI;Redfish;AWS;Executor;SelfFence
 type MethodType string
 
 const (
@@ -17,6 +17,10 @@ const (
 	// provider: ComputerSystem.Reset with ForceOff) and confirms by reading the system's
 	// PowerState back.
 	MethodRedfish MethodType = "Redfish"
+	// MethodAWS stops the node's EC2 instance, named by its spec.providerID, with
+	// StopInstances and Force (no OS shutdown), and confirms by DescribeInstances reading it
+	// stopped (or terminated: nothing is left to run the workload).
+	MethodAWS MethodType = "AWS"
 	// MethodExecutor has the node's agent stop the kubelet and terminate every workload
 	// container as the kubelet would, then confirms from the agent's read-back that none runs.
 	// It needs a reachable agent, so it is skipped for a node with no signal on any path (Dead).
@@ -106,6 +110,11 @@ type Method struct {
 	// +optional
 	Redfish *RedfishMethod `json:"redfish,omitempty"`
 
+	// AWS configures a method of type AWS (optional: the defaults take the region from the
+	// node's providerID and the credentials from the SDK's default chain).
+	// +optional
+	AWS *AWSMethod `json:"aws,omitempty"`
+
 	// Executor configures a method of type Executor.
 	// +optional
 	Executor *ExecutorMethod `json:"executor,omitempty"`
@@ -170,6 +179,27 @@ type RedfishMethod struct {
 	// (for BMCs whose session service is broken).
 	// +optional
 	BasicAuth bool `json:"basicAuth,omitempty"`
+}
+
+// AWSMethod configures EC2 power fencing. The instance is the node's spec.providerID,
+// "aws:///<zone>/<instance-id>".
+type AWSMethod struct {
+	// CredentialsSecretRef names a Secret with keys "accessKeyID" and "secretAccessKey" (and
+	// "sessionToken" for temporary keys). Unset: the AWS SDK's default chain (IRSA's web
+	// identity token, the environment, the instance profile).
+	// +optional
+	CredentialsSecretRef *SecretReference `json:"credentialsSecretRef,omitempty"`
+
+	// Region overrides the region taken from the zone of the node's providerID.
+	// +kubebuilder:validation:Pattern=`^[a-z]{2}(-[a-z]+)+-[0-9]+$`
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// Endpoint is the EC2 endpoint URL to use instead of the region's (a VPC endpoint, another
+	// partition, tests).
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // SecretReference names a Secret.

@@ -13,13 +13,18 @@ import (
 	"palisade.dev/palisade/providers"
 )
 
-// State is what a machine's power controller reports.
+// State is what a machine's power controller reports. A controller with states of its own
+// (EC2's "stopping") may report them as they are: anything but Off and Gone is not off.
 type State string
 
 const (
 	On      State = "On"
 	Off     State = "Off"
 	Unknown State = "Unknown"
+	// Gone: the controller says, from its own records, that the machine no longer exists (a
+	// terminated instance): nothing is left that could run the node's workload. Never from a
+	// failure to find it.
+	Gone State = "Gone"
 )
 
 // ResendOffEvery re-sends the off command every this many checks while the power still reads
@@ -83,8 +88,11 @@ func (f *Fencer[T]) Check(ctx context.Context, req providers.Request) (providers
 	if err != nil {
 		return providers.Status{}, f.withHint(err)
 	}
-	if state == Off {
+	switch state {
+	case Off:
 		return providers.Status{State: providers.Confirmed, Message: fmt.Sprintf("power state Off read back from %s of %s", f.what, t)}, nil
+	case Gone:
+		return providers.Status{State: providers.Gone, Message: fmt.Sprintf("%s says %s no longer exists", f.what, t)}, nil
 	}
 	var elapsed time.Duration
 	if start := req.Fence.Status.MethodStartTime; start != nil {

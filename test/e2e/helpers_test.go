@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -164,4 +166,51 @@ func hasEvent(events []string, reason string) bool {
 		}
 	}
 	return false
+}
+
+// assertNoSecret fails when any of secrets shows in an event, a NodeFence's or a
+// FencingPolicy's status, or the controller's log: credentials live only in Secrets.
+func assertNoSecret(t *testing.T, env *scenario.Env, secrets ...string) {
+	t.Helper()
+	ctx := context.Background()
+	var where []string
+	evs, err := env.Cluster.Kube.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		where = append(where, "event "+e.Reason+": "+e.Note)
+	}
+	var fences v1alpha1.NodeFenceList
+	var policies v1alpha1.FencingPolicyList
+	if err := env.Cluster.Client.List(ctx, &fences); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Cluster.Client.List(ctx, &policies); err != nil {
+		t.Fatal(err)
+	}
+	for _, nf := range fences.Items {
+		b, _ := json.Marshal(nf.Status)
+		where = append(where, "NodeFence "+nf.Name+" status "+string(b))
+	}
+	for _, p := range policies.Items {
+		b, _ := json.Marshal(p.Status)
+		where = append(where, "FencingPolicy "+p.Name+" status "+string(b))
+	}
+	log := env.ControllerLog()
+	if log == "" && os.Getenv("PALISADE_TEST_LOG") != "1" {
+		t.Fatal("no controller log to search")
+	}
+	where = append(where, "controller log")
+	for _, s := range secrets {
+		for i, w := range where {
+			text := w
+			if i == len(where)-1 {
+				text = log
+			}
+			if strings.Contains(text, s) {
+				t.Errorf("a secret shows in the %s", strings.SplitN(w, ":", 2)[0])
+			}
+		}
+	}
 }

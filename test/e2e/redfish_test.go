@@ -104,6 +104,7 @@ func TestRedfishFencing(t *testing.T) {
 			}
 		})
 	}
+	assertNoSecret(t, env, password, "not-the-password")
 	if got := stranger.AuthFailures() + len(stranger.Resets(0)); got != 0 || stranger.Sessions() != 0 {
 		t.Errorf("the untrusted BMC got credentials or commands (%d auth failures and resets, %d sessions)", got, stranger.Sessions())
 	}

@@ -82,6 +82,12 @@ func (e *Env) ControllerLogTail(n int) string {
 	return testbed.TailFile(filepath.Join(e.dir, controllerLog), n)
 }
 
+// ControllerLog is the whole of the in-process controllers' log ("" when it goes to stderr).
+func (e *Env) ControllerLog() string {
+	b, _ := os.ReadFile(filepath.Join(e.dir, controllerLog))
+	return string(b)
+}
+
 // Start builds the scene; Stop tears it down.
 func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if o.Nodes == 0 {
@@ -216,22 +222,24 @@ func (e *Env) StartController(ctx context.Context, edit func(*app.Options)) erro
 		edit(&o)
 	}
 	// The controller's logs go to stderr with PALISADE_TEST_LOG=1; otherwise to the scene's
-	// controller.log, which ControllerLogTail reads when a test fails.
+	// controller.log, which ControllerLogTail and ControllerLog read. The manager gets its own
+	// logger: controller-runtime's global one keeps the first scene's of the process.
+	log := logr.Discard()
 	if os.Getenv("PALISADE_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
+		log = zap.New(zap.UseDevMode(true))
 	} else if f, err := os.OpenFile(filepath.Join(e.dir, controllerLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 		e.logFiles = append(e.logFiles, f)
-		ctrl.SetLogger(zap.New(zap.WriteTo(f)))
-	} else {
-		ctrl.SetLogger(logr.Discard())
+		log = zap.New(zap.WriteTo(f))
 	}
+	ctrl.SetLogger(log)
+	o.Logger = log
 	mgr, err := app.NewManager(e.Cluster.Config, o)
 	if err != nil {
 		return err
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	c := &controller{cancel: cancel, done: make(chan error, 1)}
-	go func() { c.done <- mgr.Start(ctrl.LoggerInto(cctx, ctrl.Log)) }()
+	go func() { c.done <- mgr.Start(ctrl.LoggerInto(cctx, log)) }()
 	e.ctl = c
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -24,6 +25,7 @@ import (
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/providers/ipmi"
 	"palisade.dev/palisade/providers/redfish"
 )
@@ -39,12 +41,17 @@ type Options struct {
 	RenewDeadline      time.Duration
 	RetryPeriod        time.Duration
 	AttachmentForceAge time.Duration
+	// Logger, when set, is the manager's logger (its controllers' and reconcilers'), instead of
+	// controller-runtime's global one (tests that run several managers in one process).
+	Logger logr.Logger
 	// FenceConcurrency is how many NodeFences advance at once (0: fencing.DefaultConcurrency).
 	FenceConcurrency int
 	// IPMI configures the IPMI provider.
 	IPMI []ipmi.Option
 	// Redfish configures the Redfish provider.
 	Redfish []redfish.Option
+	// AWS configures the AWS provider.
+	AWS []aws.Option
 	// Fencers, when set, replaces or adds the provider of a method type (tests); fencers.go
 	// builds the others.
 	Fencers map[v1alpha1.MethodType]providers.Fencer
@@ -91,6 +98,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
+		Logger:                        o.Logger,
 		NewClient:                     o.NewClient,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:        o.ProbeAddr,

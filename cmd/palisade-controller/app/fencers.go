@@ -10,6 +10,7 @@ import (
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/agent"
 	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/providers/ipmi"
 	"palisade.dev/palisade/providers/metrics"
 	"palisade.dev/palisade/providers/redfish"
@@ -23,6 +24,7 @@ func fencers(mgr ctrl.Manager, o Options, obs observe.Observer, srv *channel.Ser
 	reg := map[v1alpha1.MethodType]providers.Fencer{
 		v1alpha1.MethodIPMI:      ipmi.New(mgr.GetAPIReader(), o.IPMI...),
 		v1alpha1.MethodRedfish:   redfish.New(mgr.GetAPIReader(), o.Redfish...),
+		v1alpha1.MethodAWS:       aws.New(mgr.GetAPIReader(), o.AWS...),
 		v1alpha1.MethodSelfFence: agent.NewSelfFence(obs),
 	}
 	if srv != nil {

@@ -60,7 +60,8 @@ func (n *Node) newNodeObject() *corev1.Node {
 	maps.Copy(labels, n.opts.Labels)
 	annotations := map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
 	maps.Copy(annotations, n.opts.Annotations)
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.opts.Name, Labels: labels, Annotations: annotations}}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.opts.Name, Labels: labels, Annotations: annotations},
+		Spec: corev1.NodeSpec{ProviderID: n.opts.ProviderID}}
 }
 
 // statusFresh reports whether node says Ready=True for bootID with a recent heartbeat.

@@ -34,6 +34,8 @@ type Options struct {
 	Name        string            // required
 	Labels      map[string]string // added to kubernetes.io/hostname, os and arch
 	Annotations map[string]string
+	// ProviderID is the Node's spec.providerID, as a cloud's kubelet sets it ("aws:///<zone>/<id>").
+	ProviderID string
 	// CPU, Memory and Pods are the node's capacity and allocatable; default "4", "16Gi", "110".
 	CPU, Memory, Pods string
 	// LeaseRenewInterval is how often the Lease is renewed and the Node's status checked;

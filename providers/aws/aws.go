@@ -1,0 +1,202 @@
+package aws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/smithy-go"
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
+)
+
+const (
+	// ProviderName is the provider's name in metrics and records.
+	ProviderName = "aws"
+	// DefaultTimeout bounds one call, the SDK's retries included.
+	DefaultTimeout = 15 * time.Second
+)
+
+// hints tell an operator what to look at for each kind of failure.
+var hints = map[providers.Reason]string{
+	providers.ReasonCloudAuthFailed:  "AWS refused the credentials or the permission: the controller's role (or the keys in the method's Secret) needs ec2:StopInstances and ec2:DescribeInstances on the node's instance; then delete this NodeFence to try again.",
+	providers.ReasonCloudUnreachable: "The EC2 API did not answer in time: check the controller's network path to it (or the method's aws.endpoint).",
+	providers.ReasonCloudRefused:     "EC2 answered with an error: see the message, and the instance in the EC2 console.",
+	providers.ReasonBadTarget:        "Fix the node's providerID (aws:///<zone>/<instance-id>) or the method's aws settings named above, then delete this NodeFence to try again.",
+}
+
+var _ providers.Fencer = (*Provider)(nil)
+
+// Provider is the AWS Fencer. It is safe for concurrent use.
+type Provider struct {
+	*power.Fencer[Target]
+	reader  client.Reader
+	timeout time.Duration
+	log     logr.Logger
+	// defaults is the SDK's default configuration (credential chain), loaded once on first use.
+	defaults     func(ctx context.Context) (awssdk.Config, error)
+	defaultsOnce sync.Once
+	defaultsCfg  awssdk.Config
+	defaultsErr  error
+}
+
+// Option configures a Provider.
+type Option func(*Provider)
+
+// WithTimeout sets the per-call timeout (default 15 s).
+func WithTimeout(d time.Duration) Option { return func(p *Provider) { p.timeout = d } }
+
+// WithLogger sets the logger.
+func WithLogger(l logr.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// New returns an AWS provider that reads Nodes and Secrets through reader.
+func New(reader client.Reader, opts ...Option) *Provider {
+	p := &Provider{reader: reader, timeout: DefaultTimeout, log: logr.Discard(),
+		defaults: func(ctx context.Context) (awssdk.Config, error) { return config.LoadDefaultConfig(ctx) }}
+	for _, o := range opts {
+		o(p)
+	}
+	p.Fencer = power.NewFencer[Target](ProviderName, awsSwitch{p}, "EC2", hints)
+	return p
+}
+
+// awsSwitch is the Provider as a power.Switch.
+type awsSwitch struct{ *Provider }
+
+func (s awsSwitch) Target(ctx context.Context, req providers.Request) (Target, error) {
+	return s.target(ctx, req)
+}
+
+// PowerOff stops the instance with Force: its OS is not asked to shut down.
+func (p *Provider) PowerOff(ctx context.Context, t Target) error {
+	return p.call(ctx, t, "stopping", func(ctx context.Context, c *ec2.Client) error {
+		_, err := c.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{t.InstanceID}, Force: awssdk.Bool(true)})
+		return err
+	})
+}
+
+// PowerOn starts the instance. Fencing never calls it; recovery and tests do.
+func (p *Provider) PowerOn(ctx context.Context, t Target) error {
+	return p.call(ctx, t, "starting", func(ctx context.Context, c *ec2.Client) error {
+		_, err := c.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{t.InstanceID}})
+		return err
+	})
+}
+
+// PowerState reads the instance's state: stopped is Off, terminated Gone, any other state
+// (pending, running, stopping, shutting-down) is reported as it is, and is not off.
+func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error) {
+	state := power.Unknown
+	err := p.call(ctx, t, "reading the state of", func(ctx context.Context, c *ec2.Client) error {
+		out, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{t.InstanceID}})
+		if err != nil {
+			return err
+		}
+		for _, r := range out.Reservations {
+			for _, i := range r.Instances {
+				if awssdk.ToString(i.InstanceId) == t.InstanceID && i.State != nil {
+					switch name := string(i.State.Name); name {
+					case "stopped":
+						state = power.Off
+					case "terminated":
+						state = power.Gone
+					default:
+						state = power.State(name)
+					}
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("DescribeInstances did not list instance %s", t.InstanceID)
+	})
+	if err != nil {
+		return power.Unknown, err
+	}
+	return state, nil
+}
+
+// call builds the EC2 client of the target, runs fn within the per-call timeout and
+// classifies any error.
+func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(context.Context, *ec2.Client) error) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	start := time.Now()
+	log := p.log.WithValues("Node", klog.KRef("", t.Node), "instance", t.InstanceID, "region", t.Region, "action", verb)
+	c, err := p.client(ctx, t)
+	if err == nil {
+		err = fn(ctx, c)
+	}
+	if err == nil {
+		log.V(1).Info("EC2 call done", "duration", time.Since(start))
+		return nil
+	}
+	reason, cause := classify(ctx, err, t)
+	log.V(1).Info("EC2 call failed", "duration", time.Since(start), "reason", reason, "error", cause.Error())
+	return providers.NewError(reason, fmt.Errorf("%s instance of node %s: %w", verb, t, cause))
+}
+
+func (p *Provider) client(ctx context.Context, t Target) (*ec2.Client, error) {
+	creds := t.Credentials
+	if creds == nil {
+		p.defaultsOnce.Do(func() { p.defaultsCfg, p.defaultsErr = p.defaults(context.WithoutCancel(ctx)) })
+		if p.defaultsErr != nil {
+			return nil, providers.NewError(providers.ReasonCloudAuthFailed, fmt.Errorf("loading the AWS SDK's default credentials: %w", p.defaultsErr))
+		}
+		creds = p.defaultsCfg.Credentials
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: p.timeout / 3}).DialContext,
+		TLSHandshakeTimeout: p.timeout / 3, Proxy: http.ProxyFromEnvironment}}
+	opts := ec2.Options{Region: t.Region, Credentials: creds, HTTPClient: hc}
+	if t.Endpoint != "" {
+		opts.BaseEndpoint = awssdk.String(t.Endpoint)
+	}
+	return ec2.New(opts), nil
+}
+
+// classify turns an SDK error into a Reason and an error text without the secret key.
+func classify(ctx context.Context, err error, t Target) (providers.Reason, error) {
+	if ctxErr := ctx.Err(); ctxErr != nil || errors.Is(err, context.DeadlineExceeded) {
+		if ctxErr == nil {
+			ctxErr = context.DeadlineExceeded
+		}
+		return providers.ReasonCloudUnreachable, fmt.Errorf("no answer in time, the command may or may not have taken effect: %w", ctxErr)
+	}
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	if t.secretKey != "" {
+		msg = strings.ReplaceAll(msg, t.secretKey, "[redacted]")
+	}
+	if reason := providers.ReasonOf(err); errors.As(err, new(*providers.Error)) {
+		return reason, errors.New(msg)
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch code := api.ErrorCode(); {
+		case code == "AuthFailure", code == "SignatureDoesNotMatch", code == "UnauthorizedOperation",
+			code == "InvalidClientTokenId", code == "RequestExpired", code == "OptInRequired":
+			return providers.ReasonCloudAuthFailed, errors.New(msg)
+		case strings.HasPrefix(code, "InvalidInstanceID"):
+			return providers.ReasonBadTarget, fmt.Errorf("%s (EC2 in %s does not know the instance: check the node's providerID and the method's region, account and endpoint)", msg, t.Region)
+		}
+		return providers.ReasonCloudRefused, errors.New(msg)
+	}
+	if strings.Contains(msg, "failed to retrieve credentials") || strings.Contains(msg, "failed to refresh cached credentials") {
+		return providers.ReasonCloudAuthFailed, fmt.Errorf("no AWS credentials: %s (give the controller an IAM role, through IRSA or the instance profile, or set the method's aws.credentialsSecretRef)", msg)
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || strings.Contains(msg, "connection refused") || strings.Contains(msg, "no such host") {
+		return providers.ReasonCloudUnreachable, errors.New(msg)
+	}
+	return providers.ReasonCloudRefused, errors.New(msg)
+}
