@@ -1,14 +1,21 @@
 package e2e
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers/aws"
+	"palisade.dev/palisade/providers/redfish"
 	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed/ec2sim"
+	"palisade.dev/palisade/test/testbed/redfishsim"
+	"palisade.dev/palisade/test/testbed/simnode"
 )
 
 // Node 1's BMC address is node 3's (a swapped address): the power-off of node 1 turns node 3
@@ -62,3 +69,102 @@ func TestFenceOfTheWrongMachineReleasesNothing(t *testing.T) {
 		t.Errorf("node 1's own BMC: power on = %t (%v), want on: nothing was meant to reach it", on, err)
 	}
 }
+
+// Every power method's confirmation is checked against the node's signs of life before
+// anything is released, as IPMI's above: Redfish and AWS each fence the wrong machine (node 1's
+// BMC address names another Redfish service; its providerID names another instance), read it
+// back off, and see node 1 renew its Lease: the method fails with NodeAliveAfterFence, the
+// chain escalates to a self-fence that cannot confirm, and nothing of node 1 is released.
+func TestEveryPowerMethodChecksLifeBeforeRelease(t *testing.T) {
+	const instance1, instance2 = "i-0a1b2c3d4e5f60711", "i-0a1b2c3d4e5f60722"
+	selfFence := v1alpha1.Method{Name: "self-fence", Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: 8 * time.Second},
+		SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 3 * time.Second}}}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T) (scenario.Options, []*corev1.Secret, func() bool)
+	}{
+		{"redfish", func(t *testing.T) (scenario.Options, []*corev1.Secret, func() bool) {
+			own := redfishsim.Start(t, redfishsim.Options{})
+			other := redfishsim.Start(t, redfishsim.Options{Username: own.Username(), Password: own.Password()})
+			bundle := string(own.CACert()) + string(other.CACert())
+			o := scenario.Options{
+				Node: func(i int, so *simnode.Options) {
+					if i == 1 {
+						so.Power = redfishPower{own}
+						so.Annotations[v1alpha1.AnnotationBMCAddress] = other.Address() // the wrong BMC
+					}
+				},
+				Policy: func(p *v1alpha1.FencingPolicy) {
+					p.Spec.Methods = []v1alpha1.Method{{Name: "redfish", Type: v1alpha1.MethodRedfish, Redfish: &v1alpha1.RedfishMethod{
+						CredentialsSecretRef: v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "redfish"},
+						CABundleSecretRef:    &v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "redfish-ca"}}}, selfFence}
+				},
+			}
+			secrets := []*corev1.Secret{
+				{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "redfish"}, StringData: map[string]string{"username": own.Username(), "password": own.Password()}},
+				{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "redfish-ca"}, StringData: map[string]string{redfish.CABundleKey: bundle}},
+			}
+			return o, secrets, func() bool { return !other.PoweredOn(0) && own.PoweredOn(0) }
+		}},
+		{"aws", func(t *testing.T) (scenario.Options, []*corev1.Secret, func() bool) {
+			ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance1, instance2}})
+			o := scenario.Options{
+				Node: func(i int, so *simnode.Options) {
+					if i == 1 {
+						so.Power = powerOf(func() bool { return ep.Running(instance1) })
+						so.ProviderID = "aws:///us-east-1a/" + instance2 // the wrong instance
+					}
+				},
+				Policy: func(p *v1alpha1.FencingPolicy) {
+					p.Spec.Methods = []v1alpha1.Method{{Name: "ec2", Type: v1alpha1.MethodAWS, AWS: &v1alpha1.AWSMethod{Endpoint: ep.URL(),
+						CredentialsSecretRef: &v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "aws"}}}, selfFence}
+				},
+			}
+			secrets := []*corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "aws"},
+				StringData: map[string]string{aws.KeyAccessKeyID: ep.AccessKeyID(), aws.KeySecretAccessKey: ep.SecretAccessKey()}}}
+			return o, secrets, func() bool { return ep.State(instance2) == "stopped" && ep.Running(instance1) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, secrets, wrongOneOff := tc.setup(t)
+			env := startScene(t, o)
+			for _, s := range secrets {
+				if err := env.Cluster.Client.Create(context.Background(), s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			startController(t, env)
+			w := deploy(t, env)
+			n1 := env.Node(1)
+			patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: "e2e: fence node 1 through the wrong machine"})
+			nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, phaseIs(v1alpha1.PhaseFailed))
+			t.Logf("trace: %v", trace(nf))
+			if !wrongOneOff() {
+				t.Fatal("the wrong machine was not turned off, or node 1's was: the test did not test")
+			}
+			disproved := false
+			for i, s := range nf.Status.Steps {
+				if s.State == v1alpha1.StepFailed && s.Reason == v1alpha1.ReasonNodeAliveAfterFence && s.Method == nf.Spec.Methods[0].Name {
+					disproved = true
+					if rest := nf.Status.Steps[i+1:]; len(rest) == 0 || rest[0].Method != "self-fence" {
+						t.Errorf("after the disproved power-off the chain did not escalate to self-fence: %v", trace(nf))
+					}
+				}
+			}
+			if !disproved {
+				t.Fatalf("no step of method %s failed with %s: %v", nf.Spec.Methods[0].Name, v1alpha1.ReasonNodeAliveAfterFence, trace(nf))
+			}
+			for _, s := range nf.Status.Steps {
+				if slices.Contains([]v1alpha1.StepName{v1alpha1.StepTaint, v1alpha1.StepDeletePods, v1alpha1.StepReleaseAttachments}, s.Name) {
+					t.Errorf("release step %s taken on a node that was alive: %v", s.Name, trace(nf))
+				}
+			}
+			assertNothingReleased(t, env, w)
+		})
+	}
+}
+
+// powerOf is a simulated node's power supply read from a function.
+type powerOf func() bool
+
+func (p powerOf) PoweredOn() (bool, error) { return p(), nil }
