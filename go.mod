@@ -21,6 +21,7 @@ require (
 	github.com/moby/sys/signal v0.7.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/stmcginnis/gofish v0.20.0
+	github.com/vmware/govmomi v0.56.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/net v0.58.0
 	golang.org/x/sys v0.47.0

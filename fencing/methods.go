@@ -30,6 +30,7 @@ var methodKinds = map[v1alpha1.MethodType]methodKind{
 	v1alpha1.MethodIPMI:      {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false},
 	v1alpha1.MethodRedfish:   {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false},
 	v1alpha1.MethodAWS:       {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false},
+	v1alpha1.MethodVSphere:   {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false},
 	v1alpha1.MethodExecutor:  {v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated, v1alpha1.ReasonWorkloadTerminationConfirmed, true, true},
 	v1alpha1.MethodSelfFence: {v1alpha1.StepAwaitIsolation, v1alpha1.StepConfirmSelfFenced, v1alpha1.ReasonSelfFenceSafeTimePassed, false, false},
 }

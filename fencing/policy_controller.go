@@ -85,11 +85,17 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 func insecureTLSCondition(p *v1alpha1.FencingPolicy) (c metav1.Condition, ok bool) {
 	var insecure []string
 	for _, m := range p.Spec.Methods {
-		if m.Type != v1alpha1.MethodRedfish || m.Redfish == nil {
+		var skip bool
+		switch {
+		case m.Type == v1alpha1.MethodRedfish && m.Redfish != nil:
+			skip = m.Redfish.InsecureSkipVerify
+		case m.Type == v1alpha1.MethodVSphere && m.VSphere != nil:
+			skip = m.VSphere.InsecureSkipVerify
+		default:
 			continue
 		}
 		ok = true
-		if m.Redfish.InsecureSkipVerify {
+		if skip {
 			insecure = append(insecure, m.Name)
 		}
 	}
@@ -97,7 +103,7 @@ func insecureTLSCondition(p *v1alpha1.FencingPolicy) (c metav1.Condition, ok boo
 		Reason: v1alpha1.ReasonCertificatesVerified, Message: "every method verifies the certificates of the endpoints it talks to"}
 	if len(insecure) > 0 {
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonCertificatesUnverified
-		c.Message = fmt.Sprintf("method(s) %s skip the verification of the BMCs' certificates (insecureSkipVerify): anyone on the path can take the BMC credentials and answer for a BMC, even that a node is off; set caBundleSecretRef instead",
+		c.Message = fmt.Sprintf("method(s) %s skip the verification of the certificates of the BMCs or vCenter they talk to (insecureSkipVerify): anyone on the path can take the credentials and answer for them, even that a node is off; set caBundleSecretRef instead",
 			strings.Join(insecure, ", "))
 	}
 	return c, ok

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"palisade.dev/palisade/providers/power"
+
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -19,10 +21,8 @@ import (
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/fencing"
-	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/providers/ipmi"
 	providermetrics "palisade.dev/palisade/providers/metrics"
-	"palisade.dev/palisade/providers/redfish"
 )
 
 func main() {
@@ -92,8 +92,9 @@ func run() error {
 	sight.RegisterMetrics(crmetrics.Registry)
 	providermetrics.Register(crmetrics.Registry)
 	f.opts.IPMI = []ipmi.Option{ipmi.WithIpmitoolPath(f.ipmitool), ipmi.WithTimeout(f.providerTimeout), ipmi.WithLogger(log.WithName("ipmi"))}
-	f.opts.Redfish = []redfish.Option{redfish.WithTimeout(f.providerTimeout), redfish.WithLogger(log.WithName("redfish"))}
-	f.opts.AWS = []aws.Option{aws.WithTimeout(f.providerTimeout), aws.WithLogger(log.WithName("aws"))}
+	f.opts.Redfish = []power.Option{power.WithTimeout(f.providerTimeout), power.WithLogger(log.WithName("redfish"))}
+	f.opts.AWS = []power.Option{power.WithTimeout(f.providerTimeout), power.WithLogger(log.WithName("aws"))}
+	f.opts.VSphere = []power.Option{power.WithTimeout(f.providerTimeout), power.WithLogger(log.WithName("vsphere"))}
 	mgr, err := app.NewManager(ctrl.GetConfigOrDie(), f.opts)
 	if err != nil {
 		return err

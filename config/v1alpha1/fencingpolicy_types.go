@@ -6,7 +6,7 @@ import (
 )
 
 // MethodType names a fencing method.
-// +kubebuilder:validation:Enum=IPMI;Redfish;AWS;Executor;SelfFence
+// +kubebuilder:validation:Enum=IPMI;Redfish;AWS;VSphere;Executor;SelfFence
 type MethodType string
 
 const (
@@ -21,6 +21,10 @@ const (
 	// StopInstances and Force (no OS shutdown), and confirms by DescribeInstances reading it
 	// stopped (or terminated: nothing is left to run the workload).
 	MethodAWS MethodType = "AWS"
+	// MethodVSphere powers off the node's virtual machine, found by its spec.providerID
+	// (vsphere://<BIOS UUID>), through vCenter's API (govmomi) and confirms by reading the VM's
+	// power state back as poweredOff.
+	MethodVSphere MethodType = "VSphere"
 	// MethodExecutor has the node's agent stop the kubelet and terminate every workload
 	// container as the kubelet would, then confirms from the agent's read-back that none runs.
 	// It needs a reachable agent, so it is skipped for a node with no signal on any path (Dead).
@@ -86,6 +90,7 @@ type Detection struct {
 // Method is one step of the escalation chain.
 // +kubebuilder:validation:XValidation:rule="self.type != 'IPMI' || has(self.ipmi)",message="a method of type IPMI needs its ipmi settings (credentialsSecretRef)"
 // +kubebuilder:validation:XValidation:rule="self.type != 'Redfish' || has(self.redfish)",message="a method of type Redfish needs its redfish settings (credentialsSecretRef)"
+// +kubebuilder:validation:XValidation:rule="self.type != 'VSphere' || has(self.vsphere)",message="a method of type VSphere needs its vsphere settings (server, credentialsSecretRef)"
 // +kubebuilder:validation:XValidation:rule="self.type != 'SelfFence' || has(self.selfFence)",message="a method of type SelfFence needs selfFence.safeAfter: how long after the last signal the node's agent has surely fenced itself"
 // +kubebuilder:validation:XValidation:rule="!has(self.timeout) || (duration(self.timeout) >= duration('1s') && duration(self.timeout) <= duration('30m'))",message="a method's timeout must be between 1s and 30m"
 type Method struct {
@@ -114,6 +119,10 @@ type Method struct {
 	// node's providerID and the credentials from the SDK's default chain).
 	// +optional
 	AWS *AWSMethod `json:"aws,omitempty"`
+
+	// VSphere configures a method of type VSphere.
+	// +optional
+	VSphere *VSphereMethod `json:"vsphere,omitempty"`
 
 	// Executor configures a method of type Executor.
 	// +optional
@@ -200,6 +209,27 @@ type AWSMethod struct {
 	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
+}
+
+// VSphereMethod configures vSphere power fencing. The VM is the node's spec.providerID,
+// "vsphere://<BIOS UUID>".
+type VSphereMethod struct {
+	// Server is vCenter's (or the ESXi host's) address, "host" or "host:port" (443 by default).
+	// +kubebuilder:validation:MinLength=1
+	Server string `json:"server"`
+
+	// CredentialsSecretRef names the Secret with keys "username" and "password".
+	CredentialsSecretRef SecretReference `json:"credentialsSecretRef"`
+
+	// CABundleSecretRef names a Secret whose key "ca.crt" holds the PEM certificates of the CAs
+	// that sign vCenter's certificate. Unset: the controller's system CAs.
+	// +optional
+	CABundleSecretRef *SecretReference `json:"caBundleSecretRef,omitempty"`
+
+	// InsecureSkipVerify skips the verification of vCenter's certificate; the policy carries
+	// a warning condition while a method says so.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 }
 
 // SecretReference names a Secret.

@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/smithy-go"
-	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,9 +41,7 @@ var _ providers.Fencer = (*Provider)(nil)
 // Provider is the AWS Fencer. It is safe for concurrent use.
 type Provider struct {
 	*power.Fencer[Target]
-	reader  client.Reader
-	timeout time.Duration
-	log     logr.Logger
+	power.Settings
 	// defaults is the SDK's default configuration (credential chain), loaded once on first use.
 	defaults     func(ctx context.Context) (awssdk.Config, error)
 	defaultsOnce sync.Once
@@ -52,31 +49,13 @@ type Provider struct {
 	defaultsErr  error
 }
 
-// Option configures a Provider.
-type Option func(*Provider)
-
-// WithTimeout sets the per-call timeout (default 15 s).
-func WithTimeout(d time.Duration) Option { return func(p *Provider) { p.timeout = d } }
-
-// WithLogger sets the logger.
-func WithLogger(l logr.Logger) Option { return func(p *Provider) { p.log = l } }
-
-// New returns an AWS provider that reads Nodes and Secrets through reader.
-func New(reader client.Reader, opts ...Option) *Provider {
-	p := &Provider{reader: reader, timeout: DefaultTimeout, log: logr.Discard(),
+// New returns an AWS provider that reads Nodes and Secrets through reader. Options: power.WithTimeout
+// (default DefaultTimeout), power.WithLogger.
+func New(reader client.Reader, opts ...power.Option) *Provider {
+	p := &Provider{Settings: power.NewSettings(reader, DefaultTimeout, opts),
 		defaults: func(ctx context.Context) (awssdk.Config, error) { return config.LoadDefaultConfig(ctx) }}
-	for _, o := range opts {
-		o(p)
-	}
-	p.Fencer = power.NewFencer[Target](ProviderName, awsSwitch{p}, "EC2", hints)
+	p.Fencer = power.NewFencer[Target](ProviderName, p, "EC2", hints)
 	return p
-}
-
-// awsSwitch is the Provider as a power.Switch.
-type awsSwitch struct{ *Provider }
-
-func (s awsSwitch) Target(ctx context.Context, req providers.Request) (Target, error) {
-	return s.target(ctx, req)
 }
 
 // PowerOff stops the instance with Force: its OS is not asked to shut down.
@@ -130,10 +109,10 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error
 // call builds the EC2 client of the target, runs fn within the per-call timeout and
 // classifies any error.
 func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(context.Context, *ec2.Client) error) error {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
 	defer cancel()
 	start := time.Now()
-	log := p.log.WithValues("Node", klog.KRef("", t.Node), "instance", t.InstanceID, "region", t.Region, "action", verb)
+	log := p.Log.WithValues("Node", klog.KRef("", t.Node), "instance", t.InstanceID, "region", t.Region, "action", verb)
 	c, err := p.client(ctx, t)
 	if err == nil {
 		err = fn(ctx, c)
@@ -156,8 +135,8 @@ func (p *Provider) client(ctx context.Context, t Target) (*ec2.Client, error) {
 		}
 		creds = p.defaultsCfg.Credentials
 	}
-	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: p.timeout / 3}).DialContext,
-		TLSHandshakeTimeout: p.timeout / 3, Proxy: http.ProxyFromEnvironment}}
+	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: p.Timeout / 3}).DialContext,
+		TLSHandshakeTimeout: p.Timeout / 3, Proxy: http.ProxyFromEnvironment}}
 	opts := ec2.Options{Region: t.Region, Credentials: creds, HTTPClient: hc}
 	if t.Endpoint != "" {
 		opts.BaseEndpoint = awssdk.String(t.Endpoint)

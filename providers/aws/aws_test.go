@@ -35,7 +35,7 @@ type scene struct {
 
 // newScene is node-1 on instance in zone us-east-1a, the method's keys in a Secret (secret
 // overrides the secret key when set) and endpoint ep.
-func newScene(t *testing.T, ep *ec2sim.Endpoint, providerID, secret string, edit func(*v1alpha1.AWSMethod), opts ...aws.Option) *scene {
+func newScene(t *testing.T, ep *ec2sim.Endpoint, providerID, secret string, edit func(*v1alpha1.AWSMethod), opts ...power.Option) *scene {
 	t.Helper()
 	if secret == "" {
 		secret = ep.SecretAccessKey()
@@ -183,7 +183,7 @@ func TestRegion(t *testing.T) {
 func TestSlowEndpointIsUnreachable(t *testing.T) {
 	ep := start(t)
 	ep.SetDelay(3 * time.Second)
-	s := newScene(t, ep, providerID, "", nil, aws.WithTimeout(time.Second))
+	s := newScene(t, ep, providerID, "", nil, power.WithTimeout(time.Second))
 	startAt := time.Now()
 	_, err := s.check(t, 1, false)
 	if providers.ReasonOf(err) != providers.ReasonCloudUnreachable || !providers.IsRetryable(err) || !strings.Contains(err.Error(), "may or may not") {

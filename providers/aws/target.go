@@ -70,13 +70,14 @@ func RegionOfZone(zone string) string {
 }
 
 // target reads the node's instance from its providerID and the method's credentials.
-func (p *Provider) target(ctx context.Context, req providers.Request) (Target, error) {
+// Target resolves the machine behind the fenced node (the power.Switch's).
+func (p *Provider) Target(ctx context.Context, req providers.Request) (Target, error) {
 	m := req.Method
-	if p.reader == nil {
+	if p.Reader == nil {
 		return Target{}, power.BadTarget("the aws provider has no API reader to find the instance of node %s", req.Node())
 	}
 	node := &corev1.Node{}
-	if err := p.reader.Get(ctx, client.ObjectKey{Name: req.Node()}, node); err != nil {
+	if err := p.Reader.Get(ctx, client.ObjectKey{Name: req.Node()}, node); err != nil {
 		return Target{}, providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading node %s: %w", req.Node(), err))
 	}
 	zone, instance, err := ParseProviderID(node.Spec.ProviderID)
@@ -90,7 +91,7 @@ func (p *Provider) target(ctx context.Context, req providers.Request) (Target, e
 		}
 		t.Endpoint = m.AWS.Endpoint
 		if ref := m.AWS.CredentialsSecretRef; ref != nil {
-			s, err := power.Secret(ctx, p.reader, *ref, "the AWS credentials")
+			s, err := power.Secret(ctx, p.Reader, *ref, "the AWS credentials")
 			if err != nil {
 				return Target{}, err
 			}

@@ -2,6 +2,7 @@ package power
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
@@ -60,6 +61,22 @@ func Secret(ctx context.Context, reader client.Reader, ref v1alpha1.SecretRefere
 		return nil, providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err))
 	}
 	return secret, nil
+}
+
+// CABundleKey is the key of a CA bundle Secret that holds the PEM certificates.
+const CABundleKey = "ca.crt"
+
+// CAPool reads the CA bundle Secret ref names (key ca.crt) into a pool.
+func CAPool(ctx context.Context, reader client.Reader, ref v1alpha1.SecretReference, what string) (*x509.CertPool, error) {
+	s, err := Secret(ctx, reader, ref, what)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(s.Data[CABundleKey]) {
+		return nil, BadTarget("Secret %s/%s has no PEM certificate under key %s", ref.Namespace, ref.Name, CABundleKey)
+	}
+	return pool, nil
 }
 
 // BadTarget is a BadTarget provider error.

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	"palisade.dev/palisade/providers"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // State is what a machine's power controller reports. A controller with states of its own
@@ -113,3 +115,29 @@ func (f *Fencer[T]) Check(ctx context.Context, req providers.Request) (providers
 
 // End does nothing: a power controller holds no order.
 func (f *Fencer[T]) End(context.Context, providers.Request) error { return nil }
+
+// Settings are what a power provider is built with: the reader of Nodes and Secrets, the
+// bound of one call, the logger.
+type Settings struct {
+	Reader  client.Reader
+	Timeout time.Duration
+	Log     logr.Logger
+}
+
+// Option configures a provider's Settings.
+type Option func(*Settings)
+
+// WithTimeout sets the per-call timeout.
+func WithTimeout(d time.Duration) Option { return func(s *Settings) { s.Timeout = d } }
+
+// WithLogger sets the logger.
+func WithLogger(l logr.Logger) Option { return func(s *Settings) { s.Log = l } }
+
+// NewSettings applies opts over reader, the default timeout and a discarding logger.
+func NewSettings(reader client.Reader, timeout time.Duration, opts []Option) Settings {
+	s := Settings{Reader: reader, Timeout: timeout, Log: logr.Discard()}
+	for _, o := range opts {
+		o(&s)
+	}
+	return s
+}

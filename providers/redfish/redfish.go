@@ -13,7 +13,6 @@ import (
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
 	bmcredfish "github.com/bmc-toolbox/bmclib/v2/providers/redfish"
-	"github.com/go-logr/logr"
 	"github.com/stmcginnis/gofish/common"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,36 +35,16 @@ var _ providers.Fencer = (*Provider)(nil)
 // Provider is the Redfish Fencer. It is safe for concurrent use.
 type Provider struct {
 	*power.Fencer[Target]
-	reader  client.Reader
-	timeout time.Duration
-	log     logr.Logger
+	power.Settings
 }
-
-// Option configures a Provider.
-type Option func(*Provider)
-
-// WithTimeout sets the per-call timeout (default 15 s).
-func WithTimeout(d time.Duration) Option { return func(p *Provider) { p.timeout = d } }
-
-// WithLogger sets the logger, also handed to bmclib.
-func WithLogger(l logr.Logger) Option { return func(p *Provider) { p.log = l } }
 
 // New returns a Redfish provider that reads Nodes and Secrets through reader (nil: it can only
-// be driven through PowerOff, PowerState and PowerOn with a Target).
-func New(reader client.Reader, opts ...Option) *Provider {
-	p := &Provider{reader: reader, timeout: DefaultTimeout, log: logr.Discard()}
-	for _, o := range opts {
-		o(p)
-	}
-	p.Fencer = power.NewFencer[Target](ProviderName, redfishSwitch{p}, "the BMC", hints)
+// be driven through PowerOff, PowerState and PowerOn with a Target). Options: power.WithTimeout
+// (default DefaultTimeout), power.WithLogger.
+func New(reader client.Reader, opts ...power.Option) *Provider {
+	p := &Provider{Settings: power.NewSettings(reader, DefaultTimeout, opts)}
+	p.Fencer = power.NewFencer[Target](ProviderName, p, "the BMC", hints)
 	return p
-}
-
-// redfishSwitch is the Provider as a power.Switch.
-type redfishSwitch struct{ *Provider }
-
-func (s redfishSwitch) Target(ctx context.Context, req providers.Request) (Target, error) {
-	return s.target(ctx, req)
 }
 
 // PowerOff resets the system with ForceOff, unless it already reads Off.
@@ -116,10 +95,10 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(cont
 	if t.Username == "" || t.Password == "" {
 		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: no BMC username or password", verb, t))
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
 	defer cancel()
 	start := time.Now()
-	log := p.log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "system", t.System, "action", verb)
+	log := p.Log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "system", t.System, "action", verb)
 	bmc := p.client(host, port, t)
 	err = bmc.Open(ctx)
 	if err == nil {
@@ -140,17 +119,17 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(cont
 func (p *Provider) client(host, port string, t Target) *bmclib.Client {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: t.RootCAs, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // only when the method says so
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true,
-		DialContext: (&net.Dialer{Timeout: p.timeout / 3}).DialContext, TLSHandshakeTimeout: p.timeout / 3}}
+		DialContext: (&net.Dialer{Timeout: p.Timeout / 3}).DialContext, TLSHandshakeTimeout: p.Timeout / 3}}
 	if strings.Contains(host, ":") {
 		host = "[" + host + "]"
 	}
 	c := bmclib.NewClient(host, t.Username, t.Password,
-		bmclib.WithLogger(p.log.WithName("bmclib")),
+		bmclib.WithLogger(p.Log.WithName("bmclib")),
 		bmclib.WithHTTPClient(hc),
 		bmclib.WithRedfishPort(port),
 		bmclib.WithRedfishUseBasicAuth(t.BasicAuth),
 		bmclib.WithRedfishSystemName(t.System),
-		bmclib.WithPerProviderTimeout(p.timeout),
+		bmclib.WithPerProviderTimeout(p.Timeout),
 	)
 	c.Registry.Drivers = c.Registry.For(bmcredfish.ProviderName)
 	return c

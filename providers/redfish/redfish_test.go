@@ -32,7 +32,7 @@ type scene struct {
 	fence  *v1alpha1.NodeFence
 }
 
-func newScene(t *testing.T, svc *redfishsim.Service, nodeAnnotations map[string]string, edit func(*v1alpha1.RedfishMethod), opts ...redfish.Option) *scene {
+func newScene(t *testing.T, svc *redfishsim.Service, nodeAnnotations map[string]string, edit func(*v1alpha1.RedfishMethod), opts ...power.Option) *scene {
 	t.Helper()
 	ann := map[string]string{v1alpha1.AnnotationBMCAddress: svc.Address()}
 	for k, v := range nodeAnnotations {
@@ -132,7 +132,7 @@ func TestLyingBMCNeverConfirms(t *testing.T) {
 func TestSlowBMCIsUnreachableNotConfirmed(t *testing.T) {
 	svc := redfishsim.Start(t, redfishsim.Options{})
 	svc.SetDelay(3 * time.Second)
-	s := newScene(t, svc, nil, nil, redfish.WithTimeout(time.Second))
+	s := newScene(t, svc, nil, nil, power.WithTimeout(time.Second))
 	start := time.Now()
 	_, err := s.p.Check(context.Background(), s.req(1, false))
 	if providers.ReasonOf(err) != providers.ReasonUnreachable || !providers.IsRetryable(err) || !strings.Contains(err.Error(), "may or may not have taken effect") {

@@ -11,7 +11,7 @@ import (
 )
 
 // CABundleKey is the key of the CA bundle Secret that holds the PEM certificates.
-const CABundleKey = "ca.crt"
+const CABundleKey = power.CABundleKey
 
 // hints tell an operator what to look at for each kind of failure.
 var hints = map[providers.Reason]string{
@@ -51,12 +51,13 @@ func (t Target) String() string {
 
 // target reads the node's BMC address and system from its annotations, the credentials from
 // the method's Secret (or the one the node's annotation names) and the CA bundle.
-func (p *Provider) target(ctx context.Context, req providers.Request) (Target, error) {
+// Target resolves the machine behind the fenced node (the power.Switch's).
+func (p *Provider) Target(ctx context.Context, req providers.Request) (Target, error) {
 	m := req.Method
 	if m.Redfish == nil {
 		return Target{}, power.BadTarget("method %s has no redfish settings", m.Name)
 	}
-	b, err := power.NodeBMC(ctx, p.reader, ProviderName, req.Node(), m.Redfish.CredentialsSecretRef)
+	b, err := power.NodeBMC(ctx, p.Reader, ProviderName, req.Node(), m.Redfish.CredentialsSecretRef)
 	if err != nil {
 		return Target{}, err
 	}
@@ -66,13 +67,8 @@ func (p *Provider) target(ctx context.Context, req providers.Request) (Target, e
 	t := Target{Node: req.Node(), Address: b.Address, System: b.Node.Annotations[v1alpha1.AnnotationRedfishSystem],
 		Username: b.Username, Password: b.Password, InsecureSkipVerify: m.Redfish.InsecureSkipVerify, BasicAuth: m.Redfish.BasicAuth}
 	if ca := m.Redfish.CABundleSecretRef; ca != nil && !t.InsecureSkipVerify {
-		s, err := power.Secret(ctx, p.reader, *ca, "the CA bundle of the BMCs")
-		if err != nil {
+		if t.RootCAs, err = power.CAPool(ctx, p.Reader, *ca, "the CA bundle of the BMCs"); err != nil {
 			return Target{}, err
-		}
-		t.RootCAs = x509.NewCertPool()
-		if !t.RootCAs.AppendCertsFromPEM(s.Data[CABundleKey]) {
-			return Target{}, power.BadTarget("Secret %s/%s has no PEM certificate under key %s", ca.Namespace, ca.Name, CABundleKey)
 		}
 	}
 	return t, nil

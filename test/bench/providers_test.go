@@ -2,10 +2,14 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/pem"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/vmware/govmomi/simulator"
+	vimtypes "github.com/vmware/govmomi/vim25/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,7 +20,9 @@ import (
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/providers/ipmi"
+	"palisade.dev/palisade/providers/power"
 	"palisade.dev/palisade/providers/redfish"
+	"palisade.dev/palisade/providers/vsphere"
 	"palisade.dev/palisade/test/testbed/ec2sim"
 	"palisade.dev/palisade/test/testbed/ipmisim"
 	"palisade.dev/palisade/test/testbed/redfishsim"
@@ -74,12 +80,33 @@ func BenchmarkProviders(b *testing.B) {
 			on := func() { ep.SetRunning(id) }
 			return m, on, []client.Object{node, secret("aws", map[string]string{aws.KeyAccessKeyID: ep.AccessKeyID(), aws.KeySecretAccessKey: ep.SecretAccessKey()})}
 		}},
+		{"vsphere", func(b *testing.B) (v1alpha1.Method, func(), []client.Object) {
+			model := simulator.VPX()
+			if err := model.Create(); err != nil {
+				b.Fatal(err)
+			}
+			model.Service.TLS = new(tls.Config)
+			srv := model.Service.NewServer()
+			b.Cleanup(func() { srv.Close(); model.Remove() })
+			vm := model.Map().Any("VirtualMachine").(*simulator.VirtualMachine)
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Spec: corev1.NodeSpec{ProviderID: "vsphere://" + vm.Config.Uuid}}
+			m := v1alpha1.Method{Name: "vsphere", Type: v1alpha1.MethodVSphere, VSphere: &v1alpha1.VSphereMethod{Server: srv.URL.Host,
+				CredentialsSecretRef: v1alpha1.SecretReference{Namespace: ns, Name: "vc"}, CABundleSecretRef: &v1alpha1.SecretReference{Namespace: ns, Name: "ca"}}}
+			lockCtx := simulator.NewContext()
+			on := func() {
+				model.Map().WithLock(lockCtx, vm.Reference(), func() {
+					vm.Runtime.PowerState, vm.Summary.Runtime.PowerState = vimtypes.VirtualMachinePowerStatePoweredOn, vimtypes.VirtualMachinePowerStatePoweredOn
+				})
+			}
+			return m, on, []client.Object{node, secret("vc", map[string]string{"username": "fencer", "password": "vc-pw"}),
+				secret("ca", map[string]string{power.CABundleKey: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))})}
+		}},
 	}
 	for _, pr := range peers {
 		b.Run(pr.name, func(b *testing.B) {
 			m, powerOn, objs := pr.peer(b)
 			reader := fake.NewClientBuilder().WithObjects(objs...).Build()
-			f := map[string]providers.Fencer{"ipmi": ipmi.New(reader), "redfish": redfish.New(reader), "aws": aws.New(reader)}[pr.name]
+			f := map[string]providers.Fencer{"ipmi": ipmi.New(reader), "redfish": redfish.New(reader), "aws": aws.New(reader), "vsphere": vsphere.New(reader)}[pr.name]
 			var fences, confirms []float64
 			for run := range providerRuns {
 				powerOn()

@@ -2,15 +2,20 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/pem"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/vmware/govmomi/simulator"
+	vimtypes "github.com/vmware/govmomi/vim25/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers/aws"
+	"palisade.dev/palisade/providers/power"
 	"palisade.dev/palisade/providers/redfish"
 	"palisade.dev/palisade/test/scenario"
 	"palisade.dev/palisade/test/testbed/ec2sim"
@@ -71,8 +76,9 @@ func TestFenceOfTheWrongMachineReleasesNothing(t *testing.T) {
 }
 
 // Every power method's confirmation is checked against the node's signs of life before
-// anything is released, as IPMI's above: Redfish and AWS each fence the wrong machine (node 1's
-// BMC address names another Redfish service; its providerID names another instance), read it
+// anything is released, as IPMI's above: Redfish, AWS and vSphere each fence the wrong machine
+// (node 1's BMC address names another Redfish service; its providerID another instance, another
+// VM), read it
 // back off, and see node 1 renew its Lease: the method fails with NodeAliveAfterFence, the
 // chain escalates to a self-fence that cannot confirm, and nothing of node 1 is released.
 func TestEveryPowerMethodChecksLifeBeforeRelease(t *testing.T) {
@@ -123,6 +129,41 @@ func TestEveryPowerMethodChecksLifeBeforeRelease(t *testing.T) {
 			secrets := []*corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "aws"},
 				StringData: map[string]string{aws.KeyAccessKeyID: ep.AccessKeyID(), aws.KeySecretAccessKey: ep.SecretAccessKey()}}}
 			return o, secrets, func() bool { return ep.State(instance2) == "stopped" && ep.Running(instance1) }
+		}},
+		{"vsphere", func(t *testing.T) (scenario.Options, []*corev1.Secret, func() bool) {
+			model := simulator.VPX()
+			if err := model.Create(); err != nil {
+				t.Fatal(err)
+			}
+			model.Service.TLS = new(tls.Config)
+			srv := model.Service.NewServer()
+			t.Cleanup(func() { srv.Close(); model.Remove() })
+			vms := model.Map().All("VirtualMachine")
+			own, other := vms[0].(*simulator.VirtualMachine), vms[1].(*simulator.VirtualMachine)
+			lockCtx := simulator.NewContext()
+			on := func(vm *simulator.VirtualMachine) (on bool) {
+				model.Map().WithLock(lockCtx, vm.Reference(), func() { on = vm.Runtime.PowerState == vimtypes.VirtualMachinePowerStatePoweredOn })
+				return on
+			}
+			o := scenario.Options{
+				Node: func(i int, so *simnode.Options) {
+					if i == 1 {
+						so.Power = powerOf(func() bool { return on(own) })
+						so.ProviderID = "vsphere://" + other.Config.Uuid // the wrong VM
+					}
+				},
+				Policy: func(p *v1alpha1.FencingPolicy) {
+					p.Spec.Methods = []v1alpha1.Method{{Name: "vsphere", Type: v1alpha1.MethodVSphere, VSphere: &v1alpha1.VSphereMethod{Server: srv.URL.Host,
+						CredentialsSecretRef: v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "vc"},
+						CABundleSecretRef:    &v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "vc-ca"}}}, selfFence}
+				},
+			}
+			secrets := []*corev1.Secret{
+				{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "vc"}, StringData: map[string]string{"username": "fencer", "password": "vc-pw"}},
+				{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "vc-ca"},
+					StringData: map[string]string{power.CABundleKey: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))}},
+			}
+			return o, secrets, func() bool { return !on(other) && on(own) }
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

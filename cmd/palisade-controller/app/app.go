@@ -25,9 +25,8 @@ import (
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/agent/channel"
-	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/providers/ipmi"
-	"palisade.dev/palisade/providers/redfish"
+	"palisade.dev/palisade/providers/power"
 )
 
 // Options configure the controller.
@@ -49,9 +48,11 @@ type Options struct {
 	// IPMI configures the IPMI provider.
 	IPMI []ipmi.Option
 	// Redfish configures the Redfish provider.
-	Redfish []redfish.Option
+	Redfish []power.Option
 	// AWS configures the AWS provider.
-	AWS []aws.Option
+	AWS []power.Option
+	// VSphere configures the vSphere provider.
+	VSphere []power.Option
 	// Fencers, when set, replaces or adds the provider of a method type (tests); fencers.go
 	// builds the others.
 	Fencers map[v1alpha1.MethodType]providers.Fencer

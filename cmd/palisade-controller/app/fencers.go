@@ -14,6 +14,7 @@ import (
 	"palisade.dev/palisade/providers/ipmi"
 	"palisade.dev/palisade/providers/metrics"
 	"palisade.dev/palisade/providers/redfish"
+	"palisade.dev/palisade/providers/vsphere"
 )
 
 // fencers is the registry of fencing providers, one per method type, each wrapped once by the
@@ -25,6 +26,7 @@ func fencers(mgr ctrl.Manager, o Options, obs observe.Observer, srv *channel.Ser
 		v1alpha1.MethodIPMI:      ipmi.New(mgr.GetAPIReader(), o.IPMI...),
 		v1alpha1.MethodRedfish:   redfish.New(mgr.GetAPIReader(), o.Redfish...),
 		v1alpha1.MethodAWS:       aws.New(mgr.GetAPIReader(), o.AWS...),
+		v1alpha1.MethodVSphere:   vsphere.New(mgr.GetAPIReader(), o.VSphere...),
 		v1alpha1.MethodSelfFence: agent.NewSelfFence(obs),
 	}
 	if srv != nil {
