@@ -73,6 +73,12 @@ func Decorate(p providers.Fencer) providers.Fencer {
 	return &decorator{p: p}
 }
 
+// Decorated says whether p is measured (wrapped by Decorate).
+func Decorated(p providers.Fencer) bool {
+	_, ok := p.(*decorator)
+	return ok
+}
+
 func (d *decorator) Name() string { return d.p.Name() }
 
 func (d *decorator) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
