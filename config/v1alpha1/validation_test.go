@@ -42,6 +42,29 @@ func TestFencingPolicyValidation(t *testing.T) {
 		{"no methods", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods = nil }, []string{"spec.methods"}},
 		{"IPMI without its settings", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods[0].IPMI = nil },
 			[]string{"a method of type IPMI needs its ipmi settings"}},
+		{"Redfish without its settings", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodRedfish, nil
+		},
+			[]string{"a method of type Redfish needs its redfish settings"}},
+		{"VSphere without its settings", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodVSphere, nil
+		},
+			[]string{"a method of type VSphere needs its vsphere settings"}},
+		{"AWS with defaults only", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodAWS, nil
+		}, nil},
+		{"AWS with a malformed region", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodAWS, nil
+			p.Spec.Methods[0].AWS = &v1alpha1.AWSMethod{Region: "US East"}
+		}, []string{"spec.methods[0].aws.region"}},
+		{"AWS with an endpoint that is no URL", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodAWS, nil
+			p.Spec.Methods[0].AWS = &v1alpha1.AWSMethod{Endpoint: "ec2.internal"}
+		}, []string{"spec.methods[0].aws.endpoint"}},
+		{"VSphere without a server", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodVSphere, nil
+			p.Spec.Methods[0].VSphere = &v1alpha1.VSphereMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "ns", Name: "vc"}}
+		}, []string{"spec.methods[0].vsphere.server"}},
 		{"unknown method type", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods[0].Type = "Telepathy" },
 			[]string{`Unsupported value: "Telepathy"`}},
 		{"duplicate method names", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods = append(p.Spec.Methods, p.Spec.Methods[0]) },

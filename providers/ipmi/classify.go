@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
 )
 
 // sessionRetransmit is bmclib's `ipmitool -N 5`: a session that fails because the BMC stopped
@@ -53,7 +54,7 @@ func classify(ctx context.Context, err error, elapsed time.Duration, password st
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return providers.ReasonUnreachable, fmt.Errorf("no answer in time, the command may or may not have taken effect: %w", ctxErr)
 	}
-	msg := redact(flatten(err), password)
+	msg := redact(power.FlattenBMCLib(err), password)
 	return reasonFor(msg, elapsed), errors.New(msg)
 }
 
@@ -81,40 +82,6 @@ func containsAny(s string, subs []string) bool {
 		}
 	}
 	return false
-}
-
-// bmclibSummaries are what bmclib appends after its providers' errors.
-var bmclibSummaries = map[string]bool{
-	"no Opener implementations found": true,
-	"failed to set power state":       true,
-	"failed to get power state":       true,
-}
-
-// flatten joins the errors of bmclib's multierror on one line, without repeats and without
-// bmclib's summaries when there is more to say.
-func flatten(err error) string {
-	errs := []error{err}
-	var multi interface{ WrappedErrors() []error }
-	if errors.As(err, &multi) {
-		errs = multi.WrappedErrors()
-	}
-	var parts, summaries []string
-	seen := map[string]bool{}
-	for _, e := range errs {
-		s := strings.Join(strings.Fields(e.Error()), " ")
-		switch {
-		case s == "" || seen[s]:
-		case bmclibSummaries[s]:
-			summaries = append(summaries, s)
-		default:
-			parts = append(parts, s)
-		}
-		seen[s] = true
-	}
-	if len(parts) == 0 {
-		parts = summaries
-	}
-	return strings.Join(parts, "; ")
 }
 
 // redact removes the password from s.

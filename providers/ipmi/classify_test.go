@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
 )
 
 func TestReasonFor(t *testing.T) {
@@ -67,10 +68,10 @@ func TestClassifyScrubsAndFlattens(t *testing.T) {
 func TestFlattenKeepsALoneSummary(t *testing.T) {
 	err := multi{errors.New("provider: ipmitool, failed to set power state"), errors.New("failed to set power state")}
 	want := "provider: ipmitool, failed to set power state"
-	if diff := cmp.Diff(want, flatten(err)); diff != "" {
+	if diff := cmp.Diff(want, power.FlattenBMCLib(err)); diff != "" {
 		t.Errorf("flatten (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff("failed to get power state", flatten(multi{errors.New("failed to get power state")})); diff != "" {
+	if diff := cmp.Diff("failed to get power state", power.FlattenBMCLib(multi{errors.New("failed to get power state")})); diff != "" {
 		t.Errorf("flatten of a lone summary (-want +got):\n%s", diff)
 	}
 }

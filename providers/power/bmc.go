@@ -3,7 +3,9 @@ package power
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"strings"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -92,4 +94,38 @@ func SetBMCPower(ctx context.Context, c *bmclib.Client, state string) error {
 		err = fmt.Errorf("BMC did not acknowledge power %s", state)
 	}
 	return err
+}
+
+// bmclibSummaries are what bmclib appends after its providers' errors.
+var bmclibSummaries = map[string]bool{
+	"no Opener implementations found": true,
+	"failed to set power state":       true,
+	"failed to get power state":       true,
+}
+
+// FlattenBMCLib joins the errors of bmclib's multierror on one line, without repeats and without
+// bmclib's summaries when there is more to say.
+func FlattenBMCLib(err error) string {
+	errs := []error{err}
+	var multi interface{ WrappedErrors() []error }
+	if errors.As(err, &multi) {
+		errs = multi.WrappedErrors()
+	}
+	var parts, summaries []string
+	seen := map[string]bool{}
+	for _, e := range errs {
+		s := strings.Join(strings.Fields(e.Error()), " ")
+		switch {
+		case s == "" || seen[s]:
+		case bmclibSummaries[s]:
+			summaries = append(summaries, s)
+		default:
+			parts = append(parts, s)
+		}
+		seen[s] = true
+	}
+	if len(parts) == 0 {
+		parts = summaries
+	}
+	return strings.Join(parts, "; ")
 }

@@ -146,7 +146,7 @@ func splitAddress(addr string) (host, port string, err error) {
 
 // classify turns a bmclib error into a Reason and an error text without the password.
 func classify(ctx context.Context, err error, password string) (providers.Reason, error) {
-	msg := strings.Join(strings.Fields(err.Error()), " ")
+	msg := power.FlattenBMCLib(err)
 	// The HTTP client's own timeout is the call's (bmclib sets it from the context's deadline)
 	// and may fire an instant before the context is done.
 	if ctxErr := ctx.Err(); ctxErr != nil || errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "Client.Timeout exceeded") {
