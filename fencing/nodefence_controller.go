@@ -153,10 +153,13 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		step.Method = nf.Status.Method // the method the node's signs of life disproved
 	}
 	recordEnd(nf, out.state, out.message, r.now())
-	r.eventForEnd(ctx, nf, step)
+	// The event only once the step's end is recorded: a step whose record is refused (the
+	// Executor's order, written on the NodeFence, makes this copy stale) is taken again, and
+	// said once.
 	if err := r.saveStatus(ctx, nf); err != nil {
 		return ctrl.Result{}, false, err
 	}
+	r.eventForEnd(ctx, nf, step)
 	if step.State == v1alpha1.StepFailed && (isFenceStep(step.Name) || disproved(*step)) {
 		r.endMethod(ctx, nf, step.Method) // the chain escalates or the fence fails
 	}

@@ -13,10 +13,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -199,4 +202,54 @@ func TestReleaseRefusedWithoutConfirmation(t *testing.T) {
 	nf = w.run(t)
 	checkGolden(t, "release-without-confirmation", goldenTrace(nf))
 	checkReleased(t, w, false)
+}
+
+// A step whose end cannot be recorded (the status write conflicts, as when the Executor's order
+// written on the NodeFence made the reconciler's copy stale) is taken again on the next pass;
+// its event is raised once, when its end is recorded.
+func TestStepEventOnceItsEndIsRecorded(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	conflicts := 0
+	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok && conflicts == 0 {
+				if s := lastStep(nf); s != nil && s.Name == v1alpha1.StepPowerOff && s.State == v1alpha1.StepSucceeded {
+					conflicts++
+					return apierrors.NewConflict(schema.GroupResource{Group: "fencing.palisade.dev", Resource: "nodefences"}, nf.Name, errors.New("the object has been modified"))
+				}
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	rec := &recorder{}
+	w.r.Recorder = rec
+	nf := &v1alpha1.NodeFence{}
+	for range 60 {
+		_, _ = w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+		if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+			t.Fatal(err)
+		}
+		if nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed {
+			break
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	if conflicts != 1 || nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("conflicts %d, phase %s: want one conflict and a released fence", conflicts, nf.Status.Phase)
+	}
+	succeeded := 0
+	for _, e := range rec.recorded() {
+		if e.On == "NodeFence/n1" && e.Reason == ReasonStepSucceeded {
+			succeeded++
+		}
+	}
+	steps := 0
+	for _, s := range nf.Status.Steps {
+		if s.State == v1alpha1.StepSucceeded && s.Name != v1alpha1.StepConfirmOff {
+			steps++
+		}
+	}
+	if succeeded != steps {
+		t.Errorf("%d StepSucceeded events for %d succeeded steps (the conflicting PowerOff said twice?): %v", succeeded, steps, rec.recorded())
+	}
 }
