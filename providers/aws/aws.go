@@ -47,6 +47,9 @@ type Provider struct {
 	defaultsOnce sync.Once
 	defaultsCfg  awssdk.Config
 	defaultsErr  error
+	// http is shared by every call's EC2 client: one pool of connections to the endpoints,
+	// rather than a transport per call whose idle connections outlive it.
+	http *http.Client
 }
 
 // New returns an AWS provider that reads Nodes and Secrets through reader. Options: power.WithTimeout
@@ -54,6 +57,8 @@ type Provider struct {
 func New(reader client.Reader, opts ...power.Option) *Provider {
 	p := &Provider{Settings: power.NewSettings(reader, DefaultTimeout, opts),
 		defaults: func(ctx context.Context) (awssdk.Config, error) { return config.LoadDefaultConfig(ctx) }}
+	p.http = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: p.Timeout / 3}).DialContext,
+		TLSHandshakeTimeout: p.Timeout / 3, Proxy: http.ProxyFromEnvironment, IdleConnTimeout: 90 * time.Second}}
 	p.Fencer = power.NewFencer[Target](ProviderName, p, "EC2", hints)
 	return p
 }
@@ -135,9 +140,7 @@ func (p *Provider) client(ctx context.Context, t Target) (*ec2.Client, error) {
 		}
 		creds = p.defaultsCfg.Credentials
 	}
-	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: p.Timeout / 3}).DialContext,
-		TLSHandshakeTimeout: p.Timeout / 3, Proxy: http.ProxyFromEnvironment}}
-	opts := ec2.Options{Region: t.Region, Credentials: creds, HTTPClient: hc}
+	opts := ec2.Options{Region: t.Region, Credentials: creds, HTTPClient: p.http}
 	if t.Endpoint != "" {
 		opts.BaseEndpoint = awssdk.String(t.Endpoint)
 	}

@@ -2,6 +2,7 @@ package aws_test
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,25 @@ func TestParseProviderIDAndRegion(t *testing.T) {
 		if err != nil || zone != want[0] || aws.RegionOfZone(zone) != want[1] {
 			t.Errorf("%s: zone %q region %q (%v), want %v", id, zone, aws.RegionOfZone(zone), err, want)
 		}
+	}
+}
+
+// Calls share one pool of connections: 30 reads leave no connection (and its two goroutines)
+// behind each, as a transport per call did.
+func TestCallsShareConnections(t *testing.T) {
+	ep := start(t)
+	s := newScene(t, ep, providerID, "", nil)
+	if _, err := s.check(t, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	for i := range 30 {
+		if _, err := s.check(t, int32(i+2), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if grew := runtime.NumGoroutine() - before; grew > 10 {
+		t.Errorf("30 calls left %d more goroutines", grew)
 	}
 }
