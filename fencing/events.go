@@ -52,6 +52,9 @@ const (
 	ReasonNoProvider = "NoProvider"
 	// ReasonUnknownStep: the record names a step this controller does not know.
 	ReasonUnknownStep = "UnknownStep"
+	// ReasonTokenUnavailable (event, Fenced=False): no fencing token could be drawn; no step
+	// is taken without one.
+	ReasonTokenUnavailable = "FencingTokenUnavailable"
 	// ReasonWatchingForLife: VerifyFenced is watching the node's signals before releasing.
 	ReasonWatchingForLife = "WatchingForLife"
 	// ReasonDisruption is the pod DisruptionTarget condition's reason when Palisade

@@ -40,6 +40,9 @@ type NodeFenceReconciler struct {
 	Heartbeats observe.Heartbeats
 	// Attachments releases a node's VolumeAttachments.
 	Attachments *attach.Releaser
+	// Tokens hands out the fencing tokens recorded on each fence before its first step; no
+	// step is taken without one.
+	Tokens TokenSource
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Concurrency is how many NodeFences advance at once (0: DefaultConcurrency). One fence
@@ -125,6 +128,11 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		return ctrl.Result{}, false, r.saveEnd(ctx, nf, corev1.EventTypeWarning, ReasonFenceFailed,
 			fmt.Sprintf("fencing node %s failed, nothing released: %s", nf.Spec.NodeName, last.Message))
 	case actStart:
+		if nf.Status.Token == 0 {
+			if err := r.drawToken(ctx, nf); err != nil {
+				return ctrl.Result{}, false, err
+			}
+		}
 		if len(nf.Status.Steps) == 0 {
 			nf.Status.BootID = r.bootID(ctx, nf.Spec.NodeName)
 		}
@@ -134,6 +142,25 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		}
 	}
 	return r.takeAndRecord(ctx, nf, a)
+}
+
+// drawToken gives the fence its fencing token, saved with the step about to start (before it is
+// taken). Without one, nothing is taken: the fence says why and the reconcile is retried.
+func (r *NodeFenceReconciler) drawToken(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	err := fmt.Errorf("no fencing-token source configured")
+	var tok int64
+	if r.Tokens != nil {
+		tok, err = r.Tokens.Next(ctx)
+	}
+	if err != nil {
+		msg := fmt.Sprintf("no step is taken without a fencing token: %v", err)
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonTokenUnavailable, "%s", msg)
+		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, ReasonTokenUnavailable, msg)
+		_ = r.saveStatus(ctx, nf) // the error returned says it already
+		return fmt.Errorf("fence of node %s: %w", nf.Spec.NodeName, err)
+	}
+	nf.Status.Token = tok
+	return nil
 }
 
 // takeAndRecord takes the last recorded step and records its outcome.

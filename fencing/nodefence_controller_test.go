@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -70,7 +71,8 @@ func newWorld(t *testing.T, methods ...string) *world {
 	w.agent.SetStatus(&providers.Status{State: providers.Confirmed})
 	w.r = &NodeFenceReconciler{Client: c, APIReader: c, Fencers: map[v1alpha1.MethodType]providers.Fencer{
 		v1alpha1.MethodIPMI: w.power, v1alpha1.MethodExecutor: w.agent, v1alpha1.MethodSelfFence: agent.NewSelfFence(observe.Observer{Reader: c}),
-	}, Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now }}
+	}, Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now },
+		Tokens: &Tokens{Reader: c, Writer: c, Lease: types.NamespacedName{Namespace: "palisade-system", Name: TokenLeaseName}}}
 	return w
 }
 

@@ -33,6 +33,12 @@ const (
 	ReasonOrderRunning Reason = "Running"
 	// ReasonExecutorFailed: the node's agent could not terminate or confirm the workload.
 	ReasonExecutorFailed Reason = "ExecutorFailed"
+	// ReasonStaleToken: the node's agent refused the order because it already took a later
+	// fence's fencing token (a late or replayed order).
+	ReasonStaleToken Reason = "StaleFencingToken"
+	// ReasonTokenNotRecorded: the node's agent refused the order because it could not read or
+	// record the highest fencing token it took (its --state-dir).
+	ReasonTokenNotRecorded Reason = "FencingTokenNotRecorded"
 	// ReasonWaitingForSafeTime: a self-fence's safe time has not passed yet.
 	ReasonWaitingForSafeTime Reason = "WaitingForSafeTime"
 	// ReasonNodeReachable: a node expected to have fenced itself sent a signal again.

@@ -73,6 +73,7 @@ func TestAgentDaemonSet(t *testing.T) {
 		"--self-fence-after=0s",
 		"--kubelet-stop-command=nsenter -t 1 -m -- systemctl stop kubelet",
 		"--cri-endpoint=unix:///run/containerd/containerd.sock",
+		"--state-dir=/var/lib/palisade",
 	} {
 		if !hasArg(c.Args, want) {
 			t.Errorf("agent args %q lack %q", c.Args, want)
@@ -93,6 +94,16 @@ func TestAgentDaemonSet(t *testing.T) {
 			t.Errorf("containerd socket not mounted from the host at its path: %+v, mounts %v", v, mounts)
 		}
 	}
+	// The fencing token must outlive the pod and the node's reboots: a hostPath, not an emptyDir.
+	state := false
+	for _, v := range pod.Volumes {
+		if v.Name == "state" {
+			state = v.HostPath != nil && v.HostPath.Path == "/var/lib/palisade" && mounts["state"] == "/var/lib/palisade"
+		}
+	}
+	if !state {
+		t.Errorf("the agent's state directory is not the node's /var/lib/palisade: volumes %+v, mounts %v", pod.Volumes, mounts)
+	}
 	if mounts["cri-socket"] == "" || mounts["pki"] != "/var/lib/palisade-agent/pki" {
 		t.Errorf("volume mounts %v lack the CRI socket or the certificate directory", mounts)
 	}
@@ -104,7 +115,7 @@ func TestAgentDaemonSet(t *testing.T) {
 func TestAgentValues(t *testing.T) {
 	ms, err := render(t, map[string]any{"agent": map[string]any{
 		"selfFenceAfter": "45s", "interval": "2s", "criEndpoint": "/run/k3s/containerd/containerd.sock", "kubeletStopCommand": "",
-		"watchdogDevice": "/dev/watchdog", "extraArgs": []any{"--executor-timeout=1m"},
+		"watchdogDevice": "/dev/watchdog", "extraArgs": []any{"--executor-timeout=1m"}, "stateDir": "/var/lib/rancher/palisade",
 	}})
 	if err != nil {
 		t.Fatalf("rendering: %v", err)
@@ -126,7 +137,7 @@ func TestAgentValues(t *testing.T) {
 			paths[v.Name] = v.HostPath.Path
 		}
 	}
-	if diff := cmp.Diff(map[string]string{"cri-socket": "/run/k3s/containerd/containerd.sock", "watchdog": "/dev/watchdog"}, paths); diff != "" {
+	if diff := cmp.Diff(map[string]string{"cri-socket": "/run/k3s/containerd/containerd.sock", "watchdog": "/dev/watchdog", "state": "/var/lib/rancher/palisade"}, paths); diff != "" {
 		t.Errorf("host paths (-want +got):\n%s", diff)
 	}
 

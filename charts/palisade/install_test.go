@@ -36,6 +36,7 @@ import (
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers/agent/pki/pkitest"
 	"palisade.dev/palisade/providers/agent/pki/signer"
 	"palisade.dev/palisade/test/testbed"
@@ -158,6 +159,11 @@ func TestChartRBACOnAPIServer(t *testing.T) {
 		{verb: "list", resource: "secrets", ns: namespace},
 		{verb: "update", resource: "configmaps", ns: namespace, name: "palisade-agent-ca", allowed: true},
 		{verb: "update", resource: "configmaps", ns: namespace, name: "other"},
+		{verb: "get", group: "coordination.k8s.io", resource: "leases", ns: namespace, name: fencing.TokenLeaseName, allowed: true},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: namespace, name: fencing.TokenLeaseName, allowed: true},
+		{verb: "create", group: "coordination.k8s.io", resource: "leases", ns: namespace, allowed: true},
+		{verb: "delete", group: "coordination.k8s.io", resource: "leases", ns: namespace, name: fencing.TokenLeaseName},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: "default", name: fencing.TokenLeaseName},
 	})
 	t.Run("real calls", func(t *testing.T) { chartRealCalls(t, c) })
 	t.Run("agent answers only on its own NodeFence", func(t *testing.T) { agentAnswers(t, c) })
@@ -255,6 +261,14 @@ func chartRealCalls(t *testing.T, c *testbed.Cluster) {
 	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+app.LabelAgentEndpoint+`":null}}}`))
 	if err := ctl.Patch(ctx, pod, patch); err != nil {
 		t.Errorf("the controller removing the label of its pod: %v", err)
+	}
+
+	// Fencing tokens: the controller creates the counter, then advances it.
+	tokens := &fencing.Tokens{Reader: ctl, Writer: ctl, Lease: types.NamespacedName{Namespace: namespace, Name: fencing.TokenLeaseName}}
+	for want := int64(1); want <= 2; want++ {
+		if got, err := tokens.Next(ctx); err != nil || got != want {
+			t.Errorf("the controller drawing fencing token %d: %d, %v", want, got, err)
+		}
 	}
 
 	// The agent: reads the bundle, sends its CSR, cannot approve it; the controller signs it.

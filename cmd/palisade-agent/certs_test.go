@@ -142,7 +142,7 @@ func TestCertificatesThroughCSRAPI(t *testing.T) {
 		dir := t.TempDir()
 		p := &proc{cmd: exec.Command(agentBin, "--request-certificate", "--cert-dir", dir, "--api-server", e.cluster.Config.Host,
 			"--api-token-file", e.tokenFile(t, "node-a"), "--api-ca-file", e.apiCA, "--ca-configmap", caConfigMap,
-			"--node-name", "node-a", "--controller-address", e.addr, "--interval", "200ms",
+			"--node-name", "node-a", "--controller-address", e.addr, "--interval", "200ms", "--state-dir", dir,
 			"--kubelet-healthz", "http://127.0.0.1:1/healthz", "--probe-address", "", "--kubelet-port", "0"), done: make(chan struct{})}
 		p.cmd.Stderr = p
 		if err := p.cmd.Start(); err != nil {

@@ -33,6 +33,10 @@ import (
 	"palisade.dev/palisade/providers/agent/selffence"
 )
 
+// DefaultStateDir is where the agent keeps what must outlive it (the highest fencing token it
+// took); the chart mounts it from the node.
+const DefaultStateDir = "/var/lib/palisade"
+
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "palisade-agent:", err)
@@ -54,6 +58,7 @@ type options struct {
 	executorTimeout    time.Duration
 	podUID             string
 	faultConfirmEarly  bool
+	stateDir           string
 	executorBinary     string
 
 	selfFenceAfter   time.Duration
@@ -94,6 +99,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.probeAddress, "probe-address", ":9444", `address to accept peer probes on (TLS: the answer is this agent's certificate, which names its node); "" accepts none, and then this agent probes no peers either`)
 	fs.StringVar(&o.probeHost, "probe-advertise-host", "", "IP address peers probe this node at (default: the address the controller sees its heartbeats come from)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the kubelet's port, which peers probe too (a node whose agent crashed but whose kubelet answers is not dead); 0: not probed")
+	fs.StringVar(&o.stateDir, "state-dir", DefaultStateDir, `directory on the node's disk (a hostPath) where the agent records the highest fencing token it took (file `+orders.TokenFile+`), so that after a restart it still refuses a late order of an older fence; "" keeps it in memory only`)
 	fs.BoolVar(&o.faultConfirmEarly, "fault-report-confirmed-early", false, "testing only: report Confirmed without terminating")
 	o.certs.addFlags(fs)
 	if err := fs.Parse(args); err != nil {

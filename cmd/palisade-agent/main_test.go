@@ -152,6 +152,7 @@ func (e *env) startAgent(t testing.TB, controller, healthz string, interval time
 		"--controller-address", controller, "--node-name", testNode, "--cert", e.certFile, "--key", e.keyFile,
 		"--ca", e.caFile, "--interval", interval.String(), "--kubelet-healthz", healthz,
 		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0", // extra may override these
+		"--state-dir", t.TempDir(),
 	}, extra...)
 	p := &proc{cmd: exec.Command(e.bin, args...), done: make(chan struct{})}
 	p.cmd.Stderr = p

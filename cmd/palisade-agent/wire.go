@@ -27,6 +27,7 @@ func (o options) orders() orders.Config {
 		KubeletStopCommand: o.kubeletStopCommand,
 		ReadBackWait:       o.interval,
 		FaultConfirmEarly:  o.faultConfirmEarly,
+		StateDir:           o.stateDir,
 	}
 }
 

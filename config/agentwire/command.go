@@ -24,6 +24,9 @@ const (
 // maxExecutorMessage bounds ExecutorStatus.Message, so that a status always fits a heartbeat.
 const maxExecutorMessage = 4 << 10
 
+// maxExecutorReason bounds ExecutorStatus.Reason.
+const maxExecutorReason = 64
+
 // Command is an order from the controller to one node's agent, delivered in the response to the
 // agent's heartbeat until the controller clears it. The agent carries out each ID at most once:
 // to retry, the controller sets a command with a new ID.
@@ -34,7 +37,20 @@ type Command struct {
 	Action string `json:"action"`
 	// GracePeriodSeconds, when set, caps every pod's own grace period; nil means each pod's own.
 	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
+	// Token is the fencing token of the NodeFence the command belongs to (its
+	// status.token): the agent keeps the highest token it took, on disk, and refuses a command
+	// with an older one (ReasonStaleToken), so that a late or replayed order of an earlier
+	// fence is never carried out. 0: no token (a controller that hands none out).
+	Token int64 `json:"token,omitempty"`
 }
+
+// ReasonStaleToken is an ExecutorStatus's Reason when the agent refused a command because its
+// fencing token is older than one the agent took before.
+const ReasonStaleToken = "StaleFencingToken"
+
+// ReasonTokenNotRecorded is an ExecutorStatus's Reason when the agent refused a command because
+// it could not read or record the highest fencing token it took (its state directory).
+const ReasonTokenNotRecorded = "FencingTokenNotRecorded"
 
 // Validate checks what the agent needs to carry the command out.
 func (c Command) Validate() error {
@@ -45,6 +61,8 @@ func (c Command) Validate() error {
 		return fmt.Errorf("command %s: unknown action %q", c.ID, c.Action)
 	case c.GracePeriodSeconds != nil && *c.GracePeriodSeconds < 0:
 		return fmt.Errorf("command %s: negative grace period", c.ID)
+	case c.Token < 0:
+		return fmt.Errorf("command %s: negative fencing token", c.ID)
 	}
 	return nil
 }
@@ -56,6 +74,9 @@ type ExecutorStatus struct {
 	ID string `json:"id"`
 	// State is ExecutorRunning, ExecutorConfirmed or ExecutorFailed.
 	State string `json:"state"`
+	// Reason, on a Failed status, is a CamelCase word for why, when the agent has one
+	// (ReasonStaleToken); "" otherwise.
+	Reason string `json:"reason,omitempty"`
 	// Message says why a command failed (which containers still run, for one).
 	Message string `json:"message,omitempty"`
 	// Pods is how many pods were terminated and confirmed; Containers how many of their
@@ -76,6 +97,8 @@ func (s ExecutorStatus) Validate() error {
 		return fmt.Errorf("executor status of command %s: unknown state %q", s.ID, s.State)
 	case s.Pods < 0 || s.Containers < 0:
 		return fmt.Errorf("executor status of command %s: negative counts", s.ID)
+	case len(s.Reason) > maxExecutorReason:
+		return fmt.Errorf("executor status of command %s: reason longer than %d bytes", s.ID, maxExecutorReason)
 	case len(s.Message) > maxExecutorMessage:
 		return fmt.Errorf("executor status of command %s: message longer than %d bytes", s.ID, maxExecutorMessage)
 	}

@@ -19,10 +19,23 @@ func TestCommandValidate(t *testing.T) {
 		{Command{Action: ActionTerminate}, false},
 		{Command{ID: "a", Action: "Reboot"}, false},
 		{Command{ID: "a", Action: ActionTerminate, GracePeriodSeconds: ptr.To[int64](-1)}, false},
+		{Command{ID: "a", Action: ActionTerminate, Token: 7}, true},
+		{Command{ID: "a", Action: ActionTerminate, Token: -7}, false},
 	} {
 		if err := tc.cmd.Validate(); (err == nil) != tc.ok {
 			t.Errorf("Validate(%+v) = %v, want ok=%v", tc.cmd, err, tc.ok)
 		}
+	}
+}
+
+func TestExecutorStatusReasonBounded(t *testing.T) {
+	ok := ExecutorStatus{ID: "a", State: ExecutorFailed, Reason: ReasonStaleToken}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(%+v) = %v", ok, err)
+	}
+	long := ExecutorStatus{ID: "a", State: ExecutorFailed, Reason: strings.Repeat("R", maxExecutorReason+1)}
+	if err := long.Validate(); err == nil {
+		t.Errorf("Validate accepted a %d-byte reason", len(long.Reason))
 	}
 }
 

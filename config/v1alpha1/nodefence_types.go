@@ -123,9 +123,18 @@ type Step struct {
 }
 
 // NodeFenceStatus is the durable record of a fence.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.token) || (has(self.token) && self.token == oldSelf.token)",message="status.token cannot be changed once recorded"
 type NodeFenceStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Token is the fence's fencing token, recorded before its first step: a number drawn from
+	// a cluster-wide counter that only grows, so a later fence always carries a higher one.
+	// The orders the fence sends carry it, and whoever carries them out (a node's agent, a
+	// storage gateway) refuses one older than a token it already took: a late or replayed
+	// order of an earlier fence is never carried out. It cannot change once recorded.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Token int64 `json:"token,omitempty"`
 	// Phase is where the fence stands.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
@@ -187,6 +196,7 @@ type Liveness struct {
 // +kubebuilder:printcolumn:name="Method",type=string,JSONPath=`.status.method`
 // +kubebuilder:printcolumn:name="Verdict",type=string,JSONPath=`.spec.verdict`
 // +kubebuilder:printcolumn:name="Trigger",type=string,JSONPath=`.spec.trigger`,priority=1
+// +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.token`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type NodeFence struct {

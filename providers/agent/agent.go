@@ -71,9 +71,10 @@ func ViaFor(nf *v1alpha1.NodeFence) Via {
 // Fence hands the order to the agent: ViaDirect in the answer to its next heartbeat, ViaAPI in
 // the palisade.dev/executor-command annotation of the node's NodeFence, which the agent
 // watches. The order's ID is the fence's UID: a resumed controller re-sends the same order and
-// the agent runs it once.
+// the agent runs it once. The order carries the fence's fencing token, and the agent refuses it
+// when it already took a later fence's.
 func (p *Provider) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
-	cmd := agentwire.Command{ID: req.ID(), Action: agentwire.ActionTerminate}
+	cmd := agentwire.Command{ID: req.ID(), Action: agentwire.ActionTerminate, Token: req.Fence.Status.Token}
 	if s := req.Method.Executor; s != nil {
 		cmd.GracePeriodSeconds = s.GracePeriodSeconds
 	}
@@ -188,7 +189,14 @@ func judge(st agentwire.ExecutorStatus, running *int) providers.Status {
 	}
 	switch st.State {
 	case agentwire.ExecutorFailed:
-		return providers.Status{State: providers.Failed, Reason: providers.ReasonExecutorFailed, Message: st.Message}
+		reason := providers.ReasonExecutorFailed
+		switch st.Reason {
+		case agentwire.ReasonStaleToken:
+			reason = providers.ReasonStaleToken
+		case agentwire.ReasonTokenNotRecorded:
+			reason = providers.ReasonTokenNotRecorded
+		}
+		return providers.Status{State: providers.Failed, Reason: reason, Message: st.Message}
 	case agentwire.ExecutorRunning:
 		return inProgress("the agent is terminating the workload")
 	}

@@ -38,7 +38,8 @@ func (c *channel) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighting
 
 func request(verdict detectors.Verdict) providers.Request {
 	return providers.Request{Fence: &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "f1"},
-		Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Verdict: string(verdict)}}}
+		Spec:   v1alpha1.NodeFenceSpec{NodeName: "n1", Verdict: string(verdict)},
+		Status: v1alpha1.NodeFenceStatus{Token: 41}}}
 }
 
 // Over the direct channel: the order is served until End, and only a confirmed report with a
@@ -49,8 +50,8 @@ func TestDirectOrder(t *testing.T) {
 	req := request(detectors.Partitioned)
 	ctx := context.Background()
 	st, err := p.Fence(ctx, req)
-	if err != nil || ch.commands["n1"].ID != "f1" {
-		t.Fatalf("Fence = %+v, %v; commands %v", st, err, ch.commands)
+	if err != nil || ch.commands["n1"].ID != "f1" || ch.commands["n1"].Token != 41 {
+		t.Fatalf("Fence = %+v, %v; commands %v; want order f1 with the fence's token 41", st, err, ch.commands)
 	}
 	zero, two := 0, 2
 	steps := []struct {
@@ -58,20 +59,25 @@ func TestDirectOrder(t *testing.T) {
 		status  *agentwire.ExecutorStatus
 		running *int
 		want    providers.State
+		reason  providers.Reason
 	}{
-		{"no answer yet", nil, nil, providers.InProgress},
-		{"an answer for another order", &agentwire.ExecutorStatus{ID: "old", State: agentwire.ExecutorConfirmed}, &zero, providers.InProgress},
-		{"running", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorRunning}, &two, providers.InProgress},
-		{"done without read-back", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorConfirmed}, nil, providers.InProgress},
-		{"done, containers still running", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorConfirmed}, &two, providers.InProgress},
-		{"done, none running", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorConfirmed}, &zero, providers.Confirmed},
-		{"failed", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorFailed, Message: "no runtime"}, &zero, providers.Failed},
+		{"no answer yet", nil, nil, providers.InProgress, ""},
+		{"an answer for another order", &agentwire.ExecutorStatus{ID: "old", State: agentwire.ExecutorConfirmed}, &zero, providers.InProgress, ""},
+		{"running", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorRunning}, &two, providers.InProgress, ""},
+		{"done without read-back", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorConfirmed}, nil, providers.InProgress, ""},
+		{"done, containers still running", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorConfirmed}, &two, providers.InProgress, ""},
+		{"done, none running", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorConfirmed}, &zero, providers.Confirmed, ""},
+		{"failed", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorFailed, Message: "no runtime"}, &zero, providers.Failed, providers.ReasonExecutorFailed},
+		{"refused: stale token", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorFailed, Reason: agentwire.ReasonStaleToken, Message: "refused"}, &zero,
+			providers.Failed, providers.ReasonStaleToken},
+		{"refused: token not recorded", &agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorFailed, Reason: agentwire.ReasonTokenNotRecorded, Message: "refused"}, &zero,
+			providers.Failed, providers.ReasonTokenNotRecorded},
 	}
 	for _, s := range steps {
 		ch.status, ch.running = s.status, s.running
 		got, err := p.Check(ctx, req)
-		if err != nil || got.State != s.want {
-			t.Errorf("%s: Check = %+v, %v; want %s", s.name, got, err, s.want)
+		if err != nil || got.State != s.want || (s.reason != "" && got.Reason != s.reason) {
+			t.Errorf("%s: Check = %+v, %v; want %s %s", s.name, got, err, s.want, s.reason)
 		}
 	}
 	if err := p.End(ctx, req); err != nil {
@@ -104,7 +110,7 @@ func TestOrderThroughTheAPIServer(t *testing.T) {
 	if err := json.Unmarshal([]byte(nf.Annotations[v1alpha1.AnnotationExecutorCommand]), &cmd); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(agentwire.Command{ID: "f1", Action: agentwire.ActionTerminate}, cmd); diff != "" {
+	if diff := cmp.Diff(agentwire.Command{ID: "f1", Action: agentwire.ActionTerminate, Token: 41}, cmd); diff != "" {
 		t.Errorf("order (-want +got):\n%s", diff)
 	}
 	if st, err := p.Check(ctx, req); err != nil || st.State != providers.InProgress {

@@ -117,7 +117,7 @@ func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]
 	bin := buildAgent(t, dir)
 	args := []string{"--controller-address", addr, "--node-name", node, "--cert", files[node+".crt"],
 		"--key", files[node+".key"], "--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", kubelet + "/healthz",
-		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0"}
+		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0", "--state-dir", filepath.Join(dir, node+"-state")}
 	cmd := exec.Command(bin, append(args, extra...)...)
 	// The agent's log goes to a file, shown only when the test fails: on success it would bury
 	// the failures of other tests in `make test`'s output.

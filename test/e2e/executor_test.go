@@ -4,6 +4,10 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +19,7 @@ import (
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers/agent/channel"
+	"palisade.dev/palisade/providers/agent/orders"
 	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/scenario"
 	"palisade.dev/palisade/test/testbed/containerd"
@@ -87,10 +92,26 @@ func startExecutorScene(t *testing.T, o sceneOptions) *executorScene {
 
 // agent starts node 1's agent, heartbeating to controller (the scene's server, or a link to it),
 // with the scene's containerd as its runtime.
-func (s *executorScene) agent(t *testing.T, controller string, extra ...string) {
+func (s *executorScene) agent(t *testing.T, controller string, extra ...string) *exec.Cmd {
 	t.Helper()
 	args := append([]string{"--cri-endpoint", s.ctr.Socket, "--kubelet-stop-command", "true"}, extra...)
-	startAgent(t, s.dir, controller, s.env.Node(1).Name(), s.kubeletURL, s.files, args...)
+	return startAgent(t, s.dir, controller, s.env.Node(1).Name(), s.kubeletURL, s.files, args...)
+}
+
+// agentTokenFile is where node 1's agent records the highest fencing token it took (the
+// --state-dir startAgent gives it).
+func (s *executorScene) agentTokenFile() string {
+	return filepath.Join(s.dir, s.env.Node(1).Name()+"-state", orders.TokenFile)
+}
+
+// agentToken is the token node 1's agent recorded, "" for none.
+func (s *executorScene) agentToken(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(s.agentTokenFile())
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(raw))
 }
 
 func executorMethod(timeout time.Duration) v1alpha1.Method {
@@ -161,6 +182,10 @@ func executorFences(t *testing.T, verdict string, kubeletHealthy bool) {
 	}
 	if s.workloadRunning(t) {
 		t.Error("the workload container still runs on containerd after a confirmed termination")
+	}
+	// The order carried the fence's token, and the agent recorded it on its disk first.
+	if got := s.agentToken(t); nf.Status.Token < 1 || got != strconv.FormatInt(nf.Status.Token, 10) {
+		t.Errorf("the fence's token %d, the agent's recorded token %q: want the same, at least 1", nf.Status.Token, got)
 	}
 	if offs, err := n1.BMC.OffCommands(); err != nil || offs != 0 {
 		t.Errorf("%d power-off commands reached the BMC (err %v); the executor should have been enough", offs, err)

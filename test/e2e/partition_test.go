@@ -149,7 +149,7 @@ func startPartitionScene(t *testing.T) *partitionScene {
 		k := s.kubelets[i]
 		args := append([]string{"--controller-address", hbAddr, "--node-name", name, "--cert", files[name+".crt"], "--key", files[name+".key"],
 			"--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", "http://127.0.0.1:10248/healthz",
-			"--probe-address", ":9444", "--kubelet-port", "10250"}, api...)
+			"--probe-address", ":9444", "--kubelet-port", "10250", "--state-dir", filepath.Join(dir, name+"-state")}, api...)
 		if i == 0 {
 			// Stopping "the kubelet" is stopping node 1's stand-in, so that nothing renews its Lease.
 			args = append(args, "--cri-endpoint", s.ctr.Socket, "--kubelet-stop-command", "kill "+strconv.Itoa(k.Pid())+" 2>/dev/null; true")

@@ -95,7 +95,7 @@ func (a *agents) daemon(i int) machine.Daemon {
 		"--cert", a.files[node+".crt"], "--key", a.files[node+".key"], "--ca", a.files["ca.crt"],
 		"--interval", AgentInterval, "--kubelet-healthz", "http://127.0.0.1:10248/healthz",
 		"--probe-address", "$(NODE_IP):9444", "--probe-advertise-host", "$(NODE_IP)", "--kubelet-port", "10250",
-		"--cri-endpoint", "$(CONTAINERD_SOCKET)", "--kubelet-stop-command", a.kubeletStop,
+		"--cri-endpoint", "$(CONTAINERD_SOCKET)", "--kubelet-stop-command", a.kubeletStop, "--state-dir", "$(STATE_DIR)",
 	}, a.api...)}
 }
 

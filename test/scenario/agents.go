@@ -106,7 +106,8 @@ func (e *Env) startAgents(ctx context.Context) (err error) {
 		p.kubelet = httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		p.args = []string{"--controller-address", a.addr, "--node-name", n.Name(), "--cert", a.files[n.Name()+".crt"],
 			"--key", a.files[n.Name()+".key"], "--ca", a.files["ca.crt"], "--interval", e.opts.AgentInterval.String(),
-			"--kubelet-healthz", p.kubelet.URL + "/healthz", "--probe-address", "127.0.0.1:0", "--kubelet-port", "0"}
+			"--kubelet-healthz", p.kubelet.URL + "/healthz", "--probe-address", "127.0.0.1:0", "--kubelet-port", "0",
+			"--state-dir", filepath.Join(e.dir, n.Name()+"-state")}
 		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		p.stop = cancel
 		go p.powerWatch(pctx, a.bin)

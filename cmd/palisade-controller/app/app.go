@@ -6,7 +6,9 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -152,6 +154,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 	nf := &fencing.NodeFenceReconciler{
 		Client: c, APIReader: reader, Recorder: rec, Fencers: fencers(mgr, o, obs, srv), Heartbeats: obs.Heartbeats,
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
+		Tokens:      &fencing.Tokens{Reader: reader, Writer: c, Lease: types.NamespacedName{Namespace: tokenNamespace(o), Name: fencing.TokenLeaseName}},
 		Concurrency: o.FenceConcurrency,
 	}
 	if err := nf.SetupWithManager(mgr); err != nil {
@@ -190,6 +193,18 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 	}
 	obs.Heartbeats, obs.Since = srv, time.Now()
 	return obs, srv, nil
+}
+
+// tokenNamespace is where the fencing-token Lease lives: the controller's own namespace (the
+// chart's Role there allows it), else the leader-election one, else "default" (a controller
+// run outside a pod without either).
+func tokenNamespace(o Options) string {
+	for _, ns := range []string{o.Pod.Namespace, o.LeaderElectionNS} {
+		if ns != "" {
+			return ns
+		}
+	}
+	return metav1.NamespaceDefault
 }
 
 func durationOrNil(d time.Duration) *time.Duration {

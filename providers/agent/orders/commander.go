@@ -29,6 +29,9 @@ type Config struct {
 	ReadBackWait time.Duration
 	// FaultConfirmEarly reports Confirmed without terminating: testing only.
 	FaultConfirmEarly bool
+	// StateDir holds the highest fencing token the agent took (TokenFile), so that it refuses
+	// an older fence's orders after a restart too; "" keeps it in memory only.
+	StateDir string
 }
 
 // Commander carries out the controller's commands in the background, one at a time and each
@@ -41,8 +44,9 @@ type Commander struct {
 	wg      sync.WaitGroup
 
 	mu      sync.Mutex
-	seen    map[string]bool // command IDs started
-	busy    string          // ID of the command running, "" when none
+	seen    map[string]bool // command IDs started or refused
+	tokens  *tokenStore
+	busy    string // ID of the command running, "" when none
 	current *agentwire.ExecutorStatus
 
 	// exec runs the palisade-executor child process, started on the first command that needs
@@ -58,7 +62,23 @@ func NewCommander(o Config, log logr.Logger) *Commander {
 			log.Error(err, "WARNING: a Terminate command or a self-fence would fail")
 		}
 	}
-	return &Commander{o: o, log: log, changed: make(chan struct{}, 1), seen: map[string]bool{}, exec: child.New(o.Executor, log)}
+	tokens := loadTokens(o.StateDir)
+	switch {
+	case tokens.broken != nil:
+		log.Error(tokens.broken, "WARNING: every order will be refused")
+	case o.StateDir == "":
+		log.Info("WARNING: no --state-dir: the highest fencing token taken is kept in memory only, so an agent restarted between two fences would carry out a late order of the older one")
+	case tokens.highest > 0:
+		log.Info("orders with an older fencing token will be refused", "fencingToken", tokens.highest)
+	}
+	return &Commander{o: o, log: log, changed: make(chan struct{}, 1), seen: map[string]bool{}, tokens: tokens, exec: child.New(o.Executor, log)}
+}
+
+// FencingToken is the highest fencing token the agent took.
+func (c *Commander) FencingToken() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tokens.highest
 }
 
 // Status is a copy of the latest command's status, nil before the first command.
@@ -84,11 +104,33 @@ func (c *Commander) Handle(ctx context.Context, cmd agentwire.Command) {
 		c.log.V(1).Info("command waits for the one running", "command", cmd.ID, "running", c.busy)
 		return
 	}
-	c.seen[cmd.ID], c.busy = true, cmd.ID
+	c.seen[cmd.ID] = true
+	err := cmd.Validate()
+	if err == nil {
+		err = c.tokens.take(cmd)
+	}
+	if err != nil {
+		c.refuse(cmd, err)
+		return
+	}
+	c.busy = cmd.ID
 	c.current = &agentwire.ExecutorStatus{ID: cmd.ID, State: agentwire.ExecutorRunning, StartedAt: time.Now()}
 	c.notify()
-	c.log.Info("command received", "command", cmd.ID, "action", cmd.Action, "gracePeriodSeconds", cmd.GracePeriodSeconds)
+	c.log.Info("command received", "command", cmd.ID, "action", cmd.Action, "gracePeriodSeconds", cmd.GracePeriodSeconds, "fencingToken", cmd.Token)
 	c.wg.Go(func() { c.run(ctx, cmd) })
+}
+
+// refuse reports cmd Failed without carrying it out; c.mu is held.
+func (c *Commander) refuse(cmd agentwire.Command, err error) {
+	now := time.Now()
+	st := &agentwire.ExecutorStatus{ID: cmd.ID, State: agentwire.ExecutorFailed, Message: agentwire.TruncateMessage(err.Error()),
+		StartedAt: now, FinishedAt: now}
+	if r, ok := err.(*refusal); ok {
+		st.Reason = r.reason
+	}
+	c.current = st
+	c.notify()
+	c.log.Error(err, "command refused", "command", cmd.ID, "fencingToken", cmd.Token, "highestFencingToken", c.tokens.highest)
 }
 
 // run carries cmd out and records how it ended.

@@ -170,7 +170,9 @@ func (p *KeyPair) WriteFiles(certFile, keyFile string) error {
 }
 
 // WriteFileAtomic writes data to path (mode 0600) by a rename, so that a reader of the file never
-// sees half of it: certificates and keys are read while they are replaced.
+// sees half of it: certificates and keys are read while they are replaced. The data and the
+// rename are synced to disk before it returns, so that a crash leaves the old file or the new
+// one (the agent's fencing token relies on it).
 func WriteFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -181,11 +183,23 @@ func WriteFileAtomic(path string, data []byte) error {
 		tmp.Close()
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer dir.Close()
+	if err := dir.Sync(); err != nil {
+		return fmt.Errorf("writing %s: syncing its directory: %w", path, err)
 	}
 	return nil
 }

@@ -18,15 +18,16 @@ type Daemon struct {
 	// Path is the program; its first 15 bytes are the command name KillDaemon looks for.
 	Path string
 	// Args may name the machine's $(NODE_NAME), $(NODE_IP), $(CONTAINERD_SOCKET), $(KUBELET_DIR)
-	// (the kubelet's root directory) and $(RUN_DIR) (wiped at every boot, short enough for
-	// sockets), which are replaced as Kubernetes replaces them in a container's arguments.
+	// (the kubelet's root directory), $(STATE_DIR) (a directory of the machine's disk, which
+	// outlives reboots) and $(RUN_DIR) (wiped at every boot, short enough for sockets), which
+	// are replaced as Kubernetes replaces them in a container's arguments.
 	Args []string
 }
 
 // args is d's arguments with the machine's variables replaced.
 func (m *Machine) args(d Daemon) []string {
 	r := strings.NewReplacer("$(NODE_NAME)", m.o.Name, "$(NODE_IP)", m.net.IP(), "$(CONTAINERD_SOCKET)", m.socket(),
-		"$(KUBELET_DIR)", m.path(diskDir, "kubelet"), "$(RUN_DIR)", m.path(runDir))
+		"$(KUBELET_DIR)", m.path(diskDir, "kubelet"), "$(STATE_DIR)", m.path(diskDir, "state"), "$(RUN_DIR)", m.path(runDir))
 	out := make([]string, len(d.Args))
 	for i, a := range d.Args {
 		out[i] = r.Replace(a)
