@@ -64,12 +64,18 @@ type lifeSign struct {
 	signal, message string
 }
 
-// checksLiveness says whether the current method's confirmation is checked against the node's
-// signals: every method but those that leave the node running by design.
+// checksLiveness says whether the current level's confirmation is checked against the node's
+// signals: every level but one whose methods all leave the node running by design.
 func checksLiveness(nf *v1alpha1.NodeFence) bool {
-	for _, m := range nf.Spec.Methods {
+	for i, m := range nf.Spec.Methods {
 		if m.Name == nf.Status.Method {
-			return !methodKinds[m.Type].keepsNodeRunning
+			first, last := levelSpan(nf.Spec.Methods, i)
+			for _, lm := range nf.Spec.Methods[first : last+1] {
+				if !methodKinds[lm.Type].keepsNodeRunning {
+					return true
+				}
+			}
+			return false
 		}
 	}
 	return true

@@ -51,9 +51,9 @@ func isConfirmStep(s v1alpha1.StepName) bool {
 	return ok && k.confirm == s
 }
 
-// Confirmed says whether the record holds a confirmed fence: a method's confirmation step that
-// Succeeded and that no sign of the node's life disproved since. Every release step requires
-// it (invariant 1).
+// Confirmed says whether the record holds a confirmed fence: the confirmation steps of every
+// method of a level Succeeded (one, for a method without a level), and no sign of the node's
+// life disproved them since. Every release step requires it (invariant 1).
 func Confirmed(nf *v1alpha1.NodeFence) bool {
 	confirmed, _ := confirmation(nf)
 	return confirmed
@@ -67,15 +67,32 @@ func Verified(nf *v1alpha1.NodeFence) bool {
 }
 
 func confirmation(nf *v1alpha1.NodeFence) (confirmed, verified bool) {
+	done := map[string]bool{} // methods confirmed and not disproved since
 	for _, s := range nf.Status.Steps {
 		switch {
 		case s.State == v1alpha1.StepSucceeded && isConfirmStep(s.Name):
-			confirmed, verified = true, false
+			done[s.Method] = true
+			confirmed, verified = levelDone(nf, s.Method, done), false
 		case s.State == v1alpha1.StepSucceeded && s.Name == v1alpha1.StepVerifyFenced:
 			verified = confirmed
 		case disproved(s):
 			confirmed, verified = false, false
+			clear(done)
 		}
 	}
 	return confirmed, verified
+}
+
+// levelDone says whether every method of method's level is in done.
+func levelDone(nf *v1alpha1.NodeFence, method string, done map[string]bool) bool {
+	i := methodIndex(nf, method)
+	if nf.Spec.Methods[i].Name != method {
+		return false
+	}
+	for _, name := range levelNames(nf.Spec.Methods, i) {
+		if !done[name] {
+			return false
+		}
+	}
+	return true
 }

@@ -170,8 +170,19 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 // (invariant 4): only a chain that starts with a method through its agent (the executor) may
 // fence it, escalating to power-off when that method fails.
 func methodsFor(chain []v1alpha1.Method, v detectors.Verdict) []v1alpha1.Method {
+	chain = levelOrder(chain)
 	if v == detectors.Dead {
-		return slices.DeleteFunc(slices.Clone(chain), func(m v1alpha1.Method) bool { return methodKinds[m.Type].needsAgent })
+		// A level with such a method goes whole: without it the level would no longer be what
+		// the policy requires to be all confirmed.
+		skip := map[string]bool{}
+		for _, m := range chain {
+			if methodKinds[m.Type].needsAgent && m.Level != "" {
+				skip[m.Level] = true
+			}
+		}
+		return slices.DeleteFunc(slices.Clone(chain), func(m v1alpha1.Method) bool {
+			return methodKinds[m.Type].needsAgent || (m.Level != "" && skip[m.Level])
+		})
 	}
 	if len(chain) > 0 && methodKinds[chain[0].Type].needsAgent {
 		return chain
@@ -208,7 +219,7 @@ func newNodeFence(node *corev1.Node, p *v1alpha1.FencingPolicy, trigger v1alpha1
 		ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: map[string]string{v1alpha1.LabelNode: node.Name}},
 		Spec: v1alpha1.NodeFenceSpec{
 			NodeName: node.Name, PolicyName: p.Name, Trigger: trigger, Reason: reason,
-			Methods: p.Spec.Methods, Release: p.Spec.Release, DryRun: p.Spec.DryRun,
+			Methods: levelOrder(p.Spec.Methods), Release: p.Spec.Release, DryRun: p.Spec.DryRun,
 		},
 	}
 }

@@ -52,10 +52,15 @@ func plan(nf *v1alpha1.NodeFence) action {
 	case v1alpha1.StepFailed:
 		// A method fails at one of its own steps, or at a release step when the node showed
 		// life after its confirmation: either way the chain escalates.
-		if (isFenceStep(last.Name) || disproved(last)) && method+1 < len(nf.Spec.Methods) {
-			return action{kind: actStart, step: methodKinds[nf.Spec.Methods[method+1].Type].fence, method: method + 1}
+		// The rest of the method's level is skipped: the level cannot be all confirmed.
+		if _, end := levelSpan(nf.Spec.Methods, method); (isFenceStep(last.Name) || disproved(last)) && end+1 < len(nf.Spec.Methods) {
+			return action{kind: actStart, step: methodKinds[nf.Spec.Methods[end+1].Type].fence, method: end + 1}
 		}
 		return action{kind: actFail}
+	}
+	// A confirmed method whose level has more methods: the level's next one.
+	if _, end := levelSpan(nf.Spec.Methods, method); isConfirmStep(last.Name) && method < end {
+		return action{kind: actStart, step: methodKinds[nf.Spec.Methods[method+1].Type].fence, method: method + 1}
 	}
 	next, ok := nextStep(nf, last.Name)
 	if !ok {

@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,8 +23,11 @@ func recordStart(nf *v1alpha1.NodeFence, a action, now time.Time) {
 			st.MethodStartTime = &step.StartTime
 			st.FencedTime, st.Liveness = nil, nil
 		}
-		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, v1alpha1.ReasonInProgress,
-			"method "+m.Name+": "+string(a.step))
+		msg := "method " + m.Name + ": " + string(a.step)
+		if names := levelNames(nf.Spec.Methods, a.method); len(names) > 1 {
+			msg += "; level " + m.Level + " needs all of " + strings.Join(names, ", ") + " confirmed"
+		}
+		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, v1alpha1.ReasonInProgress, msg)
 	} else {
 		st.Phase = v1alpha1.PhaseReleasing
 	}
@@ -42,9 +46,15 @@ func recordEnd(nf *v1alpha1.NodeFence, state v1alpha1.StepState, message string,
 	end := metav1.NewTime(now)
 	s.EndTime = &end
 	if k, ok := kindOfStep(s.Name); ok && k.confirm == s.Name && state == v1alpha1.StepSucceeded {
-		nf.Status.Phase = v1alpha1.PhaseFenced
-		nf.Status.FencedTime = &end
-		setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionTrue, k.confirmedReason, message)
+		if Confirmed(nf) {
+			nf.Status.Phase = v1alpha1.PhaseFenced
+			nf.Status.FencedTime = &end
+			setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionTrue, k.confirmedReason, message)
+		} else {
+			// One method of a level: the node is not fenced until the level's others are.
+			setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, v1alpha1.ReasonInProgress,
+				"method "+s.Method+" confirmed; its level needs all of "+strings.Join(levelNames(nf.Spec.Methods, methodIndex(nf, s.Method)), ", ")+" confirmed")
+		}
 	}
 	if disproved(*s) {
 		nf.Status.Phase = v1alpha1.PhaseFencing

@@ -50,7 +50,10 @@ type FencingPolicySpec struct {
 	Detection Detection `json:"detection,omitempty"`
 
 	// Methods is the escalation chain: each method is tried in order until one is confirmed;
-	// a method that fails or times out hands over to the next.
+	// a method that fails or times out hands over to the next. Methods that share a level
+	// are taken one after another, where the level's first method is listed, and must all be
+	// confirmed before the node counts as fenced; when one of them fails, the chain goes on with
+	// the next level.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=atomic
@@ -102,6 +105,18 @@ type Method struct {
 
 	// Type is the kind of fence.
 	Type MethodType `json:"type"`
+
+	// Level groups this method with the other methods of the same level: the node counts as
+	// fenced only once every method of the level is confirmed (for example a storage fence AND
+	// a power-off), as Pacemaker's fencing topology does. The level is taken where its first
+	// method is listed, its methods in the order listed, each within its own timeout; when one
+	// fails, the rest of its level is skipped and the next level (or method) is taken. Unset:
+	// the method is a level of its own.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Level string `json:"level,omitempty"`
 
 	// Timeout bounds the method, from its first command to a confirmed fence. Default 60s.
 	// +optional

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,16 @@ func validPolicy(name string) *v1alpha1.FencingPolicy {
 				IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}},
 		},
 	}
+}
+
+// leveled is a chain of IPMI methods m0, m1, ... in the levels given ("": none).
+func leveled(levels ...string) []v1alpha1.Method {
+	var out []v1alpha1.Method
+	for i, l := range levels {
+		out = append(out, v1alpha1.Method{Name: fmt.Sprintf("m%d", i), Type: v1alpha1.MethodIPMI, Level: l,
+			IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}})
+	}
+	return out
 }
 
 // The API server itself refuses a bad FencingPolicy, with a message a person understands.
@@ -71,6 +82,12 @@ func TestFencingPolicyValidation(t *testing.T) {
 			[]string{"every method needs a unique name"}},
 		{"bad method name", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods[0].Name = "Power Off!" },
 			[]string{"spec.methods[0].name"}},
+		{"levels", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods = leveled("a", "a", "", "b", "b") }, nil},
+		// A level is taken where its first method is listed (the controller orders the fence's
+		// methods so): its methods need not be listed together.
+		{"a level split by another method", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods = leveled("a", "", "a") }, nil},
+		{"bad level name", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods = leveled("Storage AND power") },
+			[]string{"spec.methods[0].level"}},
 		{"lease timeout too short", func(p *v1alpha1.FencingPolicy) {
 			p.Spec.Detection.LeaseTimeout = &metav1.Duration{Duration: time.Second}
 		}, []string{"spec.detection.leaseTimeout must be at least 2s"}},

@@ -98,6 +98,21 @@ func (s *executorScene) agent(t *testing.T, controller string, extra ...string) 
 	return startAgent(t, s.dir, controller, s.env.Node(1).Name(), s.kubeletURL, s.files, args...)
 }
 
+// diesWithPower kills node 1's agent when node 1's BMC turns its power off, as a power-off
+// would on a real machine (the agent runs on the test's host).
+func (s *executorScene) diesWithPower(t *testing.T, agent *exec.Cmd) {
+	n1 := s.env.Node(1)
+	go func(ctx context.Context) {
+		for ctx.Err() == nil {
+			if on, err := n1.BMC.PoweredOn(); err == nil && !on {
+				_ = agent.Process.Kill()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}(t.Context())
+}
+
 // agentTokenFile is where node 1's agent records the highest fencing token it took (the
 // --state-dir startAgent gives it).
 func (s *executorScene) agentTokenFile() string {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,18 +28,8 @@ func TestAgentRefusesAnOlderFencesOrder(t *testing.T) {
 	if err := os.WriteFile(s.agentTokenFile(), []byte("50\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	agent := s.agent(t, s.addr)
+	s.diesWithPower(t, s.agent(t, s.addr))
 	n1 := s.env.Node(1)
-	// The agent runs on node 1: the power-off ends it, as it would on a real machine.
-	go func(ctx context.Context) {
-		for ctx.Err() == nil {
-			if on, err := n1.BMC.PoweredOn(); err == nil && !on {
-				_ = agent.Process.Kill()
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}(t.Context())
 	n1.PauseHeartbeats()
 	nf := waitFence(t, s.env.Cluster, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
 	want := []string{"Terminate:Succeeded", "ConfirmTerminated:Failed", "PowerOff:Succeeded", "ConfirmOff:Succeeded", "VerifyFenced:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded", "ReleaseAttachments:Succeeded"}
