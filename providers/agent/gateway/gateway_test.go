@@ -173,4 +173,3 @@ func TestGatewayRefusesUnreadableState(t *testing.T) {
 		t.Error("New without a state directory: nil error")
 	}
 }
-
