@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -68,10 +69,14 @@ func render(out io.Writer, policies []v1alpha1.FencingPolicy, fences []v1alpha1.
 	}
 	fmt.Fprintln(w)
 	sort.Slice(fences, func(i, j int) bool { return fences[i].CreationTimestamp.After(fences[j].CreationTimestamp.Time) })
-	fmt.Fprintln(w, "NODE\tPHASE\tMETHOD\tTRIGGER\tVERDICT\tAGE\tLAST STEP")
+	fmt.Fprintln(w, "NODE\tPHASE\tMETHOD\tTRIGGER\tVERDICT\tTOKEN\tAGE\tLAST STEP")
 	for _, nf := range fences {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nf.Spec.NodeName, orDash(string(nf.Status.Phase)), orDash(nf.Status.Method),
-			nf.Spec.Trigger, orDash(nf.Spec.Verdict), now.Sub(nf.CreationTimestamp.Time).Round(time.Second), lastStepText(nf))
+		token := "-"
+		if nf.Status.Token > 0 {
+			token = strconv.FormatInt(nf.Status.Token, 10)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nf.Spec.NodeName, orDash(string(nf.Status.Phase)), orDash(nf.Status.Method),
+			nf.Spec.Trigger, orDash(nf.Spec.Verdict), token, now.Sub(nf.CreationTimestamp.Time).Round(time.Second), lastStepText(nf))
 	}
 	return w.Flush()
 }
@@ -91,12 +96,24 @@ func lastStepText(nf v1alpha1.NodeFence) string {
 	return text
 }
 
+// methodList is the chain, levels first where they are listed: "a(Executor) + b(IPMI) → c(IPMI)"
+// (a level's methods joined by +, levels by →).
 func methodList(ms []v1alpha1.Method) string {
-	names := make([]string, 0, len(ms))
-	for _, m := range ms {
-		names = append(names, m.Name+"("+string(m.Type)+")")
+	var levels []string
+	done := map[int]bool{}
+	for i, m := range ms {
+		if done[i] {
+			continue
+		}
+		names := []string{m.Name + "(" + string(m.Type) + ")"}
+		for j := i + 1; m.Level != "" && j < len(ms); j++ {
+			if ms[j].Level == m.Level {
+				names, done[j] = append(names, ms[j].Name+"("+string(ms[j].Type)+")"), true
+			}
+		}
+		levels = append(levels, strings.Join(names, " + "))
 	}
-	return strings.Join(names, " → ")
+	return strings.Join(levels, " → ")
 }
 
 func orDash(s string) string {

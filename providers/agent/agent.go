@@ -85,7 +85,7 @@ func (p *Provider) Fence(ctx context.Context, req providers.Request) (providers.
 		return providers.Status{}, err
 	}
 	return providers.Status{State: providers.InProgress,
-		Message: fmt.Sprintf("termination ordered from the agent of node %s %s", req.Node(), viaText(via))}, nil
+		Message: fmt.Sprintf("termination ordered (fencing token %d) from the agent of node %s %s", cmd.Token, req.Node(), viaText(via))}, nil
 }
 
 func viaText(v Via) string {
