@@ -225,6 +225,8 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 		return r.taint(ctx, nf)
 	case v1alpha1.StepDeletePods:
 		return r.deletePods(ctx, nf)
+	case v1alpha1.StepDetachVolumes:
+		return r.detachVolumes(ctx, nf)
 	case v1alpha1.StepReleaseAttachments:
 		return r.releaseAttachments(ctx, nf)
 	}

@@ -86,6 +86,7 @@ var releaseSequence = []v1alpha1.StepName{
 	v1alpha1.StepVerifyFenced,
 	v1alpha1.StepTaint,
 	v1alpha1.StepDeletePods,
+	v1alpha1.StepDetachVolumes,
 	v1alpha1.StepReleaseAttachments,
 }
 
@@ -100,15 +101,19 @@ func nextStep(nf *v1alpha1.NodeFence, done v1alpha1.StepName) (v1alpha1.StepName
 		rest = releaseSequence[i+1:]
 	}
 	for _, s := range rest {
-		if stepEnabled(nf.Spec.Release, s) {
+		if stepEnabled(nf, s) {
 			return s, true
 		}
 	}
 	return "", false
 }
 
-func stepEnabled(r v1alpha1.Release, s v1alpha1.StepName) bool {
+func stepEnabled(nf *v1alpha1.NodeFence, s v1alpha1.StepName) bool {
+	r := nf.Spec.Release
 	switch s {
+	case v1alpha1.StepDetachVolumes:
+		_, ok := volumeMethod(nf)
+		return ok
 	case v1alpha1.StepTaint:
 		return enabled(r.OutOfServiceTaint)
 	case v1alpha1.StepDeletePods:

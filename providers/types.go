@@ -36,6 +36,15 @@ type Fencer interface {
 	End(ctx context.Context, req Request) error
 }
 
+// VolumeReleaser is a Fencer that can also release the node's volumes at its cloud once its
+// fence is confirmed (AWS: force-detach the stopped instance's EBS volumes). The caller takes
+// it only as a release step, after the confirmation and the liveness check.
+type VolumeReleaser interface {
+	// ReleaseVolumes detaches the volumes (idempotent: it may be called again while they
+	// detach) and reads them back: Confirmed once none is attached.
+	ReleaseVolumes(ctx context.Context, req Request) (Status, error)
+}
+
 // Request is one fence of one node through one method.
 type Request struct {
 	// Fence is the record, read-only: its UID names the fence (and any order sent for it),

@@ -224,6 +224,14 @@ type AWSMethod struct {
 	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
+
+	// ForceDetachVolumes adds a release step, DetachVolumes, once this method's fence is
+	// confirmed and the node's pods are deleted: every EBS volume attached to the stopped
+	// instance is detached with Force (DetachVolume) and read back "available" before the
+	// node's VolumeAttachments are released, so that the volumes attach elsewhere at once
+	// even when the instance is impaired. Needs ec2:DescribeVolumes and ec2:DetachVolume.
+	// +optional
+	ForceDetachVolumes bool `json:"forceDetachVolumes,omitempty"`
 }
 
 // VSphereMethod configures vSphere power fencing. The VM is the node's spec.providerID,

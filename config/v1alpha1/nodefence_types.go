@@ -86,6 +86,7 @@ const (
 	StepVerifyFenced       StepName = "VerifyFenced"       // watch the node's own signals: none may follow the confirmation
 	StepTaint              StepName = "Taint"              // add the out-of-service taint
 	StepDeletePods         StepName = "DeletePods"         // force-delete the pods bound to the node
+	StepDetachVolumes      StepName = "DetachVolumes"      // force-detach the cloud volumes of a stopped instance (AWS forceDetachVolumes)
 	StepReleaseAttachments StepName = "ReleaseAttachments" // delete the node's VolumeAttachments
 )
 

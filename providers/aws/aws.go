@@ -13,6 +13,7 @@ import (
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,13 +31,19 @@ const (
 
 // hints tell an operator what to look at for each kind of failure.
 var hints = map[providers.Reason]string{
-	providers.ReasonCloudAuthFailed:  "AWS refused the credentials or the permission: the controller's role (or the keys in the method's Secret) needs ec2:StopInstances and ec2:DescribeInstances on the node's instance; then delete this NodeFence to try again.",
+	providers.ReasonCloudAuthFailed:  "AWS refused the credentials or the permission: the controller's role (or the keys in the method's Secret) needs ec2:StopInstances and ec2:DescribeInstances on the node's instance (and ec2:DescribeVolumes and ec2:DetachVolume with forceDetachVolumes); then delete this NodeFence to try again.",
 	providers.ReasonCloudUnreachable: "The EC2 API did not answer in time: check the controller's network path to it (or the method's aws.endpoint).",
 	providers.ReasonCloudRefused:     "EC2 answered with an error: see the message, and the instance in the EC2 console.",
 	providers.ReasonBadTarget:        "Fix the node's providerID (aws:///<zone>/<instance-id>) or the method's aws settings named above, then delete this NodeFence to try again.",
 }
 
-var _ providers.Fencer = (*Provider)(nil)
+var (
+	_ providers.Fencer         = (*Provider)(nil)
+	_ providers.VolumeReleaser = (*Provider)(nil)
+)
+
+// detachRecheck is how often ReleaseVolumes is asked again while volumes detach.
+const detachRecheck = time.Second
 
 // Provider is the AWS Fencer. It is safe for concurrent use.
 type Provider struct {
@@ -109,6 +116,58 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error
 		return power.Unknown, err
 	}
 	return state, nil
+}
+
+// ReleaseVolumes force-detaches every EBS volume EC2 lists as attached to the node's instance
+// (DetachVolume with Force; a volume already detaching is left to finish) and is Confirmed only
+// when DescribeVolumes lists none attached to it any more.
+func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (providers.Status, error) {
+	t, err := p.Target(ctx, req)
+	if err != nil {
+		return providers.Status{}, err
+	}
+	var attached []ec2types.Volume
+	err = p.call(ctx, t, "listing the EBS volumes of", func(ctx context.Context, c *ec2.Client) error {
+		pages := ec2.NewDescribeVolumesPaginator(c, &ec2.DescribeVolumesInput{
+			Filters: []ec2types.Filter{{Name: awssdk.String("attachment.instance-id"), Values: []string{t.InstanceID}}}})
+		for pages.HasMorePages() {
+			out, err := pages.NextPage(ctx)
+			if err != nil {
+				return err
+			}
+			attached = append(attached, out.Volumes...)
+		}
+		return nil
+	})
+	if err != nil {
+		return providers.Status{}, err
+	}
+	if len(attached) == 0 {
+		return providers.Status{State: providers.Confirmed, Message: fmt.Sprintf("no EBS volume is attached to instance %s any more", t.InstanceID)}, nil
+	}
+	var detaching, ordered []string
+	for _, v := range attached {
+		vol := awssdk.ToString(v.VolumeId)
+		detaching = append(detaching, vol)
+		for _, a := range v.Attachments {
+			if awssdk.ToString(a.InstanceId) != t.InstanceID || a.State == ec2types.VolumeAttachmentStateDetaching {
+				continue
+			}
+			err := p.call(ctx, t, "force-detaching volume "+vol+" from", func(ctx context.Context, c *ec2.Client) error {
+				_, err := c.DetachVolume(ctx, &ec2.DetachVolumeInput{VolumeId: v.VolumeId, InstanceId: awssdk.String(t.InstanceID), Force: awssdk.Bool(true)})
+				return err
+			})
+			if err != nil {
+				return providers.Status{}, err
+			}
+			ordered = append(ordered, vol)
+		}
+	}
+	msg := fmt.Sprintf("waiting for EBS volumes %s to detach from instance %s", strings.Join(detaching, ", "), t.InstanceID)
+	if len(ordered) > 0 {
+		msg = fmt.Sprintf("force-detached EBS volumes %s from instance %s; %s", strings.Join(ordered, ", "), t.InstanceID, msg)
+	}
+	return providers.Status{State: providers.InProgress, Reason: "VolumesDetaching", Message: msg, RetryAfter: detachRecheck}, nil
 }
 
 // call builds the EC2 client of the target, runs fn within the per-call timeout and

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,8 @@ const (
 	MethodFence = "Fence"
 	MethodCheck = "Check"
 	MethodEnd   = "End"
+	// MethodReleaseVolumes: providers.VolumeReleaser's ReleaseVolumes.
+	MethodReleaseVolumes = "ReleaseVolumes"
 )
 
 var (
@@ -62,7 +65,10 @@ type decorator struct {
 	p providers.Fencer
 }
 
-var _ providers.Fencer = (*decorator)(nil)
+var (
+	_ providers.Fencer         = (*decorator)(nil)
+	_ providers.VolumeReleaser = (*decorator)(nil)
+)
 
 // Decorate wraps p so that every call is measured. Wrapping an already decorated provider
 // returns it unchanged, so calls are never counted twice.
@@ -100,6 +106,19 @@ func (d *decorator) End(ctx context.Context, req providers.Request) error {
 	err := d.p.End(ctx, req)
 	d.observe(MethodEnd, start, err)
 	return err
+}
+
+// ReleaseVolumes measures the wrapped provider's ReleaseVolumes; a provider without one
+// answers an error saying so.
+func (d *decorator) ReleaseVolumes(ctx context.Context, req providers.Request) (providers.Status, error) {
+	r, ok := d.p.(providers.VolumeReleaser)
+	if !ok {
+		return providers.Status{}, providers.NewError(providers.ReasonBadTarget, fmt.Errorf("provider %s cannot release volumes", d.p.Name()))
+	}
+	start := time.Now()
+	st, err := r.ReleaseVolumes(ctx, req)
+	d.observe(MethodReleaseVolumes, start, err)
+	return st, err
 }
 
 func (d *decorator) observe(method string, start time.Time, err error) {

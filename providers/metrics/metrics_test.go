@@ -169,3 +169,37 @@ func TestRegisterConflictPanics(t *testing.T) {
 	}()
 	Register(reg)
 }
+
+// volumes is a provider that also releases volumes.
+type volumes struct {
+	*fake.Provider
+	calls int
+	err   error
+}
+
+func (v *volumes) ReleaseVolumes(context.Context, providers.Request) (providers.Status, error) {
+	v.calls++
+	return providers.Status{State: providers.Confirmed}, v.err
+}
+
+// TestDecorateReleaseVolumes: ReleaseVolumes reaches a provider that has it, measured under its
+// own method label; a provider without it answers an error, and nothing is measured.
+func TestDecorateReleaseVolumes(t *testing.T) {
+	reg := newRegistry(t)
+	v := &volumes{Provider: fake.New(), err: providers.NewError(providers.ReasonCloudAuthFailed, errors.New("no ec2:DetachVolume"))}
+	st, err := Decorate(v).(providers.VolumeReleaser).ReleaseVolumes(context.Background(), request("n1"))
+	if v.calls != 1 || st.State != providers.Confirmed || !errors.Is(err, v.err) {
+		t.Errorf("ReleaseVolumes = %+v, %v after %d calls; want the provider's answer", st, err, v.calls)
+	}
+	if _, err := Decorate(fake.New()).(providers.VolumeReleaser).ReleaseVolumes(context.Background(), request("n1")); err == nil ||
+		!strings.Contains(err.Error(), "cannot release volumes") {
+		t.Errorf("ReleaseVolumes of a provider without it: %v, want an error saying so", err)
+	}
+	want := map[string]float64{
+		"palisade_provider_duration_seconds{method=ReleaseVolumes,provider=fake}":                    1,
+		"palisade_provider_errors_total{method=ReleaseVolumes,provider=fake,reason=CloudAuthFailed}": 1,
+	}
+	if diff := cmp.Diff(want, samples(t, reg)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}

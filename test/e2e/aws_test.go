@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,7 +33,7 @@ func (p instancePower) PoweredOn() (bool, error) { return p.ep.Running(awsInstan
 // secret in it, and release nothing; then a forced stop read back as "stopped" releases the
 // node.
 func TestAWSFencing(t *testing.T) {
-	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{awsInstance}})
+	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{awsInstance}, Volumes: map[string]string{"vol-0db0": awsInstance}})
 	env := startScene(t, scenario.Options{
 		Node: func(i int, so *simnode.Options) {
 			if i == 1 {
@@ -42,7 +43,8 @@ func TestAWSFencing(t *testing.T) {
 		},
 		Policy: func(p *v1alpha1.FencingPolicy) {
 			p.Spec.Methods = []v1alpha1.Method{{Name: "ec2", Type: v1alpha1.MethodAWS, Timeout: &metav1.Duration{Duration: 6 * time.Second},
-				AWS: &v1alpha1.AWSMethod{Endpoint: ep.URL(), CredentialsSecretRef: &v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "aws"}}}}
+				AWS: &v1alpha1.AWSMethod{Endpoint: ep.URL(), CredentialsSecretRef: &v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "aws"},
+					ForceDetachVolumes: true}}}
 		},
 	})
 	ctx := context.Background()
@@ -86,6 +88,9 @@ func TestAWSFencing(t *testing.T) {
 				t.Errorf("Released condition = %q, want False", st)
 			}
 			assertNothingReleased(t, env, w)
+			if got := ep.VolumeState("vol-0db0"); got != "in-use" {
+				t.Errorf("the instance's volume is %s after a failed fence, want in-use", got)
+			}
 			t.Logf("failed as expected: %s: %s", reason, msg)
 			patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: nil})
 			if tc.stuck { // the owner starts the instance again
@@ -116,6 +121,20 @@ func TestAWSFencing(t *testing.T) {
 		}
 		if !forced {
 			t.Errorf("calls %v: want a forced StopInstances", ep.Calls())
+		}
+		// forceDetachVolumes: the volume detached with Force after the pods, before the
+		// attachments, and read back available.
+		want := []string{"PowerOff:Succeeded", "ConfirmOff:Succeeded", "VerifyFenced:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded",
+			"DetachVolumes:Succeeded", "ReleaseAttachments:Succeeded"}
+		if diff := cmp.Diff(want, trace(nf)); diff != "" {
+			t.Errorf("step trace (-want +got):\n%s", diff)
+		}
+		detached := false
+		for _, c := range ep.Calls() {
+			detached = detached || (c.Action == "DetachVolume" && c.Force && c.Volume == "vol-0db0")
+		}
+		if got := ep.VolumeState("vol-0db0"); got != "available" || !detached {
+			t.Errorf("volume vol-0db0 %s, forced DetachVolume %v: want available after a forced detach", got, detached)
 		}
 		pod := &corev1.Pod{}
 		if err := env.Cluster.Client.Get(ctx, client.ObjectKeyFromObject(w.Pod), pod); err == nil && pod.UID == w.Pod.UID {

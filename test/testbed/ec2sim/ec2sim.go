@@ -1,6 +1,7 @@
 // Package ec2sim is an EC2-compatible endpoint for tests: it speaks EC2's Query protocol
 // (form-encoded Action, Version 2016-11-15, InstanceId.N lists; XML answers and EC2's error
-// documents) for StopInstances, StartInstances and DescribeInstances, and verifies the AWS
+// documents) for StopInstances, StartInstances, DescribeInstances, DescribeVolumes (filtered by
+// attachment.instance-id) and DetachVolume, and verifies the AWS
 // Signature Version 4 of every call against its one account's secret key (recomputed with the
 // SDK's own signer), refusing a wrong key or signature with AuthFailure as EC2 does.
 //
@@ -22,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,6 +46,8 @@ type Options struct {
 	Region string
 	// Instances are the IDs of its instances, all running.
 	Instances []string
+	// Volumes are its EBS volumes: volume ID → the instance it is attached to.
+	Volumes map[string]string
 }
 
 // Endpoint is a running EC2 endpoint. It is safe for concurrent use.
@@ -60,6 +64,11 @@ type Endpoint struct {
 	delay     time.Duration
 	onState   func(id, state string)
 	refused   int
+	// volumes: volume ID → the instance it is attached to, "" when available.
+	volumes map[string]string
+	// stuckDetaching keeps detached volumes in "detaching".
+	stuckDetaching bool
+	detaching      map[string]bool
 }
 
 // Call is one verified request.
@@ -67,6 +76,8 @@ type Call struct {
 	Action    string
 	Instances []string
 	Force     bool
+	// Volume is DetachVolume's volume.
+	Volume string
 }
 
 // Start serves an endpoint until the test ends.
@@ -95,9 +106,12 @@ func New(o Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ec2sim: %w", err)
 	}
-	e := &Endpoint{opts: o, ln: ln, state: map[string]string{}}
+	e := &Endpoint{opts: o, ln: ln, state: map[string]string{}, volumes: map[string]string{}, detaching: map[string]bool{}}
 	for _, id := range o.Instances {
 		e.state[id] = "running"
+	}
+	for vol, id := range o.Volumes {
+		e.volumes[vol] = id
 	}
 	e.srv = &http.Server{Handler: http.HandlerFunc(e.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = e.srv.Serve(ln) }()
@@ -229,7 +243,10 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ids := indexed(form, "InstanceId")
-	call := Call{Action: form.Get("Action"), Instances: ids, Force: form.Get("Force") == "true"}
+	if id := form.Get("InstanceId"); id != "" { // DetachVolume's single instance
+		ids = append(ids, id)
+	}
+	call := Call{Action: form.Get("Action"), Instances: ids, Force: form.Get("Force") == "true", Volume: form.Get("VolumeId")}
 	for _, id := range ids {
 		if e.State(id) == "" {
 			e.fail(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
@@ -246,6 +263,12 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
 	case "DescribeInstances":
 		e.record(call)
 		e.describeInstances(w, ids)
+	case "DescribeVolumes":
+		e.record(call)
+		e.describeVolumes(w, form)
+	case "DetachVolume":
+		e.record(call)
+		e.detachVolume(w, call)
 	default:
 		e.fail(w, http.StatusBadRequest, "InvalidAction", fmt.Sprintf("The action %s is not valid for this web service.", call.Action))
 	}
@@ -370,6 +393,114 @@ func (e *Endpoint) describeInstances(w http.ResponseWriter, ids []string) {
 		RequestID    string           `xml:"requestId"`
 		Reservations []reservationXML `xml:"reservationSet>item"`
 	}{NS: "http://ec2.amazonaws.com/doc/" + APIVersion + "/", RequestID: requestID(), Reservations: res})
+}
+
+// SetStuckDetaching keeps the volumes DetachVolume detaches in "detaching" (an impaired
+// instance); false lets them finish at once.
+func (e *Endpoint) SetStuckDetaching(stuck bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stuckDetaching = stuck
+	if !stuck {
+		for vol := range e.detaching {
+			e.volumes[vol] = ""
+		}
+		clear(e.detaching)
+	}
+}
+
+// VolumeState is the volume's state: in-use, available, or "" for an unknown volume.
+func (e *Endpoint) VolumeState(vol string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	id, ok := e.volumes[vol]
+	switch {
+	case !ok:
+		return ""
+	case id == "":
+		return "available"
+	}
+	return "in-use"
+}
+
+type attachmentXML struct {
+	VolumeID   string `xml:"volumeId"`
+	InstanceID string `xml:"instanceId"`
+	Device     string `xml:"device"`
+	Status     string `xml:"status"`
+}
+
+// describeVolumes lists the volumes, filtered by attachment.instance-id when the call asks.
+func (e *Endpoint) describeVolumes(w http.ResponseWriter, form url.Values) {
+	var instances []string
+	for i := 1; form.Get("Filter."+strconv.Itoa(i)+".Name") != ""; i++ {
+		if form.Get("Filter."+strconv.Itoa(i)+".Name") == "attachment.instance-id" {
+			instances = append(instances, indexed(form, "Filter."+strconv.Itoa(i)+".Value")...)
+		}
+	}
+	type volumeXML struct {
+		VolumeID    string          `xml:"volumeId"`
+		Status      string          `xml:"status"`
+		Attachments []attachmentXML `xml:"attachmentSet>item"`
+	}
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.volumes))
+	for vol := range e.volumes {
+		ids = append(ids, vol)
+	}
+	sort.Strings(ids)
+	var out []volumeXML
+	for _, vol := range ids {
+		id := e.volumes[vol]
+		if instances != nil && (id == "" || !slices.Contains(instances, id)) {
+			continue
+		}
+		v := volumeXML{VolumeID: vol, Status: "available"}
+		if id != "" {
+			status := "attached"
+			if e.detaching[vol] {
+				status = "detaching"
+			}
+			v.Status, v.Attachments = "in-use", []attachmentXML{{VolumeID: vol, InstanceID: id, Device: "/dev/xvdf", Status: status}}
+		}
+		out = append(out, v)
+	}
+	e.mu.Unlock()
+	e.xml(w, struct {
+		XMLName   xml.Name    `xml:"DescribeVolumesResponse"`
+		NS        string      `xml:"xmlns,attr"`
+		RequestID string      `xml:"requestId"`
+		Volumes   []volumeXML `xml:"volumeSet>item"`
+	}{NS: "http://ec2.amazonaws.com/doc/" + APIVersion + "/", RequestID: requestID(), Volumes: out})
+}
+
+// detachVolume detaches the volume from its instance: at once, or never while stuck.
+func (e *Endpoint) detachVolume(w http.ResponseWriter, c Call) {
+	e.mu.Lock()
+	id, ok := e.volumes[c.Volume]
+	switch {
+	case !ok:
+		e.mu.Unlock()
+		e.fail(w, http.StatusBadRequest, "InvalidVolume.NotFound", fmt.Sprintf("The volume '%s' does not exist.", c.Volume))
+		return
+	case id == "":
+		e.mu.Unlock()
+		e.fail(w, http.StatusBadRequest, "IncorrectState", fmt.Sprintf("Volume '%s' is in the 'available' state.", c.Volume))
+		return
+	}
+	if e.stuckDetaching {
+		e.detaching[c.Volume] = true
+	} else {
+		e.volumes[c.Volume] = ""
+	}
+	e.mu.Unlock()
+	e.xml(w, struct {
+		XMLName   xml.Name `xml:"DetachVolumeResponse"`
+		NS        string   `xml:"xmlns,attr"`
+		RequestID string   `xml:"requestId"`
+		attachmentXML
+	}{NS: "http://ec2.amazonaws.com/doc/" + APIVersion + "/", RequestID: requestID(),
+		attachmentXML: attachmentXML{VolumeID: c.Volume, InstanceID: id, Device: "/dev/xvdf", Status: "detaching"}})
 }
 
 // verify checks the request's SigV4 signature: the Authorization header's credential scope

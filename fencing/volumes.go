@@ -1,0 +1,52 @@
+package fencing
+
+import (
+	"context"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
+
+// volumeMethod is the method of the confirmed level that asks for the instance's volumes to
+// be force-detached (AWS forceDetachVolumes), false when none does.
+func volumeMethod(nf *v1alpha1.NodeFence) (v1alpha1.Method, bool) {
+	i := methodIndex(nf, nf.Status.Method)
+	for _, name := range levelNames(nf.Spec.Methods, i) {
+		m := nf.Spec.Methods[methodIndex(nf, name)]
+		if m.Type == v1alpha1.MethodAWS && m.AWS != nil && m.AWS.ForceDetachVolumes {
+			return m, true
+		}
+	}
+	return v1alpha1.Method{}, false
+}
+
+// detachVolumes is the DetachVolumes step: the provider of the method that asked force-detaches
+// the stopped instance's volumes and reads them back. It never fails the fence (the node's pods
+// are gone by now): an error or a slow detach keeps it pending, saying why, and the step is
+// taken again.
+func (r *NodeFenceReconciler) detachVolumes(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
+	m, ok := volumeMethod(nf)
+	if !ok {
+		return done("no method of the fence asks for its volumes detached")
+	}
+	rel, ok := r.Fencers[m.Type].(providers.VolumeReleaser)
+	if !ok {
+		return pending(retryRelease, ReasonNoProvider, "no provider of method type %s releases volumes", m.Type)
+	}
+	st, err := rel.ReleaseVolumes(ctx, providers.Request{Fence: nf, Method: m, Now: r.now()})
+	if err != nil {
+		msg := err.Error()
+		if hint := providers.HintOf(err); hint != "" {
+			msg += " (" + hint + ")"
+		}
+		return pending(retryRelease, string(providers.ReasonOf(err)), "force-detaching the volumes through method %s: %s", m.Name, msg)
+	}
+	if st.State == providers.Confirmed {
+		return done("%s", st.Message)
+	}
+	retry := st.RetryAfter
+	if retry <= 0 {
+		retry = retryRelease
+	}
+	return pending(retry, string(st.Reason), "%s", st.Message)
+}
