@@ -315,7 +315,7 @@ func (st *striker) healAll() time.Time {
 			st.check(c.Restart())
 		}
 	}
-	st.t.Logf("healed everything")
+	st.t.Logf("healed everything (%s)", st.sc.Cluster.Components())
 	return time.Now()
 }
 

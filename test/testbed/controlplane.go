@@ -163,10 +163,13 @@ func (c *Cluster) startKCMAndScheduler(ctx context.Context, bins binaries, opts 
 	schedArgs = append(schedArgs, "--secure-port="+strconv.Itoa(ports[1]))
 	kcmArgs = append(kcmArgs, opts.ExtraKCMFlags...)
 	c.logf("starting kube-controller-manager (controllers %s) and kube-scheduler", strings.Join(opts.Controllers, ","))
-	if c.kcm, err = startComponent(kcmBinary, bins.kcm, kcmArgs, filepath.Join(c.Dir, KCMLog)); err != nil {
+	// Both are supervised, as static pods are: the scheduler exits on purpose when its cache is
+	// corrupted (it was, after an API server was killed in a chaos run) and is meant to be
+	// started again.
+	if c.kcm, err = superviseComponent(kcmBinary, bins.kcm, kcmArgs, filepath.Join(c.Dir, KCMLog)); err != nil {
 		return err
 	}
-	if c.scheduler, err = startComponent(schedulerBinary, bins.scheduler, schedArgs, filepath.Join(c.Dir, SchedulerLog)); err != nil {
+	if c.scheduler, err = superviseComponent(schedulerBinary, bins.scheduler, schedArgs, filepath.Join(c.Dir, SchedulerLog)); err != nil {
 		return err
 	}
 	// The controllers register their health checks (all named "...-controller") once built;

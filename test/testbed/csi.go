@@ -77,11 +77,12 @@ func (c *Cluster) csiSocketPath() (string, error) {
 // waitCSIReady waits until the external-attacher has asked the plugin for its controller
 // capabilities, its last step before it starts watching VolumeAttachments.
 func (c *Cluster) waitCSIReady(ctx context.Context) error {
+	_, exited := c.attacher.current()
 	select {
 	case <-c.CSI.CapabilitiesAsked():
 		return nil
-	case <-c.attacher.done:
-		return fmt.Errorf("waiting for csi-attacher: it exited (%v)\n%s", c.attacher.err, TailFile(c.attacher.log.Name(), 20))
+	case <-exited:
+		return fmt.Errorf("waiting for csi-attacher: it %s\n%s", c.attacher.status(), TailFile(c.attacher.log.Name(), 20))
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for csi-attacher: %w\n%s", ctx.Err(), TailFile(c.attacher.log.Name(), 20))
 	}

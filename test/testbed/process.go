@@ -13,73 +13,152 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // component is a control-plane program run as a child process in its own process group.
+// A supervised one is started again when it exits, as the kubelet restarts a static pod: the
+// scheduler exits on purpose when it finds its cache corrupted (after the API server's restart,
+// for one) and counts on being restarted.
 type component struct {
-	name string
-	cmd  *exec.Cmd
-	log  *os.File
-	done chan struct{} // closed once the process has been reaped
-	err  error         // the exit status, valid after done
+	name, path string
+	args       []string
+	log        *os.File
+	supervise  bool
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{} // closed once the current process has been reaped
+	err      error         // its exit status, valid after done
+	stopping bool
+	restarts int
+	lastExit error
 }
+
+// restartDelay is how long a supervised component stays down before it is started again.
+const restartDelay = time.Second
 
 // startComponent runs path with args, writing stdout and stderr to logPath.
 func startComponent(name, path string, args []string, logPath string) (*component, error) {
+	return launch(&component{name: name, path: path, args: args}, logPath)
+}
+
+// superviseComponent runs path with args like startComponent, and starts it again whenever it
+// exits until it is stopped.
+func superviseComponent(name, path string, args []string, logPath string) (*component, error) {
+	return launch(&component{name: name, path: path, args: args, supervise: true}, logPath)
+}
+
+func launch(p *component, logPath string) (*component, error) {
 	log, err := os.Create(logPath)
 	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return nil, fmt.Errorf("starting %s: %w", p.name, err)
 	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p.log = log
+	if err := p.run(); err != nil {
 		log.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return nil, err
 	}
-	p := &component{name: name, cmd: cmd, log: log, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	return p, nil
 }
 
-// status says whether the process runs, or how it ended.
+// run starts the process and, for a supervised component, the watch that restarts it. The
+// start happens under the lock, after a look at stopping, so that stop never misses a process
+// started again.
+func (p *component) run() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return nil
+	}
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+		if !p.supervise {
+			return
+		}
+		time.Sleep(restartDelay)
+		p.mu.Lock()
+		if p.stopping {
+			p.mu.Unlock()
+			return
+		}
+		p.restarts++
+		p.lastExit = err
+		fmt.Fprintf(p.log, "\n--- testbed: %s exited (%v); started again, as the kubelet restarts a static pod ---\n", p.name, err)
+		p.mu.Unlock()
+		if err := p.run(); err != nil {
+			fmt.Fprintf(p.log, "--- testbed: %v ---\n", err)
+		}
+	}()
+	return nil
+}
+
+// current is the running (or last) process and its done channel.
+func (p *component) current() (*exec.Cmd, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd, p.done
+}
+
+// status says whether the process runs, or how it ended, and how often it was restarted.
 func (p *component) status() string {
 	if p == nil {
 		return "not started"
 	}
+	_, done := p.current()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := "running"
 	select {
-	case <-p.done:
-		return fmt.Sprintf("exited (%v)", p.err)
+	case <-done:
+		s = fmt.Sprintf("exited (%v)", p.err)
 	default:
-		return "running"
 	}
+	if p.restarts > 0 {
+		s += fmt.Sprintf(", restarted %d times (last exit: %v)", p.restarts, p.lastExit)
+	}
+	return s
 }
 
-// stop sends SIGTERM to the process group, SIGKILL after grace, and waits until it is reaped.
+// stop sends SIGTERM to the process group, SIGKILL after grace, and waits until it is reaped;
+// a supervised component is not started again.
 func (p *component) stop(grace time.Duration) error {
 	defer p.log.Close()
+	p.mu.Lock()
+	p.stopping = true
+	p.mu.Unlock()
+	cmd, done := p.current()
 	select {
-	case <-p.done:
+	case <-done:
 		return nil
 	default:
 	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-done:
 		return nil
 	case <-time.After(grace):
 	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	select {
-	case <-p.done:
+	case <-done:
 		return nil
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("stopping %s: pid %d survived SIGKILL", p.name, p.cmd.Process.Pid)
+		return fmt.Errorf("stopping %s: pid %d survived SIGKILL", p.name, cmd.Process.Pid)
 	}
 }
 
@@ -91,6 +170,7 @@ func (p *component) waitHealthy(ctx context.Context, url string, accept func(bod
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // local test component
 	}
 	defer client.CloseIdleConnections()
+	_, done := p.current()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -100,8 +180,8 @@ func (p *component) waitHealthy(ctx context.Context, url string, accept func(bod
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %s to be healthy: %w\n%s", p.name, ctx.Err(), TailFile(p.log.Name(), 20))
-		case <-p.done:
-			return fmt.Errorf("waiting for %s to be healthy: it exited (%v)\n%s", p.name, p.err, TailFile(p.log.Name(), 20))
+		case <-done:
+			return fmt.Errorf("waiting for %s to be healthy: it exited (%v)\n%s", p.name, p.status(), TailFile(p.log.Name(), 20))
 		case <-tick.C:
 		}
 	}
