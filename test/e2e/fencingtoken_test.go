@@ -1,4 +1,4 @@
-package fencing_test
+package e2e
 
 import (
 	"context"
