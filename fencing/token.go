@@ -63,6 +63,11 @@ var _ TokenSource = (*Tokens)(nil)
 func (t *Tokens) Next(ctx context.Context) (int64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Read once: a token recorded meanwhile came from this counter, which already covers it.
+	floor, err := t.highestRecorded(ctx)
+	if err != nil {
+		return 0, err
+	}
 	for attempt := range tokenAttempts {
 		if attempt > 0 {
 			select {
@@ -71,12 +76,8 @@ func (t *Tokens) Next(ctx context.Context) (int64, error) {
 			case <-time.After(rand.N(tokenBackoff)):
 			}
 		}
-		floor, err := t.highestRecorded(ctx)
-		if err != nil {
-			return 0, err
-		}
 		l := &coordinationv1.Lease{}
-		err = t.Reader.Get(ctx, t.Lease, l)
+		err := t.Reader.Get(ctx, t.Lease, l)
 		if apierrors.IsNotFound(err) {
 			next := floor + 1
 			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: t.Lease.Namespace, Name: t.Lease.Name,
