@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler), the kubelet of the test bed's real machines, and the CSI external-attacher (csi-attacher) from the Go module proxy into a
+# kube-scheduler), the kubelet of the test bed's real machines, the CSI external-attacher (csi-attacher) and the csi-addons manager and sidecar from the Go module proxy into a
 # cache outside the checkout, keyed by version, so that a fresh clone on the same machine reuses
 # them. Prints the bin directory on success.
 set -euo pipefail
@@ -13,6 +13,8 @@ CACHE_ROOT="${PALISADE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/palisade}"
 K8S_BIN="$CACHE_ROOT/kubernetes-$K8S_VERSION/bin"
 ETCD_BIN="$CACHE_ROOT/etcd-$ETCD_VERSION/bin"
 CSI_ATTACHER_BIN="$CACHE_ROOT/csi-attacher-$CSI_ATTACHER_VERSION/bin"
+CSI_ADDONS_VERSION="${CSI_ADDONS_VERSION:-v0.14.0}"
+CSI_ADDONS_BIN="$CACHE_ROOT/csi-addons-$CSI_ADDONS_VERSION/bin"
 
 log() { echo "build-testbed: $*" >&2; }
 
@@ -100,11 +102,38 @@ MOD
   log "built csi-attacher"
 }
 
+# build_csi_addons builds the csi-addons manager (the NetworkFence controller) and its sidecar,
+# which the manager calls and which calls the CSI driver's CSI-Addons service.
+build_csi_addons() {
+  [ -x "$CSI_ADDONS_BIN/csi-addons-manager" ] && [ -x "$CSI_ADDONS_BIN/csi-addons-sidecar" ] &&
+    { log "csi-addons $CSI_ADDONS_VERSION cached in $CSI_ADDONS_BIN"; return; }
+  local mod=github.com/csi-addons/kubernetes-csi-addons
+  local work="$CACHE_ROOT/src/csi-addons-$CSI_ADDONS_VERSION"
+  mkdir -p "$work" "$CSI_ADDONS_BIN"
+  log "building csi-addons $CSI_ADDONS_VERSION in $work (a few minutes on 2 cores, once)"
+  cd "$work"
+  cat > go.mod <<MOD
+module palisade.dev/testbed/csi-addons
+
+go 1.26
+
+require $mod $CSI_ADDONS_VERSION
+MOD
+  echo 'package main' > tools.go
+  local ld="-X $mod/internal/version.Version=$CSI_ADDONS_VERSION"
+  GOFLAGS=-mod=mod go build -ldflags "$ld" -o "$CSI_ADDONS_BIN/csi-addons-manager.tmp" "$mod/cmd/manager"
+  mv "$CSI_ADDONS_BIN/csi-addons-manager.tmp" "$CSI_ADDONS_BIN/csi-addons-manager"
+  GOFLAGS=-mod=mod go build -ldflags "$ld" -o "$CSI_ADDONS_BIN/csi-addons-sidecar.tmp" "$mod/sidecar"
+  mv "$CSI_ADDONS_BIN/csi-addons-sidecar.tmp" "$CSI_ADDONS_BIN/csi-addons-sidecar"
+  log "built csi-addons-manager and csi-addons-sidecar"
+}
+
 build_etcd
 build_k8s
 build_csi_attacher
+build_csi_addons
 # One directory with every binary, the layout envtest and the test bed expect.
 BIN="$CACHE_ROOT/testbed-kubernetes-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 mkdir -p "$BIN"
-for b in "$K8S_BIN"/* "$ETCD_BIN"/etcd "$CSI_ATTACHER_BIN"/csi-attacher; do ln -sf "$b" "$BIN/$(basename "$b")"; done
+for b in "$K8S_BIN"/* "$ETCD_BIN"/etcd "$CSI_ATTACHER_BIN"/csi-attacher "$CSI_ADDONS_BIN"/*; do ln -sf "$b" "$BIN/$(basename "$b")"; done
 echo "$BIN"

@@ -18,16 +18,21 @@ const (
 	schedulerBinary = "kube-scheduler"
 	// csiAttacherBinary is the CSI external-attacher (cmd/csi-attacher).
 	csiAttacherBinary = "csi-attacher"
+	// csiAddonsManagerBinary and csiAddonsSidecarBinary are kubernetes-csi-addons'
+	// cmd/manager and sidecar, needed with Options.CSIAddons.
+	csiAddonsManagerBinary = "csi-addons-manager"
+	csiAddonsSidecarBinary = "csi-addons-sidecar"
 )
 
 // binaries are the paths of the control-plane programs.
 type binaries struct {
 	etcd, apiServer, kcm, scheduler, csiAttacher string
+	csiAddonsManager, csiAddonsSidecar           string
 }
 
 // findBinaries locates the control-plane binaries in $PALISADE_TESTBED_BIN, csi-attacher
-// among them when withCSI.
-func findBinaries(withCSI bool) (binaries, error) {
+// among them when withCSI, the csi-addons manager and sidecar when withCSIAddons.
+func findBinaries(withCSI, withCSIAddons bool) (binaries, error) {
 	dir := os.Getenv(EnvBinDir)
 	if dir == "" {
 		return binaries{}, fmt.Errorf("finding control-plane binaries: $%s is not set; run `make testbed` "+
@@ -43,6 +48,11 @@ func findBinaries(withCSI bool) (binaries, error) {
 	if withCSI {
 		b.csiAttacher = filepath.Join(dir, csiAttacherBinary)
 		want = append(want, b.csiAttacher)
+	}
+	if withCSIAddons {
+		b.csiAddonsManager = filepath.Join(dir, csiAddonsManagerBinary)
+		b.csiAddonsSidecar = filepath.Join(dir, csiAddonsSidecarBinary)
+		want = append(want, b.csiAddonsManager, b.csiAddonsSidecar)
 	}
 	var errs []error
 	for _, p := range want {

@@ -42,7 +42,7 @@ func (c *Cluster) startCSI(ctx context.Context, bins binaries) error {
 	if _, err := c.Kube.StorageV1().CSIDrivers().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating CSIDriver %s: %w", CSIDriverName, err)
 	}
-	socket, err := c.csiSocketPath()
+	socket, err := c.socketPath("csi.sock", &c.socketDir)
 	if err != nil {
 		return err
 	}
@@ -60,18 +60,18 @@ func (c *Cluster) startCSI(ctx context.Context, bins binaries) error {
 	return err
 }
 
-// csiSocketPath is <Dir>/csi.sock, or a socket in a short directory of its own under /tmp when
-// Dir is too long for a unix socket path.
-func (c *Cluster) csiSocketPath() (string, error) {
-	if p := filepath.Join(c.Dir, "csi.sock"); len(p) <= maxSocketPath {
+// socketPath is <Dir>/<name>, or <name> in a short directory of its own under /tmp (kept in
+// *dir, removed at Stop) when Dir is too long for a unix socket path.
+func (c *Cluster) socketPath(name string, dir *string) (string, error) {
+	if p := filepath.Join(c.Dir, name); len(p) <= maxSocketPath {
 		return p, nil
 	}
-	dir, err := os.MkdirTemp("/tmp", "pcsi-")
+	d, err := os.MkdirTemp("/tmp", "psock-")
 	if err != nil {
-		return "", fmt.Errorf("creating CSI socket dir: %w", err)
+		return "", fmt.Errorf("creating a directory for socket %s: %w", name, err)
 	}
-	c.socketDir = dir
-	return filepath.Join(dir, "csi.sock"), nil
+	*dir = d
+	return filepath.Join(d, name), nil
 }
 
 // waitCSIReady waits until the external-attacher has asked the plugin for its controller

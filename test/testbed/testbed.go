@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	csiaddonsv1alpha1 "github.com/csi-addons/kubernetes-csi-addons/api/csiaddons/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fencingv1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/testbed/csiaddonsdriver"
 	"palisade.dev/palisade/test/testbed/csidriver"
 )
 
@@ -68,6 +71,11 @@ type Options struct {
 	// Nodes, Pods, VolumeAttachments and NodeFences, with request and response objects: the
 	// API's own record of what was released when, which the chaos checker reads.
 	AuditLog bool
+	// CSIAddons runs the real csi-addons NetworkFence chain: the kubernetes-csi-addons CRDs
+	// (from the module cache), the real csi-addons manager and sidecar, and
+	// csiaddonsdriver's stand-in driver behind them (Cluster.CSIAddons), with
+	// NetworkFenceClassName for it. Start returns once the manager reaches the driver.
+	CSIAddons bool
 }
 
 // Cluster is a running control plane: etcd, kube-apiserver, kube-controller-manager,
@@ -75,11 +83,15 @@ type Options struct {
 // Stop it with Stop.
 type Cluster struct {
 	Config *rest.Config         // admin (system:masters)
-	Scheme *runtime.Scheme      // client-go kinds and Palisade's fencing.palisade.dev/v1alpha1
+	Scheme *runtime.Scheme      // client-go kinds, Palisade's fencing.palisade.dev/v1alpha1 and csiaddons.openshift.io/v1alpha1
 	Client client.Client        // controller-runtime client, uncached
 	Kube   kubernetes.Interface // client-go clientset
 	Dir    string               // kubeconfigs, certificates, etcd data and the logs of every process
 	CSI    *csidriver.Driver    // the CSI plugin behind the external-attacher; nil with NoCSIAttacher
+	// CSIAddons is the stand-in CSI-Addons driver behind the real csi-addons sidecar and
+	// manager; nil without Options.CSIAddons. Stop stops it after the sidecar (which exits
+	// when it loses the driver): leave stopping it to Stop.
+	CSIAddons *csiaddonsdriver.Driver
 
 	logf      func(format string, args ...any)
 	env       *envtest.Environment
@@ -88,8 +100,13 @@ type Cluster struct {
 	scheduler *component
 	attacher  *component
 	socketDir string // holds the CSI socket when Dir is too long for one
-	stopOnce  sync.Once
-	stopErr   error
+
+	csiAddonsManager   *component
+	csiAddonsSidecar   *component
+	csiAddonsSocketDir string // holds the CSI-Addons socket when Dir is too long for one
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // Log file names under Cluster.Dir.
@@ -108,11 +125,18 @@ const (
 // exist. On error nothing is left running.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	began := time.Now()
-	bins, err := findBinaries(!opts.NoCSIAttacher)
+	bins, err := findBinaries(!opts.NoCSIAttacher, opts.CSIAddons)
 	if err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
+	if opts.CSIAddons {
+		crds, err := csiAddonsCRDDir(ctx)
+		if err != nil {
+			return nil, err
+		}
+		opts.CRDDirs = append(slices.Clone(opts.CRDDirs), crds)
+	}
 	dir, err := os.MkdirTemp("", "palisade-testbed-")
 	if err != nil {
 		return nil, fmt.Errorf("starting test bed: %w", err)
@@ -155,11 +179,22 @@ func (c *Cluster) start(ctx context.Context, bins binaries, opts Options) error 
 			return err
 		}
 	}
+	// The csi-addons chain needs nothing from kube-controller-manager: it boots meanwhile.
+	if opts.CSIAddons {
+		if err := c.startCSIAddons(ctx, bins); err != nil {
+			return err
+		}
+	}
 	if err := c.startKCMAndScheduler(ctx, bins, opts); err != nil {
 		return err
 	}
 	if !opts.NoCSIAttacher {
 		if err := c.waitCSIReady(ctx); err != nil {
+			return err
+		}
+	}
+	if opts.CSIAddons {
+		if err := c.waitCSIAddonsReady(ctx); err != nil {
 			return err
 		}
 	}
@@ -184,6 +219,10 @@ func StartT(t testing.TB, opts Options) *Cluster {
 			if c.attacher != nil {
 				t.Log(TailFile(filepath.Join(c.Dir, CSIAttacherLog), 20))
 			}
+			if c.csiAddonsManager != nil {
+				t.Log(TailFile(filepath.Join(c.Dir, CSIAddonsManagerLog), 20))
+				t.Log(TailFile(filepath.Join(c.Dir, CSIAddonsSidecarLog), 20))
+			}
 		}
 		if err := c.Stop(); err != nil {
 			t.Errorf("stopping test bed: %v", err)
@@ -203,6 +242,9 @@ func (c *Cluster) Stop() error {
 func (c *Cluster) stop() error {
 	began := time.Now()
 	errs := c.stopComponents()
+	if err := c.stopCSIAddonsDriver(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.stopCSI(); err != nil {
 		errs = append(errs, err)
 	}
@@ -226,15 +268,15 @@ func (c *Cluster) stop() error {
 	return errors.Join(errs...)
 }
 
-// stopComponents stops kube-scheduler, kube-controller-manager and the external-attacher
-// concurrently.
+// stopComponents stops kube-scheduler, kube-controller-manager, the external-attacher and the
+// csi-addons manager and sidecar concurrently.
 func (c *Cluster) stopComponents() []error {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, p := range []*component{c.scheduler, c.kcm, c.attacher} {
+	for _, p := range []*component{c.scheduler, c.kcm, c.attacher, c.csiAddonsManager, c.csiAddonsSidecar} {
 		if p == nil {
 			continue
 		}
@@ -276,6 +318,9 @@ func newScheme() (*runtime.Scheme, error) {
 		return nil, fmt.Errorf("building scheme: %w", err)
 	}
 	if err := fencingv1alpha1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("building scheme: %w", err)
+	}
+	if err := csiaddonsv1alpha1.AddToScheme(s); err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
 	}
 	return s, nil
