@@ -23,6 +23,11 @@ func (r *NodeFenceReconciler) takeMethod(ctx context.Context, nf *v1alpha1.NodeF
 	req := r.request(nf, m)
 	switch a.step {
 	case kind.fence:
+		if kind.lifted {
+			if err := r.holdForLift(ctx, nf); err != nil {
+				return pending(retryConfirm, ReasonAPIError, "before putting up a storage fence: %v", err)
+			}
+		}
 		return fence(ctx, fencer, req)
 	case kind.confirm:
 		return confirm(ctx, fencer, req)

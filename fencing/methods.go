@@ -22,17 +22,24 @@ type methodKind struct {
 	// checked for signs of life before anything is released; a new method is checked unless
 	// its row says otherwise.
 	keepsNodeRunning bool
+	// lifted: the fence outlives the fence's work (a storage fence stays after the release)
+	// and is lifted through the provider's Unfence when the NodeFence is deleted, which the
+	// finalizer palisade.dev/lift-storage-fence holds until then (unfence.go).
+	lifted bool
 }
 
 // methodKinds is the table of method types. Adding a method takes a provider package, one row
 // here and one line of wiring in cmd/palisade-controller/app.
 var methodKinds = map[v1alpha1.MethodType]methodKind{
-	v1alpha1.MethodIPMI:      {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false},
-	v1alpha1.MethodRedfish:   {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false},
-	v1alpha1.MethodAWS:       {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false},
-	v1alpha1.MethodVSphere:   {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false},
-	v1alpha1.MethodExecutor:  {v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated, v1alpha1.ReasonWorkloadTerminationConfirmed, true, true},
-	v1alpha1.MethodSelfFence: {v1alpha1.StepAwaitIsolation, v1alpha1.StepConfirmSelfFenced, v1alpha1.ReasonSelfFenceSafeTimePassed, false, false},
+	v1alpha1.MethodIPMI:      {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false, false},
+	v1alpha1.MethodRedfish:   {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false, false},
+	v1alpha1.MethodAWS:       {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false, false},
+	v1alpha1.MethodVSphere:   {v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.ReasonPowerOffConfirmed, false, false, false},
+	v1alpha1.MethodExecutor:  {v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated, v1alpha1.ReasonWorkloadTerminationConfirmed, true, true, false},
+	v1alpha1.MethodSelfFence: {v1alpha1.StepAwaitIsolation, v1alpha1.StepConfirmSelfFenced, v1alpha1.ReasonSelfFenceSafeTimePassed, false, false, false},
+	// A storage fence leaves the node running, cut off from its volumes: its Lease, heartbeats
+	// and peers are evidence against the fence like any other method's.
+	v1alpha1.MethodNetworkFence: {v1alpha1.StepStorageFence, v1alpha1.StepConfirmStorageFenced, v1alpha1.ReasonStorageFenceConfirmed, false, false, true},
 }
 
 // kindOfStep is the method kind one of whose steps s is.

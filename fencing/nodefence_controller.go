@@ -99,6 +99,9 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("Node", klog.KRef("", nf.Spec.NodeName))
 	ctx = ctrl.LoggerInto(ctx, log)
+	if !nf.DeletionTimestamp.IsZero() {
+		return r.finishDeletion(ctx, nf)
+	}
 	if nf.Spec.DryRun {
 		return ctrl.Result{}, r.recordDryRun(ctx, nf)
 	}

@@ -51,6 +51,12 @@ const (
 	ReasonCloudUnreachable Reason = "CloudUnreachable"
 	// ReasonCloudRefused: the cloud answered with an error. Retryable.
 	ReasonCloudRefused Reason = "CloudRefused"
+	// ReasonStorageRefused: the storage (its CSI driver, through csi-addons) answered the fence
+	// or its lifting with an error; the csi-addons manager tries again.
+	ReasonStorageRefused Reason = "StorageFenceRefused"
+	// ReasonStorageFenceRemoved: the storage fence's object was deleted or changed by someone
+	// else: the storage may no longer refuse the node.
+	ReasonStorageFenceRemoved Reason = "StorageFenceRemoved"
 	// ReasonTimedOut: the method did not confirm within its timeout.
 	ReasonTimedOut Reason = "MethodTimedOut"
 )

@@ -45,6 +45,16 @@ type VolumeReleaser interface {
 	ReleaseVolumes(ctx context.Context, req Request) (Status, error)
 }
 
+// Unfencer is a Fencer whose fence outlives the fence's work: a storage fence stays up after
+// the node is released, until the fence record is deleted once the node is repaired. The
+// caller lifts it then, and only then.
+type Unfencer interface {
+	// Unfence lifts the fence the Request's method put up (idempotent: it is called again
+	// while the fence is being lifted) and reads it back: Confirmed once nothing of it is
+	// left, also when it was never put up.
+	Unfence(ctx context.Context, req Request) (Status, error)
+}
+
 // Request is one fence of one node through one method.
 type Request struct {
 	// Fence is the record, read-only: its UID names the fence (and any order sent for it),

@@ -6,7 +6,7 @@ import (
 )
 
 // MethodType names a fencing method.
-// +kubebuilder:validation:Enum=IPMI;Redfish;AWS;VSphere;Executor;SelfFence
+// +kubebuilder:validation:Enum=IPMI;Redfish;AWS;VSphere;Executor;SelfFence;NetworkFence
 type MethodType string
 
 const (
@@ -35,6 +35,14 @@ const (
 	// node fenced only once it has had no signal from it on any path for safeAfter, and records
 	// that it relied on it.
 	MethodSelfFence MethodType = "SelfFence"
+	// MethodNetworkFence fences the node at its storage through csi-addons: a NetworkFence
+	// (csiaddons.openshift.io/v1alpha1) for the node's addresses with the method's
+	// NetworkFenceClass, whose CSI driver has the storage refuse them; confirmed only when the
+	// NetworkFence's status says the fence Succeeded. The node itself may go on running, cut
+	// off from its volumes. The fence stays until the NodeFence is deleted after the node's
+	// repair (its out-of-service taint removed): then it is lifted and read back before the
+	// NodeFence goes.
+	MethodNetworkFence MethodType = "NetworkFence"
 )
 
 // FencingPolicySpec says which nodes a policy covers, when one counts as failed, how it is
@@ -94,6 +102,7 @@ type Detection struct {
 // +kubebuilder:validation:XValidation:rule="self.type != 'IPMI' || has(self.ipmi)",message="a method of type IPMI needs its ipmi settings (credentialsSecretRef)"
 // +kubebuilder:validation:XValidation:rule="self.type != 'Redfish' || has(self.redfish)",message="a method of type Redfish needs its redfish settings (credentialsSecretRef)"
 // +kubebuilder:validation:XValidation:rule="self.type != 'VSphere' || has(self.vsphere)",message="a method of type VSphere needs its vsphere settings (server, credentialsSecretRef)"
+// +kubebuilder:validation:XValidation:rule="self.type != 'NetworkFence' || has(self.networkFence)",message="a method of type NetworkFence needs its networkFence settings (networkFenceClassName)"
 // +kubebuilder:validation:XValidation:rule="self.type != 'SelfFence' || has(self.selfFence)",message="a method of type SelfFence needs selfFence.safeAfter: how long after the last signal the node's agent has surely fenced itself"
 // +kubebuilder:validation:XValidation:rule="!has(self.timeout) || (duration(self.timeout) >= duration('1s') && duration(self.timeout) <= duration('30m'))",message="a method's timeout must be between 1s and 30m"
 type Method struct {
@@ -146,6 +155,21 @@ type Method struct {
 	// SelfFence configures a method of type SelfFence.
 	// +optional
 	SelfFence *SelfFenceMethod `json:"selfFence,omitempty"`
+
+	// NetworkFence configures a method of type NetworkFence.
+	// +optional
+	NetworkFence *NetworkFenceMethod `json:"networkFence,omitempty"`
+}
+
+// NetworkFenceMethod configures a storage fence through csi-addons. The fenced CIDRs are the
+// node's annotation palisade.dev/storage-cidrs when set (its addresses on the storage network),
+// else each of its InternalIP and ExternalIP addresses (/32 or /128).
+type NetworkFenceMethod struct {
+	// NetworkFenceClassName names the csi-addons NetworkFenceClass: its provisioner is the CSI
+	// driver that fences, its parameters the driver's (and the Secret it needs).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NetworkFenceClassName string `json:"networkFenceClassName"`
 }
 
 // SelfFenceMethod configures reliance on the agents' self-fencing.

@@ -33,6 +33,16 @@ const (
 	// longer exists. The controller adds and removes it; a person removes it by hand only for a
 	// machine known to be off (see the README, "Deleting a node").
 	FinalizerFenceOnDelete = "palisade.dev/fence-on-delete"
+	// AnnotationStorageCIDRs on a Node lists, comma-separated, the CIDRs a storage fence
+	// (method NetworkFence) fences for it, such as its address on the storage network
+	// ("10.20.0.5/32,fd00:20::5/128"); unset, its InternalIP and ExternalIP addresses.
+	AnnotationStorageCIDRs = "palisade.dev/storage-cidrs"
+	// FinalizerLiftStorageFence on a NodeFence whose method put up a storage fence holds the
+	// NodeFence's deletion until that fence is lifted: once the node no longer carries the
+	// out-of-service taint this fence added (the node is repaired), or at once when the fence
+	// released nothing. A node that no longer exists keeps its storage fence (its machine may
+	// still run with those addresses) and the finalizer goes with a warning event.
+	FinalizerLiftStorageFence = "palisade.dev/lift-storage-fence"
 	// LabelNode on a NodeFence names the node it fences.
 	LabelNode = "palisade.dev/node"
 

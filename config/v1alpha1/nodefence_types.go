@@ -77,17 +77,19 @@ const (
 type StepName string
 
 const (
-	StepPowerOff           StepName = "PowerOff"           // send the power-off command
-	StepConfirmOff         StepName = "ConfirmOff"         // read the power state back until Off
-	StepTerminate          StepName = "Terminate"          // order the node's agent to terminate the workload
-	StepConfirmTerminated  StepName = "ConfirmTerminated"  // read back that no workload container runs
-	StepAwaitIsolation     StepName = "AwaitIsolation"     // note the last signal from a node expected to fence itself
-	StepConfirmSelfFenced  StepName = "ConfirmSelfFenced"  // no signal on any path for the method's safeAfter
-	StepVerifyFenced       StepName = "VerifyFenced"       // watch the node's own signals: none may follow the confirmation
-	StepTaint              StepName = "Taint"              // add the out-of-service taint
-	StepDeletePods         StepName = "DeletePods"         // force-delete the pods bound to the node
-	StepDetachVolumes      StepName = "DetachVolumes"      // force-detach the cloud volumes of a stopped instance (AWS forceDetachVolumes)
-	StepReleaseAttachments StepName = "ReleaseAttachments" // delete the node's VolumeAttachments
+	StepPowerOff             StepName = "PowerOff"             // send the power-off command
+	StepConfirmOff           StepName = "ConfirmOff"           // read the power state back until Off
+	StepTerminate            StepName = "Terminate"            // order the node's agent to terminate the workload
+	StepConfirmTerminated    StepName = "ConfirmTerminated"    // read back that no workload container runs
+	StepAwaitIsolation       StepName = "AwaitIsolation"       // note the last signal from a node expected to fence itself
+	StepConfirmSelfFenced    StepName = "ConfirmSelfFenced"    // no signal on any path for the method's safeAfter
+	StepStorageFence         StepName = "StorageFence"         // have the storage refuse the node's addresses
+	StepConfirmStorageFenced StepName = "ConfirmStorageFenced" // read back that the storage fence holds
+	StepVerifyFenced         StepName = "VerifyFenced"         // watch the node's own signals: none may follow the confirmation
+	StepTaint                StepName = "Taint"                // add the out-of-service taint
+	StepDeletePods           StepName = "DeletePods"           // force-delete the pods bound to the node
+	StepDetachVolumes        StepName = "DetachVolumes"        // force-detach the cloud volumes of a stopped instance (AWS forceDetachVolumes)
+	StepReleaseAttachments   StepName = "ReleaseAttachments"   // delete the node's VolumeAttachments
 )
 
 // StepState is the state of one step.
@@ -269,6 +271,8 @@ const (
 	// ReasonWorkloadTerminationConfirmed (Fenced=True): the node's agent confirmed, with a
 	// runtime read-back, that no workload container runs.
 	ReasonWorkloadTerminationConfirmed = "WorkloadTerminationConfirmed"
+	// ReasonStorageFenceConfirmed: the storage reports the node's addresses fenced.
+	ReasonStorageFenceConfirmed = "StorageFenceConfirmed"
 	// ReasonSelfFenceSafeTimePassed (Fenced=True): the node sent no signal on any path for the
 	// self-fence's safe time.
 	ReasonSelfFenceSafeTimePassed = "SelfFenceSafeTimePassed"

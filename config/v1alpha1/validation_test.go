@@ -76,6 +76,18 @@ func TestFencingPolicyValidation(t *testing.T) {
 			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodVSphere, nil
 			p.Spec.Methods[0].VSphere = &v1alpha1.VSphereMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "ns", Name: "vc"}}
 		}, []string{"spec.methods[0].vsphere.server"}},
+		{"NetworkFence without its settings", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodNetworkFence, nil
+		}, []string{"a method of type NetworkFence needs its networkFence settings"}},
+		{"NetworkFence without a class", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodNetworkFence, nil
+			p.Spec.Methods[0].NetworkFence = &v1alpha1.NetworkFenceMethod{}
+		}, []string{"spec.methods[0].networkFence.networkFenceClassName"}},
+		{"NetworkFence and IPMI all-of", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Level = "storage-and-power"
+			p.Spec.Methods = append([]v1alpha1.Method{{Name: "storage", Type: v1alpha1.MethodNetworkFence, Level: "storage-and-power",
+				NetworkFence: &v1alpha1.NetworkFenceMethod{NetworkFenceClassName: "ceph-rbd"}}}, p.Spec.Methods...)
+		}, nil},
 		{"unknown method type", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods[0].Type = "Telepathy" },
 			[]string{`Unsupported value: "Telepathy"`}},
 		{"duplicate method names", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods = append(p.Spec.Methods, p.Spec.Methods[0]) },

@@ -25,6 +25,8 @@ const (
 	MethodEnd   = "End"
 	// MethodReleaseVolumes: providers.VolumeReleaser's ReleaseVolumes.
 	MethodReleaseVolumes = "ReleaseVolumes"
+	// MethodUnfence: providers.Unfencer's Unfence.
+	MethodUnfence = "Unfence"
 )
 
 var (
@@ -68,6 +70,7 @@ type decorator struct {
 var (
 	_ providers.Fencer         = (*decorator)(nil)
 	_ providers.VolumeReleaser = (*decorator)(nil)
+	_ providers.Unfencer       = (*decorator)(nil)
 )
 
 // Decorate wraps p so that every call is measured. Wrapping an already decorated provider
@@ -118,6 +121,19 @@ func (d *decorator) ReleaseVolumes(ctx context.Context, req providers.Request) (
 	start := time.Now()
 	st, err := r.ReleaseVolumes(ctx, req)
 	d.observe(MethodReleaseVolumes, start, err)
+	return st, err
+}
+
+// Unfence measures the wrapped provider's Unfence; a provider without one answers an error
+// saying so.
+func (d *decorator) Unfence(ctx context.Context, req providers.Request) (providers.Status, error) {
+	u, ok := d.p.(providers.Unfencer)
+	if !ok {
+		return providers.Status{}, providers.NewError(providers.ReasonBadTarget, fmt.Errorf("provider %s has no fence to lift", d.p.Name()))
+	}
+	start := time.Now()
+	st, err := u.Unfence(ctx, req)
+	d.observe(MethodUnfence, start, err)
 	return st, err
 }
 

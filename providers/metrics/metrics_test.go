@@ -203,3 +203,36 @@ func TestDecorateReleaseVolumes(t *testing.T) {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
 }
+
+// lifter is a provider whose fence is lifted by Unfence.
+type lifter struct {
+	*fake.Provider
+	calls int
+}
+
+func (l *lifter) Unfence(context.Context, providers.Request) (providers.Status, error) {
+	l.calls++
+	return providers.Status{}, providers.NewError(providers.ReasonStorageRefused, errors.New("array offline"))
+}
+
+// TestDecorateUnfence: Unfence reaches a provider that has it, measured under its own method
+// label with its error's reason; a provider without it answers an error, and nothing is
+// measured.
+func TestDecorateUnfence(t *testing.T) {
+	reg := newRegistry(t)
+	l := &lifter{Provider: fake.New()}
+	if _, err := Decorate(l).(providers.Unfencer).Unfence(context.Background(), request("n1")); l.calls != 1 || providers.ReasonOf(err) != providers.ReasonStorageRefused {
+		t.Errorf("Unfence = %v after %d calls; want the provider's answer", err, l.calls)
+	}
+	if _, err := Decorate(fake.New()).(providers.Unfencer).Unfence(context.Background(), request("n1")); err == nil ||
+		!strings.Contains(err.Error(), "has no fence to lift") {
+		t.Errorf("Unfence of a provider without it: %v, want an error saying so", err)
+	}
+	want := map[string]float64{
+		"palisade_provider_duration_seconds{method=Unfence,provider=fake}":                        1,
+		"palisade_provider_errors_total{method=Unfence,provider=fake,reason=StorageFenceRefused}": 1,
+	}
+	if diff := cmp.Diff(want, samples(t, reg)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/test/scenario"
 )
 
 // The kubelet's defaults: Lease renewed every 10s. Palisade's policy uses its default lease
@@ -63,55 +62,10 @@ func printRun(kind string, i int, r result) {
 		kind, i, r.podDeleted.Seconds(), r.attachmentReleased.Seconds(), r.replacementRunning.Seconds(), r.confirmedBeforeRelease)
 }
 
-// failover runs one scene: with Palisade's controller, or with the ideal operator instead.
+// failover runs one scene, node 1 fenced through its IPMI BMC: with Palisade's controller, or
+// with the ideal operator instead.
 func failover(b *testing.B, withPalisade bool) result {
-	ctx := context.Background()
-	// Palisade runs as deployed: with its node agents (1 s heartbeats, peer probing).
-	env, err := scenario.Start(ctx, scenario.Options{LeaseRenewInterval: kubeletRenew, NoPolicy: !withPalisade, Agents: withPalisade})
-	if err != nil {
-		b.Fatalf("starting scene: %v", err)
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			b.Errorf("stopping scene: %v", err)
-		}
-	}()
-	if withPalisade {
-		if err := env.StartController(ctx, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	w, err := env.DeployDatabase(ctx, env.Node(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Let a full renewal interval pass so the power cut lands at a random point of it, as in life.
-	time.Sleep(kubeletRenew + time.Duration(time.Now().UnixNano()%int64(kubeletRenew)))
-	n1 := env.Node(1)
-	opCtx, stopOperator := context.WithCancel(ctx)
-	defer stopOperator()
-	tr, err := env.Track(ctx, n1, w.Pod, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tr.Stop()
-	if err := n1.BMC.SetPower(false); err != nil {
-		b.Fatal(err)
-	}
-	if !withPalisade {
-		go idealOperator(opCtx, env.Cluster.Client, n1.Name())
-	}
-	var r result
-	if r.replacementRunning, err = tr.Wait(ctx, scenario.ReplacementRunning, 5*time.Minute); err != nil {
-		b.Fatal(err)
-	}
-	r.podDeleted, _ = tr.At(scenario.PodDeleted)
-	r.attachmentReleased, err = tr.Wait(ctx, scenario.AttachmentReleased, 5*time.Minute)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r.confirmedBeforeRelease, _ = tr.ConfirmedBeforeRelease()
-	return r
+	return failoverFencedBy(b, failoverMethods(b)["ipmi"](), withPalisade)
 }
 
 // idealOperator adds the out-of-service taint the moment the node's Ready condition is no

@@ -20,9 +20,11 @@ import (
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/providers/ipmi"
+	"palisade.dev/palisade/providers/networkfence"
 	"palisade.dev/palisade/providers/power"
 	"palisade.dev/palisade/providers/redfish"
 	"palisade.dev/palisade/providers/vsphere"
+	"palisade.dev/palisade/test/testbed"
 	"palisade.dev/palisade/test/testbed/ec2sim"
 	"palisade.dev/palisade/test/testbed/ipmisim"
 	"palisade.dev/palisade/test/testbed/redfishsim"
@@ -31,10 +33,11 @@ import (
 // providerRuns is how many fences each provider takes; the lines report medians.
 const providerRuns = 5
 
-// BenchmarkProviders fences one machine per run through each power provider against its test
-// peer — ipmi_sim through ipmitool, redfishsim over TLS with a session, ec2sim with SigV4 — and
-// reports the time its Fence took (the off command accepted) and the time from then to the
-// first Check that confirmed the fence (reads until the power reads off, 100 ms apart).
+// BenchmarkProviders fences one machine per run through each provider against its test peer —
+// ipmi_sim through ipmitool, redfishsim over TLS with a session, ec2sim with SigV4, vcsim, and
+// the real csi-addons manager and sidecar in front of the stand-in storage driver — and reports
+// the time its Fence took (the command accepted) and the time from then to the first Check that
+// confirmed the fence (reads until the fence reads in place, 100 ms apart).
 func BenchmarkProviders(b *testing.B) {
 	const ns = "palisade-system"
 	secret := func(name string, data map[string]string) *corev1.Secret {
@@ -48,6 +51,9 @@ func BenchmarkProviders(b *testing.B) {
 		name string
 		peer func(b *testing.B) (v1alpha1.Method, func(), []client.Object)
 	}
+	// The storage fence runs against the real API server and the real csi-addons manager and
+	// sidecar (the test bed's stand-in driver behind them): its peer is a cluster.
+	var storage *testbed.Cluster
 	peers := []peer{
 		{"ipmi", func(b *testing.B) (v1alpha1.Method, func(), []client.Object) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -101,12 +107,25 @@ func BenchmarkProviders(b *testing.B) {
 			return m, on, []client.Object{node, secret("vc", map[string]string{"username": "fencer", "password": "vc-pw"}),
 				secret("ca", map[string]string{power.CABundleKey: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))})}
 		}},
+		{"networkfence", func(b *testing.B) (v1alpha1.Method, func(), []client.Object) {
+			storage = testbed.StartT(b, testbed.Options{CSIAddons: true, NoCSIAttacher: true})
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Annotations: map[string]string{v1alpha1.AnnotationStorageCIDRs: "10.20.0.1/32"}}}
+			if err := storage.Client.Create(context.Background(), node); err != nil {
+				b.Fatal(err)
+			}
+			m := v1alpha1.Method{Name: "storage", Type: v1alpha1.MethodNetworkFence,
+				NetworkFence: &v1alpha1.NetworkFenceMethod{NetworkFenceClassName: testbed.NetworkFenceClassName}}
+			return m, func() {}, nil // each run's fence has a NetworkFence of its own
+		}},
 	}
 	for _, pr := range peers {
 		b.Run(pr.name, func(b *testing.B) {
 			m, powerOn, objs := pr.peer(b)
 			reader := fake.NewClientBuilder().WithObjects(objs...).Build()
 			f := map[string]providers.Fencer{"ipmi": ipmi.New(reader), "redfish": redfish.New(reader), "aws": aws.New(reader), "vsphere": vsphere.New(reader)}[pr.name]
+			if pr.name == "networkfence" {
+				f = networkfence.New(storage.Client, storage.Client)
+			}
 			var fences, confirms []float64
 			for run := range providerRuns {
 				powerOn()

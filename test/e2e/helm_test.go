@@ -232,3 +232,43 @@ func assertNoForbidden(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// The chart's RBAC covers storage fences: running as the chart's ServiceAccount, the real
+// binary puts up a NetworkFence for a node that lost its power, releases the node, and lifts
+// the fence when the repaired node's NodeFence is deleted, without a single "forbidden".
+func TestHelmChartRBACCoversStorageFences(t *testing.T) {
+	env := startScene(t, scenario.Options{CSIAddons: true, Policy: func(p *v1alpha1.FencingPolicy) {
+		p.Spec.Methods = []v1alpha1.Method{storageFence("")}
+	}})
+	ctx := context.Background()
+	n1 := env.Node(1)
+	installChart(t, env, nil)
+	p := startBinary(t, serviceAccountKubeconfig(t, env, scenario.SecretNamespace, chartSA), buildController(t))
+	waitHTTP(t, p.health+"/readyz", "ok")
+	waitLeader(t, env, "")
+	if err := n1.BMC.SetPower(false); err != nil {
+		t.Fatal(err)
+	}
+	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, func(nf *v1alpha1.NodeFence) bool {
+		return nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed
+	})
+	if nf.Status.Phase != v1alpha1.PhaseReleased || !env.Cluster.CSIAddons.IsFenced(nodeCIDR(t, env, n1.Name())) {
+		t.Fatalf("phase %s, storage fences %v: want Released behind the node's storage fence; steps %v", nf.Status.Phase, env.Cluster.CSIAddons.Fenced(), trace(nf))
+	}
+	if err := n1.BMC.SetPower(true); err != nil {
+		t.Fatal(err)
+	}
+	removeOutOfServiceTaint(t, env, n1.Name())
+	if err := env.Cluster.Client.Delete(ctx, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: n1.Name()}}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, env, n1.Name())
+	if got := env.Cluster.CSIAddons.Fenced(); len(got) != 0 {
+		t.Errorf("the storage still fences %v after the lift", got)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+	assertNoForbidden(t, p.stderr.Name())
+}

@@ -49,6 +49,8 @@ type Options struct {
 	Agents bool
 	// Node, when set, edits each simulated node's options before it starts (i from 1).
 	Node func(i int, o *simnode.Options)
+	// CSIAddons runs the real csi-addons NetworkFence chain in the test bed (testbed.Options).
+	CSIAddons bool
 	// AgentInterval is the agents' heartbeat interval; default 1s (the agent's default).
 	AgentInterval time.Duration
 	Logf          func(format string, args ...any)
@@ -108,7 +110,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if e.dir, err = os.MkdirTemp("", "palisade-scenario-"); err != nil {
 		return nil, err
 	}
-	if e.Cluster, err = testbed.Start(ctx, testbed.Options{NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, ExtraKCMFlags: o.KCMFlags, Logf: o.Logf}); err != nil {
+	if e.Cluster, err = testbed.Start(ctx, testbed.Options{NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, ExtraKCMFlags: o.KCMFlags, CSIAddons: o.CSIAddons, Logf: o.Logf}); err != nil {
 		return nil, err
 	}
 	if err = e.createSecret(ctx); err != nil {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	csiaddonsv1alpha1 "github.com/csi-addons/kubernetes-csi-addons/api/csiaddons/v1alpha1"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -81,6 +82,9 @@ func Scheme() (*runtime.Scheme, error) {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := csiaddonsv1alpha1.AddToScheme(s); err != nil { // NetworkFence, a storage fence
 		return nil, err
 	}
 	return s, nil

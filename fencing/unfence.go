@@ -1,0 +1,170 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
+
+// A storage fence (a method whose kind is lifted) outlives the fence's work: the node stays cut
+// off from its storage after the release, until a person deletes the NodeFence once the node is
+// repaired. The finalizer FinalizerLiftStorageFence, put on the NodeFence before such a method's
+// first command, holds the deletion until every storage fence it put up is lifted and read back.
+//
+// A fence is lifted only when lifting it cannot let two copies of a workload write: while the
+// node carries the out-of-service taint (its pods may have been deleted and started elsewhere,
+// and the node not yet repaired), the lifting waits and says what to do. A node that no longer
+// exists keeps its storage fence: its machine may still run with those addresses.
+
+const (
+	// retryLift is how often a lifting that waits (for the taint's removal, for the storage) is
+	// looked at again.
+	retryLift = 2 * time.Second
+	// ReasonAwaitingNodeRepair (StorageFenceLifted=False): the node still carries the
+	// out-of-service taint.
+	ReasonAwaitingNodeRepair = "AwaitingNodeRepair"
+	// ReasonLifting (StorageFenceLifted=False): the storage is lifting the fence.
+	ReasonLifting = "Lifting"
+	// ReasonStorageFenceLifted (event): every storage fence of the NodeFence was lifted.
+	ReasonStorageFenceLifted = "StorageFenceLifted"
+	// ReasonStorageFenceKept (event): the node no longer exists and its storage fence stays.
+	ReasonStorageFenceKept = "StorageFenceKept"
+	// ConditionStorageFenceLifted says, on a NodeFence being deleted, how the lifting of its
+	// storage fences goes.
+	ConditionStorageFenceLifted = "StorageFenceLifted"
+)
+
+// holdForLift puts FinalizerLiftStorageFence on the NodeFence before a storage fence is put up.
+// It patches a copy and takes only the new metadata back, so the record being written stays.
+func (r *NodeFenceReconciler) holdForLift(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	if controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence) {
+		return nil
+	}
+	cp := nf.DeepCopy()
+	patch := client.MergeFromWithOptions(nf.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(cp, v1alpha1.FinalizerLiftStorageFence)
+	if err := r.Client.Patch(ctx, cp, patch); err != nil {
+		return fmt.Errorf("adding finalizer %s: %w", v1alpha1.FinalizerLiftStorageFence, err)
+	}
+	nf.Finalizers, nf.ResourceVersion = cp.Finalizers, cp.ResourceVersion
+	return nil
+}
+
+// finishDeletion handles a NodeFence being deleted: nothing more is taken for it, every method
+// is ended, and its storage fences are lifted before its finalizer goes.
+func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.NodeFence) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence) {
+		return ctrl.Result{}, nil
+	}
+	r.endMethods(ctx, nf)
+	node := &corev1.Node{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("reading node %s: %w", nf.Spec.NodeName, err)
+		}
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonStorageFenceKept,
+			"node %s no longer exists: its storage fence stays (%s), since its machine may still run with those addresses; delete it at the storage once the machine is wiped",
+			nf.Spec.NodeName, strings.Join(r.storageFences(nf), ", "))
+		return ctrl.Result{}, r.letGoOfFence(ctx, nf)
+	}
+	if outOfService(node) {
+		return r.waitLift(ctx, nf, ReasonAwaitingNodeRepair, fmt.Sprintf(
+			"the storage fence of node %s stays while the node carries the taint %s (its pods may run elsewhere): once the node is repaired and its workload stopped, remove the taint (kubectl taint node %s %s-) and the fence is lifted",
+			nf.Spec.NodeName, v1alpha1.TaintOutOfService, nf.Spec.NodeName, v1alpha1.TaintOutOfService))
+	}
+	var lifted []string
+	for _, m := range nf.Spec.Methods {
+		if !methodKinds[m.Type].lifted || !methodTaken(nf, m.Name) {
+			continue
+		}
+		u, ok := r.Fencers[m.Type].(providers.Unfencer)
+		if !ok {
+			return r.waitLift(ctx, nf, ReasonNoProvider, fmt.Sprintf("no provider that lifts fences is registered for method %s (type %s)", m.Name, m.Type))
+		}
+		st, err := u.Unfence(ctx, r.request(nf, m))
+		if err != nil {
+			return r.waitLift(ctx, nf, string(providers.ReasonOf(err)), fmt.Sprintf("lifting the fence of method %s: %v", m.Name, err))
+		}
+		if st.State != providers.Confirmed {
+			reason := string(st.Reason)
+			if reason == "" {
+				reason = ReasonLifting
+			}
+			return r.waitLift(ctx, nf, reason, fmt.Sprintf("method %s: %s", m.Name, st.Message))
+		}
+		lifted = append(lifted, fmt.Sprintf("%s: %s", m.Name, st.Message))
+	}
+	r.event(ctx, nf, corev1.EventTypeNormal, ReasonStorageFenceLifted, "storage fence of node %s lifted: %s", nf.Spec.NodeName, strings.Join(lifted, "; "))
+	return ctrl.Result{}, r.letGoOfFence(ctx, nf)
+}
+
+// waitLift says on the NodeFence why its deletion waits (once per change: an event and the
+// condition) and looks again later.
+func (r *NodeFenceReconciler) waitLift(ctx context.Context, nf *v1alpha1.NodeFence, reason, msg string) (ctrl.Result, error) {
+	if c := meta.FindStatusCondition(nf.Status.Conditions, ConditionStorageFenceLifted); c == nil || c.Reason != reason || c.Message != msg {
+		setCondition(nf, ConditionStorageFenceLifted, metav1.ConditionFalse, reason, msg)
+		if err := r.saveStatus(ctx, nf); err != nil {
+			return ctrl.Result{}, err
+		}
+		typ := corev1.EventTypeNormal
+		if reason != ReasonLifting {
+			typ = corev1.EventTypeWarning
+		}
+		r.event(ctx, nf, typ, reason, "%s", msg)
+	}
+	return ctrl.Result{RequeueAfter: retryLift}, nil
+}
+
+// letGoOfFence removes FinalizerLiftStorageFence, so that the deletion goes on.
+func (r *NodeFenceReconciler) letGoOfFence(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	patch := client.MergeFromWithOptions(nf.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(nf, v1alpha1.FinalizerLiftStorageFence)
+	if err := r.Client.Patch(ctx, nf, patch); err != nil {
+		return fmt.Errorf("removing finalizer %s: %w", v1alpha1.FinalizerLiftStorageFence, client.IgnoreNotFound(err))
+	}
+	return nil
+}
+
+// storageFences names the storage-fence methods the fence took.
+func (r *NodeFenceReconciler) storageFences(nf *v1alpha1.NodeFence) []string {
+	var out []string
+	for _, m := range nf.Spec.Methods {
+		if methodKinds[m.Type].lifted && methodTaken(nf, m.Name) {
+			out = append(out, fmt.Sprintf("method %s (%s)", m.Name, m.Type))
+		}
+	}
+	return out
+}
+
+// methodTaken says whether the record holds a fence step of the method: its command may have
+// reached the storage.
+func methodTaken(nf *v1alpha1.NodeFence, method string) bool {
+	for _, s := range nf.Status.Steps {
+		if s.Method == method && isFenceStep(s.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// outOfService says whether the node carries the out-of-service taint, whoever added it.
+func outOfService(node *corev1.Node) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == v1alpha1.TaintOutOfService {
+			return true
+		}
+	}
+	return false
+}

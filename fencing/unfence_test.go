@@ -1,0 +1,226 @@
+package fencing
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/fake"
+)
+
+// storage is a storage-fence provider: fake's fence, and a lifting that answers each of
+// answers in turn (the last again once they run out). It notes whether the NodeFence held the
+// lift finalizer when its fence was first started.
+type storage struct {
+	*fake.Provider
+	c              client.Reader
+	answers        []providers.Status
+	lifts          int
+	fenceCalls     int
+	heldAtFirstCmd bool
+}
+
+func (s *storage) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
+	if s.fenceCalls++; s.fenceCalls == 1 {
+		nf := &v1alpha1.NodeFence{}
+		if err := s.c.Get(ctx, client.ObjectKey{Name: req.Fence.Name}, nf); err == nil {
+			s.heldAtFirstCmd = controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence)
+		}
+	}
+	return s.Provider.Fence(ctx, req)
+}
+
+func (s *storage) Unfence(context.Context, providers.Request) (providers.Status, error) {
+	i := min(s.lifts, len(s.answers)-1)
+	s.lifts++
+	return s.answers[i], nil
+}
+
+var storageMethod = v1alpha1.Method{Name: "storage", Type: v1alpha1.MethodNetworkFence, Timeout: &metav1.Duration{Duration: 10 * time.Second},
+	NetworkFence: &v1alpha1.NetworkFenceMethod{NetworkFenceClassName: "nfc"}}
+
+// storageWorld is a world whose chain is methods, the storage fence served by s.
+func storageWorld(t *testing.T, s *storage, methods ...v1alpha1.Method) (*world, *recorder) {
+	t.Helper()
+	w := newWorld(t, "ipmi")
+	setMethods(t, w, methods...)
+	s.Provider, s.c = fake.NewNamed("networkfence"), w.c
+	w.r.Fencers[v1alpha1.MethodNetworkFence] = s
+	rec := &recorder{}
+	w.r.Recorder = rec
+	return w, rec
+}
+
+// deleteFence deletes the world's NodeFence and reconciles it n times, a second apart; it
+// returns the NodeFence as it then stands (nil once gone).
+func (w *world) deleteFence(t *testing.T, n int) *v1alpha1.NodeFence {
+	t.Helper()
+	ctx := context.Background()
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	if err := w.c.Delete(ctx, nf); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return w.reconcileDeleted(t, n)
+}
+
+func (w *world) reconcileDeleted(t *testing.T, n int) *v1alpha1.NodeFence {
+	t.Helper()
+	ctx := context.Background()
+	for range n {
+		if _, err := w.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+			t.Fatal(err)
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	nf := &v1alpha1.NodeFence{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	return nf
+}
+
+func (w *world) removeTaint(t *testing.T) {
+	t.Helper()
+	node := &corev1.Node{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints = nil
+	if err := w.c.Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func reasonsOf(rec *recorder) []string {
+	var out []string
+	for _, e := range rec.recorded() {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+// TestStorageFenceLiftedOnlyAfterRepair: a storage fence's NodeFence holds the lift finalizer
+// from before the fence's first command; deleting the released fence lifts nothing while the
+// node carries the out-of-service taint (the condition and an event say what to do), lifts it
+// once the taint is gone, and lets the NodeFence go only once the provider reads it lifted.
+func TestStorageFenceLiftedOnlyAfterRepair(t *testing.T) {
+	lifting := providers.Status{State: providers.InProgress, Message: "NetworkFence set Unfenced"}
+	s := &storage{answers: []providers.Status{lifting, lifting, {State: providers.Confirmed, Message: "no NetworkFence is left"}}}
+	w, rec := storageWorld(t, s, storageMethod)
+	nf := w.run(t)
+	checkGolden(t, "storage-fence", goldenTrace(nf))
+	checkReleased(t, w, true)
+	if !s.heldAtFirstCmd {
+		t.Error("the storage fence's first command was sent before the NodeFence held the finalizer " + v1alpha1.FinalizerLiftStorageFence)
+	}
+
+	nf = w.deleteFence(t, 5)
+	if nf == nil {
+		t.Fatal("the NodeFence went while the node still carries the out-of-service taint: the storage fence was dropped unlifted")
+	}
+	if s.lifts != 0 {
+		t.Errorf("the storage fence was lifted %d times while the node carries the out-of-service taint", s.lifts)
+	}
+	c := meta.FindStatusCondition(nf.Status.Conditions, ConditionStorageFenceLifted)
+	if c == nil || c.Reason != ReasonAwaitingNodeRepair {
+		t.Fatalf("condition %s = %+v, want reason %s", ConditionStorageFenceLifted, c, ReasonAwaitingNodeRepair)
+	}
+	if n := countOfReason(rec, ReasonAwaitingNodeRepair); n != 1 {
+		t.Errorf("%d events %s over 5 reconciles, want 1 (once per change)", n, ReasonAwaitingNodeRepair)
+	}
+
+	w.removeTaint(t)
+	if nf = w.reconcileDeleted(t, 2); nf == nil {
+		t.Fatalf("the NodeFence went before the provider read the fence lifted (%d lifts)", s.lifts)
+	}
+	if got := meta.FindStatusCondition(nf.Status.Conditions, ConditionStorageFenceLifted); got == nil || got.Reason != ReasonLifting {
+		t.Errorf("condition while lifting = %+v, want reason %s", got, ReasonLifting)
+	}
+	if nf = w.reconcileDeleted(t, 1); nf != nil {
+		t.Fatalf("the NodeFence stays after the fence was read lifted: %+v", nf.Status.Conditions)
+	}
+	if s.lifts != 3 {
+		t.Errorf("%d lifts, want 3", s.lifts)
+	}
+	if !slices.Contains(reasonsOf(rec), ReasonStorageFenceLifted) {
+		t.Errorf("no %s event: %v", ReasonStorageFenceLifted, reasonsOf(rec))
+	}
+}
+
+func countOfReason(rec *recorder, reason string) int {
+	n := 0
+	for _, r := range reasonsOf(rec) {
+		if r == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStorageFenceKeptForAGoneNode: a node that no longer exists keeps its storage fence (its
+// machine may still run with its addresses): the NodeFence goes, nothing is lifted, and a
+// warning says so.
+func TestStorageFenceKeptForAGoneNode(t *testing.T) {
+	s := &storage{answers: []providers.Status{{State: providers.Confirmed}}}
+	w, rec := storageWorld(t, s, storageMethod)
+	w.run(t)
+	if err := w.c.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if nf := w.deleteFence(t, 1); nf != nil {
+		t.Fatalf("the NodeFence of a gone node stays: %+v", nf.Status.Conditions)
+	}
+	if s.lifts != 0 {
+		t.Errorf("the storage fence of a gone node was lifted (%d calls)", s.lifts)
+	}
+	if !slices.Contains(reasonsOf(rec), ReasonStorageFenceKept) {
+		t.Errorf("no %s event: %v", ReasonStorageFenceKept, reasonsOf(rec))
+	}
+}
+
+// TestFailedStorageFenceLiftedAtOnce: a fence that released nothing (its storage fence never
+// confirmed, the node never tainted) is lifted as soon as its NodeFence is deleted, so that
+// the node is not left cut off from its storage by a fence that did not count.
+func TestFailedStorageFenceLiftedAtOnce(t *testing.T) {
+	s := &storage{answers: []providers.Status{{State: providers.Confirmed, Message: "lifted"}}}
+	w, _ := storageWorld(t, s, storageMethod)
+	s.SetIgnoreFence(true) // the storage never reads the fence in place
+	nf := w.run(t)
+	if nf.Status.Phase != v1alpha1.PhaseFailed {
+		t.Fatalf("phase %s, want Failed", nf.Status.Phase)
+	}
+	checkReleased(t, w, false)
+	if nf = w.deleteFence(t, 1); nf != nil {
+		t.Fatalf("the NodeFence stays: %+v", nf.Status.Conditions)
+	}
+	if s.lifts != 1 {
+		t.Errorf("%d lifts, want 1", s.lifts)
+	}
+}
+
+// TestPowerFenceHoldsNoFinalizer: a chain without a storage fence puts no finalizer on its
+// NodeFence: deleting it (to try again) is immediate, as before.
+func TestPowerFenceHoldsNoFinalizer(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	nf := w.run(t)
+	if len(nf.Finalizers) != 0 {
+		t.Fatalf("finalizers %v on a power fence's NodeFence", nf.Finalizers)
+	}
+	if nf := w.deleteFence(t, 1); nf != nil {
+		t.Fatal("the NodeFence of a power fence stays after its deletion")
+	}
+}
