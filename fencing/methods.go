@@ -39,7 +39,8 @@ var methodKinds = map[v1alpha1.MethodType]methodKind{
 	v1alpha1.MethodSelfFence: {v1alpha1.StepAwaitIsolation, v1alpha1.StepConfirmSelfFenced, v1alpha1.ReasonSelfFenceSafeTimePassed, false, false, false},
 	// A storage fence leaves the node running, cut off from its volumes: its Lease, heartbeats
 	// and peers are evidence against the fence like any other method's.
-	v1alpha1.MethodNetworkFence: {v1alpha1.StepStorageFence, v1alpha1.StepConfirmStorageFenced, v1alpha1.ReasonStorageFenceConfirmed, false, false, true},
+	v1alpha1.MethodNetworkFence:   {v1alpha1.StepStorageFence, v1alpha1.StepConfirmStorageFenced, v1alpha1.ReasonStorageFenceConfirmed, false, false, true},
+	v1alpha1.MethodStorageGateway: {v1alpha1.StepStorageFence, v1alpha1.StepConfirmStorageFenced, v1alpha1.ReasonStorageFenceConfirmed, false, false, true},
 }
 
 // kindOfStep is the method kind one of whose steps s is.

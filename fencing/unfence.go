@@ -84,6 +84,16 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 			"the storage fence of node %s stays while the node carries the taint %s (its pods may run elsewhere): once the node is repaired and its workload stopped, remove the taint (kubectl taint node %s %s-) and the fence is lifted",
 			nf.Spec.NodeName, v1alpha1.TaintOutOfService, nf.Spec.NodeName, v1alpha1.TaintOutOfService))
 	}
+	// A lift carries a token newer than the fence's, so that whoever carries it out refuses a
+	// late copy of the fence's commands afterwards.
+	var liftToken int64
+	if r.Tokens != nil && len(r.storageFences(nf)) > 0 {
+		tok, err := r.Tokens.Next(ctx)
+		if err != nil {
+			return r.waitLift(ctx, nf, ReasonTokenUnavailable, fmt.Sprintf("no fencing token for lifting the storage fence: %v", err))
+		}
+		liftToken = tok
+	}
 	var lifted []string
 	for _, m := range nf.Spec.Methods {
 		if !methodKinds[m.Type].lifted || !methodTaken(nf, m.Name) {
@@ -93,7 +103,9 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 		if !ok {
 			return r.waitLift(ctx, nf, ReasonNoProvider, fmt.Sprintf("no provider that lifts fences is registered for method %s (type %s)", m.Name, m.Type))
 		}
-		st, err := u.Unfence(ctx, r.request(nf, m))
+		req := r.request(nf, m)
+		req.LiftToken = liftToken
+		st, err := u.Unfence(ctx, req)
 		if err != nil {
 			return r.waitLift(ctx, nf, string(providers.ReasonOf(err)), fmt.Sprintf("lifting the fence of method %s: %v", m.Name, err))
 		}

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -41,7 +42,10 @@ func (s *storage) Fence(ctx context.Context, req providers.Request) (providers.S
 	return s.Provider.Fence(ctx, req)
 }
 
-func (s *storage) Unfence(context.Context, providers.Request) (providers.Status, error) {
+func (s *storage) Unfence(_ context.Context, req providers.Request) (providers.Status, error) {
+	if req.LiftToken <= req.Fence.Status.Token {
+		return providers.Status{}, fmt.Errorf("lift token %d is not newer than the fence's %d", req.LiftToken, req.Fence.Status.Token)
+	}
 	i := min(s.lifts, len(s.answers)-1)
 	s.lifts++
 	return s.answers[i], nil

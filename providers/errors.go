@@ -57,6 +57,9 @@ const (
 	// ReasonStorageFenceRemoved: the storage fence's object was deleted or changed by someone
 	// else: the storage may no longer refuse the node.
 	ReasonStorageFenceRemoved Reason = "StorageFenceRemoved"
+	// ReasonGatewayUnreachable: no answer from a storage gateway in time. Retryable: the
+	// command may or may not have taken effect.
+	ReasonGatewayUnreachable Reason = "StorageGatewayUnreachable"
 	// ReasonTimedOut: the method did not confirm within its timeout.
 	ReasonTimedOut Reason = "MethodTimedOut"
 )

@@ -68,6 +68,10 @@ type Request struct {
 	Now time.Time
 	// Expired says the method's timeout has passed.
 	Expired bool
+	// LiftToken is a fencing token drawn for lifting the fence (Unfence only), newer than the
+	// fence's own (Fence.Status.Token): whoever carries the lift out then refuses a late copy
+	// of the fence's commands. 0 when no token could be drawn.
+	LiftToken int64
 }
 
 // Node is the name of the node being fenced.

@@ -7,6 +7,9 @@
 // runtime's clients; it fences its node itself when isolated (providers/agent/selffence); with
 // --request-certificate it gets and renews its certificate through the CSR API
 // (providers/agent/pki). It stops cleanly on SIGTERM.
+//
+// `palisade-agent gateway` runs the storage gateway instead, on a storage host: it serves the
+// controller's storage fences (config/gatewaywire) with nftables (providers/agent/gateway).
 package main
 
 import (
@@ -143,6 +146,9 @@ func newLogger(verbosity int) (logr.Logger, func(), error) {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "gateway" {
+		return runGateway(args[1:])
+	}
 	o, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil

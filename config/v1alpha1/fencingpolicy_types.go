@@ -6,7 +6,7 @@ import (
 )
 
 // MethodType names a fencing method.
-// +kubebuilder:validation:Enum=IPMI;Redfish;AWS;VSphere;Executor;SelfFence;NetworkFence
+// +kubebuilder:validation:Enum=IPMI;Redfish;AWS;VSphere;Executor;SelfFence;NetworkFence;StorageGateway
 type MethodType string
 
 const (
@@ -43,6 +43,12 @@ const (
 	// repair (its out-of-service taint removed): then it is lifted and read back before the
 	// NodeFence goes.
 	MethodNetworkFence MethodType = "NetworkFence"
+	// MethodStorageGateway fences the node at its storage hosts: each of the method's storage
+	// gateways (palisade-agent gateway, on an NFS or iSCSI server) rejects every packet from
+	// the node's addresses with nftables, under the fence's token, and confirms by reading its
+	// ruleset back. Lifted as a NetworkFence is, under a newer token, so that a replayed fence
+	// command is refused.
+	MethodStorageGateway MethodType = "StorageGateway"
 )
 
 // FencingPolicySpec says which nodes a policy covers, when one counts as failed, how it is
@@ -103,6 +109,7 @@ type Detection struct {
 // +kubebuilder:validation:XValidation:rule="self.type != 'Redfish' || has(self.redfish)",message="a method of type Redfish needs its redfish settings (credentialsSecretRef)"
 // +kubebuilder:validation:XValidation:rule="self.type != 'VSphere' || has(self.vsphere)",message="a method of type VSphere needs its vsphere settings (server, credentialsSecretRef)"
 // +kubebuilder:validation:XValidation:rule="self.type != 'NetworkFence' || has(self.networkFence)",message="a method of type NetworkFence needs its networkFence settings (networkFenceClassName)"
+// +kubebuilder:validation:XValidation:rule="self.type != 'StorageGateway' || has(self.storageGateway)",message="a method of type StorageGateway needs its storageGateway settings (gateways, tlsSecretRef)"
 // +kubebuilder:validation:XValidation:rule="self.type != 'SelfFence' || has(self.selfFence)",message="a method of type SelfFence needs selfFence.safeAfter: how long after the last signal the node's agent has surely fenced itself"
 // +kubebuilder:validation:XValidation:rule="!has(self.timeout) || (duration(self.timeout) >= duration('1s') && duration(self.timeout) <= duration('30m'))",message="a method's timeout must be between 1s and 30m"
 type Method struct {
@@ -159,6 +166,28 @@ type Method struct {
 	// NetworkFence configures a method of type NetworkFence.
 	// +optional
 	NetworkFence *NetworkFenceMethod `json:"networkFence,omitempty"`
+
+	// StorageGateway configures a method of type StorageGateway.
+	// +optional
+	StorageGateway *StorageGatewayMethod `json:"storageGateway,omitempty"`
+}
+
+// StorageGatewayMethod configures a storage fence through Palisade's storage gateways. The
+// fenced addresses are the node's annotation palisade.dev/storage-cidrs (single addresses,
+// /32 or /128) when set, else its InternalIP and ExternalIP addresses.
+type StorageGatewayMethod struct {
+	// Gateways are the storage gateways' addresses, "host:port": every one of them must confirm
+	// the fence.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=261
+	// +listType=atomic
+	Gateways []string `json:"gateways"`
+	// TLSSecretRef names a Secret with keys "ca.crt" (the CA the gateways' certificates chain
+	// to), "tls.crt" and "tls.key" (the controller's client certificate, which the gateways
+	// require).
+	TLSSecretRef SecretReference `json:"tlsSecretRef"`
 }
 
 // NetworkFenceMethod configures a storage fence through csi-addons. The fenced CIDRs are the

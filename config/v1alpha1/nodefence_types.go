@@ -271,7 +271,8 @@ const (
 	// ReasonWorkloadTerminationConfirmed (Fenced=True): the node's agent confirmed, with a
 	// runtime read-back, that no workload container runs.
 	ReasonWorkloadTerminationConfirmed = "WorkloadTerminationConfirmed"
-	// ReasonStorageFenceConfirmed: the storage reports the node's addresses fenced.
+	// ReasonStorageFenceConfirmed (Fenced=True): the storage (a NetworkFence's driver, or every
+	// storage gateway) reports the node's addresses fenced.
 	ReasonStorageFenceConfirmed = "StorageFenceConfirmed"
 	// ReasonSelfFenceSafeTimePassed (Fenced=True): the node sent no signal on any path for the
 	// self-fence's safe time.

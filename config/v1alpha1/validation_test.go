@@ -83,6 +83,18 @@ func TestFencingPolicyValidation(t *testing.T) {
 			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodNetworkFence, nil
 			p.Spec.Methods[0].NetworkFence = &v1alpha1.NetworkFenceMethod{}
 		}, []string{"spec.methods[0].networkFence.networkFenceClassName"}},
+		{"StorageGateway without its settings", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodStorageGateway, nil
+		}, []string{"a method of type StorageGateway needs its storageGateway settings"}},
+		{"StorageGateway without gateways", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodStorageGateway, nil
+			p.Spec.Methods[0].StorageGateway = &v1alpha1.StorageGatewayMethod{TLSSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "gw"}}
+		}, []string{"spec.methods[0].storageGateway.gateways"}},
+		{"StorageGateway", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodStorageGateway, nil
+			p.Spec.Methods[0].StorageGateway = &v1alpha1.StorageGatewayMethod{Gateways: []string{"10.0.9.1:9446"},
+				TLSSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "gw"}}
+		}, nil},
 		{"NetworkFence and IPMI all-of", func(p *v1alpha1.FencingPolicy) {
 			p.Spec.Methods[0].Level = "storage-and-power"
 			p.Spec.Methods = append([]v1alpha1.Method{{Name: "storage", Type: v1alpha1.MethodNetworkFence, Level: "storage-and-power",

@@ -103,7 +103,7 @@ func (p *Provider) Fence(ctx context.Context, req providers.Request) (providers.
 	if err != nil {
 		return failure(err)
 	}
-	cidrs, err := p.cidrs(ctx, req.Node())
+	cidrs, err := StorageCIDRs(ctx, p.reader, req.Node())
 	if err != nil {
 		return failure(err)
 	}
@@ -237,11 +237,13 @@ func (p *Provider) class(ctx context.Context, req providers.Request) (*csiaddons
 	return nil, apiError("reading NetworkFenceClass "+s.NetworkFenceClassName, err)
 }
 
-// cidrs are the node's palisade.dev/storage-cidrs, else its InternalIP and ExternalIP
-// addresses as single-address prefixes, sorted.
-func (p *Provider) cidrs(ctx context.Context, name string) ([]string, error) {
+// StorageCIDRs are the CIDRs a storage fence fences for the node: its annotation
+// palisade.dev/storage-cidrs, else its InternalIP and ExternalIP addresses as single-address
+// prefixes; sorted, without duplicates. A missing node, a node without addresses and a
+// malformed annotation are BadTarget errors that say what to fix.
+func StorageCIDRs(ctx context.Context, reader client.Reader, name string) ([]string, error) {
 	node := &corev1.Node{}
-	if err := p.reader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+	if err := reader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, badTarget("node %s does not exist: its addresses are unknown", name)
 		}

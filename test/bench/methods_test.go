@@ -53,7 +53,9 @@ func failoverMethods(b *testing.B) map[string]func() fencedBy {
 							CABundleSecretRef:    &v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "redfish-ca"}}}}
 					},
 				},
-				cut:       func(*scenario.Env) error { svc.SetPower(0, false); return nil },
+				// The machine's power: its Redfish system, and the scene's BMC that its agent
+				// runs by (the agent dies with the machine).
+				cut:       func(env *scenario.Env) error { svc.SetPower(0, false); return env.Node(1).BMC.SetPower(false) },
 				poweredOn: func(*scenario.Env) func() (bool, error) { return redfishMachine{svc}.PoweredOn },
 				setup: func(env *scenario.Env) error {
 					for _, s := range []*corev1.Secret{

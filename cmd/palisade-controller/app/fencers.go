@@ -15,6 +15,7 @@ import (
 	"palisade.dev/palisade/providers/metrics"
 	"palisade.dev/palisade/providers/networkfence"
 	"palisade.dev/palisade/providers/redfish"
+	"palisade.dev/palisade/providers/storagegateway"
 	"palisade.dev/palisade/providers/vsphere"
 )
 
@@ -31,7 +32,8 @@ func fencers(mgr ctrl.Manager, o Options, obs observe.Observer, srv *channel.Ser
 		v1alpha1.MethodSelfFence: agent.NewSelfFence(obs),
 		// NetworkFences are read straight from the API server: a cluster without
 		// csi-addons costs no informer, and a fence reads the manager's latest answer.
-		v1alpha1.MethodNetworkFence: networkfence.New(mgr.GetClient(), mgr.GetAPIReader()),
+		v1alpha1.MethodNetworkFence:   networkfence.New(mgr.GetClient(), mgr.GetAPIReader()),
+		v1alpha1.MethodStorageGateway: storagegateway.New(mgr.GetAPIReader()),
 	}
 	if srv != nil {
 		reg[v1alpha1.MethodExecutor] = agent.New(srv, mgr.GetClient())

@@ -25,7 +25,7 @@ func TestEveryProviderIsRegisteredAndMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := fencers(mgr, Options{}, observe.Observer{}, nil)
-	all := []v1alpha1.MethodType{v1alpha1.MethodIPMI, v1alpha1.MethodRedfish, v1alpha1.MethodAWS, v1alpha1.MethodVSphere, v1alpha1.MethodSelfFence, v1alpha1.MethodNetworkFence}
+	all := []v1alpha1.MethodType{v1alpha1.MethodIPMI, v1alpha1.MethodRedfish, v1alpha1.MethodAWS, v1alpha1.MethodVSphere, v1alpha1.MethodSelfFence, v1alpha1.MethodNetworkFence, v1alpha1.MethodStorageGateway}
 	names := map[string]v1alpha1.MethodType{}
 	for _, typ := range all {
 		f, ok := reg[typ]

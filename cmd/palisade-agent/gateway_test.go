@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"palisade.dev/palisade/config/gatewaywire"
+	"palisade.dev/palisade/providers/agent/gateway"
+	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/test/testbed/netns"
+)
+
+func TestParseGatewayFlags(t *testing.T) {
+	base := []string{"--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--name", "gw"}
+	o, err := parseGatewayFlags(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := gatewayOptions{listen: ":9446", name: "gw", cert: "c", key: "k", clientCA: "ca", stateDir: DefaultGatewayStateDir,
+		nft: "nft", table: gateway.DefaultTable, nftCommand: []string{"nft"}}
+	if diff := cmp.Diff(want, o, cmp.AllowUnexported(gatewayOptions{})); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+	o, err = parseGatewayFlags(append(base, "--nft", "ip netns exec  gw nft", "--table", "t", "--state-dir", "/s", "--listen-address", "10.0.0.1:1"))
+	if err != nil || !cmp.Equal(o.nftCommand, []string{"ip", "netns", "exec", "gw", "nft"}) || o.table != "t" || o.stateDir != "/s" || o.listen != "10.0.0.1:1" {
+		t.Errorf("parseGatewayFlags = %+v, %v", o, err)
+	}
+	if hostname, _ := os.Hostname(); hostname != "" {
+		if o, err := parseGatewayFlags(base[:6]); err != nil || o.name != hostname {
+			t.Errorf("--name defaults to %q, want the host name %q (%v)", o.name, hostname, err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"nothing", nil, []string{"--tls-cert is required", "--tls-key is required", "--client-ca is required: the CA the controller's client certificate chains to"}},
+		{"no state dir", append(base, "--state-dir", ""), []string{"--state-dir is required: fences and fencing tokens must outlive the gateway"}},
+		{"blank nft", append(base, "--nft", "  "), []string{"--nft is required"}},
+		{"arguments", append(base, "extra"), []string{`unexpected arguments ["extra"]`}},
+		{"unknown flag", append(base, "--controller-address", "x"), []string{"flag provided but not defined: -controller-address"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := parseGatewayFlags(c.args)
+			for _, w := range c.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("parseGatewayFlags(%q) = %v; want an error saying %q", c.args, err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestGatewayCommand runs `palisade-agent gateway` in a storage host's network namespace: it
+// serves the controller's fences over mutual TLS, keeps them in place when stopped, and a
+// restarted gateway puts a fence lost with the ruleset (a rebooted storage host) back.
+func TestGatewayCommand(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("network namespaces and nftables need root: run the tests as root (make test does)")
+	}
+	lan := netns.New(t)
+	storage, n1 := lan.AddNode("storage"), lan.AddNode("n1")
+	service := serveBlocks(t, storage)
+	dir := t.TempDir()
+	ca, err := pki.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(dir, "ca.crt"), ca.CertPEM())
+	writePair(t, dir, "server", func() (*pki.KeyPair, error) { return ca.IssueServer([]string{storage.IP()}) })
+	controller := writePair(t, dir, "controller", func() (*pki.KeyPair, error) { return ca.IssueAgent("palisade-controller") })
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{controller}, MinVersion: tls.VersionTLS12}}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	url := "https://" + storage.IP() + ":9446" + gatewaywire.PathFences + "n1"
+	args := []string{"gateway", "--listen-address", storage.IP() + ":9446", "--name", "gw-1", "--tls-cert", filepath.Join(dir, "server.crt"),
+		"--tls-key", filepath.Join(dir, "server.key"), "--client-ca", filepath.Join(dir, "ca.crt"), "--state-dir", filepath.Join(dir, "state")}
+
+	p := startIn(t, storage, args)
+	p.waitForLog(t, "serving fence commands", 10*time.Second)
+	body, _ := json.Marshal(gatewaywire.FenceRequest{Token: 5, Addresses: []string{n1.IP()}})
+	fenced := gatewaywire.Fence{Gateway: "gw-1", Node: "n1", Token: 5, Fenced: true, Rejected: []string{n1.IP()}}
+	if got := command(t, client, http.MethodPut, url, body); !cmp.Equal(got, fenced) {
+		t.Fatalf("PUT = %+v, want %+v", got, fenced)
+	}
+	if reachable(t, n1, service) {
+		t.Error("node n1 reaches the storage service after its fence")
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("gateway exited %d on SIGTERM:\n%s", code, p.logs())
+	}
+	if reachable(t, n1, service) {
+		t.Error("node n1 reaches the storage service once the gateway stopped: its fences must stay")
+	}
+
+	// The storage host reboots: its ruleset is gone; the gateway puts the fence back.
+	if out, err := storage.Command(context.Background(), "nft", "delete", "table", "inet", gateway.DefaultTable).CombinedOutput(); err != nil {
+		t.Fatalf("deleting the table: %v: %s", err, out)
+	}
+	if !reachable(t, n1, service) {
+		t.Fatal("node n1 does not reach the storage service with the table deleted: the reboot scene proves nothing")
+	}
+	p = startIn(t, storage, args)
+	p.waitForLog(t, "serving fence commands", 10*time.Second)
+	if reachable(t, n1, service) {
+		t.Error("node n1 reaches the storage service after the gateway's restart")
+	}
+	if got := command(t, client, http.MethodGet, url, nil); !cmp.Equal(got, fenced) {
+		t.Errorf("GET after the restart = %+v, want %+v", got, fenced)
+	}
+	if got := command(t, client, http.MethodDelete, url+"?token=6", nil); got.Fenced || got.Token != 6 || !reachable(t, n1, service) {
+		t.Errorf("DELETE token 6 = %+v; want unfenced, node n1 served", got)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("gateway exited %d on SIGTERM", code)
+	}
+	if strings.Contains(p.logs(), `"level":"error"`) {
+		t.Errorf("gateway logged errors:\n%s", p.logs())
+	}
+}
+
+// startIn runs palisade-agent with args in n's namespace.
+func startIn(t *testing.T, n *netns.Node, args []string) *proc {
+	t.Helper()
+	p := &proc{cmd: n.Command(context.Background(), agentBin, args...), done: make(chan struct{})}
+	p.cmd.Stderr = p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("gateway logs:\n%s", p.logs())
+		}
+	})
+	return p
+}
+
+// command sends a command and decodes its 200 answer.
+func command(t *testing.T, c *http.Client, method, url string, body []byte) gatewaywire.Fence {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var f gatewaywire.Fence
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &f) != nil {
+		t.Fatalf("%s %s: %s %s", method, url, resp.Status, raw)
+	}
+	return f
+}
+
+// serveBlocks serves TCP on n (a stand-in for iSCSI) and returns its address.
+func serveBlocks(t *testing.T, n *netns.Node) string {
+	t.Helper()
+	ln, err := n.Listen("tcp", n.IP()+":3260")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "block device\n")
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// reachable says whether n is served by the service; it fails the test unless it is served or
+// refused outright (the gateway's reject).
+func reachable(t *testing.T, n *netns.Node, service string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := n.Dial(ctx, "tcp", service)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("dialing %s from %s: %v; want served or refused", service, n.Name(), err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	b, err := io.ReadAll(c)
+	return err == nil && string(b) == "block device\n"
+}
+
+func writeTestFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writePair writes dir/name.crt and dir/name.key and returns the pair.
+func writePair(t *testing.T, dir, name string, issue func() (*pki.KeyPair, error)) tls.Certificate {
+	t.Helper()
+	pair, err := issue()
+	if err == nil {
+		err = pair.WriteFiles(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}

@@ -1,0 +1,290 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"palisade.dev/palisade/config/gatewaywire"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/fencing"
+	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/providers/storagegateway"
+	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed/netns"
+	"palisade.dev/palisade/test/testbed/simnode"
+)
+
+// storageHost is a storage host in its own network namespace: a TCP service (a stand-in for an
+// iSCSI or NFS target: what a storage fence must stop is the node reaching it at all) and the
+// real palisade-agent gateway in front of its nftables.
+type storageHost struct {
+	host    *netns.Node
+	service string // ip:port of the TCP service
+	gateway string // ip:port of the gateway
+	client  *http.Client
+	ca      []byte
+	cert    *pki.KeyPair // the controller's client certificate
+}
+
+func startStorageHost(t *testing.T, lan *netns.LAN) *storageHost {
+	t.Helper()
+	host := lan.AddNode("storage")
+	ln, err := host.Listen("tcp", host.IP()+":3260")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.WriteString(c, "block device\n"); c.Close() }()
+		}
+	}()
+	ca, err := pki.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ca.IssueServer([]string{host.IP()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := ca.IssueAgent("palisade-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := server.WriteFiles(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildAgent(t, t.TempDir())
+	s := &storageHost{host: host, service: host.IP() + ":3260", gateway: host.IP() + ":9446", ca: ca.CertPEM(), cert: client}
+	logFile, err := os.Create(filepath.Join(dir, "gateway.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := host.Command(context.Background(), bin, "gateway", "--listen-address", s.gateway, "--name", "storage-1",
+		"--tls-cert", filepath.Join(dir, "tls.crt"), "--tls-key", filepath.Join(dir, "tls.key"), "--client-ca", filepath.Join(dir, "ca.crt"),
+		"--state-dir", filepath.Join(dir, "state"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("gateway log:\n%s", b)
+		}
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CertPEM())
+	pair, err := tls.X509KeyPair(client.CertPEM, client.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := s.client.Get("https://" + s.gateway + gatewaywire.PathFences + "probe")
+		if err == nil {
+			resp.Body.Close()
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway does not answer at %s: %v", s.gateway, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// secret is the method's tlsSecretRef: the gateways' CA and the controller's client certificate.
+func (s *storageHost) secret() *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "gateway-tls"},
+		Data: map[string][]byte{storagegateway.KeyCA: s.ca, storagegateway.KeyCert: s.cert.CertPEM, storagegateway.KeyKey: s.cert.KeyPEM}}
+}
+
+// served dials the storage service from n: true when it served, false when it refused outright
+// (the gateway's reject); anything else fails the test.
+func (s *storageHost) served(t *testing.T, n *netns.Node) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := n.Dial(ctx, "tcp", s.service)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("dialing the storage from %s: %v (neither served nor refused)", n.Name(), err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil || string(b) != "block device\n" {
+		t.Fatalf("the storage answered %s %q, %v", n.Name(), b, err)
+	}
+	return true
+}
+
+// replay sends a fence command for node with token, as a late copy of an old order would
+// arrive, and returns the gateway's status code and answer.
+func (s *storageHost) replay(t *testing.T, node, addr string, token int64) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(gatewaywire.FenceRequest{Token: token, Addresses: []string{addr}})
+	req, err := http.NewRequest(http.MethodPut, "https://"+s.gateway+gatewaywire.PathFences+node, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestStorageGatewayFailover: node 1's machine (a network namespace) loses its power; the
+// policy's only method is the storage gateway on a storage host (another namespace, real
+// nftables, the real palisade-agent gateway). After the fence the storage refuses node 1 and
+// still serves node 2; a replayed fence command with an older token is refused; deleting the
+// NodeFence lifts nothing while node 1 is out of service, and once its taint is removed the
+// storage serves it again, and a replay of the fence's own command is refused by then.
+func TestStorageGatewayFailover(t *testing.T) {
+	lan := netns.New(t)
+	storage := startStorageHost(t, lan)
+	db1, db2 := lan.AddNode("db1"), lan.AddNode("db2")
+	env := startScene(t, scenario.Options{
+		Node: func(i int, so *simnode.Options) {
+			if i == 1 {
+				so.InternalIP = db1.IP()
+			}
+		},
+		Policy: func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods = []v1alpha1.Method{{Name: "gateway", Type: v1alpha1.MethodStorageGateway, Timeout: &metav1.Duration{Duration: 20 * time.Second},
+				StorageGateway: &v1alpha1.StorageGatewayMethod{Gateways: []string{storage.gateway},
+					TLSSecretRef: v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "gateway-tls"}}}}
+		},
+	})
+	ctx := context.Background()
+	if err := env.Cluster.Client.Create(ctx, storage.secret()); err != nil {
+		t.Fatal(err)
+	}
+	if !storage.served(t, db1) || !storage.served(t, db2) {
+		t.Fatal("the storage does not serve the nodes before any fence")
+	}
+	// A cluster that fenced before: the counter stands at 40 (the scene's controller has no
+	// namespace of its own, so its counter Lease lives in "default").
+	counter := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: fencing.TokenLeaseName,
+		Annotations: map[string]string{fencing.AnnotationLastToken: "40"}}}
+	if err := env.Cluster.Client.Create(ctx, counter); err != nil {
+		t.Fatal(err)
+	}
+	startController(t, env)
+	deploy(t, env)
+	n1 := env.Node(1)
+	if err := n1.BMC.SetPower(false); err != nil {
+		t.Fatal(err)
+	}
+	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, func(nf *v1alpha1.NodeFence) bool {
+		return nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed
+	})
+	want := []string{"StorageFence:Succeeded", "ConfirmStorageFenced:Succeeded", "VerifyFenced:Succeeded", "Taint:Succeeded", "DeletePods:Succeeded", "ReleaseAttachments:Succeeded"}
+	if diff := cmp.Diff(want, trace(nf)); diff != "" {
+		t.Fatalf("step trace (-want +got):\n%s", diff)
+	}
+	if nf.Status.Token != 41 {
+		t.Fatalf("the fence drew token %d, want 41 after the counter's 40", nf.Status.Token)
+	}
+	if storage.served(t, db1) {
+		t.Fatal("released, but the storage still serves node 1")
+	}
+	if !storage.served(t, db2) {
+		t.Error("the fence of node 1 cut node 2 off the storage too")
+	}
+	if code, body := storage.replay(t, n1.Name(), db1.IP(), nf.Status.Token-1); code != http.StatusConflict {
+		t.Errorf("a fence command with an older token than %d: %d %s; want 409 %s", nf.Status.Token, code, body, gatewaywire.ReasonStaleToken)
+	}
+
+	if err := env.Cluster.Client.Delete(ctx, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: n1.Name()}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFence(t, env.Cluster, n1.Name(), 20*time.Second, func(nf *v1alpha1.NodeFence) bool {
+		c := meta.FindStatusCondition(nf.Status.Conditions, fencing.ConditionStorageFenceLifted)
+		return c != nil && c.Reason == fencing.ReasonAwaitingNodeRepair
+	})
+	if storage.served(t, db1) {
+		t.Fatal("the storage fence was lifted while node 1 carries the out-of-service taint")
+	}
+	if err := n1.BMC.SetPower(true); err != nil {
+		t.Fatal(err)
+	}
+	removeOutOfServiceTaint(t, env, n1.Name())
+	waitGone(t, env, n1.Name())
+	if !storage.served(t, db1) {
+		t.Error("the NodeFence is gone but the storage still refuses node 1")
+	}
+	code, body := storage.replay(t, n1.Name(), db1.IP(), nf.Status.Token)
+	if code != http.StatusConflict || !storage.served(t, db1) {
+		t.Errorf("a replay of the lifted fence's own command: %d %s; want 409 %s and node 1 still served", code, body, gatewaywire.ReasonStaleToken)
+	}
+	assertNoSecret(t, env, string(storage.cert.KeyPEM))
+	t.Logf("replay refused: %s", body)
+}
+
+// TestStorageGatewayUnreachableReleasesNothing: a gateway that does not answer leaves the fence
+// unconfirmed until the method's timeout; the fence fails, saying so, and nothing is released.
+func TestStorageGatewayUnreachableReleasesNothing(t *testing.T) {
+	lan := netns.New(t)
+	storage := startStorageHost(t, lan)
+	// A port nothing listens on behind the storage host's address: refused at once.
+	dead := net.JoinHostPort(storage.host.IP(), "9447")
+	env := startScene(t, scenario.Options{Policy: func(p *v1alpha1.FencingPolicy) {
+		p.Spec.Methods = []v1alpha1.Method{{Name: "gateway", Type: v1alpha1.MethodStorageGateway, Timeout: &metav1.Duration{Duration: 4 * time.Second},
+			StorageGateway: &v1alpha1.StorageGatewayMethod{Gateways: []string{storage.gateway, dead},
+				TLSSecretRef: v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "gateway-tls"}}}}
+	}})
+	if err := env.Cluster.Client.Create(context.Background(), storage.secret()); err != nil {
+		t.Fatal(err)
+	}
+	startController(t, env)
+	w := deploy(t, env)
+	n1 := env.Node(1)
+	n1.PauseHeartbeats()
+	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, func(nf *v1alpha1.NodeFence) bool {
+		return nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed
+	})
+	n1.ResumeHeartbeats()
+	if nf.Status.Phase != v1alpha1.PhaseFailed {
+		t.Fatalf("phase %s with one of two gateways unreachable, want Failed: %v", nf.Status.Phase, trace(nf))
+	}
+	if st, reason, msg := condition(nf, v1alpha1.ConditionFenced); st != "False" || reason != "StorageGatewayUnreachable" {
+		t.Errorf("Fenced condition %s/%s (%s), want False/StorageGatewayUnreachable", st, reason, msg)
+	}
+	assertNothingReleased(t, env, w)
+}
