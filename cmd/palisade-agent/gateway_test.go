@@ -3,16 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,8 +16,8 @@ import (
 
 	"palisade.dev/palisade/config/gatewaywire"
 	"palisade.dev/palisade/providers/agent/gateway"
-	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/testbed/netns"
+	"palisade.dev/palisade/test/testbed/storagehost"
 )
 
 func TestParseGatewayFlags(t *testing.T) {
@@ -74,58 +70,46 @@ func TestGatewayCommand(t *testing.T) {
 		t.Fatal("network namespaces and nftables need root: run the tests as root (make test does)")
 	}
 	lan := netns.New(t)
-	storage, n1 := lan.AddNode("storage"), lan.AddNode("n1")
-	service := serveBlocks(t, storage)
+	storage := storagehost.Start(t, lan, "storage")
+	n1 := lan.AddNode("n1")
 	dir := t.TempDir()
-	ca, err := pki.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeTestFile(t, filepath.Join(dir, "ca.crt"), ca.CertPEM())
-	writePair(t, dir, "server", func() (*pki.KeyPair, error) { return ca.IssueServer([]string{storage.IP()}) })
-	controller := writePair(t, dir, "controller", func() (*pki.KeyPair, error) { return ca.IssueAgent("palisade-controller") })
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{controller}, MinVersion: tls.VersionTLS12}}
-	t.Cleanup(tr.CloseIdleConnections)
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	certs := storagehost.WriteCerts(t, dir, storage.IP())
+	client := certs.HTTPClient(t, certs.Client)
 	url := "https://" + storage.IP() + ":9446" + gatewaywire.PathFences + "n1"
-	args := []string{"gateway", "--listen-address", storage.IP() + ":9446", "--name", "gw-1", "--tls-cert", filepath.Join(dir, "server.crt"),
-		"--tls-key", filepath.Join(dir, "server.key"), "--client-ca", filepath.Join(dir, "ca.crt"), "--state-dir", filepath.Join(dir, "state")}
+	args := []string{"gateway", "--listen-address", storage.IP() + ":9446", "--name", "gw-1", "--tls-cert", certs.CertFile,
+		"--tls-key", certs.KeyFile, "--client-ca", certs.CAFile, "--state-dir", filepath.Join(dir, "state")}
 
-	p := startIn(t, storage, args)
+	p := startIn(t, storage.Node(), args)
 	p.waitForLog(t, "serving fence commands", 10*time.Second)
 	body, _ := json.Marshal(gatewaywire.FenceRequest{Token: 5, Addresses: []string{n1.IP()}})
 	fenced := gatewaywire.Fence{Gateway: "gw-1", Node: "n1", Token: 5, Fenced: true, Rejected: []string{n1.IP()}}
 	if got := command(t, client, http.MethodPut, url, body); !cmp.Equal(got, fenced) {
 		t.Fatalf("PUT = %+v, want %+v", got, fenced)
 	}
-	if reachable(t, n1, service) {
+	if storage.Served(t, n1) {
 		t.Error("node n1 reaches the storage service after its fence")
 	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("gateway exited %d on SIGTERM:\n%s", code, p.logs())
 	}
-	if reachable(t, n1, service) {
+	if storage.Served(t, n1) {
 		t.Error("node n1 reaches the storage service once the gateway stopped: its fences must stay")
 	}
 
 	// The storage host reboots: its ruleset is gone; the gateway puts the fence back.
-	if out, err := storage.Command(context.Background(), "nft", "delete", "table", "inet", gateway.DefaultTable).CombinedOutput(); err != nil {
-		t.Fatalf("deleting the table: %v: %s", err, out)
-	}
-	if !reachable(t, n1, service) {
+	storage.RunNFT(t, "delete", "table", "inet", gateway.DefaultTable)
+	if !storage.Served(t, n1) {
 		t.Fatal("node n1 does not reach the storage service with the table deleted: the reboot scene proves nothing")
 	}
-	p = startIn(t, storage, args)
+	p = startIn(t, storage.Node(), args)
 	p.waitForLog(t, "serving fence commands", 10*time.Second)
-	if reachable(t, n1, service) {
+	if storage.Served(t, n1) {
 		t.Error("node n1 reaches the storage service after the gateway's restart")
 	}
 	if got := command(t, client, http.MethodGet, url, nil); !cmp.Equal(got, fenced) {
 		t.Errorf("GET after the restart = %+v, want %+v", got, fenced)
 	}
-	if got := command(t, client, http.MethodDelete, url+"?token=6", nil); got.Fenced || got.Token != 6 || !reachable(t, n1, service) {
+	if got := command(t, client, http.MethodDelete, url+"?token=6", nil); got.Fenced || got.Token != 6 || !storage.Served(t, n1) {
 		t.Errorf("DELETE token 6 = %+v; want unfenced, node n1 served", got)
 	}
 	if code := p.stop(t); code != 0 {
@@ -173,68 +157,4 @@ func command(t *testing.T, c *http.Client, method, url string, body []byte) gate
 		t.Fatalf("%s %s: %s %s", method, url, resp.Status, raw)
 	}
 	return f
-}
-
-// serveBlocks serves TCP on n (a stand-in for iSCSI) and returns its address.
-func serveBlocks(t *testing.T, n *netns.Node) string {
-	t.Helper()
-	ln, err := n.Listen("tcp", n.IP()+":3260")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, "block device\n")
-			c.Close()
-		}
-	}()
-	return ln.Addr().String()
-}
-
-// reachable says whether n is served by the service; it fails the test unless it is served or
-// refused outright (the gateway's reject).
-func reachable(t *testing.T, n *netns.Node, service string) bool {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c, err := n.Dial(ctx, "tcp", service)
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return false
-	}
-	if err != nil {
-		t.Fatalf("dialing %s from %s: %v; want served or refused", service, n.Name(), err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	b, err := io.ReadAll(c)
-	return err == nil && string(b) == "block device\n"
-}
-
-func writeTestFile(t *testing.T, path string, b []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// writePair writes dir/name.crt and dir/name.key and returns the pair.
-func writePair(t *testing.T, dir, name string, issue func() (*pki.KeyPair, error)) tls.Certificate {
-	t.Helper()
-	pair, err := issue()
-	if err == nil {
-		err = pair.WriteFiles(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
 }

@@ -39,8 +39,10 @@ const (
 	// ParameterToken is the NetworkFence parameter carrying the fence's fencing token to the
 	// CSI driver, which may refuse a fence or an unfence older than one it carried out.
 	ParameterToken = "fencing.palisade.dev/token"
-	// recheck is how often a fence or its lifting is read back while the manager works on it.
-	recheck = time.Second
+	// recheck is how often a fence or its lifting is read back while the manager works on it:
+	// its round trip (the manager sees the object, calls the sidecar, which calls the driver,
+	// and writes the status) takes about 0.1 s.
+	recheck = 250 * time.Millisecond
 )
 
 // Labels and annotations Palisade puts on the NetworkFences it creates.

@@ -2,9 +2,6 @@ package storagegateway_test
 
 import (
 	"context"
-	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +18,7 @@ import (
 	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/providers/storagegateway"
 	"palisade.dev/palisade/test/testbed/netns"
+	"palisade.dev/palisade/test/testbed/storagehost"
 )
 
 // world is a real gateway (real nftables in a storage host's namespace) served over mutual TLS
@@ -35,52 +33,23 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	lan := netns.New(t)
-	host := lan.AddNode("storage")
-	ip, err := exec.LookPath("ip")
+	host := storagehost.Start(t, netns.New(t), "storage")
+	g, err := gateway.New(context.Background(), gateway.Config{NFT: host.NFT(), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(context.Background(), gateway.Config{NFT: []string{ip, "netns", "exec", host.NetNS(), "nft"}, StateDir: t.TempDir()})
+	certs := storagehost.WriteCerts(t, t.TempDir(), host.IP())
+	cfg, err := gateway.ServerTLSConfig(certs.CertFile, certs.KeyFile, certs.CAFile, testr.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := pki.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	server, err := ca.IssueServer([]string{host.IP()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := server.WriteFiles(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")); err != nil {
-		t.Fatal(err)
-	}
-	if err := pki.WriteFileAtomic(filepath.Join(dir, "ca.crt"), ca.CertPEM()); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := gateway.ServerTLSConfig(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt"), testr.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := host.Listen("tcp", host.IP()+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: gateway.NewHandler(g, "gw-1", testr.New(t)), TLSConfig: cfg, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	t.Cleanup(func() { _ = srv.Close() })
-	client, err := ca.IssueAgent("palisade-controller")
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr := host.ServeTLS(t, gateway.NewHandler(g, "gw-1", testr.New(t)), cfg)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "palisade-system", Name: "gw"},
-		Data: map[string][]byte{storagegateway.KeyCA: ca.CertPEM(), storagegateway.KeyCert: client.CertPEM, storagegateway.KeyKey: client.KeyPEM}}
+		Data: map[string][]byte{storagegateway.KeyCA: certs.CA.CertPEM(), storagegateway.KeyCert: certs.Client.CertPEM, storagegateway.KeyKey: certs.Client.KeyPEM}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "db-1"},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.77.0.5"}}}}
 	reader := fake.NewClientBuilder().WithObjects(secret, node).Build()
-	return &world{p: storagegateway.New(reader), addr: ln.Addr().String(), ca: ca, secret: secret, reader: reader}
+	return &world{p: storagegateway.New(reader), addr: addr, ca: certs.CA, secret: secret, reader: reader}
 }
 
 func (w *world) request(token, lift int64, gateways ...string) providers.Request {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,8 +103,15 @@ func BenchmarkFailoverByMethod(b *testing.B) {
 		runs = v
 	}
 	methods := failoverMethods(b)
+	names := []string{"ipmi", "redfish", "networkfence"}
+	if v := os.Getenv("PALISADE_BENCH_METHODS"); v != "" { // e.g. "redfish,networkfence"
+		names = strings.Split(v, ",")
+	}
 	for range b.N {
-		for _, name := range []string{"ipmi", "redfish", "networkfence"} {
+		for _, name := range names {
+			if methods[name] == nil {
+				b.Fatalf("PALISADE_BENCH_METHODS: no method %q (want some of ipmi, redfish, networkfence)", name)
+			}
 			var rs []result
 			for i := 1; i <= runs; i++ {
 				r := failoverFencedBy(b, methods[name](), true)

@@ -3,10 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -25,70 +22,35 @@ import (
 	"palisade.dev/palisade/config/gatewaywire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/fencing"
-	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/providers/storagegateway"
 	"palisade.dev/palisade/test/scenario"
 	"palisade.dev/palisade/test/testbed/netns"
 	"palisade.dev/palisade/test/testbed/simnode"
+	"palisade.dev/palisade/test/testbed/storagehost"
 )
 
-// storageHost is a storage host in its own network namespace: a TCP service (a stand-in for an
-// iSCSI or NFS target: what a storage fence must stop is the node reaching it at all) and the
-// real palisade-agent gateway in front of its nftables.
+// storageHost is a storage host (storagehost: its TCP service stands in for an iSCSI or NFS
+// target) with the real palisade-agent gateway in front of its nftables.
 type storageHost struct {
-	host    *netns.Node
-	service string // ip:port of the TCP service
+	*storagehost.Host
 	gateway string // ip:port of the gateway
 	client  *http.Client
-	ca      []byte
-	cert    *pki.KeyPair // the controller's client certificate
+	certs   *storagehost.Certs // the CA, and the controller's client certificate
 }
 
 func startStorageHost(t *testing.T, lan *netns.LAN) *storageHost {
 	t.Helper()
-	host := lan.AddNode("storage")
-	ln, err := host.Listen("tcp", host.IP()+":3260")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.WriteString(c, "block device\n"); c.Close() }()
-		}
-	}()
-	ca, err := pki.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := ca.IssueServer([]string{host.IP()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := ca.IssueAgent("palisade-controller")
-	if err != nil {
-		t.Fatal(err)
-	}
+	host := storagehost.Start(t, lan, "storage")
 	dir := t.TempDir()
-	if err := server.WriteFiles(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	certs := storagehost.WriteCerts(t, dir, host.IP())
 	bin := buildAgent(t, t.TempDir())
-	s := &storageHost{host: host, service: host.IP() + ":3260", gateway: host.IP() + ":9446", ca: ca.CertPEM(), cert: client}
+	s := &storageHost{Host: host, gateway: host.IP() + ":9446", certs: certs, client: certs.HTTPClient(t, certs.Client)}
 	logFile, err := os.Create(filepath.Join(dir, "gateway.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := host.Command(context.Background(), bin, "gateway", "--listen-address", s.gateway, "--name", "storage-1",
-		"--tls-cert", filepath.Join(dir, "tls.crt"), "--tls-key", filepath.Join(dir, "tls.key"), "--client-ca", filepath.Join(dir, "ca.crt"),
-		"--state-dir", filepath.Join(dir, "state"))
+	cmd := host.Node().Command(context.Background(), bin, "gateway", "--listen-address", s.gateway, "--name", "storage-1",
+		"--tls-cert", certs.CertFile, "--tls-key", certs.KeyFile, "--client-ca", certs.CAFile, "--state-dir", filepath.Join(dir, "state"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -102,13 +64,6 @@ func startStorageHost(t *testing.T, lan *netns.LAN) *storageHost {
 			t.Logf("gateway log:\n%s", b)
 		}
 	})
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.CertPEM())
-	pair, err := tls.X509KeyPair(client.CertPEM, client.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := s.client.Get("https://" + s.gateway + gatewaywire.PathFences + "probe")
@@ -126,29 +81,7 @@ func startStorageHost(t *testing.T, lan *netns.LAN) *storageHost {
 // secret is the method's tlsSecretRef: the gateways' CA and the controller's client certificate.
 func (s *storageHost) secret() *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "gateway-tls"},
-		Data: map[string][]byte{storagegateway.KeyCA: s.ca, storagegateway.KeyCert: s.cert.CertPEM, storagegateway.KeyKey: s.cert.KeyPEM}}
-}
-
-// served dials the storage service from n: true when it served, false when it refused outright
-// (the gateway's reject); anything else fails the test.
-func (s *storageHost) served(t *testing.T, n *netns.Node) bool {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c, err := n.Dial(ctx, "tcp", s.service)
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return false
-	}
-	if err != nil {
-		t.Fatalf("dialing the storage from %s: %v (neither served nor refused)", n.Name(), err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	b, err := io.ReadAll(c)
-	if err != nil || string(b) != "block device\n" {
-		t.Fatalf("the storage answered %s %q, %v", n.Name(), b, err)
-	}
-	return true
+		Data: map[string][]byte{storagegateway.KeyCA: s.certs.CA.CertPEM(), storagegateway.KeyCert: s.certs.Client.CertPEM, storagegateway.KeyKey: s.certs.Client.KeyPEM}}
 }
 
 // replay sends a fence command for node with token, as a late copy of an old order would
@@ -195,7 +128,7 @@ func TestStorageGatewayFailover(t *testing.T) {
 	if err := env.Cluster.Client.Create(ctx, storage.secret()); err != nil {
 		t.Fatal(err)
 	}
-	if !storage.served(t, db1) || !storage.served(t, db2) {
+	if !storage.Served(t, db1) || !storage.Served(t, db2) {
 		t.Fatal("the storage does not serve the nodes before any fence")
 	}
 	// A cluster that fenced before: the counter stands at 40 (the scene's controller has no
@@ -221,10 +154,10 @@ func TestStorageGatewayFailover(t *testing.T) {
 	if nf.Status.Token != 41 {
 		t.Fatalf("the fence drew token %d, want 41 after the counter's 40", nf.Status.Token)
 	}
-	if storage.served(t, db1) {
+	if storage.Served(t, db1) {
 		t.Fatal("released, but the storage still serves node 1")
 	}
-	if !storage.served(t, db2) {
+	if !storage.Served(t, db2) {
 		t.Error("the fence of node 1 cut node 2 off the storage too")
 	}
 	if code, body := storage.replay(t, n1.Name(), db1.IP(), nf.Status.Token-1); code != http.StatusConflict {
@@ -238,7 +171,7 @@ func TestStorageGatewayFailover(t *testing.T) {
 		c := meta.FindStatusCondition(nf.Status.Conditions, fencing.ConditionStorageFenceLifted)
 		return c != nil && c.Reason == fencing.ReasonAwaitingNodeRepair
 	})
-	if storage.served(t, db1) {
+	if storage.Served(t, db1) {
 		t.Fatal("the storage fence was lifted while node 1 carries the out-of-service taint")
 	}
 	if err := n1.BMC.SetPower(true); err != nil {
@@ -246,14 +179,14 @@ func TestStorageGatewayFailover(t *testing.T) {
 	}
 	removeOutOfServiceTaint(t, env, n1.Name())
 	waitGone(t, env, n1.Name())
-	if !storage.served(t, db1) {
+	if !storage.Served(t, db1) {
 		t.Error("the NodeFence is gone but the storage still refuses node 1")
 	}
 	code, body := storage.replay(t, n1.Name(), db1.IP(), nf.Status.Token)
-	if code != http.StatusConflict || !storage.served(t, db1) {
+	if code != http.StatusConflict || !storage.Served(t, db1) {
 		t.Errorf("a replay of the lifted fence's own command: %d %s; want 409 %s and node 1 still served", code, body, gatewaywire.ReasonStaleToken)
 	}
-	assertNoSecret(t, env, string(storage.cert.KeyPEM))
+	assertNoSecret(t, env, string(storage.certs.Client.KeyPEM))
 	t.Logf("replay refused: %s", body)
 }
 
@@ -263,7 +196,7 @@ func TestStorageGatewayUnreachableReleasesNothing(t *testing.T) {
 	lan := netns.New(t)
 	storage := startStorageHost(t, lan)
 	// A port nothing listens on behind the storage host's address: refused at once.
-	dead := net.JoinHostPort(storage.host.IP(), "9447")
+	dead := net.JoinHostPort(storage.IP(), "9447")
 	env := startScene(t, scenario.Options{Policy: func(p *v1alpha1.FencingPolicy) {
 		p.Spec.Methods = []v1alpha1.Method{{Name: "gateway", Type: v1alpha1.MethodStorageGateway, Timeout: &metav1.Duration{Duration: 4 * time.Second},
 			StorageGateway: &v1alpha1.StorageGatewayMethod{Gateways: []string{storage.gateway, dead},

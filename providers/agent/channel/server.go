@@ -71,8 +71,6 @@ func defaultMaxConns() int {
 type Server struct {
 	opts  ServerOptions
 	log   logr.Logger
-	cert  *pki.FileSource[*tls.Certificate]
-	pool  *pki.FileSource[*x509.CertPool]
 	srv   *http.Server
 	lis   net.Listener
 	mu    sync.RWMutex
@@ -103,18 +101,21 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{},
 		about: map[string]map[string][]agentwire.PeerReport{}, peers: newPeerBook(opts.ProbePeers),
 	}
-	var err error
-	if s.cert, err = pki.KeyPairSource(opts.CertFile, opts.KeyFile, s.log); err != nil {
+	cert, err := pki.KeyPairSource(opts.CertFile, opts.KeyFile, s.log)
+	if err != nil {
 		return nil, fmt.Errorf("loading the server certificate: %w", err)
 	}
-	if s.pool, err = pki.CAPoolSource(opts.CAFile, s.log); err != nil {
+	pool, err := pki.CAPoolSource(opts.CAFile, s.log)
+	if err != nil {
 		return nil, fmt.Errorf("loading the agent CA: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(agentwire.HeartbeatPath, s.handleHeartbeat)
 	s.srv = &http.Server{
-		Handler:           mux,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS13, GetConfigForClient: s.configForClient},
+		Handler: mux,
+		// Mutual TLS 1.3 (the gateway's accepts 1.2), the files re-read for every handshake so
+		// that a rotated server certificate or CA bundle applies to every new connection.
+		TLSConfig:         pki.ServerTLSConfig(tls.VersionTLS13, cert, pool),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
@@ -133,26 +134,6 @@ func http1Only() *http.Protocols {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	return p
-}
-
-// configForClient re-reads the certificate files for every handshake, so that a rotated
-// server certificate or CA bundle applies to every new connection.
-func (s *Server) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
-	cert, _, err := s.cert.Get()
-	if err != nil {
-		return nil, err
-	}
-	pool, _, err := s.pool.Get()
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{*cert},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    pool,
-		NextProtos:   []string{"http/1.1"},
-	}, nil
 }
 
 // Listen opens the port; Start calls it when it has not been called.

@@ -3,68 +3,28 @@ package gateway_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"palisade.dev/palisade/providers/agent/gateway"
 	"palisade.dev/palisade/test/testbed/netns"
+	"palisade.dev/palisade/test/testbed/storagehost"
 )
 
-// storage is a storage host in its own network namespace serving TCP (a stand-in for an iSCSI
-// or NFS service: what the fence must stop is the node reaching it at all), with the gateway's
-// nftables run in that namespace.
+// storage is a storage host (storagehost) with the gateway's configuration: its nftables run in
+// the host's namespace.
 type storage struct {
-	host *netns.Node
-	addr string
-	cfg  gateway.Config
+	*storagehost.Host
+	cfg gateway.Config
 }
 
 func startStorage(t *testing.T, lan *netns.LAN) *storage {
 	t.Helper()
-	host := lan.AddNode("storage")
-	ln, err := host.Listen("tcp", host.IP()+":3260")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.WriteString(c, "block device\n"); c.Close() }()
-		}
-	}()
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &storage{host: host, addr: ln.Addr().String(),
-		cfg: gateway.Config{NFT: []string{ip, "netns", "exec", host.NetNS(), "nft"}, StateDir: t.TempDir()}}
-}
-
-// reach dials the storage service from n and says whether it served; refused says whether it
-// was refused outright (the gateway's reject) rather than served or timed out.
-func (s *storage) reach(t *testing.T, n *netns.Node) (served, refused bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c, err := n.Dial(ctx, "tcp", s.addr)
-	if err != nil {
-		return false, errors.Is(err, syscall.ECONNREFUSED)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	b, err := io.ReadAll(c)
-	return err == nil && string(b) == "block device\n", false
+	h := storagehost.Start(t, lan, "storage")
+	return &storage{Host: h, cfg: gateway.Config{NFT: h.NFT(), StateDir: t.TempDir()}}
 }
 
 func addr(t *testing.T, n *netns.Node) netip.Addr {
@@ -89,17 +49,17 @@ func TestGatewayFencesOffTheStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if served, _ := s.reach(t, n1); !served {
+	if !s.Served(t, n1) {
 		t.Fatal("node n1 not served before any fence: the scene proves nothing")
 	}
 
 	if err := g.Fence(ctx, "n1", 5, []netip.Addr{addr(t, n1)}); err != nil {
 		t.Fatal(err)
 	}
-	if served, refused := s.reach(t, n1); served || !refused {
-		t.Errorf("fenced node n1: served %v, refused %v; want refused", served, refused)
+	if s.Served(t, n1) {
+		t.Error("fenced node n1 served; want refused")
 	}
-	if served, _ := s.reach(t, n2); !served {
+	if !s.Served(t, n2) {
 		t.Error("node n2, not fenced, is not served")
 	}
 	st, err := g.Check(ctx, "n1")
@@ -115,30 +75,28 @@ func TestGatewayFencesOffTheStorage(t *testing.T) {
 	if err := g.Unfence(ctx, "n1", 4); !errors.As(err, &stale) || !strings.Contains(err.Error(), "older than token 5") {
 		t.Errorf("Unfence with token 4 after 5: %v; want a refusal", err)
 	}
-	if served, _ := s.reach(t, n1); served {
+	if s.Served(t, n1) {
 		t.Error("node n1 served after a refused unfence")
 	}
 
 	// The gateway's ruleset is lost (the storage host rebooted); a new gateway puts it back.
-	if out, err := exec.Command(s.cfg.NFT[0], append(s.cfg.NFT[1:], "delete", "table", "inet", gateway.DefaultTable)...).CombinedOutput(); err != nil {
-		t.Fatalf("deleting the table: %v: %s", err, out)
-	}
-	if served, _ := s.reach(t, n1); !served {
+	s.RunNFT(t, "delete", "table", "inet", gateway.DefaultTable)
+	if !s.Served(t, n1) {
 		t.Fatal("node n1 not served with the table deleted: the reboot scene proves nothing")
 	}
 	g, err = gateway.New(ctx, s.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if served, refused := s.reach(t, n1); served || !refused {
-		t.Errorf("after the gateway's restart node n1: served %v, refused %v; want refused again", served, refused)
+	if s.Served(t, n1) {
+		t.Error("after the gateway's restart node n1 is served; want refused again")
 	}
 
 	// Unfenced under a newer token: served again; a replay of the old fence is refused.
 	if err := g.Unfence(ctx, "n1", 6); err != nil {
 		t.Fatal(err)
 	}
-	if served, _ := s.reach(t, n1); !served {
+	if !s.Served(t, n1) {
 		t.Error("node n1 not served after its unfence")
 	}
 	if st, err := g.Check(ctx, "n1"); err != nil || st.Fenced || len(st.Rejected) != 0 {
@@ -147,7 +105,7 @@ func TestGatewayFencesOffTheStorage(t *testing.T) {
 	if err := g.Fence(ctx, "n1", 5, []netip.Addr{addr(t, n1)}); !errors.As(err, &stale) {
 		t.Errorf("a replayed fence with token 5 after the unfence with 6: %v; want a refusal", err)
 	}
-	if served, _ := s.reach(t, n1); !served {
+	if !s.Served(t, n1) {
 		t.Error("node n1 refused after a replayed, refused fence")
 	}
 	if g.Token("n1") != 6 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -231,26 +230,5 @@ func ServerTLSConfig(certFile, keyFile, clientCAFile string, log logr.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("loading the CA of the gateway's clients: %w", err)
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		return perConnection(cert, pool)
-	}}, nil
-}
-
-// perConnection is the TLS configuration of one connection, with the files' current contents.
-func perConnection(cert *pki.FileSource[*tls.Certificate], pool *pki.FileSource[*x509.CertPool]) (*tls.Config, error) {
-	c, err := cert.Current()
-	if err != nil {
-		return nil, err
-	}
-	p, err := pool.Current()
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{*c},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    p,
-		NextProtos:   []string{"http/1.1"},
-	}, nil
+	return pki.ServerTLSConfig(tls.VersionTLS12, cert, pool), nil
 }

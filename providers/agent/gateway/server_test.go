@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,87 +22,42 @@ import (
 	"palisade.dev/palisade/providers/agent/gateway"
 	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/testbed/netns"
+	"palisade.dev/palisade/test/testbed/storagehost"
 )
 
 // served is a Gateway served over mutual TLS from inside the storage host's namespace.
 type served struct {
 	url    string // https://storage-ip:port
 	client *http.Client
-	// dir holds ca.crt and other CAs' and clients' files.
-	dir string
-	ca  *pki.CA
+	certs  *storagehost.Certs
+}
+
+// serveGateway starts a storage host on a new LAN and a Gateway on its nftables, and serves it.
+func serveGateway(t *testing.T) (*netns.LAN, *storage, *gateway.Gateway, *served) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("network namespaces and nftables need root: run the tests as root (make test does)")
+	}
+	lan := netns.New(t)
+	s := startStorage(t, lan)
+	g, err := gateway.New(context.Background(), s.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lan, s, g, serve(t, s, g)
 }
 
 // serve starts NewHandler for g on the storage host, with a server certificate for its
 // address, and returns it with a client holding the controller's certificate of the same CA.
 func serve(t *testing.T, s *storage, g *gateway.Gateway) *served {
 	t.Helper()
-	ca, err := pki.NewCA()
+	certs := storagehost.WriteCerts(t, t.TempDir(), s.IP())
+	cfg, err := gateway.ServerTLSConfig(certs.CertFile, certs.KeyFile, certs.CAFile, testr.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "ca.crt"), ca.CertPEM())
-	issue(t, dir, "server", func() (*pki.KeyPair, error) { return ca.IssueServer([]string{s.host.IP()}) })
-	cfg, err := gateway.ServerTLSConfig(filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.crt"), testr.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := s.host.Listen("tcp", s.host.IP()+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: gateway.NewHandler(g, "gw-1", testr.New(t)), TLSConfig: cfg, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeTLS(ln, "", "") }()
-	t.Cleanup(func() {
-		_ = srv.Close()
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("serving: %v", err)
-		}
-	})
-	sv := &served{url: "https://" + ln.Addr().String(), dir: dir, ca: ca}
-	sv.client = sv.clientOf(t, ca, "palisade-controller")
-	return sv
-}
-
-func writeFile(t *testing.T, path string, b []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// issue writes dir/name.crt and dir/name.key.
-func issue(t *testing.T, dir, name string, f func() (*pki.KeyPair, error)) tls.Certificate {
-	t.Helper()
-	pair, err := f()
-	if err == nil {
-		err = pair.WriteFiles(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
-}
-
-// clientOf is an HTTPS client that trusts the gateway's CA and presents a client certificate
-// of ca (none when ca is nil).
-func (sv *served) clientOf(t *testing.T, ca *pki.CA, name string) *http.Client {
-	t.Helper()
-	roots := x509.NewCertPool()
-	roots.AddCert(sv.ca.Cert)
-	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if ca != nil {
-		cfg.Certificates = []tls.Certificate{issue(t, sv.dir, name, func() (*pki.KeyPair, error) { return ca.IssueAgent(name) })}
-	}
-	tr := &http.Transport{TLSClientConfig: cfg}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	addr := s.ServeTLS(t, gateway.NewHandler(g, "gw-1", testr.New(t)), cfg)
+	return &served{url: "https://" + addr, client: certs.HTTPClient(t, certs.Client), certs: certs}
 }
 
 // do sends a command and decodes the answer: a Fence on 200, an Error otherwise.
@@ -152,28 +104,15 @@ func (sv *served) do(t *testing.T, method, path string, body any) (int, gatewayw
 // ruleset is the gateway's table as nft lists it.
 func (s *storage) ruleset(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command(s.cfg.NFT[0], append(s.cfg.NFT[1:], "list", "table", "inet", gateway.DefaultTable)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("listing the table: %v: %s", err, out)
-	}
-	return string(out)
+	return s.RunNFT(t, "list", "table", "inet", gateway.DefaultTable)
 }
 
 // TestServerFencesOverMutualTLS: the controller's commands, over mutual TLS to the storage
 // host, fence a node off the storage service and lift the fence; every answer is the ruleset
 // read back; a replayed or late command is refused with 409 and changes nothing.
 func TestServerFencesOverMutualTLS(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("network namespaces and nftables need root: run the tests as root (make test does)")
-	}
-	lan := netns.New(t)
-	s := startStorage(t, lan)
+	lan, s, _, sv := serveGateway(t)
 	n1 := lan.AddNode("n1")
-	g, err := gateway.New(context.Background(), s.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sv := serve(t, s, g)
 	path := gatewaywire.PathFences + "n1"
 
 	code, got, _ := sv.do(t, http.MethodGet, path, nil)
@@ -186,8 +125,8 @@ func TestServerFencesOverMutualTLS(t *testing.T) {
 	if diff := cmp.Diff(fenced, got); code != http.StatusOK || diff != "" {
 		t.Fatalf("PUT token 5: %d %+v (-want +got):\n%s", code, e, diff)
 	}
-	if served, refused := s.reach(t, n1); served || !refused {
-		t.Errorf("fenced node n1: served %v, refused %v; want refused", served, refused)
+	if s.Served(t, n1) {
+		t.Error("fenced node n1 served; want refused")
 	}
 	code, got, _ = sv.do(t, http.MethodGet, path, nil)
 	if diff := cmp.Diff(fenced, got); code != http.StatusOK || diff != "" {
@@ -213,7 +152,7 @@ func TestServerFencesOverMutualTLS(t *testing.T) {
 	if after := s.ruleset(t); after != before {
 		t.Errorf("refused commands changed the ruleset:\n%s\nwas:\n%s", after, before)
 	}
-	if served, _ := s.reach(t, n1); served {
+	if s.Served(t, n1) {
 		t.Error("node n1 served after refused unfences")
 	}
 
@@ -221,7 +160,7 @@ func TestServerFencesOverMutualTLS(t *testing.T) {
 	if diff := cmp.Diff(gatewaywire.Fence{Gateway: "gw-1", Node: "n1", Token: 6}, got); code != http.StatusOK || diff != "" {
 		t.Errorf("DELETE token 6: %d %+v (-want +got):\n%s", code, e, diff)
 	}
-	if served, _ := s.reach(t, n1); !served {
+	if !s.Served(t, n1) {
 		t.Error("node n1 not served after its unfence")
 	}
 	// A retried unfence is carried out again; a replayed fence is not.
@@ -231,7 +170,7 @@ func TestServerFencesOverMutualTLS(t *testing.T) {
 	if code, _, e = sv.do(t, http.MethodPut, path, gatewaywire.FenceRequest{Token: 5, Addresses: []string{n1.IP()}}); code != http.StatusConflict {
 		t.Errorf("PUT token 5 replayed after the unfence: %d %+v; want 409", code, e)
 	}
-	if served, _ := s.reach(t, n1); !served {
+	if !s.Served(t, n1) {
 		t.Error("node n1 refused after a replayed fence")
 	}
 }
@@ -239,16 +178,7 @@ func TestServerFencesOverMutualTLS(t *testing.T) {
 // TestServerRefusesBadRequests: malformed commands are answered 400 with a message that says
 // what is wrong, and change nothing.
 func TestServerRefusesBadRequests(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("network namespaces and nftables need root: run the tests as root (make test does)")
-	}
-	lan := netns.New(t)
-	s := startStorage(t, lan)
-	g, err := gateway.New(context.Background(), s.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sv := serve(t, s, g)
+	_, _, g, sv := serveGateway(t)
 	put := func(token int64, addrs ...string) gatewaywire.FenceRequest {
 		return gatewaywire.FenceRequest{Token: token, Addresses: addrs}
 	}
@@ -288,17 +218,8 @@ func TestServerRefusesBadRequests(t *testing.T) {
 // TestServerRefusesUnverifiedClients: a client without a certificate, or with one of another
 // CA, is refused at the TLS handshake, before any command.
 func TestServerRefusesUnverifiedClients(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("network namespaces and nftables need root: run the tests as root (make test does)")
-	}
-	lan := netns.New(t)
-	s := startStorage(t, lan)
+	lan, s, g, sv := serveGateway(t)
 	n1 := lan.AddNode("n1")
-	g, err := gateway.New(context.Background(), s.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sv := serve(t, s, g)
 	if code, _, e := sv.do(t, http.MethodPut, gatewaywire.PathFences+"n1", gatewaywire.FenceRequest{Token: 5, Addresses: []string{n1.IP()}}); code != http.StatusOK {
 		t.Fatalf("PUT: %d %+v", code, e)
 	}
@@ -306,9 +227,13 @@ func TestServerRefusesUnverifiedClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	intruder, err := other.IssueAgent("intruder")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, client := range map[string]*http.Client{
-		"no certificate": sv.clientOf(t, nil, ""),
-		"another CA's":   sv.clientOf(t, other, "intruder"),
+		"no certificate": sv.certs.HTTPClient(t, nil),
+		"another CA's":   sv.certs.HTTPClient(t, intruder),
 	} {
 		req, err := http.NewRequest(http.MethodDelete, sv.url+gatewaywire.PathFences+"n1?token=99", nil)
 		if err != nil {
@@ -331,7 +256,7 @@ func TestServerRefusesUnverifiedClients(t *testing.T) {
 		conn.Close()
 		t.Error("a TLS 1.2 handshake without a client certificate succeeded")
 	}
-	if served, _ := s.reach(t, n1); served {
+	if s.Served(t, n1) {
 		t.Error("node n1 served: an unverified client lifted its fence")
 	}
 	if tok := g.Token("n1"); tok != 5 {
@@ -343,15 +268,16 @@ func TestServerRefusesUnverifiedClients(t *testing.T) {
 func TestServerReportsGatewayFailures(t *testing.T) {
 	dir := t.TempDir()
 	nft, broken := filepath.Join(dir, "nft"), filepath.Join(dir, "broken")
-	writeFile(t, nft, []byte("#!/bin/sh\ncat >/dev/null\nif [ -e "+broken+" ]; then echo 'Error: no such table' >&2; exit 1; fi\n"))
-	if err := os.Chmod(nft, 0o700); err != nil {
+	if err := os.WriteFile(nft, []byte("#!/bin/sh\ncat >/dev/null\nif [ -e "+broken+" ]; then echo 'Error: no such table' >&2; exit 1; fi\n"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	g, err := gateway.New(context.Background(), gateway.Config{NFT: []string{nft}, StateDir: filepath.Join(dir, "state")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, broken, nil)
+	if err := os.WriteFile(broken, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(gateway.NewHandler(g, "gw-1", testr.New(t)))
 	t.Cleanup(srv.Close)
 	sv := &served{url: srv.URL, client: srv.Client()}
