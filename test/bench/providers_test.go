@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/vmware/govmomi/simulator"
 	vimtypes "github.com/vmware/govmomi/vim25/types"
 	corev1 "k8s.io/api/core/v1"
@@ -18,24 +19,29 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/agent/gateway"
 	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/providers/ipmi"
 	"palisade.dev/palisade/providers/networkfence"
 	"palisade.dev/palisade/providers/power"
 	"palisade.dev/palisade/providers/redfish"
+	"palisade.dev/palisade/providers/storagegateway"
 	"palisade.dev/palisade/providers/vsphere"
 	"palisade.dev/palisade/test/testbed"
 	"palisade.dev/palisade/test/testbed/ec2sim"
 	"palisade.dev/palisade/test/testbed/ipmisim"
+	"palisade.dev/palisade/test/testbed/netns"
 	"palisade.dev/palisade/test/testbed/redfishsim"
+	"palisade.dev/palisade/test/testbed/storagehost"
 )
 
 // providerRuns is how many fences each provider takes; the lines report medians.
 const providerRuns = 5
 
 // BenchmarkProviders fences one machine per run through each provider against its test peer —
-// ipmi_sim through ipmitool, redfishsim over TLS with a session, ec2sim with SigV4, vcsim, and
-// the real csi-addons manager and sidecar in front of the stand-in storage driver — and reports
+// ipmi_sim through ipmitool, redfishsim over TLS with a session, ec2sim with SigV4, vcsim, the
+// storage gateway (its real nftables in a storage host's namespace, over mutual TLS) and the
+// real csi-addons manager and sidecar in front of the stand-in storage driver — and reports
 // the time its Fence took (the command accepted) and the time from then to the first Check that
 // confirmed the fence (reads until the fence reads in place, 100 ms apart).
 func BenchmarkProviders(b *testing.B) {
@@ -107,6 +113,26 @@ func BenchmarkProviders(b *testing.B) {
 			return m, on, []client.Object{node, secret("vc", map[string]string{"username": "fencer", "password": "vc-pw"}),
 				secret("ca", map[string]string{power.CABundleKey: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))})}
 		}},
+		{"storagegateway", func(b *testing.B) (v1alpha1.Method, func(), []client.Object) {
+			host := storagehost.Start(b, netns.New(b), "storage")
+			certs := storagehost.WriteCerts(b, b.TempDir(), host.IP())
+			g, err := gateway.New(context.Background(), gateway.Config{NFT: host.NFT(), StateDir: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg, err := gateway.ServerTLSConfig(certs.CertFile, certs.KeyFile, certs.CAFile, logr.Discard())
+			if err != nil {
+				b.Fatal(err)
+			}
+			addr := host.ServeTLS(b, gateway.NewHandler(g, "storage-1", logr.Discard()), cfg)
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+				Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.20.0.1"}}}}
+			m := v1alpha1.Method{Name: "gateway", Type: v1alpha1.MethodStorageGateway, StorageGateway: &v1alpha1.StorageGatewayMethod{
+				Gateways: []string{addr}, TLSSecretRef: v1alpha1.SecretReference{Namespace: ns, Name: "gw"}}}
+			tlsSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Data: map[string][]byte{
+				storagegateway.KeyCA: certs.CA.CertPEM(), storagegateway.KeyCert: certs.Client.CertPEM, storagegateway.KeyKey: certs.Client.KeyPEM}}
+			return m, func() {}, []client.Object{node, tlsSecret} // each run's fence has a newer token
+		}},
 		{"networkfence", func(b *testing.B) (v1alpha1.Method, func(), []client.Object) {
 			storage = testbed.StartT(b, testbed.Options{CSIAddons: true, NoCSIAttacher: true})
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Annotations: map[string]string{v1alpha1.AnnotationStorageCIDRs: "10.20.0.1/32"}}}
@@ -122,14 +148,16 @@ func BenchmarkProviders(b *testing.B) {
 		b.Run(pr.name, func(b *testing.B) {
 			m, powerOn, objs := pr.peer(b)
 			reader := fake.NewClientBuilder().WithObjects(objs...).Build()
-			f := map[string]providers.Fencer{"ipmi": ipmi.New(reader), "redfish": redfish.New(reader), "aws": aws.New(reader), "vsphere": vsphere.New(reader)}[pr.name]
+			f := map[string]providers.Fencer{"ipmi": ipmi.New(reader), "redfish": redfish.New(reader), "aws": aws.New(reader), "vsphere": vsphere.New(reader),
+				"storagegateway": storagegateway.New(reader)}[pr.name]
 			if pr.name == "networkfence" {
 				f = networkfence.New(storage.Client, storage.Client)
 			}
 			var fences, confirms []float64
 			for run := range providerRuns {
 				powerOn()
-				nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: types.UID(fmt.Sprintf("fence-%d", run))}, Spec: v1alpha1.NodeFenceSpec{NodeName: "node-1"}}
+				nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: types.UID(fmt.Sprintf("fence-%d", run))}, Spec: v1alpha1.NodeFenceSpec{NodeName: "node-1"},
+					Status: v1alpha1.NodeFenceStatus{Token: int64(run + 1)}}
 				req := providers.Request{Fence: nf, Method: m, Attempt: 1, Now: time.Now()}
 				start := time.Now()
 				if _, err := f.Fence(context.Background(), req); err != nil {

@@ -221,3 +221,61 @@ func TestStorageGatewayUnreachableReleasesNothing(t *testing.T) {
 	}
 	assertNothingReleased(t, env, w)
 }
+
+// TestStorageGatewayFenceOfALiveNodeReleasesNothing: the gateway confirms its fence of node 1
+// (the storage refuses it), but node 1 keeps renewing its Lease (a manual request on a live
+// node): the fence is disproved, nothing is released, the chain escalates and fails; deleting
+// the NodeFence lifts the fence at once, since nothing was released.
+func TestStorageGatewayFenceOfALiveNodeReleasesNothing(t *testing.T) {
+	lan := netns.New(t)
+	storage := startStorageHost(t, lan)
+	db1 := lan.AddNode("db1")
+	env := startScene(t, scenario.Options{
+		Node: func(i int, so *simnode.Options) {
+			if i == 1 {
+				so.InternalIP = db1.IP()
+			}
+		},
+		Policy: func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods = []v1alpha1.Method{{Name: "gateway", Type: v1alpha1.MethodStorageGateway, Timeout: &metav1.Duration{Duration: 20 * time.Second},
+				StorageGateway: &v1alpha1.StorageGatewayMethod{Gateways: []string{storage.gateway},
+					TLSSecretRef: v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "gateway-tls"}}},
+				{Name: "self-fence", Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: 8 * time.Second},
+					SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 3 * time.Second}}}}
+		},
+	})
+	ctx := context.Background()
+	if err := env.Cluster.Client.Create(ctx, storage.secret()); err != nil {
+		t.Fatal(err)
+	}
+	startController(t, env)
+	w := deploy(t, env)
+	n1 := env.Node(1)
+	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: "e2e: storage-gateway fence of a live node"})
+	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, func(nf *v1alpha1.NodeFence) bool {
+		return nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed
+	})
+	if nf.Status.Phase != v1alpha1.PhaseFailed {
+		t.Errorf("phase %s, want Failed: %v", nf.Status.Phase, trace(nf))
+	}
+	if storage.Served(t, db1) {
+		t.Fatalf("the storage serves node 1: the gateway's fence never held, and the test did not test (%v)", trace(nf))
+	}
+	disproved := false
+	for _, s := range nf.Status.Steps {
+		disproved = disproved || s.Method == "gateway" && s.State == v1alpha1.StepFailed && s.Reason == v1alpha1.ReasonNodeAliveAfterFence
+	}
+	if !disproved {
+		t.Errorf("no gateway step failed with %s: %v", v1alpha1.ReasonNodeAliveAfterFence, trace(nf))
+	}
+	assertNothingReleased(t, env, w)
+
+	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: nil})
+	if err := env.Cluster.Client.Delete(ctx, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: n1.Name()}}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, env, n1.Name())
+	if !storage.Served(t, db1) {
+		t.Error("the failed fence's NodeFence is gone, but the storage still refuses node 1")
+	}
+}
