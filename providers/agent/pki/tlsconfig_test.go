@@ -3,6 +3,7 @@ package pki_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net"
 	"path/filepath"
 	"testing"
@@ -32,6 +33,11 @@ func handshake(t *testing.T, cfg, client *tls.Config) (*x509.Certificate, error)
 		err = srv.Handshake()
 		if err == nil {
 			_, err = srv.Write([]byte{1})
+		}
+		if err == nil {
+			// Close only once the client has read and closed: closing first may reset the
+			// connection under the client's read (seen with TLS 1.2).
+			_, _ = io.Copy(io.Discard, srv)
 		}
 		srv.Close()
 		done <- err
