@@ -123,20 +123,7 @@ func TestGatewayCommand(t *testing.T) {
 // startIn runs palisade-agent with args in n's namespace.
 func startIn(t *testing.T, n *netns.Node, args []string) *proc {
 	t.Helper()
-	p := &proc{cmd: n.Command(context.Background(), agentBin, args...), done: make(chan struct{})}
-	p.cmd.Stderr = p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("gateway logs:\n%s", p.logs())
-		}
-	})
-	return p
+	return startProc(t, n.Command(context.Background(), agentBin, args...), "gateway")
 }
 
 // command sends a command and decodes its 200 answer.

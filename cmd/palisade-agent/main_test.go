@@ -154,7 +154,14 @@ func (e *env) startAgent(t testing.TB, controller, healthz string, interval time
 		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0", // extra may override these
 		"--state-dir", t.TempDir(),
 	}, extra...)
-	p := &proc{cmd: exec.Command(e.bin, args...), done: make(chan struct{})}
+	return startProc(t, exec.Command(e.bin, args...), "agent")
+}
+
+// startProc starts cmd with its stderr kept, kills it when the test ends and then shows its
+// logs (as what's) if the test failed.
+func startProc(t testing.TB, cmd *exec.Cmd, what string) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, done: make(chan struct{})}
 	p.cmd.Stderr = p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -164,7 +171,7 @@ func (e *env) startAgent(t testing.TB, controller, healthz string, interval time
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		if t.Failed() {
-			t.Logf("agent logs:\n%s", p.logs())
+			t.Logf("%s logs:\n%s", what, p.logs())
 		}
 	})
 	return p
