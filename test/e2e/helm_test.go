@@ -249,9 +249,7 @@ func TestHelmChartRBACCoversStorageFences(t *testing.T) {
 	if err := n1.BMC.SetPower(false); err != nil {
 		t.Fatal(err)
 	}
-	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, func(nf *v1alpha1.NodeFence) bool {
-		return nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed
-	})
+	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, fenceEnded)
 	if nf.Status.Phase != v1alpha1.PhaseReleased || !env.Cluster.CSIAddons.IsFenced(nodeCIDR(t, env, n1.Name())) {
 		t.Fatalf("phase %s, storage fences %v: want Released behind the node's storage fence; steps %v", nf.Status.Phase, env.Cluster.CSIAddons.Fenced(), trace(nf))
 	}

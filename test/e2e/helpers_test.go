@@ -82,6 +82,23 @@ func waitFence(t *testing.T, c *testbed.Cluster, node string, timeout time.Durat
 	return nf
 }
 
+// fenceEnded is waitFence's test for a fence that ended, Released or Failed.
+func fenceEnded(nf *v1alpha1.NodeFence) bool {
+	return nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed
+}
+
+// assertDisproved fails unless a step of method failed with NodeAliveAfterFence: the node
+// showed life after that method's fence was confirmed.
+func assertDisproved(t *testing.T, nf *v1alpha1.NodeFence, method string) {
+	t.Helper()
+	for _, s := range nf.Status.Steps {
+		if s.Method == method && s.State == v1alpha1.StepFailed && s.Reason == v1alpha1.ReasonNodeAliveAfterFence {
+			return
+		}
+	}
+	t.Errorf("no %s step failed with %s: %v", method, v1alpha1.ReasonNodeAliveAfterFence, trace(nf))
+}
+
 func phaseIs(p v1alpha1.Phase) func(*v1alpha1.NodeFence) bool {
 	return func(nf *v1alpha1.NodeFence) bool { return nf.Status.Phase == p }
 }

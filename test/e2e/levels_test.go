@@ -42,9 +42,7 @@ func TestAllOfLevel(t *testing.T) {
 			}
 			s.diesWithPower(t, s.agent(t, s.addr))
 			n1.PauseHeartbeats()
-			nf := waitFence(t, s.env.Cluster, n1.Name(), 90*time.Second, func(nf *v1alpha1.NodeFence) bool {
-				return nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed
-			})
+			nf := waitFence(t, s.env.Cluster, n1.Name(), 90*time.Second, fenceEnded)
 			offs, err := n1.BMC.OffCommands()
 			if err != nil {
 				t.Fatal(err)
