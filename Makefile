@@ -18,9 +18,10 @@ TEST_TIMEOUT ?= 60m
 # make test runs every fuzz target this long after the tests; make fuzz runs them FUZZTIME each.
 TEST_FUZZTIME ?= 3s
 FUZZTIME ?= 60s
-# make chaos: how many seeded runs, from which seed; VANILLA=1 switches Palisade off.
+# make chaos: how many seeded runs, from which seed, how many at once; VANILLA=1 switches Palisade off.
 RUNS ?= 200
 SEED ?= 1
+PARALLEL ?= 1
 VANILLA ?= 0
 
 .PHONY: help
@@ -62,9 +63,9 @@ bench-scale: deps testbed ## The controller's cost at SIZES simulated nodes (30 
 	@echo; grep '^BENCH' $(CACHE)/bench-scale.log
 
 .PHONY: chaos
-chaos: deps testbed ## Seeded faults on real machines, judged by the independent checker: make chaos RUNS=200 [SEED=1] [VANILLA=1]
-	@set +e; PALISADE_CHAOS_RUNS=$(RUNS) PALISADE_CHAOS_SEED=$(SEED) PALISADE_CHAOS_VANILLA=$(VANILLA) \
-	  go test -count=1 -timeout 0 -v -run '^TestChaos$$' ./test/chaos/ 2>&1 | tee $(CACHE)/chaos.log | \
+chaos: deps testbed ## Seeded faults on real machines, judged by the independent checker: make chaos RUNS=200 [SEED=1] [PARALLEL=1] [VANILLA=1]
+	@set +e; PALISADE_CHAOS_RUNS=$(RUNS) PALISADE_CHAOS_SEED=$(SEED) PALISADE_CHAOS_VANILLA=$(VANILLA) PALISADE_CHAOS_PARALLEL=$(PARALLEL) \
+	  go test -count=1 -timeout 0 -parallel $(PARALLEL) -v -run '^TestChaos$$' ./test/chaos/ 2>&1 | tee $(CACHE)/chaos.log | \
 	  grep -E '^(=== RUN|--- |BENCH)|chaos_test.go|VIOLATION|replay:' ; \
 	  rc=$${PIPESTATUS[0]}; echo; grep '^BENCH chaos' $(CACHE)/chaos.log | tail -1; exit $$rc
 

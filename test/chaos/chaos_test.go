@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,10 @@ const (
 	envRuns    = "PALISADE_CHAOS_RUNS"    // how many runs; default: the fixed seeds
 	envSeed    = "PALISADE_CHAOS_SEED"    // the first seed of PALISADE_CHAOS_RUNS runs (default 1)
 	envVanilla = "PALISADE_CHAOS_VANILLA" // "1": Palisade off, an operator force-deletes at NotReady
+	// envParallel is how many runs go at once, each with its own control plane, machines and
+	// LAN (default 1: one after the other). The runs of a batch share the machine's cores,
+	// which loads each one more than a run alone.
+	envParallel = "PALISADE_CHAOS_PARALLEL"
 )
 
 // fixedSeeds are the runs of make test, chosen so that together they strike every kind:
@@ -40,7 +45,7 @@ var activeKinds = Kinds
 const (
 	replicas = 3
 	window   = 40 * time.Second
-	// detectAfter is how long after the window a fault may still be detected: the policy's
+	// detectAfter is how long after it strikes or ends a fault may still be detected: the policy's
 	// Lease timeout (20s), a kubelet renewal interval (10s) and some more.
 	detectAfter = 40 * time.Second
 )
@@ -50,13 +55,42 @@ const (
 // the independent checker. A failing seed prints the command that replays it.
 func TestChaos(t *testing.T) {
 	seeds, vanilla := runsFromEnv(t)
-	var runs, violations, faults int
+	parallel := parallelFromEnv(t)
+	var (
+		mu                       sync.Mutex
+		runs, violations, faults int
+		failed                   []uint64
+	)
+	// The batch's line is printed once every run has ended: parallel runs end after this
+	// function returns, before its cleanups.
+	t.Cleanup(func() {
+		first := uint64(0)
+		if len(seeds) > 0 {
+			first = seeds[0]
+		}
+		slices.Sort(failed)
+		fmt.Printf("BENCH chaos runs=%d violations=%d faults=%d seed=%d vanilla=%v parallel=%d\n", runs, violations, faults, first, vanilla, parallel)
+		if len(failed) > 0 && !vanilla {
+			t.Errorf("seeds with violations: %v", failed)
+		}
+		if vanilla && runs > 0 && violations == 0 {
+			t.Error("Palisade switched off and the operator force-deleting at NotReady, yet the checker saw no violation")
+		}
+	})
 	for _, seed := range seeds {
 		s := Plan(seed, Options{Machines: 3, Window: window, MaxFaults: 3, Kinds: activeKinds})
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			if parallel > 1 {
+				t.Parallel()
+			}
 			t.Logf("%s", s)
 			v := run(t, s, vanilla)
+			mu.Lock()
 			runs, violations, faults = runs+1, violations+len(v), faults+len(s.Faults)
+			if len(v) > 0 {
+				failed = append(failed, seed)
+			}
+			mu.Unlock()
 			if len(v) > 0 && !vanilla {
 				t.Errorf("%s\nreplay: %s", checker.Report(v), s.Replay())
 			} else {
@@ -64,14 +98,20 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
-	first := uint64(0)
-	if len(seeds) > 0 {
-		first = seeds[0]
+}
+
+// parallelFromEnv is envParallel: how many runs at once (go test's -parallel must allow as
+// many; make chaos passes both).
+func parallelFromEnv(t *testing.T) int {
+	v := os.Getenv(envParallel)
+	if v == "" {
+		return 1
 	}
-	fmt.Printf("BENCH chaos runs=%d violations=%d faults=%d seed=%d vanilla=%v\n", runs, violations, faults, first, vanilla)
-	if vanilla && violations == 0 {
-		t.Error("Palisade switched off and the operator force-deleting at NotReady, yet the checker saw no violation")
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number of runs at once", envParallel, v)
 	}
+	return n
 }
 
 func runsFromEnv(t *testing.T) ([]uint64, bool) {
@@ -99,6 +139,7 @@ func runsFromEnv(t *testing.T) ([]uint64, bool) {
 // run is one seeded run: scene, faults, settle, heal, check.
 func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	// Palisade runs as deployed: a palisade-agent on every machine, two controller replicas.
+	begin := time.Now()
 	sc := realscene.Start(t, realscene.Options{Machines: s.Options.Machines, Agents: !vanilla, Volumes: true})
 	st := &striker{t: t, sc: sc}
 	if !vanilla {
@@ -112,23 +153,29 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 		go sc.ForceDeletingOperator(ctx, t.Logf)
 	}
 	start := time.Now()
+	t.Logf("scene up in %s", start.Sub(begin).Round(time.Second))
 	for _, f := range s.Faults {
 		time.Sleep(time.Until(start.Add(f.At)))
 		st.strike(ctx, f)
 	}
-	// The last fault gets a Lease timeout and more to be detected and its fence started,
-	// then every fence under way its time to end: only then is it healed.
-	time.Sleep(time.Until(start.Add(s.Options.Window + detectAfter)))
+	// The last fault to strike or end gets a Lease timeout and more to be detected and its
+	// fence started, then every fence under way its time to end: only then is it healed.
+	time.Sleep(time.Until(start.Add(s.Quiet() + detectAfter)))
+	settleFrom := time.Now()
 	st.settle(3 * time.Minute)
 	st.logFences()
 	cancel()
 	st.wg.Wait()
+	healFrom := time.Now()
 	healed := st.healAll()
 	pods := make([]string, replicas)
 	for i := range pods {
 		pods[i] = realscene.PodName(i)
 		st.waitWrite(pods[i], healed, 3*time.Minute)
 	}
+	t.Logf("phases: scene %s, faults and detection %s, fences ending %s, heal %s, replicas writing again %s",
+		start.Sub(begin).Round(time.Second), settleFrom.Sub(start).Round(time.Second), healFrom.Sub(settleFrom).Round(time.Second),
+		healed.Sub(healFrom).Round(time.Second), time.Since(healed).Round(time.Second))
 	return checker.Check(checker.Input{
 		History: sc.History(t), Audit: sc.Audit(t), Releasers: []string{realscene.ControllerUser},
 		MayFence: st.mayFence(s), PowerOffs: st.powerOffs(s), End: time.Now(), Pods: pods, Healed: healed,

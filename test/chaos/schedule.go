@@ -195,6 +195,18 @@ func (s Schedule) MayFence() map[int]bool {
 	return m
 }
 
+// Quiet is when the last fault has struck and, if it has a length, ended: from then on nothing
+// changes until the end-of-run heal. A fault that ends can still cause a fence after its end
+// (the API server back after an etcd cut, a machine back after a short power loss), so a run
+// watches for a detection time after Quiet, not after its window.
+func (s Schedule) Quiet() time.Duration {
+	var q time.Duration
+	for _, f := range s.Faults {
+		q = max(q, f.At+f.For)
+	}
+	return q
+}
+
 // Replay is the command that runs this schedule again.
 func (s Schedule) Replay() string {
 	return fmt.Sprintf("make chaos RUNS=1 SEED=%d", s.Seed)

@@ -111,3 +111,23 @@ func TestScheduleReadsAndReplays(t *testing.T) {
 		t.Errorf("Replay() = %q, want %q", got, want)
 	}
 }
+
+// Quiet is the latest moment a fault strikes or ends, whichever faults last until the heal.
+func TestQuiet(t *testing.T) {
+	s := Schedule{Faults: []Fault{
+		{Kind: PowerLoss, At: 5 * time.Second, For: 50 * time.Second},
+		{Kind: KubeletKill, At: 30 * time.Second},
+		{Kind: EtcdCut, At: 35 * time.Second, For: 10 * time.Second},
+	}}
+	if got, want := s.Quiet(), 55*time.Second; got != want {
+		t.Errorf("Quiet = %s, want %s (the power loss ends last)", got, want)
+	}
+	s.Faults = s.Faults[1:]
+	if got, want := s.Quiet(), 45*time.Second; got != want {
+		t.Errorf("Quiet = %s, want %s (the etcd cut ends last)", got, want)
+	}
+	s.Faults = s.Faults[:1]
+	if got, want := s.Quiet(), 30*time.Second; got != want {
+		t.Errorf("Quiet = %s, want %s (a fault until the heal counts when it strikes)", got, want)
+	}
+}
