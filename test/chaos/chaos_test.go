@@ -146,6 +146,7 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 		sc.CreatePolicy(t, 20*time.Second, realscene.ExecutorFirst)
 		st.ctrls = sc.StartControllers(t, 2)
 	}
+	t.Logf("scene: controllers started at %s", time.Since(begin).Round(100*time.Millisecond))
 	sc.DeployWitness(t, replicas)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

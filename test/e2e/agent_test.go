@@ -19,6 +19,7 @@ import (
 	"palisade.dev/palisade/providers/agent/channel"
 	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed/gobin"
 )
 
 // Invariant 4: the API server says node 1 is gone (its Lease stops), but its agent keeps
@@ -101,20 +102,19 @@ func writeCerts(t *testing.T, dir string, ca *pki.CA) map[string]string {
 }
 
 // buildAgent builds palisade-agent and, next to it where the agent looks for it,
-// palisade-executor into dir, and returns the agent's path.
-func buildAgent(t *testing.T, dir string) string {
+// palisade-executor (once per test process), and returns the agent's path.
+func buildAgent(t *testing.T) string {
 	t.Helper()
-	for _, name := range []string{"palisade-agent", "palisade-executor"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "../../cmd/"+name).CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", name, err, out)
-		}
+	dir, err := gobin.BuildAll(nil, "cmd/palisade-agent", "cmd/palisade-executor")
+	if err != nil {
+		t.Fatal(err)
 	}
 	return filepath.Join(dir, "palisade-agent")
 }
 
 func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]string, extra ...string) *exec.Cmd {
 	t.Helper()
-	bin := buildAgent(t, dir)
+	bin := buildAgent(t)
 	args := []string{"--controller-address", addr, "--node-name", node, "--cert", files[node+".crt"],
 		"--key", files[node+".key"], "--ca", files["ca.crt"], "--interval", "500ms", "--kubelet-healthz", kubelet + "/healthz",
 		"--probe-address", "127.0.0.1:0", "--kubelet-port", "0", "--state-dir", filepath.Join(dir, node+"-state")}

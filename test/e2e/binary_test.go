@@ -22,6 +22,7 @@ import (
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed/gobin"
 )
 
 type controllerProc struct {
@@ -62,9 +63,9 @@ func TestControllerBinaryLeaderElection(t *testing.T) {
 // buildController builds palisade-controller into a temporary directory.
 func buildController(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "palisade-controller")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/palisade-controller").CombinedOutput(); err != nil {
-		t.Fatalf("building palisade-controller: %v\n%s", err, out)
+	bin, err := gobin.Build("cmd/palisade-controller")
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

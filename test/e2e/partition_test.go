@@ -143,7 +143,7 @@ func startPartitionScene(t *testing.T) *partitionScene {
 
 	// Every node's agent, in its namespace.
 	api := agentAPIArgs(t, s.env, "https://"+relay, simkubelettest.ServerName(t, s.env.Cluster.Config))
-	bin := buildAgent(t, dir)
+	bin := buildAgent(t)
 	for i, n := range s.ns {
 		name := n.Name()
 		k := s.kubelets[i]

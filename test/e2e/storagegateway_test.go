@@ -43,7 +43,7 @@ func startStorageHost(t *testing.T, lan *netns.LAN) *storageHost {
 	host := storagehost.Start(t, lan, "storage")
 	dir := t.TempDir()
 	certs := storagehost.WriteCerts(t, dir, host.IP())
-	bin := buildAgent(t, t.TempDir())
+	bin := buildAgent(t)
 	s := &storageHost{Host: host, gateway: host.IP() + ":9446", certs: certs, client: certs.HTTPClient(t, certs.Client)}
 	logFile, err := os.Create(filepath.Join(dir, "gateway.log"))
 	if err != nil {

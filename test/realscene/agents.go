@@ -3,7 +3,6 @@ package realscene
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/testbed/gobin"
 	"palisade.dev/palisade/test/testbed/machine"
 )
 
@@ -27,8 +27,8 @@ const AgentInterval = "1s"
 // and of the controllers' heartbeat server, and the heartbeat address on the LAN.
 type agents struct {
 	bin   string // palisade-agent, palisade-executor next to it
-	files map[string]string
-	api   []string // the flags of the agents' API access
+	files    map[string]string
+	api      []string // the flags of the agents' API access
 	// kubeletStop is the agents' kubelet-stop command, "" for none.
 	kubeletStop string
 	// Heartbeat is the LAN address the agents send to: a relay to the leading controller's
@@ -44,12 +44,11 @@ type agents struct {
 func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool) *agents {
 	t.Helper()
 	dir := t.TempDir()
-	for _, name := range []string{"palisade-agent", "palisade-executor"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), filepath.Join(moduleDir(), "cmd", name)).CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", name, err, out)
-		}
+	bins, err := gobin.BuildAll(nil, "cmd/palisade-agent", "cmd/palisade-executor")
+	if err != nil {
+		t.Fatal(err)
 	}
-	a := &agents{bin: filepath.Join(dir, "palisade-agent"), files: map[string]string{}, kubeletStop: "pkill -KILL -x kubelet; true"}
+	a := &agents{bin: filepath.Join(bins, "palisade-agent"), files: map[string]string{}, kubeletStop: "pkill -KILL -x kubelet; true"}
 	if kubeletLeftRunning {
 		a.kubeletStop = ""
 	}

@@ -19,6 +19,7 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/scenario"
 	"palisade.dev/palisade/test/testbed"
+	"palisade.dev/palisade/test/testbed/gobin"
 	"palisade.dev/palisade/test/testbed/machine"
 	"palisade.dev/palisade/test/testbed/netns"
 )
@@ -77,9 +78,10 @@ const (
 func (s *Scene) StartControllers(t testing.TB, n int) []*Controller {
 	t.Helper()
 	dir := t.TempDir()
-	bin, kubeconfig := filepath.Join(dir, "palisade-controller"), filepath.Join(dir, "kubeconfig")
-	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(moduleDir(), "cmd", "palisade-controller")).CombinedOutput(); err != nil {
-		t.Fatalf("building palisade-controller: %v\n%s", err, out)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	bin, err := gobin.Build("cmd/palisade-controller")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := s.Cluster.WriteKubeconfigVia(kubeconfig, s.Relay); err != nil {
 		t.Fatal(err)

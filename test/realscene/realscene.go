@@ -5,10 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -27,6 +24,7 @@ import (
 	"palisade.dev/palisade/test/scenario"
 	"palisade.dev/palisade/test/testbed"
 	"palisade.dev/palisade/test/testbed/containerd"
+	"palisade.dev/palisade/test/testbed/gobin"
 	"palisade.dev/palisade/test/testbed/ipmisim"
 	"palisade.dev/palisade/test/testbed/machine"
 	"palisade.dev/palisade/test/testbed/netns"
@@ -87,8 +85,13 @@ func Start(t testing.TB, o Options) *Scene {
 		o.NodeMonitorGracePeriod = 20 * time.Second
 	}
 	quietLogs.Do(func() { ctrllog.SetLogger(logr.Discard()) }) // envtest logs through it
+	begin := time.Now()
 	img := WitnessImage
-	img.Files = map[string]string{"bin/witness-client": buildWitnessClient(t)}
+	witnessClient, err := gobin.Build("test/cmd/witness-client", "CGO_ENABLED=0") // static: it runs in busybox
+	if err != nil {
+		t.Fatal(err)
+	}
+	img.Files = map[string]string{"bin/witness-client": witnessClient}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := testbed.Start(ctx, testbed.Options{AuditLog: true, NoCSIAttacher: !o.Volumes, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod,
@@ -115,6 +118,7 @@ func Start(t testing.TB, o Options) *Scene {
 		s.volumes = setupVolumes(t)
 	}
 	storage := s.serveStore(t)
+	t.Logf("scene: control plane, LAN, agents' and volumes' set-up in %s", time.Since(begin).Round(100*time.Millisecond))
 	for i := 1; i <= o.Machines; i++ {
 		s.addMachine(t, ctx, i, img)
 		if err := storage.Route("10.88."+strconv.Itoa(i)+".0/24", s.Machines[i-1].Net().IP()); err != nil {
@@ -129,6 +133,7 @@ func Start(t testing.TB, o Options) *Scene {
 			t.Fatal(err)
 		}
 	}
+	t.Logf("scene: %d machines booted and Ready in %s", o.Machines, time.Since(begin).Round(100*time.Millisecond))
 	return s
 }
 
@@ -200,24 +205,6 @@ func (s *Scene) serveStore(t testing.TB) *netns.Node {
 	t.Cleanup(func() { _ = srv.Close(); _ = store.Close() })
 	s.Store, s.StoreURL = store, "http://"+addr
 	return storage
-}
-
-// buildWitnessClient builds the static witness-client once per test.
-func buildWitnessClient(t testing.TB) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "witness-client")
-	cmd := exec.Command("go", "build", "-o", bin, filepath.Join(moduleDir(), "test", "cmd", "witness-client"))
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building witness-client: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// moduleDir is the module's root, from this file's place in it.
-func moduleDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 // WaitReady waits for the Node's Ready condition to be True.

@@ -3,7 +3,6 @@ package realscene
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"palisade.dev/palisade/test/testbed"
+	"palisade.dev/palisade/test/testbed/gobin"
 	"palisade.dev/palisade/test/testbed/machine"
 )
 
@@ -30,11 +30,11 @@ type volumes struct {
 
 func setupVolumes(t testing.TB) *volumes {
 	t.Helper()
-	v := &volumes{bin: filepath.Join(t.TempDir(), "csi-node"), dir: t.TempDir()}
-	if out, err := exec.Command("go", "build", "-o", v.bin, filepath.Join(moduleDir(), "test", "cmd", "csi-node")).CombinedOutput(); err != nil {
-		t.Fatalf("building csi-node: %v\n%s", err, out)
+	bin, err := gobin.Build("test/cmd/csi-node")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return v
+	return &volumes{bin: bin, dir: t.TempDir()}
 }
 
 // daemon is a machine's CSI node plugin, registered with its kubelet.

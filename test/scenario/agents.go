@@ -10,31 +10,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
 
 	"palisade.dev/palisade/providers/agent/channel"
 	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/test/testbed/gobin"
 )
 
-// agentBinary is palisade-agent, built once per test binary.
-var agentBinary = sync.OnceValues(func() (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	dir, err := os.MkdirTemp("", "palisade-scenario-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "palisade-agent")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/palisade-agent")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building palisade-agent: %w\n%s", err, out)
-	}
-	return bin, nil
-})
+// agentBinary is palisade-agent, built once per test process.
+func agentBinary() (string, error) { return gobin.Build("cmd/palisade-agent") }
 
 // agents are the scene's node agents: one real palisade-agent process per node, heartbeating
 // to the controller's mTLS server on loopback and probing its peers, powered by its node's BMC

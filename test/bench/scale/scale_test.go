@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"palisade.dev/palisade/providers/agent/channel"
 	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/testbed"
+	"palisade.dev/palisade/test/testbed/gobin"
 )
 
 const steadyWindow = 30 * time.Second
@@ -55,12 +55,9 @@ func BenchmarkScale(b *testing.B) {
 }
 
 func buildController(b *testing.B) string {
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(b.TempDir(), "palisade-controller")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/palisade-controller")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("building palisade-controller: %v\n%s", err, out)
+	bin, err := gobin.Build("cmd/palisade-controller")
+	if err != nil {
+		b.Fatal(err)
 	}
 	return bin
 }
