@@ -17,20 +17,32 @@ const maxRequestReason = 256
 // parseFenceRequest validates the palisade.dev/fence-request annotation: its value is the
 // reason, 1 to 256 printable characters. ok is false when the node carries no request.
 func parseFenceRequest(node *corev1.Node) (reason string, ok bool, err error) {
-	v, ok := node.Annotations[v1alpha1.AnnotationFenceRequest]
+	return parseRequest(node, v1alpha1.AnnotationFenceRequest, "why the node is to be fenced")
+}
+
+// parseUnfenceRequest validates the palisade.dev/unfence-request annotation the same way: its
+// value says how the node was made clean.
+func parseUnfenceRequest(node *corev1.Node) (text string, ok bool, err error) {
+	return parseRequest(node, v1alpha1.AnnotationUnfenceRequest, "how the node was made clean")
+}
+
+// parseRequest validates a request annotation whose value is a text saying what; ok is false
+// when the node does not carry it.
+func parseRequest(node *corev1.Node, key, what string) (text string, ok bool, err error) {
+	v, ok := node.Annotations[key]
 	if !ok {
 		return "", false, nil
 	}
-	reason = strings.TrimSpace(v)
+	text = strings.TrimSpace(v)
 	switch {
-	case reason == "":
-		return "", true, fmt.Errorf("annotation %s is empty: its value must say why the node is to be fenced", v1alpha1.AnnotationFenceRequest)
-	case utf8.RuneCountInString(reason) > maxRequestReason:
-		return "", true, fmt.Errorf("annotation %s is %d characters long; at most %d are allowed", v1alpha1.AnnotationFenceRequest, utf8.RuneCountInString(reason), maxRequestReason)
-	case strings.IndexFunc(reason, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		return "", true, fmt.Errorf("annotation %s holds non-printable characters: use plain text", v1alpha1.AnnotationFenceRequest)
+	case text == "":
+		return "", true, fmt.Errorf("annotation %s is empty: its value must say %s", key, what)
+	case utf8.RuneCountInString(text) > maxRequestReason:
+		return "", true, fmt.Errorf("annotation %s is %d characters long; at most %d are allowed", key, utf8.RuneCountInString(text), maxRequestReason)
+	case strings.IndexFunc(text, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return "", true, fmt.Errorf("annotation %s holds non-printable characters: use plain text", key)
 	}
-	return reason, true, nil
+	return text, true, nil
 }
 
 // requester is the authenticated user the API server recorded as having set the request

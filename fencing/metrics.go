@@ -21,6 +21,10 @@ var (
 		Name: "palisade_fences_ended_total",
 		Help: "NodeFences that reached Released or Failed.",
 	}, []string{"phase"})
+	nodesRecovered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "palisade_nodes_recovered_total",
+		Help: "Released nodes that came back clean and were unfenced, by how they were found clean (Rebooted, ConfirmedClean).",
+	}, []string{"how"})
 	fencesDisproved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "palisade_fences_disproved_total",
 		Help: "Confirmed fences whose node showed life afterwards (Lease, AgentHeartbeat, PeerProbe): nothing was released and the chain escalated.",
@@ -29,5 +33,5 @@ var (
 
 // RegisterMetrics registers the fencing metrics with r (cmd/ calls it once).
 func RegisterMetrics(r prometheus.Registerer) {
-	r.MustRegister(stormGuardActive, policyUnhealthyNodes, fencesCreated, fencesEnded, fencesDisproved)
+	r.MustRegister(stormGuardActive, policyUnhealthyNodes, fencesCreated, fencesEnded, fencesDisproved, nodesRecovered)
 }

@@ -87,25 +87,39 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.keepFinalizer(ctx, node, policy); err != nil {
 		return ctrl.Result{}, err
 	}
-	existing := &v1alpha1.NodeFence{}
-	err = r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, existing)
-	if err == nil {
-		return ctrl.Result{}, nil // the fence is under way or done: NodeFenceReconciler owns it
+	previous, free, err := r.fenceable(ctx, node.Name)
+	if err != nil || !free {
+		return ctrl.Result{}, err // a fence on record is not over: NodeFenceReconciler owns it
 	}
-	if !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
-	if done, err := r.manualRequest(ctx, node, policy); done || err != nil {
+	if done, err := r.manualRequest(ctx, node, policy, previous); done || err != nil {
 		return ctrl.Result{}, err
 	}
 	if policy == nil {
 		return ctrl.Result{}, nil
 	}
-	return r.detect(ctx, node, policy)
+	return r.detect(ctx, node, policy, previous)
+}
+
+// fenceable says whether the node may be fenced anew: free when it has no NodeFence, or one
+// that ended with the node unfenced (Recovered), which it returns as previous (a new fence
+// replaces it). A fence on record that is not over (under way, released and not recovered,
+// failed) stands, and the node is not free.
+func (r *NodeReconciler) fenceable(ctx context.Context, node string) (previous *v1alpha1.NodeFence, free bool, err error) {
+	nf := &v1alpha1.NodeFence{}
+	err = r.Client.Get(ctx, client.ObjectKey{Name: node}, nf)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, err
+	case nf.Status.Phase == v1alpha1.PhaseRecovered:
+		return nf, true, nil
+	}
+	return nil, false, nil
 }
 
 // manualRequest handles the fence-request annotation; done says a fence was created.
-func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy) (bool, error) {
+func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, previous *v1alpha1.NodeFence) (bool, error) {
 	reason, present, err := parseFenceRequest(node)
 	if !present {
 		return false, nil
@@ -122,11 +136,11 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 	}
 	nf := newNodeFence(node, p, v1alpha1.TriggerManual, reason)
 	nf.Spec.RequestedBy = requester(node)
-	return true, r.create(ctx, node, nf, fmt.Sprintf("manual fence requested by %s: %s", orUnknown(nf.Spec.RequestedBy), reason))
+	return true, r.create(ctx, node, nf, previous, fmt.Sprintf("manual fence requested by %s: %s", orUnknown(nf.Spec.RequestedBy), reason))
 }
 
 // detect fences a node whose verdict is failed, unless the storm guard holds.
-func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy) (ctrl.Result, error) {
+func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, previous *v1alpha1.NodeFence) (ctrl.Result, error) {
 	now := r.now()
 	obs, err := r.Observer.Observe(ctx, node, leaseTimeout(p), now)
 	if err != nil {
@@ -161,7 +175,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	}
 	nf := newNodeFence(node, p, v1alpha1.TriggerDetected, fmt.Sprintf("%s: %s", obs.Verdict, obs.Reason))
 	nf.Spec.Methods, nf.Spec.Verdict = methods, string(obs.Verdict)
-	return ctrl.Result{}, r.create(ctx, node, nf, "node failed: "+nf.Spec.Reason)
+	return ctrl.Result{}, r.create(ctx, node, nf, previous, "node failed: "+nf.Spec.Reason)
 }
 
 // methodsFor picks the policy's methods that fit the verdict. A node with no signal on any path
@@ -200,7 +214,21 @@ func (r *NodeReconciler) aliveNotFencing(ctx context.Context, node *corev1.Node,
 	return ctrl.Result{RequeueAfter: aliveRecheck}, nil
 }
 
-func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, why string) error {
+// create creates the fence. previous, when set, is the node's recovered fence, which it
+// replaces: its recovery time goes into the new one, for the flap check.
+func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, previous *v1alpha1.NodeFence, why string) error {
+	if previous != nil {
+		if rec := previous.Status.Recovery; rec != nil {
+			nf.Spec.PreviousRecoveryTime = rec.RecoveredTime
+			if nf.Spec.PreviousRecoveryTime == nil {
+				nf.Spec.PreviousRecoveryTime = &rec.Time
+			}
+		}
+		uid := previous.UID
+		if err := r.Client.Delete(ctx, previous, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting the recovered NodeFence of node %s before fencing it again: %w", node.Name, err)
+		}
+	}
 	if err := r.Client.Create(ctx, nf); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil
@@ -219,7 +247,7 @@ func newNodeFence(node *corev1.Node, p *v1alpha1.FencingPolicy, trigger v1alpha1
 		ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: map[string]string{v1alpha1.LabelNode: node.Name}},
 		Spec: v1alpha1.NodeFenceSpec{
 			NodeName: node.Name, PolicyName: p.Name, Trigger: trigger, Reason: reason,
-			Methods: levelOrder(p.Spec.Methods), Release: p.Spec.Release, DryRun: p.Spec.DryRun,
+			Methods: levelOrder(p.Spec.Methods), Release: p.Spec.Release, Recovery: p.Spec.Recovery, DryRun: p.Spec.DryRun,
 		},
 	}
 }

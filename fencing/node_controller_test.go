@@ -158,6 +158,14 @@ func created(on string) []eventSeen {
 func TestNodeReconcile(t *testing.T) {
 	earlier := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1alpha1.LabelNode: "n1"}},
 		Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerManual, Reason: "an earlier fence", Methods: []v1alpha1.Method{ipmiMethod}}}
+	recoveredAt := metav1.NewTime(t0.Add(-10 * time.Minute))
+	recovered := earlier.DeepCopy()
+	recovered.Status = v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseRecovered,
+		Recovery: &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryRebooted, Time: metav1.NewTime(t0.Add(-11 * time.Minute)), RecoveredTime: &recoveredAt}}
+	failedFence := earlier.DeepCopy()
+	failedFence.Status.Phase = v1alpha1.PhaseFailed
+	releasedFence := earlier.DeepCopy()
+	releasedFence.Status.Phase = v1alpha1.PhaseReleased
 	tests := []struct {
 		name       string
 		policy     *v1alpha1.FencingPolicy // nil: none
@@ -203,6 +211,25 @@ func TestNodeReconcile(t *testing.T) {
 		{
 			name: "an existing fence is left to its reconciler", policy: poolPolicy(ipmiMethod), nodes: map[string]string{"n1": dead},
 			existing: earlier, want: &earlier.Spec, wantReason: earlier.Spec.Reason,
+		},
+		{
+			name: "a failed fence stands", policy: poolPolicy(ipmiMethod), nodes: map[string]string{"n1": dead},
+			existing: failedFence, want: &earlier.Spec, wantReason: earlier.Spec.Reason,
+		},
+		{
+			name: "a released fence whose node is not recovered stands", policy: poolPolicy(ipmiMethod), nodes: map[string]string{"n1": dead},
+			existing: releasedFence, want: &earlier.Spec, wantReason: earlier.Spec.Reason,
+		},
+		{
+			name: "a recovered node that fails again gets a new fence, which records the recovery", policy: poolPolicy(ipmiMethod),
+			nodes: map[string]string{"n1": dead, "n2": healthy, "n3": healthy}, existing: recovered,
+			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead",
+				Methods: []v1alpha1.Method{ipmiMethod}, PreviousRecoveryTime: &recoveredAt},
+			wantReason: "Dead: ", wantEvents: created("n1"),
+		},
+		{
+			name: "a recovered node that stays healthy keeps its recovered fence", policy: poolPolicy(ipmiMethod),
+			nodes: map[string]string{"n1": healthy}, existing: recovered, want: &earlier.Spec, wantReason: earlier.Spec.Reason,
 		},
 		{
 			name: "a dead node no policy selects is left alone", nodes: map[string]string{"n1": dead},

@@ -49,10 +49,13 @@ func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
 	nf := &v1alpha1.NodeFence{}
 	err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, nf)
 	if apierrors.IsNotFound(err) {
-		return r.fenceDeleted(ctx, node)
+		return r.fenceDeleted(ctx, node, nil)
 	}
 	if err != nil {
 		return err
+	}
+	if nf.Status.Phase == v1alpha1.PhaseRecovered {
+		return r.fenceDeleted(ctx, node, nf) // that fence ended: the machine runs again
 	}
 	switch {
 	case nf.Spec.DryRun:
@@ -74,7 +77,7 @@ func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
 
 // fenceDeleted creates the NodeDeleted fence, or lets the deletion go when nothing covers the
 // node any more.
-func (r *NodeReconciler) fenceDeleted(ctx context.Context, node *corev1.Node) error {
+func (r *NodeReconciler) fenceDeleted(ctx context.Context, node *corev1.Node, previous *v1alpha1.NodeFence) error {
 	p, err := policyFor(ctx, r.Client, node)
 	if err != nil {
 		return err
@@ -87,7 +90,7 @@ func (r *NodeReconciler) fenceDeleted(ctx context.Context, node *corev1.Node) er
 	}
 	nf := newNodeFence(node, p, v1alpha1.TriggerNodeDeleted,
 		"the Node was deleted: a deleted node counts as permanently partitioned, and its pods would be force-deleted with no fence")
-	return r.create(ctx, node, nf, fmt.Sprintf("node deleted; its deletion waits on finalizer %s until the fence is confirmed", v1alpha1.FinalizerFenceOnDelete))
+	return r.create(ctx, node, nf, previous, fmt.Sprintf("node deleted; its deletion waits on finalizer %s until the fence is confirmed", v1alpha1.FinalizerFenceOnDelete))
 }
 
 // letGo removes the finalizer so that the deletion goes on, and says why.

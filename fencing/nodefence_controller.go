@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"palisade.dev/palisade/attach"
@@ -84,6 +85,9 @@ func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("nodefence").
 		For(&v1alpha1.NodeFence{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A released fence's node coming back (Ready, a new boot ID, an unfence request) may
+		// unfence it (recovery.go).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.releasedFenceOf)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(r)
 }
@@ -104,6 +108,12 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	if nf.Spec.DryRun {
 		return ctrl.Result{}, r.recordDryRun(ctx, nf)
+	}
+	switch nf.Status.Phase {
+	case v1alpha1.PhaseReleased:
+		return r.recoverIfClean(ctx, nf) // recovery.go
+	case v1alpha1.PhaseRecovered:
+		return ctrl.Result{}, nil
 	}
 	for range maxStepsPerReconcile {
 		res, more, err := r.advance(ctx, nf)
@@ -275,7 +285,8 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 	}
 	r.Recorder.Eventf(nf, nil, typ, reason, "Fence", format, args...)
 	switch reason {
-	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence, ReasonWorkloadRunningAfterFence:
+	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence, ReasonWorkloadRunningAfterFence,
+		ReasonUnfenced, ReasonBootIDUnchanged, ReasonBootIDUnknown, ReasonFlapping, ReasonAutomaticRecoveryOff, ReasonInvalidUnfenceRequest:
 		node := &corev1.Node{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err == nil {
 			r.Recorder.Eventf(node, nf, typ, reason, "Fence", format, args...)

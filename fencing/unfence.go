@@ -84,42 +84,58 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 			"the storage fence of node %s stays while the node carries the taint %s (its pods may run elsewhere): once the node is repaired and its workload stopped, remove the taint (kubectl taint node %s %s-) and the fence is lifted",
 			nf.Spec.NodeName, v1alpha1.TaintOutOfService, nf.Spec.NodeName, v1alpha1.TaintOutOfService))
 	}
+	lifted, wait := r.lift(ctx, nf)
+	if wait != nil {
+		return r.waitLift(ctx, nf, wait.reason, wait.msg)
+	}
+	r.event(ctx, nf, corev1.EventTypeNormal, ReasonStorageFenceLifted, "storage fence of node %s lifted: %s", nf.Spec.NodeName, strings.Join(lifted, "; "))
+	return ctrl.Result{}, r.letGoOfFence(ctx, nf)
+}
+
+// liftWait is why a lift is not done yet.
+type liftWait struct{ reason, msg string }
+
+// lift lifts every storage fence the NodeFence put up and reads each back, and returns what
+// it lifted; wait says why when one is not lifted yet. The caller has made sure lifting is
+// safe: the node's taint was removed by a person (deletion), or Palisade found it clean.
+func (r *NodeFenceReconciler) lift(ctx context.Context, nf *v1alpha1.NodeFence) (lifted []string, wait *liftWait) {
+	if len(r.storageFences(nf)) == 0 {
+		return nil, nil
+	}
 	// A lift carries a token newer than the fence's, so that whoever carries it out refuses a
 	// late copy of the fence's commands afterwards.
 	var liftToken int64
-	if r.Tokens != nil && len(r.storageFences(nf)) > 0 {
+	if r.Tokens != nil {
 		tok, err := r.Tokens.Next(ctx)
 		if err != nil {
-			return r.waitLift(ctx, nf, ReasonTokenUnavailable, fmt.Sprintf("no fencing token for lifting the storage fence: %v", err))
+			return nil, &liftWait{ReasonTokenUnavailable, fmt.Sprintf("no fencing token for lifting the storage fence: %v", err)}
 		}
 		liftToken = tok
 	}
-	var lifted []string
 	for _, m := range nf.Spec.Methods {
 		if !methodKinds[m.Type].lifted || !methodTaken(nf, m.Name) {
 			continue
 		}
 		u, ok := r.Fencers[m.Type].(providers.Unfencer)
 		if !ok {
-			return r.waitLift(ctx, nf, ReasonNoProvider, fmt.Sprintf("no provider that lifts fences is registered for method %s (type %s)", m.Name, m.Type))
+			return nil, &liftWait{ReasonNoProvider, fmt.Sprintf("no provider that lifts fences is registered for method %s (type %s)", m.Name, m.Type)}
 		}
 		req := r.request(nf, m)
 		req.LiftToken = liftToken
 		st, err := u.Unfence(ctx, req)
 		if err != nil {
-			return r.waitLift(ctx, nf, string(providers.ReasonOf(err)), fmt.Sprintf("lifting the fence of method %s: %v", m.Name, err))
+			return nil, &liftWait{string(providers.ReasonOf(err)), fmt.Sprintf("lifting the fence of method %s: %v", m.Name, err)}
 		}
 		if st.State != providers.Confirmed {
 			reason := string(st.Reason)
 			if reason == "" {
 				reason = ReasonLifting
 			}
-			return r.waitLift(ctx, nf, reason, fmt.Sprintf("method %s: %s", m.Name, st.Message))
+			return nil, &liftWait{reason, fmt.Sprintf("method %s: %s", m.Name, st.Message)}
 		}
 		lifted = append(lifted, fmt.Sprintf("%s: %s", m.Name, st.Message))
 	}
-	r.event(ctx, nf, corev1.EventTypeNormal, ReasonStorageFenceLifted, "storage fence of node %s lifted: %s", nf.Spec.NodeName, strings.Join(lifted, "; "))
-	return ctrl.Result{}, r.letGoOfFence(ctx, nf)
+	return lifted, nil
 }
 
 // waitLift says on the NodeFence why its deletion waits (once per change: an event and the

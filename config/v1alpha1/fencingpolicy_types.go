@@ -82,9 +82,36 @@ type FencingPolicySpec struct {
 	// +optional
 	Release Release `json:"release,omitempty"`
 
+	// Recovery says when a released node is given back to the cluster (invariant 5: only a
+	// clean node is unfenced).
+	// +optional
+	Recovery Recovery `json:"recovery,omitempty"`
+
 	// DryRun records and reports every decision but takes no fencing or release step.
 	// +optional
 	DryRun bool `json:"dryRun,omitempty"`
+}
+
+// Recovery says when a node whose fence was released is unfenced: its out-of-service taint
+// removed, its storage fences lifted, its NodeFence ended as Recovered. A node is unfenced only
+// when it is back (Ready) and clean: rebooted since the fence (its boot ID changed), or
+// confirmed clean by an operator through the palisade.dev/unfence-request annotation.
+// +kubebuilder:validation:XValidation:rule="!has(self.flapWindow) || (duration(self.flapWindow) >= duration('0s') && duration(self.flapWindow) <= duration('168h'))",message="recovery.flapWindow must be between 0s and 168h"
+type Recovery struct {
+	// Automatic unfences a node that is back and rebooted on its own. false: only an operator's
+	// palisade.dev/unfence-request unfences. Default true.
+	// +optional
+	Automatic *bool `json:"automatic,omitempty"`
+	// PowerOn powers the node back on through the power method that fenced it once its fence is
+	// released (as Metal3 and Pacemaker can), so that it reboots and comes back clean on its
+	// own. Default false: the machine stays off until someone repairs it.
+	// +optional
+	PowerOn bool `json:"powerOn,omitempty"`
+	// FlapWindow: a node fenced again within this time of its previous recovery flaps, and is
+	// not unfenced automatically on its next return: it is held fenced and reported until an
+	// operator confirms it clean. Default 1h; 0s never holds.
+	// +optional
+	FlapWindow *metav1.Duration `json:"flapWindow,omitempty"`
 }
 
 // Detection holds the thresholds of the detectors.

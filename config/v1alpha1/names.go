@@ -12,6 +12,16 @@ const (
 	// userInfo, and its ValidatingAdmissionPolicy keeps anyone from setting or changing it on its
 	// own; the controller records it as the NodeFence's spec.requestedBy.
 	AnnotationFenceRequestedBy = "palisade.dev/fence-requested-by"
+	// AnnotationUnfenceRequest on a Node whose fence was released confirms that the node is
+	// clean (its workload's processes are gone: reinstalled, or checked by hand) when it has not
+	// rebooted since the fence, or when Palisade holds it fenced for flapping; its value says
+	// how it was made clean, 1 to 256 printable characters. Guarded like AnnotationFenceRequest:
+	// the chart's admission policies let only fenceRequests' allowed users set it and record
+	// who did in AnnotationUnfenceRequestedBy. Palisade removes both once the node is unfenced.
+	AnnotationUnfenceRequest = "palisade.dev/unfence-request"
+	// AnnotationUnfenceRequestedBy on a Node names the authenticated user who set or last
+	// changed AnnotationUnfenceRequest, written by the chart's MutatingAdmissionPolicy.
+	AnnotationUnfenceRequestedBy = "palisade.dev/unfence-requested-by"
 	// AnnotationBMCAddress on a Node gives its BMC's address, "host" or "host:port".
 	AnnotationBMCAddress = "palisade.dev/bmc-address"
 	// AnnotationBMCSecret on a Node names a Secret (in the namespace of the policy's credentialsSecretRef) holding the

@@ -55,13 +55,21 @@ type NodeFenceSpec struct {
 	// Release is copied from the policy.
 	// +optional
 	Release Release `json:"release,omitempty"`
+	// Recovery is copied from the policy.
+	// +optional
+	Recovery Recovery `json:"recovery,omitempty"`
+	// PreviousRecoveryTime is when the node's previous fence ended with the node unfenced, if
+	// that fence was still on record when this one was created: a fence soon after a recovery
+	// makes the node a flapping one (recovery.flapWindow).
+	// +optional
+	PreviousRecoveryTime *metav1.Time `json:"previousRecoveryTime,omitempty"`
 	// DryRun records decisions without taking any step.
 	// +optional
 	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // Phase is where a fence stands.
-// +kubebuilder:validation:Enum=Pending;Fencing;Fenced;Releasing;Released;Failed
+// +kubebuilder:validation:Enum=Pending;Fencing;Fenced;Releasing;Released;Failed;Recovered
 type Phase string
 
 const (
@@ -71,6 +79,7 @@ const (
 	PhaseReleasing Phase = "Releasing" // taint, pods and attachments are being released
 	PhaseReleased  Phase = "Released"  // done: the node's workload may run elsewhere
 	PhaseFailed    Phase = "Failed"    // every method failed; nothing was released
+	PhaseRecovered Phase = "Recovered" // the released node came back clean and was unfenced
 )
 
 // StepName names one step of a fence.
@@ -167,6 +176,9 @@ type NodeFenceStatus struct {
 	// AttachmentsReleased counts the VolumeAttachments deleted.
 	// +optional
 	AttachmentsReleased int32 `json:"attachmentsReleased,omitempty"`
+	// Recovery records how the released node was unfenced, once Palisade has decided to.
+	// +optional
+	Recovery *RecoveryRecord `json:"recovery,omitempty"`
 	// Steps is the timeline, oldest first.
 	// +optional
 	// +listType=atomic
@@ -176,6 +188,38 @@ type NodeFenceStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RecoveryHow says why a node was found clean.
+// +kubebuilder:validation:Enum=Rebooted;ConfirmedClean
+type RecoveryHow string
+
+const (
+	// RecoveryRebooted: the node came back with another boot ID than when it was fenced.
+	RecoveryRebooted RecoveryHow = "Rebooted"
+	// RecoveryConfirmedClean: an operator confirmed it clean (palisade.dev/unfence-request).
+	RecoveryConfirmedClean RecoveryHow = "ConfirmedClean"
+)
+
+// RecoveryRecord is how and when a released node was unfenced.
+type RecoveryRecord struct {
+	How RecoveryHow `json:"how"`
+	// Time is when Palisade decided to unfence the node.
+	Time metav1.Time `json:"time"`
+	// BootID is the node's boot ID when it was found clean.
+	// +optional
+	BootID string `json:"bootID,omitempty"`
+	// RequestedBy is the operator who confirmed the node clean, as the API server recorded it
+	// (palisade.dev/unfence-requested-by); empty when not recorded or when it rebooted.
+	// +optional
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// Reason is the operator's text (palisade.dev/unfence-request), or the boot IDs compared.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// RecoveredTime is when the node was unfenced: taint removed, storage fences lifted.
+	// +optional
+	RecoveredTime *metav1.Time `json:"recoveredTime,omitempty"`
 }
 
 // Liveness is the baseline of the release-time liveness check.
@@ -220,8 +264,12 @@ type NodeFenceList struct {
 
 // Condition types on NodeFence and FencingPolicy.
 const (
-	ConditionFenced           = "Fenced"
-	ConditionReleased         = "Released"
+	ConditionFenced   = "Fenced"
+	ConditionReleased = "Released"
+	// ConditionRecovered (on a released NodeFence) is False while the node is held fenced,
+	// with the reason (NodeNotBack, BootIDUnchanged, Flapping, …), and True once it was
+	// unfenced (Rebooted, ConfirmedClean).
+	ConditionRecovered        = "Recovered"
 	ConditionStormGuardActive = "StormGuardActive"
 	// ConditionControllerBlind (on FencingPolicy) is True while the controller cannot see
 	// fresh renewals, or could see them again too recently to judge a Lease: nothing is fenced

@@ -27,8 +27,8 @@ const AgentInterval = "1s"
 // and of the controllers' heartbeat server, and the heartbeat address on the LAN.
 type agents struct {
 	bin   string // palisade-agent, palisade-executor next to it
-	files    map[string]string
-	api      []string // the flags of the agents' API access
+	files map[string]string
+	api   []string // the flags of the agents' API access
 	// kubeletStop is the agents' kubelet-stop command, "" for none.
 	kubeletStop string
 	// Heartbeat is the LAN address the agents send to: a relay to the leading controller's

@@ -1,0 +1,229 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// Recovery (invariant 5): a node whose fence was released is given back to the cluster only
+// when it is back and clean. Back: its Node is Ready again. Clean: it rebooted since the fence
+// (its boot ID is another than the one recorded when the fence began), or an operator confirms
+// it clean with the palisade.dev/unfence-request annotation (guarded like fence requests). A
+// node that comes back without a reboot stays fenced: the fence may have stopped its kubelet and
+// not its processes. A node fenced again soon after its last recovery (the policy's flapWindow)
+// is held fenced until an operator confirms it clean.
+//
+// Unfencing lifts the storage fences (the lift of unfence.go), then removes the out-of-service
+// taint and the node's request annotations, and ends the NodeFence as Recovered, recording how. The decision is recorded before the first of these
+// writes, so a controller that restarts half-way finishes the same recovery.
+
+const (
+	// DefaultFlapWindow is recovery.flapWindow's default.
+	DefaultFlapWindow = time.Hour
+
+	// Recovered=False reasons: why a released node is still fenced.
+
+	// ReasonNodeNotBack: the node is not Ready.
+	ReasonNodeNotBack = "NodeNotBack"
+	// ReasonNodeGone: the Node no longer exists.
+	ReasonNodeGone = "NodeGone"
+	// ReasonBootIDUnchanged: the node is back with the boot ID it had when it was fenced.
+	ReasonBootIDUnchanged = "BootIDUnchanged"
+	// ReasonBootIDUnknown: a boot ID is missing, then or now, so a reboot cannot be proven.
+	ReasonBootIDUnknown = "BootIDUnknown"
+	// ReasonFlapping: the node was fenced again within the flap window of its last recovery.
+	ReasonFlapping = "Flapping"
+	// ReasonAutomaticRecoveryOff: the policy unfences only on an operator's request.
+	ReasonAutomaticRecoveryOff = "AutomaticRecoveryOff"
+	// ReasonInvalidUnfenceRequest: palisade.dev/unfence-request is malformed; nothing changes.
+	ReasonInvalidUnfenceRequest = "InvalidUnfenceRequest"
+	// ReasonRecovering: the node was found clean and is being unfenced.
+	ReasonRecovering = "Recovering"
+
+	// ReasonUnfenced (event): the node was unfenced.
+	ReasonUnfenced = "Unfenced"
+)
+
+// releasedFenceOf maps a Node to its NodeFence when that fence is released and not yet
+// recovered: a Node's change (Ready again, a new boot ID, an unfence request) may unfence it.
+func (r *NodeFenceReconciler) releasedFenceOf(ctx context.Context, o client.Object) []reconcile.Request {
+	nf := &v1alpha1.NodeFence{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: o.GetName()}, nf); err != nil {
+		return nil
+	}
+	if nf.Status.Phase != v1alpha1.PhaseReleased || nf.Spec.NodeName != o.GetName() {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: nf.Name}}}
+}
+
+// recoverIfClean unfences the node of a released fence when it is back and clean, and
+// otherwise says on the NodeFence why it stays fenced.
+func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.NodeFence) (ctrl.Result, error) {
+	node := &corev1.Node{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("reading node %s: %w", nf.Spec.NodeName, err)
+		}
+		return ctrl.Result{}, r.hold(ctx, nf, ReasonNodeGone, fmt.Sprintf(
+			"node %s no longer exists: nothing to unfence; this NodeFence is the record of its fence", nf.Spec.NodeName))
+	}
+	if nf.Status.Recovery == nil {
+		rec, reason, msg := judgeClean(nf, node, r.now())
+		if rec == nil {
+			return ctrl.Result{}, r.hold(ctx, nf, reason, msg)
+		}
+		nf.Status.Recovery = rec
+		setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, ReasonRecovering, "unfencing: "+rec.Reason)
+		if err := r.saveStatus(ctx, nf); err != nil {
+			return ctrl.Result{}, err
+		}
+		ctrl.LoggerFrom(ctx).Info("node found clean: unfencing", "how", rec.How, "reason", rec.Reason)
+	}
+	// The storage first: pods that the taint's removal lets in find their storage reachable.
+	lifted, wait := r.lift(ctx, nf)
+	if wait != nil {
+		return ctrl.Result{RequeueAfter: retryLift}, r.hold(ctx, nf, wait.reason, wait.msg)
+	}
+	if err := r.unTaint(ctx, node); err != nil {
+		return ctrl.Result{}, err
+	}
+	if controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence) {
+		if err := r.letGoOfFence(ctx, nf); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	now := metav1.NewTime(r.now())
+	rec := nf.Status.Recovery
+	rec.RecoveredTime = &now
+	nf.Status.Phase = v1alpha1.PhaseRecovered
+	msg := fmt.Sprintf("node %s unfenced (%s: %s): out-of-service taint removed", nf.Spec.NodeName, rec.How, rec.Reason)
+	if len(lifted) > 0 {
+		msg += "; storage fence lifted: " + strings.Join(lifted, "; ")
+	}
+	setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionTrue, string(rec.How), msg)
+	if err := r.saveStatus(ctx, nf); err != nil {
+		return ctrl.Result{}, err
+	}
+	nodesRecovered.WithLabelValues(string(rec.How)).Inc()
+	r.event(ctx, nf, corev1.EventTypeNormal, ReasonUnfenced, "%s", msg)
+	return ctrl.Result{}, nil
+}
+
+// judgeClean decides whether the node of a released fence may be unfenced now: a record of
+// how when it may, else the Recovered=False reason and message saying what it waits for.
+func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1alpha1.RecoveryRecord, string, string) {
+	name, bootID := node.Name, node.Status.NodeInfo.BootID
+	confirm := fmt.Sprintf("once you know its workload's processes are gone, confirm it clean: kubectl annotate node %s %s='<how it was made clean>'",
+		name, v1alpha1.AnnotationUnfenceRequest)
+	if !nodeReady(node) {
+		return nil, ReasonNodeNotBack, fmt.Sprintf("node %s is not back (not Ready): it is unfenced once it is Ready again and clean (rebooted since the fence, or confirmed clean)", name)
+	}
+	if text, present, err := parseUnfenceRequest(node); present {
+		if err != nil {
+			return nil, ReasonInvalidUnfenceRequest, fmt.Sprintf("%v; the node stays fenced", err)
+		}
+		return &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryConfirmedClean, Time: metav1.NewTime(now), BootID: bootID,
+			RequestedBy: strings.TrimSpace(node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]), Reason: text}, "", ""
+	}
+	if a := nf.Spec.Recovery.Automatic; a != nil && !*a {
+		return nil, ReasonAutomaticRecoveryOff, fmt.Sprintf("node %s is back; policy %s unfences only on request: %s", name, nf.Spec.PolicyName, confirm)
+	}
+	if nf.Status.BootID == "" || bootID == "" {
+		return nil, ReasonBootIDUnknown, fmt.Sprintf("node %s is back, but its boot ID was not known when it was fenced or is not reported now, so a reboot cannot be proven: reboot it and make sure its kubelet reports its boot ID, or %s", name, confirm)
+	}
+	if bootID == nf.Status.BootID {
+		return nil, ReasonBootIDUnchanged, fmt.Sprintf("node %s is back but has not rebooted since it was fenced (boot ID %s): the processes of its workload may have outlived the fence. Reboot it, or %s", name, bootID, confirm)
+	}
+	if prev, window := nf.Spec.PreviousRecoveryTime, flapWindow(nf); prev != nil && window > 0 && !nf.CreationTimestamp.Before(prev) && nf.CreationTimestamp.Sub(prev.Time) < window {
+		return nil, ReasonFlapping, fmt.Sprintf("node %s was fenced again %s after it was last unfenced, within the policy's flap window (%s): it is held fenced although it rebooted. Find out why it keeps failing; %s",
+			name, nf.CreationTimestamp.Sub(prev.Time).Round(time.Second), window, confirm)
+	}
+	return &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryRebooted, Time: metav1.NewTime(now), BootID: bootID,
+		Reason: fmt.Sprintf("rebooted: boot ID %s when fenced, %s now", nf.Status.BootID, bootID)}, "", ""
+}
+
+// flapWindow is the fence's recovery.flapWindow, or its default.
+func flapWindow(nf *v1alpha1.NodeFence) time.Duration {
+	if w := nf.Spec.Recovery.FlapWindow; w != nil {
+		return w.Duration
+	}
+	return DefaultFlapWindow
+}
+
+// hold says on the NodeFence why its node stays fenced: the Recovered condition and, once per
+// change of reason, an event (on the Node too).
+func (r *NodeFenceReconciler) hold(ctx context.Context, nf *v1alpha1.NodeFence, reason, msg string) error {
+	var was string // the reason held before (setCondition rewrites the condition in place)
+	if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c != nil {
+		if c.Status == metav1.ConditionFalse && c.Reason == reason && c.Message == msg {
+			return nil
+		}
+		was = c.Reason
+	}
+	setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, reason, msg)
+	if err := r.saveStatus(ctx, nf); err != nil {
+		return err
+	}
+	if was != reason {
+		typ := corev1.EventTypeWarning
+		if reason == ReasonNodeNotBack || reason == ReasonLifting {
+			typ = corev1.EventTypeNormal
+		}
+		r.event(ctx, nf, typ, reason, "%s", msg)
+	}
+	return nil
+}
+
+// unTaint removes the out-of-service taint and the node's fence and unfence requests (with
+// their recorded requesters), in one write that fails on a concurrent change of the Node.
+func (r *NodeFenceReconciler) unTaint(ctx context.Context, node *corev1.Node) error {
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	changed := false
+	taints := node.Spec.Taints[:0:0]
+	for _, t := range node.Spec.Taints {
+		if t.Key == v1alpha1.TaintOutOfService && t.Effect == corev1.TaintEffectNoExecute {
+			changed = true
+			continue
+		}
+		taints = append(taints, t)
+	}
+	node.Spec.Taints = taints
+	for _, a := range []string{v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy,
+		v1alpha1.AnnotationUnfenceRequest, v1alpha1.AnnotationUnfenceRequestedBy} {
+		if _, ok := node.Annotations[a]; ok {
+			delete(node.Annotations, a)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("removing the out-of-service taint and requests of node %s: %w", node.Name, err)
+	}
+	return nil
+}
+
+// nodeReady says whether the Node's Ready condition is True.
+func nodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,298 @@
+package fencing
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
+
+const (
+	bootAtFence = "boot-1"
+	bootAfter   = "boot-2"
+)
+
+// setNode edits n1 as its kubelet (status) or an operator (annotations) would.
+func (w *world) setNode(t *testing.T, edit func(*corev1.Node)) {
+	t.Helper()
+	ctx := context.Background()
+	node := &corev1.Node{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	edit(node)
+	status := node.Status.DeepCopy()
+	if err := w.c.Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status = *status
+	if err := w.c.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// back makes n1 Ready with bootID.
+func back(bootID string) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		n.Status.NodeInfo.BootID = bootID
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	}
+}
+
+func notReady(n *corev1.Node) {
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}
+}
+
+// confirmedClean sets an unfence request recorded as set by user.
+func confirmedClean(user, text string) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[v1alpha1.AnnotationUnfenceRequest] = text
+		n.Annotations[v1alpha1.AnnotationUnfenceRequestedBy] = user
+	}
+}
+
+// releasedWorld is a world whose fence of n1 (fenced with boot ID bootAtFence, by IPMI) was
+// released; edit changes the fence before it runs.
+func releasedWorld(t *testing.T, edit func(*v1alpha1.NodeFence)) (*world, *recorder) {
+	t.Helper()
+	w := newWorld(t, "ipmi")
+	rec := &recorder{}
+	w.r.Recorder = rec
+	w.setNode(t, back(bootAtFence))
+	if edit != nil {
+		nf := &v1alpha1.NodeFence{}
+		if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+			t.Fatal(err)
+		}
+		edit(nf)
+		if err := w.c.Update(context.Background(), nf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.setNode(t, notReady) // powered off
+	if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("fence ended %s, want Released", nf.Status.Phase)
+	}
+	return w, rec
+}
+
+// reconcile reconciles n1's NodeFence once and returns it and n1 as they then stand.
+func (w *world) reconcile(t *testing.T) (*v1alpha1.NodeFence, *corev1.Node) {
+	t.Helper()
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	if _, err := w.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	w.now = w.now.Add(time.Second)
+	nf, node := &v1alpha1.NodeFence{}, &corev1.Node{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	return nf, node
+}
+
+func tainted(node *corev1.Node) bool { return outOfService(node) }
+
+// wantHeld checks that the node stays fenced with Recovered=False and the reason.
+func wantHeld(t *testing.T, nf *v1alpha1.NodeFence, node *corev1.Node, reason string) {
+	t.Helper()
+	if nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.Recovery != nil {
+		t.Errorf("phase %s, recovery %+v: want Released and no recovery", nf.Status.Phase, nf.Status.Recovery)
+	}
+	if !tainted(node) {
+		t.Errorf("the out-of-service taint was removed from a node held fenced (%s)", reason)
+	}
+	c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != reason {
+		t.Fatalf("Recovered condition %+v, want False/%s", c, reason)
+	}
+	if reason != ReasonNodeNotBack && reason != ReasonNodeGone && !strings.Contains(c.Message, v1alpha1.AnnotationUnfenceRequest) {
+		t.Errorf("condition message %q does not say how to confirm the node clean", c.Message)
+	}
+}
+
+// wantRecovered checks that the node was unfenced, how.
+func wantRecovered(t *testing.T, nf *v1alpha1.NodeFence, node *corev1.Node, how v1alpha1.RecoveryHow) {
+	t.Helper()
+	if nf.Status.Phase != v1alpha1.PhaseRecovered {
+		t.Fatalf("phase %s, want Recovered (conditions %+v)", nf.Status.Phase, nf.Status.Conditions)
+	}
+	if tainted(node) {
+		t.Error("the out-of-service taint is still on the recovered node")
+	}
+	if r := nf.Status.Recovery; r == nil || r.How != how || r.RecoveredTime == nil {
+		t.Errorf("recovery record %+v, want %s with a recovered time", r, how)
+	}
+	c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(how) {
+		t.Errorf("Recovered condition %+v, want True/%s", c, how)
+	}
+	for _, a := range []string{v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy, v1alpha1.AnnotationUnfenceRequest, v1alpha1.AnnotationUnfenceRequestedBy} {
+		if _, ok := node.Annotations[a]; ok {
+			t.Errorf("annotation %s left on the recovered node", a)
+		}
+	}
+}
+
+// A released node is unfenced once it is back and rebooted, and only then (invariant 5).
+func TestRecoveryAfterReboot(t *testing.T) {
+	w, rec := releasedWorld(t, nil)
+	nf, node := w.reconcile(t)
+	if nf.Status.BootID != bootAtFence {
+		t.Fatalf("boot ID at the fence %q, want %q", nf.Status.BootID, bootAtFence)
+	}
+	wantHeld(t, nf, node, ReasonNodeNotBack)
+
+	w.setNode(t, back(bootAtFence)) // the kubelet started again, no reboot
+	nf, node = w.reconcile(t)
+	wantHeld(t, nf, node, ReasonBootIDUnchanged)
+	nf, node = w.reconcile(t) // said once
+	wantHeld(t, nf, node, ReasonBootIDUnchanged)
+
+	w.setNode(t, back(bootAfter))
+	nf, node = w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+	if nf.Status.Recovery.BootID != bootAfter || !strings.Contains(nf.Status.Recovery.Reason, bootAtFence) {
+		t.Errorf("recovery record %+v does not name the boot IDs", nf.Status.Recovery)
+	}
+	var unfenced, unchanged int
+	for _, e := range rec.recorded() {
+		switch e.Reason {
+		case ReasonUnfenced:
+			unfenced++
+		case ReasonBootIDUnchanged:
+			unchanged++
+		}
+	}
+	if unfenced != 2 || unchanged != 2 { // on the NodeFence and on the Node, once each
+		t.Errorf("events %v: want Unfenced and BootIDUnchanged once each on the fence and the node", rec.recorded())
+	}
+	// Recovered is the end: nothing more happens to the node.
+	w.setNode(t, notReady)
+	if nf2, node2 := w.reconcile(t); nf2.Status.Phase != v1alpha1.PhaseRecovered || tainted(node2) {
+		t.Errorf("a recovered fence acted again: phase %s, tainted %v", nf2.Status.Phase, tainted(node2))
+	}
+}
+
+// An operator's confirmation unfences a node that did not reboot, recording who and why; a
+// malformed one changes nothing.
+func TestRecoveryConfirmedClean(t *testing.T) {
+	w, _ := releasedWorld(t, nil)
+	w.setNode(t, back(bootAtFence))
+	w.setNode(t, confirmedClean("alice@example.com", " "))
+	nf, node := w.reconcile(t)
+	wantHeld(t, nf, node, ReasonInvalidUnfenceRequest)
+
+	w.setNode(t, confirmedClean("alice@example.com", "reinstalled from the golden image, ticket 4711"))
+	nf, node = w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+	if r := nf.Status.Recovery; r.RequestedBy != "alice@example.com" || r.Reason != "reinstalled from the golden image, ticket 4711" {
+		t.Errorf("recovery record %+v: want alice's words", r)
+	}
+}
+
+// A node that is not back is not unfenced, even with a confirmation.
+func TestRecoveryWaitsForTheNode(t *testing.T) {
+	w, _ := releasedWorld(t, nil)
+	w.setNode(t, confirmedClean("alice", "wiped"))
+	nf, node := w.reconcile(t)
+	wantHeld(t, nf, node, ReasonNodeNotBack)
+}
+
+// A policy without automatic recovery unfences only on request.
+func TestRecoveryAutomaticOff(t *testing.T) {
+	off := false
+	w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Recovery.Automatic = &off })
+	w.setNode(t, back(bootAfter))
+	nf, node := w.reconcile(t)
+	wantHeld(t, nf, node, ReasonAutomaticRecoveryOff)
+	w.setNode(t, confirmedClean("alice", "checked by hand"))
+	nf, node = w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+}
+
+// Without a boot ID from the time of the fence, a reboot cannot be proven.
+func TestRecoveryBootIDUnknown(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.r.Recorder = &recorder{}
+	w.setNode(t, notReady) // no boot ID reported when fenced
+	w.run(t)
+	w.setNode(t, back(bootAfter))
+	nf, node := w.reconcile(t)
+	wantHeld(t, nf, node, ReasonBootIDUnknown)
+}
+
+// A node fenced again within the flap window of its last recovery is held fenced although it
+// rebooted; outside the window, or with the window off, it is unfenced.
+func TestRecoveryFlapping(t *testing.T) {
+	zero := metav1.Duration{}
+	for _, tt := range []struct {
+		name   string
+		since  time.Duration // from the previous recovery to this fence's creation
+		window *metav1.Duration
+		held   bool
+	}{
+		{"fenced again 10m after its recovery", 10 * time.Minute, nil, true},
+		{"fenced again 2h after its recovery", 2 * time.Hour, nil, false},
+		{"fenced again 10m after, window 5m", 10 * time.Minute, &metav1.Duration{Duration: 5 * time.Minute}, false},
+		{"fenced again 10m after, window off", 10 * time.Minute, &zero, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) {
+				prev := metav1.NewTime(nf.CreationTimestamp.Add(-tt.since))
+				nf.Spec.PreviousRecoveryTime, nf.Spec.Recovery.FlapWindow = &prev, tt.window
+			})
+			w.setNode(t, back(bootAfter))
+			nf, node := w.reconcile(t)
+			if !tt.held {
+				wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+				return
+			}
+			wantHeld(t, nf, node, ReasonFlapping)
+			w.setNode(t, confirmedClean("alice", "replaced its PSU"))
+			nf, node = w.reconcile(t)
+			wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+		})
+	}
+}
+
+// A recovery lifts the storage fences before the taint goes, with a fresh token, and lets go
+// of the lift finalizer; while the storage has not lifted, the node stays tainted.
+func TestRecoveryLiftsStorageFences(t *testing.T) {
+	s := &storage{answers: []providers.Status{{State: providers.InProgress, Message: "lifting"}, {State: providers.Confirmed, Message: "unfenced"}}}
+	w, _ := storageWorld(t, s, storageMethod)
+	w.setNode(t, back(bootAtFence))
+	w.setNode(t, notReady)
+	if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("fence ended %s", nf.Status.Phase)
+	}
+	w.setNode(t, back(bootAfter))
+	nf, node := w.reconcile(t)
+	if nf.Status.Phase != v1alpha1.PhaseReleased || !tainted(node) || s.lifts != 1 {
+		t.Fatalf("while the storage lifts: phase %s, tainted %v, lifts %d; want Released, tainted, 1", nf.Status.Phase, tainted(node), s.lifts)
+	}
+	if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c == nil || c.Reason != ReasonLifting {
+		t.Errorf("Recovered condition %+v, want False/%s", c, ReasonLifting)
+	}
+	nf, node = w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+	if s.lifts != 2 || controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence) {
+		t.Errorf("lifts %d, finalizer kept %v: want 2 and gone", s.lifts, controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence))
+	}
+}
