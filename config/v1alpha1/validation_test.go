@@ -50,6 +50,17 @@ func TestFencingPolicyValidation(t *testing.T) {
 			p.Spec.StormGuard.MaxUnhealthy = pct("40%")
 			p.Spec.Methods[0].Timeout = &metav1.Duration{Duration: time.Minute}
 		}, nil},
+		{"valid recovery", func(p *v1alpha1.FencingPolicy) {
+			off := false
+			p.Spec.Recovery = v1alpha1.Recovery{Automatic: &off, PowerOn: true, FlapWindow: &metav1.Duration{Duration: 30 * time.Minute}}
+		}, nil},
+		{"recovery flap window off", func(p *v1alpha1.FencingPolicy) { p.Spec.Recovery.FlapWindow = &metav1.Duration{} }, nil},
+		{"recovery flap window negative", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Recovery.FlapWindow = &metav1.Duration{Duration: -time.Minute}
+		}, []string{"recovery.flapWindow must be between 0s and 168h"}},
+		{"recovery flap window over a week", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Recovery.FlapWindow = &metav1.Duration{Duration: 169 * time.Hour}
+		}, []string{"recovery.flapWindow must be between 0s and 168h"}},
 		{"no methods", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods = nil }, []string{"spec.methods"}},
 		{"IPMI without its settings", func(p *v1alpha1.FencingPolicy) { p.Spec.Methods[0].IPMI = nil },
 			[]string{"a method of type IPMI needs its ipmi settings"}},
@@ -136,7 +147,7 @@ func TestFencingPolicyValidation(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := validPolicy("p" + string(rune('a'+i)))
+			p := validPolicy(fmt.Sprintf("p%d", i))
 			tt.edit(p)
 			err := cluster.Client.Create(ctx, p)
 			if len(tt.wants) == 0 {

@@ -99,6 +99,26 @@ func TestFenceRequestAdmission(t *testing.T) {
 	if err := env.Cluster.Client.Get(context.Background(), client.ObjectKey{Name: n2}, &v1alpha1.NodeFence{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a dry-run request fenced node 2 (err %v)", err)
 	}
+
+	// A confirmation that a fenced node is clean gives it back: guarded the same way.
+	unfence := map[string]any{v1alpha1.AnnotationUnfenceRequest: "e2e: reinstalled", v1alpha1.AnnotationUnfenceRequestedBy: "mallory"}
+	err = annotate(bob, n1, unfence, "bob-manager", true)
+	if err == nil || !strings.Contains(err.Error(), "user bob may not set or change "+v1alpha1.AnnotationUnfenceRequest) {
+		t.Errorf("bob's unfence request: err %v, want a denial naming %s", err, v1alpha1.AnnotationUnfenceRequest)
+	}
+	if err := annotate(bob, n1, map[string]any{v1alpha1.AnnotationUnfenceRequestedBy: "alice"}, "bob-manager", true); err == nil {
+		t.Error("bob set " + v1alpha1.AnnotationUnfenceRequestedBy + " on its own")
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n1}}
+	if err := annotateInto(alice, n, unfence, "mallory-manager", true); err != nil {
+		t.Fatalf("alice's unfence request was denied: %v", err)
+	}
+	if got := n.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]; got != "alice" {
+		t.Errorf("%s = %q after alice's request with a forged one, want alice", v1alpha1.AnnotationUnfenceRequestedBy, got)
+	}
+	if got := n.Annotations[v1alpha1.AnnotationFenceRequestedBy]; got != "alice" {
+		t.Errorf("%s = %q after alice's unfence request, want alice's fence request's alice kept", v1alpha1.AnnotationFenceRequestedBy, got)
+	}
 }
 
 // waitPoliciesInForce waits until the API server enforces the policies it has just been given:
