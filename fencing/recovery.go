@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
 )
 
 // Recovery (invariant 5): a node whose fence was released is given back to the cluster only
@@ -33,6 +34,8 @@ import (
 const (
 	// DefaultFlapWindow is recovery.flapWindow's default.
 	DefaultFlapWindow = time.Hour
+	// retryPowerOn is how often a failed power-on (recovery.powerOn) is tried again.
+	retryPowerOn = 30 * time.Second
 
 	// Recovered=False reasons: why a released node is still fenced.
 
@@ -50,6 +53,10 @@ const (
 	ReasonAutomaticRecoveryOff = "AutomaticRecoveryOff"
 	// ReasonInvalidUnfenceRequest: palisade.dev/unfence-request is malformed; nothing changes.
 	ReasonInvalidUnfenceRequest = "InvalidUnfenceRequest"
+	// ReasonPowerOnFailed: recovery.powerOn asked to power the machine back on, and that failed.
+	ReasonPowerOnFailed = "PowerOnFailed"
+	// ReasonPoweredOn (also an event): the machine was powered back on after the release.
+	ReasonPoweredOn = "PoweredOn"
 	// ReasonRecovering: the node was found clean and is being unfenced.
 	ReasonRecovering = "Recovering"
 
@@ -80,6 +87,11 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		}
 		return ctrl.Result{}, r.hold(ctx, nf, ReasonNodeGone, fmt.Sprintf(
 			"node %s no longer exists: nothing to unfence; this NodeFence is the record of its fence", nf.Spec.NodeName))
+	}
+	if nf.Status.Recovery == nil && nf.Spec.Recovery.PowerOn && nf.Status.PowerRestoredTime == nil {
+		if res, done, err := r.restorePower(ctx, nf); !done {
+			return res, err
+		}
 	}
 	if nf.Status.Recovery == nil {
 		rec, reason, msg := judgeClean(nf, node, r.now())
@@ -121,6 +133,40 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	nodesRecovered.WithLabelValues(string(rec.How)).Inc()
 	r.event(ctx, nf, corev1.EventTypeNormal, ReasonUnfenced, "%s", msg)
 	return ctrl.Result{}, nil
+}
+
+// restorePower powers the machine of a released fence back on through the power method that
+// fenced it (recovery.powerOn), once: the machine reboots, and the node is unfenced when it is
+// back with a new boot ID. A fence confirmed by a method that does not power off has nothing to
+// power on. done is false while the power-on is to be tried again (res says when).
+func (r *NodeFenceReconciler) restorePower(ctx context.Context, nf *v1alpha1.NodeFence) (res ctrl.Result, done bool, err error) {
+	var method *v1alpha1.Method
+	for i, m := range nf.Spec.Methods {
+		if m.Name == nf.Status.Method && methodKinds[m.Type].fence == v1alpha1.StepPowerOff {
+			method = &nf.Spec.Methods[i]
+		}
+	}
+	if method == nil {
+		return ctrl.Result{}, true, nil
+	}
+	p, ok := r.Fencers[method.Type].(providers.PowerRestorer)
+	if !ok {
+		return ctrl.Result{RequeueAfter: retryPowerOn}, false, r.hold(ctx, nf, ReasonPowerOnFailed,
+			fmt.Sprintf("recovery.powerOn: no provider that powers machines on is registered for method %s (type %s)", method.Name, method.Type))
+	}
+	if err := p.RestorePower(ctx, r.request(nf, *method)); err != nil {
+		return ctrl.Result{RequeueAfter: retryPowerOn}, false, r.hold(ctx, nf, ReasonPowerOnFailed, fmt.Sprintf(
+			"recovery.powerOn: powering node %s back on through method %s failed (tried again every %s): %v", nf.Spec.NodeName, method.Name, retryPowerOn, err))
+	}
+	now := metav1.NewTime(r.now())
+	nf.Status.PowerRestoredTime = &now
+	msg := fmt.Sprintf("node %s powered back on through method %s (recovery.powerOn): it is unfenced once it is back with a new boot ID", nf.Spec.NodeName, method.Name)
+	setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, ReasonPoweredOn, msg)
+	if err := r.saveStatus(ctx, nf); err != nil {
+		return ctrl.Result{}, false, err
+	}
+	r.event(ctx, nf, corev1.EventTypeNormal, ReasonPoweredOn, "%s", msg)
+	return ctrl.Result{}, true, nil
 }
 
 // judgeClean decides whether the node of a released fence may be unfenced now: a record of

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/fake"
 )
 
 const (
@@ -122,7 +124,8 @@ func wantHeld(t *testing.T, nf *v1alpha1.NodeFence, node *corev1.Node, reason st
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != reason {
 		t.Fatalf("Recovered condition %+v, want False/%s", c, reason)
 	}
-	if reason != ReasonNodeNotBack && reason != ReasonNodeGone && !strings.Contains(c.Message, v1alpha1.AnnotationUnfenceRequest) {
+	needsPerson := map[string]bool{ReasonBootIDUnchanged: true, ReasonBootIDUnknown: true, ReasonFlapping: true, ReasonAutomaticRecoveryOff: true}
+	if needsPerson[reason] && !strings.Contains(c.Message, v1alpha1.AnnotationUnfenceRequest) {
 		t.Errorf("condition message %q does not say how to confirm the node clean", c.Message)
 	}
 }
@@ -294,5 +297,48 @@ func TestRecoveryLiftsStorageFences(t *testing.T) {
 	wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
 	if s.lifts != 2 || controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence) {
 		t.Errorf("lifts %d, finalizer kept %v: want 2 and gone", s.lifts, controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence))
+	}
+}
+
+// recovery.powerOn powers the machine back on through the method that fenced it, once, after
+// the release; a failed power-on is said and tried again; the node is unfenced only once it is
+// back with a new boot ID.
+func TestRecoveryPowersOn(t *testing.T) {
+	w, rec := releasedWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Recovery.PowerOn = true })
+	w.power.InjectError(fake.MethodRestorePower, providers.NewError(providers.ReasonUnreachable, errors.New("BMC unreachable")))
+	nf, node := w.reconcile(t)
+	wantHeld(t, nf, node, ReasonPowerOnFailed)
+	if nf.Status.PowerRestoredTime != nil || !w.power.Fenced("n1") {
+		t.Fatalf("a failed power-on recorded as done (%v) or the machine on", nf.Status.PowerRestoredTime)
+	}
+	nf, node = w.reconcile(t)
+	if nf.Status.PowerRestoredTime == nil || w.power.Fenced("n1") {
+		t.Fatalf("powered on %v, machine off %v: want the power-on done", nf.Status.PowerRestoredTime, w.power.Fenced("n1"))
+	}
+	if !tainted(node) || nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatal("the node was unfenced by the power-on alone, before it came back rebooted")
+	}
+	w.reconcile(t)
+	if n := w.power.CallCount(fake.MethodRestorePower, "n1"); n != 2 {
+		t.Errorf("RestorePower called %d times, want 2 (one failed, one done, then never again)", n)
+	}
+	w.setNode(t, back(bootAfter))
+	nf, node = w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+	var powered bool
+	for _, e := range rec.recorded() {
+		powered = powered || e.Reason == ReasonPoweredOn
+	}
+	if !powered {
+		t.Error("no PoweredOn event")
+	}
+}
+
+// Without recovery.powerOn, the machine stays off.
+func TestRecoveryLeavesThePowerOff(t *testing.T) {
+	w, _ := releasedWorld(t, nil)
+	w.reconcile(t)
+	if n := w.power.CallCount(fake.MethodRestorePower, ""); n != 0 || !w.power.Fenced("n1") {
+		t.Errorf("RestorePower called %d times without recovery.powerOn", n)
 	}
 }

@@ -55,6 +55,14 @@ type Unfencer interface {
 	Unfence(ctx context.Context, req Request) (Status, error)
 }
 
+// PowerRestorer is a Fencer that can turn the machine it powered off back on. The caller asks
+// for it only after the fence was released (the policy's recovery.powerOn): the machine
+// reboots, and its node is unfenced once it is back with a new boot ID.
+type PowerRestorer interface {
+	// RestorePower sends the power-on command (idempotent: a machine already on stays on).
+	RestorePower(ctx context.Context, req Request) error
+}
+
 // Request is one fence of one node through one method.
 type Request struct {
 	// Fence is the record, read-only: its UID names the fence (and any order sent for it),

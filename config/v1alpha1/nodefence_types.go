@@ -176,6 +176,10 @@ type NodeFenceStatus struct {
 	// AttachmentsReleased counts the VolumeAttachments deleted.
 	// +optional
 	AttachmentsReleased int32 `json:"attachmentsReleased,omitempty"`
+	// PowerRestoredTime is when Palisade powered the node's machine back on after the release
+	// (the policy's recovery.powerOn).
+	// +optional
+	PowerRestoredTime *metav1.Time `json:"powerRestoredTime,omitempty"`
 	// Recovery records how the released node was unfenced, once Palisade has decided to.
 	// +optional
 	Recovery *RecoveryRecord `json:"recovery,omitempty"`

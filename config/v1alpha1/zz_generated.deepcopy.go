@@ -411,6 +411,10 @@ func (in *NodeFenceStatus) DeepCopyInto(out *NodeFenceStatus) {
 		in, out := &in.ReleasedTime, &out.ReleasedTime
 		*out = (*in).DeepCopy()
 	}
+	if in.PowerRestoredTime != nil {
+		in, out := &in.PowerRestoredTime, &out.PowerRestoredTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Recovery != nil {
 		in, out := &in.Recovery, &out.Recovery
 		*out = new(RecoveryRecord)

@@ -14,12 +14,17 @@ const (
 	MethodFence = "Fence"
 	MethodCheck = "Check"
 	MethodEnd   = "End"
+	// MethodRestorePower is providers.PowerRestorer's.
+	MethodRestorePower = "RestorePower"
 )
 
 // Name is the fake's provider name.
 const Name = "fake"
 
-var _ providers.Fencer = (*Provider)(nil)
+var (
+	_ providers.Fencer        = (*Provider)(nil)
+	_ providers.PowerRestorer = (*Provider)(nil)
+)
 
 // Call is one recorded call.
 type Call struct {
@@ -95,6 +100,14 @@ func (p *Provider) End(ctx context.Context, req providers.Request) error {
 	return p.do(ctx, MethodEnd, req.Node(), func() { delete(p.ordered, req.Node()) })
 }
 
+// RestorePower records the call and turns the node back on.
+func (p *Provider) RestorePower(ctx context.Context, req providers.Request) error {
+	return p.do(ctx, MethodRestorePower, req.Node(), func() {
+		p.fenced[req.Node()] = false
+		delete(p.ordered, req.Node())
+	})
+}
+
 // do records a call and runs apply under the lock, unless an error is due: an injected one, or
 // the context's (as ReasonUnreachable, like a real provider that timed out).
 func (p *Provider) do(ctx context.Context, method, node string, apply func()) error {
@@ -119,7 +132,7 @@ func (p *Provider) do(ctx context.Context, method, node string, apply func()) er
 // It panics on an unknown method name.
 func (p *Provider) InjectError(method string, err error) {
 	switch method {
-	case MethodFence, MethodCheck, MethodEnd:
+	case MethodFence, MethodCheck, MethodEnd, MethodRestorePower:
 	default:
 		panic(fmt.Sprintf("fake: InjectError for unknown method %q", method))
 	}

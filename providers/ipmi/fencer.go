@@ -39,5 +39,10 @@ func (p *Provider) Check(ctx context.Context, req providers.Request) (providers.
 	return p.fencer().Check(ctx, req)
 }
 
+// RestorePower powers the machine back on (recovery.powerOn, after the release).
+func (p *Provider) RestorePower(ctx context.Context, req providers.Request) error {
+	return p.fencer().RestorePower(ctx, req)
+}
+
 // End does nothing: a BMC holds no order.
 func (p *Provider) End(context.Context, providers.Request) error { return nil }

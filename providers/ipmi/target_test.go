@@ -85,3 +85,42 @@ func TestFenceHint(t *testing.T) {
 		t.Errorf("Fence without settings = %v (hint %q), want a non-retryable BadTarget with its hint", err, providers.HintOf(err))
 	}
 }
+
+// RestorePower (recovery.powerOn) powers the real BMC's machine back on, found through the
+// Node and the Secret like the fence; with no BMC for the node it is BadTarget and changes
+// nothing.
+func TestRestorePower(t *testing.T) {
+	b := startBMC(t)
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: b.Address()}}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "palisade-system", Name: "bmc"},
+		Data: map[string][]byte{"username": []byte(b.Username()), "password": []byte(b.Password())}}
+	c := fakeclient.NewClientBuilder().WithScheme(s).WithObjects(node, secret).Build()
+	p := New(c)
+	req := providers.Request{Fence: &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}}, Method: v1alpha1.Method{Name: "ipmi",
+		IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}}
+	if _, err := p.Fence(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if poweredOn(t, b) {
+		t.Fatal("the fence left the machine on")
+	}
+	if err := p.RestorePower(context.Background(), req); err != nil {
+		t.Fatalf("RestorePower: %v", err)
+	}
+	if !poweredOn(t, b) {
+		t.Error("RestorePower left the machine off")
+	}
+	if err := b.SetPower(false); err != nil {
+		t.Fatal(err)
+	}
+	other := req
+	other.Fence = &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n2"}}
+	wantReason(t, p.RestorePower(context.Background(), other), providers.ReasonAPIError)
+	if poweredOn(t, b) {
+		t.Error("RestorePower of another node powered this machine on")
+	}
+}

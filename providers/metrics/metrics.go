@@ -27,6 +27,8 @@ const (
 	MethodReleaseVolumes = "ReleaseVolumes"
 	// MethodUnfence: providers.Unfencer's Unfence.
 	MethodUnfence = "Unfence"
+	// MethodRestorePower: providers.PowerRestorer's RestorePower.
+	MethodRestorePower = "RestorePower"
 )
 
 var (
@@ -71,6 +73,7 @@ var (
 	_ providers.Fencer         = (*decorator)(nil)
 	_ providers.VolumeReleaser = (*decorator)(nil)
 	_ providers.Unfencer       = (*decorator)(nil)
+	_ providers.PowerRestorer  = (*decorator)(nil)
 )
 
 // Decorate wraps p so that every call is measured. Wrapping an already decorated provider
@@ -135,6 +138,19 @@ func (d *decorator) Unfence(ctx context.Context, req providers.Request) (provide
 	st, err := u.Unfence(ctx, req)
 	d.observe(MethodUnfence, start, err)
 	return st, err
+}
+
+// RestorePower measures the wrapped provider's RestorePower; a provider without one answers an
+// error saying so.
+func (d *decorator) RestorePower(ctx context.Context, req providers.Request) error {
+	r, ok := d.p.(providers.PowerRestorer)
+	if !ok {
+		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("provider %s cannot power a machine on", d.p.Name()))
+	}
+	start := time.Now()
+	err := r.RestorePower(ctx, req)
+	d.observe(MethodRestorePower, start, err)
+	return err
 }
 
 func (d *decorator) observe(method string, start time.Time, err error) {

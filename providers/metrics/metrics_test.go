@@ -236,3 +236,29 @@ func TestDecorateUnfence(t *testing.T) {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
 }
+
+// TestDecorateRestorePower: RestorePower reaches a provider that has it, measured under its own
+// method label; a provider without it answers an error saying so.
+func TestDecorateRestorePower(t *testing.T) {
+	reg := newRegistry(t)
+	f := fake.New()
+	f.InjectError(fake.MethodRestorePower, providers.NewError(providers.ReasonUnreachable, errors.New("BMC down")))
+	if err := Decorate(f).(providers.PowerRestorer).RestorePower(context.Background(), request("n1")); providers.ReasonOf(err) != providers.ReasonUnreachable {
+		t.Errorf("RestorePower = %v, want the provider's answer", err)
+	}
+	if err := Decorate(f).(providers.PowerRestorer).RestorePower(context.Background(), request("n1")); err != nil || f.CallCount(fake.MethodRestorePower, "n1") != 2 {
+		t.Errorf("RestorePower = %v after %d calls, want it done on the second", err, f.CallCount(fake.MethodRestorePower, "n1"))
+	}
+	noPower := struct{ providers.Fencer }{fake.New()} // only the Fencer's methods
+	if err := Decorate(noPower).(providers.PowerRestorer).RestorePower(context.Background(), request("n1")); err == nil ||
+		!strings.Contains(err.Error(), "cannot power a machine on") {
+		t.Errorf("RestorePower of a provider without it: %v, want an error saying so", err)
+	}
+	want := map[string]float64{
+		"palisade_provider_duration_seconds{method=RestorePower,provider=fake}":                   2,
+		"palisade_provider_errors_total{method=RestorePower,provider=fake,reason=BMCUnreachable}": 1,
+	}
+	if diff := cmp.Diff(want, samples(t, reg)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}

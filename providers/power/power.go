@@ -66,6 +66,25 @@ func (f *Fencer[T]) withHint(err error) error {
 	return providers.WithHint(err, f.hints[providers.ReasonOf(err)])
 }
 
+// RestorePower powers the machine back on, when its Switch can (PowerOn); the caller does it
+// only after the fence was released.
+func (f *Fencer[T]) RestorePower(ctx context.Context, req providers.Request) error {
+	on, ok := f.sw.(interface {
+		PowerOn(ctx context.Context, t T) error
+	})
+	if !ok {
+		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s cannot power a machine on", f.name))
+	}
+	t, err := f.sw.Target(ctx, req)
+	if err != nil {
+		return f.withHint(err)
+	}
+	if err := on.PowerOn(ctx, t); err != nil {
+		return f.withHint(err)
+	}
+	return nil
+}
+
 // Fence sends the off command.
 func (f *Fencer[T]) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
 	t, err := f.sw.Target(ctx, req)
