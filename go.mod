@@ -22,6 +22,7 @@ require (
 	github.com/kubernetes-csi/external-attacher/v4 v4.13.0
 	github.com/moby/sys/signal v0.7.0
 	github.com/prometheus/client_golang v1.24.1
+	github.com/prometheus/client_model v0.6.2
 	github.com/stmcginnis/gofish v0.20.0
 	github.com/vmware/govmomi v0.56.0
 	go.uber.org/zap v1.28.0
@@ -161,7 +162,6 @@ require (
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.1 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rubenv/sql-migrate v1.8.1 // indirect

@@ -1,8 +1,17 @@
 package fencing
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
+
+// fenceBuckets suit the stages of a fence: seconds to a few minutes.
+var fenceBuckets = []float64{1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600}
 
 var (
 	stormGuardActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -31,7 +40,133 @@ var (
 	}, []string{"method", "signal"})
 )
 
+var (
+	fenceConfirmSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "palisade_fence_confirm_seconds",
+		Help:    "From a released fence's creation (its detection, or the request) to its confirmation, by the method that confirmed it and the verdict (Dead, Partitioned, KubeletDown; Manual or NodeDeleted without one).",
+		Buckets: fenceBuckets,
+	}, []string{"method", "verdict"})
+	fenceReleaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "palisade_fence_release_seconds",
+		Help:    "From a released fence's creation (its detection, or the request) to the end of its release, by the method that confirmed it and the verdict.",
+		Buckets: fenceBuckets,
+	}, []string{"method", "verdict"})
+	fenceRecoverySeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "palisade_fence_recovery_seconds",
+		Help:    "From a fence's release to its node's recovery (unfenced), by how the node was found clean (Rebooted, ConfirmedClean).",
+		Buckets: []float64{10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400},
+	}, []string{"how"})
+)
+
 // RegisterMetrics registers the fencing metrics with r (cmd/ calls it once).
 func RegisterMetrics(r prometheus.Registerer) {
-	r.MustRegister(stormGuardActive, policyUnhealthyNodes, fencesCreated, fencesEnded, fencesDisproved, nodesRecovered)
+	r.MustRegister(stormGuardActive, policyUnhealthyNodes, fencesCreated, fencesEnded, fencesDisproved, nodesRecovered,
+		fenceConfirmSeconds, fenceReleaseSeconds, fenceRecoverySeconds, fenceStates)
+}
+
+// observeReleased records the durations of a fence that was just released.
+func observeReleased(nf *v1alpha1.NodeFence) {
+	verdict := verdictLabel(nf)
+	created := nf.CreationTimestamp.Time
+	if f := nf.Status.FencedTime; f != nil {
+		fenceConfirmSeconds.WithLabelValues(nf.Status.Method, verdict).Observe(nonNegative(f.Sub(created)))
+	}
+	if r := nf.Status.ReleasedTime; r != nil {
+		fenceReleaseSeconds.WithLabelValues(nf.Status.Method, verdict).Observe(nonNegative(r.Sub(created)))
+	}
+}
+
+// observeRecovered records how long a recovered node stayed fenced after its release.
+func observeRecovered(nf *v1alpha1.NodeFence) {
+	rec := nf.Status.Recovery
+	if rec == nil || rec.RecoveredTime == nil || nf.Status.ReleasedTime == nil {
+		return
+	}
+	fenceRecoverySeconds.WithLabelValues(string(rec.How)).Observe(nonNegative(rec.RecoveredTime.Sub(nf.Status.ReleasedTime.Time)))
+}
+
+// verdictLabel is the detectors' verdict of a detected fence, else its trigger.
+func verdictLabel(nf *v1alpha1.NodeFence) string {
+	if nf.Spec.Verdict != "" {
+		return nf.Spec.Verdict
+	}
+	return string(nf.Spec.Trigger)
+}
+
+func nonNegative(d time.Duration) float64 { return max(d, 0).Seconds() }
+
+// fenceStates are the gauges of where the fences stand, as the leading controller last
+// recorded them: fences under way, and nodes released and not recovered by why they stay
+// fenced. Only the leader reconciles fences, so only its gauges count.
+var fenceStates = &stateCollector{nodes: map[string]fenceState{}}
+
+// fenceState is where one node's fence stands.
+type fenceState struct {
+	inProgress bool
+	held       string // released, not recovered: the Recovered=False reason, or "Released"
+}
+
+type stateCollector struct {
+	mu    sync.Mutex
+	nodes map[string]fenceState
+}
+
+var (
+	fencesInProgressDesc = prometheus.NewDesc("palisade_fences_in_progress",
+		"Fences under way: created and neither released nor failed.", nil, nil)
+	nodesFencedDesc = prometheus.NewDesc("palisade_nodes_fenced",
+		"Nodes whose fence was released and that are not recovered, by why they stay fenced (the NodeFence's Recovered=False reason: NodeNotBack, BootIDUnchanged, Flapping, …; Released before it is judged).",
+		[]string{"reason"}, nil)
+)
+
+// observe records where nf stands.
+func (c *stateCollector) observe(nf *v1alpha1.NodeFence) {
+	var st fenceState
+	switch nf.Status.Phase {
+	case v1alpha1.PhaseReleased:
+		st.held = string(v1alpha1.PhaseReleased)
+		if cond := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); cond != nil && cond.Status == "False" {
+			st.held = cond.Reason
+		}
+	case v1alpha1.PhaseFailed, v1alpha1.PhaseRecovered:
+	default:
+		st.inProgress = !nf.Spec.DryRun
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st == (fenceState{}) {
+		delete(c.nodes, nf.Name)
+		return
+	}
+	c.nodes[nf.Name] = st
+}
+
+// forget drops a deleted fence.
+func (c *stateCollector) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nodes, name)
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- fencesInProgressDesc
+	ch <- nodesFencedDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	inProgress, held := 0, map[string]int{}
+	for _, st := range c.nodes {
+		if st.inProgress {
+			inProgress++
+		}
+		if st.held != "" {
+			held[st.held]++
+		}
+	}
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(fencesInProgressDesc, prometheus.GaugeValue, float64(inProgress))
+	for reason, n := range held {
+		ch <- prometheus.MustNewConstMetric(nodesFencedDesc, prometheus.GaugeValue, float64(n), reason)
+	}
 }

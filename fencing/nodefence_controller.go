@@ -98,9 +98,11 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err := r.Client.Get(ctx, req.NamespacedName, nf); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.endDeleted(ctx, req.Name)
+			fenceStates.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	defer fenceStates.observe(nf) // where it stands once this reconcile is done
 	log := ctrl.LoggerFrom(ctx).WithValues("Node", klog.KRef("", nf.Spec.NodeName))
 	ctx = ctrl.LoggerInto(ctx, log)
 	if !nf.DeletionTimestamp.IsZero() {
@@ -132,9 +134,13 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		return ctrl.Result{}, false, nil
 	case actFinish:
 		recordFinish(nf, r.now())
-		return ctrl.Result{}, false, r.saveEnd(ctx, nf, corev1.EventTypeNormal, ReasonReleased,
+		err := r.saveEnd(ctx, nf, corev1.EventTypeNormal, ReasonReleased,
 			fmt.Sprintf("node %s released: %s deleted, %s released", nf.Spec.NodeName,
 				countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment")))
+		if err == nil {
+			observeReleased(nf)
+		}
+		return ctrl.Result{}, false, err
 	case actFail:
 		last := lastStep(nf)
 		recordFailure(nf, last.Reason, fmt.Sprintf("every fencing method failed; last: %s: %s", last.Method, last.Message))

@@ -131,6 +131,7 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		return ctrl.Result{}, err
 	}
 	nodesRecovered.WithLabelValues(string(rec.How)).Inc()
+	observeRecovered(nf)
 	r.event(ctx, nf, corev1.EventTypeNormal, ReasonUnfenced, "%s", msg)
 	return ctrl.Result{}, nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -341,4 +343,80 @@ func TestRecoveryLeavesThePowerOff(t *testing.T) {
 	if n := w.power.CallCount(fake.MethodRestorePower, ""); n != 0 || !w.power.Fenced("n1") {
 		t.Errorf("RestorePower called %d times without recovery.powerOn", n)
 	}
+}
+
+// The SRE's metrics follow a fence: in progress while it runs, then released and held by
+// reason, gone once recovered; the stage histograms observe each released fence once.
+func TestFenceMetrics(t *testing.T) {
+	fenceStates = &stateCollector{nodes: map[string]fenceState{}}
+	confirms := func() uint64 { return histogramCount(t, fenceConfirmSeconds, "ipmi", "Detected") }
+	releases := func() uint64 { return histogramCount(t, fenceReleaseSeconds, "ipmi", "Detected") }
+	recoveries := func() uint64 { return histogramCount(t, fenceRecoverySeconds, "Rebooted") }
+	c0, r0, rec0 := confirms(), releases(), recoveries()
+	w := newWorld(t, "ipmi")
+	w.r.Recorder = &recorder{}
+	w.setNode(t, back(bootAtFence))
+	w.tick = func(nf *v1alpha1.NodeFence) {
+		if nf.Status.Phase != "" && nf.Status.Phase != v1alpha1.PhaseReleased {
+			if got := gauge(t, "palisade_fences_in_progress", ""); got != 1 {
+				t.Errorf("fences in progress %v while the fence is %s, want 1", got, nf.Status.Phase)
+			}
+		}
+	}
+	w.setNode(t, notReady)
+	w.run(t)
+	w.tick = nil
+	nf, _ := w.reconcile(t)
+	if got := gauge(t, "palisade_fences_in_progress", ""); got != 0 {
+		t.Errorf("fences in progress %v after the release, want 0", got)
+	}
+	if got := gauge(t, "palisade_nodes_fenced", ReasonNodeNotBack); got != 1 {
+		t.Errorf("nodes fenced for %s: %v, want 1", ReasonNodeNotBack, got)
+	}
+	if confirms()-c0 != 1 || releases()-r0 != 1 {
+		t.Errorf("confirm and release histograms observed %d and %d fences, want 1 each", confirms()-c0, releases()-r0)
+	}
+	if nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("phase %s", nf.Status.Phase)
+	}
+	w.setNode(t, back(bootAfter))
+	w.reconcile(t)
+	if got := gauge(t, "palisade_nodes_fenced", ReasonNodeNotBack); got != 0 {
+		t.Errorf("nodes fenced %v after the recovery, want 0", got)
+	}
+	if recoveries()-rec0 != 1 || releases()-r0 != 1 {
+		t.Errorf("recovery histogram observed %d, releases %d; want 1 and still 1", recoveries()-rec0, releases()-r0)
+	}
+}
+
+// histogramCount is how many observations the histogram's series holds.
+func histogramCount(t *testing.T, h *prometheus.HistogramVec, labels ...string) uint64 {
+	t.Helper()
+	m := &dto.Metric{}
+	if err := h.WithLabelValues(labels...).(prometheus.Histogram).Write(m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// gauge is fenceStates' value of the named gauge (with reason, for palisade_nodes_fenced).
+func gauge(t *testing.T, name, reason string) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 16)
+	fenceStates.Collect(ch)
+	close(ch)
+	for m := range ch {
+		if !strings.Contains(m.Desc().String(), `"`+name+`"`) {
+			continue
+		}
+		d := &dto.Metric{}
+		if err := m.Write(d); err != nil {
+			t.Fatal(err)
+		}
+		if len(d.GetLabel()) > 0 && d.GetLabel()[0].GetValue() != reason {
+			continue
+		}
+		return d.GetGauge().GetValue()
+	}
+	return 0
 }
