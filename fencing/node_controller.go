@@ -36,10 +36,13 @@ const (
 // verdict from the detectors under a policy whose storm guard allows it. It creates the
 // NodeFence (named after the node) and leaves the rest to NodeFenceReconciler.
 type NodeReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Observer observe.Observer
-	Now      func() time.Time
+	Client client.Client
+	// APIReader reads a failed node's pods, their claims and PodDisruptionBudgets straight from
+	// the API server (workloads.go); Client when nil.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Observer  observe.Observer
+	Now       func() time.Time
 }
 
 // SetupWithManager watches Nodes, their Leases, policies and NodeFences.
@@ -136,6 +139,7 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 	}
 	nf := newNodeFence(node, p, v1alpha1.TriggerManual, reason)
 	nf.Spec.RequestedBy = requester(node)
+	r.noteWaiting(ctx, node, p, nf)
 	return true, r.create(ctx, node, nf, previous, fmt.Sprintf("manual fence requested by %s: %s", orUnknown(nf.Spec.RequestedBy), reason))
 }
 
@@ -173,9 +177,39 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		ctrl.LoggerFrom(ctx).Info("storm guard holds", "unhealthy", h.Unhealthy, "nodes", h.Nodes, "maxUnhealthy", h.MaxUnhealthy)
 		return ctrl.Result{RequeueAfter: stormRecheck}, nil
 	}
+	wait, err := podsWaiting(ctx, r.reader(), node.Name, p.Spec.Workloads)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if p.Spec.Workloads != nil && len(wait.pods) == 0 {
+		r.Recorder.Eventf(node, p, corev1.EventTypeNormal, ReasonNoWorkloadToFence, "Detect",
+			"not fencing node %s (%s): none of its pods is one policy %s fences for (%s); Kubernetes replaces its pods once the node is NotReady",
+			node.Name, obs.Reason, p.Name, describeWorkloads(p.Spec.Workloads))
+		return ctrl.Result{RequeueAfter: stormRecheck}, nil
+	}
 	nf := newNodeFence(node, p, v1alpha1.TriggerDetected, fmt.Sprintf("%s: %s", obs.Verdict, obs.Reason))
 	nf.Spec.Methods, nf.Spec.Verdict = methods, string(obs.Verdict)
+	nf.Spec.Waiting, nf.Spec.Urgency = wait.listed(), wait.urgency
 	return ctrl.Result{}, r.create(ctx, node, nf, previous, "node failed: "+nf.Spec.Reason)
+}
+
+// noteWaiting records on a fence asked for by a person or a deletion which pods wait on it and
+// how urgent it is; such a fence is taken whatever the policy's workloads say, and a failure to
+// read the pods only leaves the record out.
+func (r *NodeReconciler) noteWaiting(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, nf *v1alpha1.NodeFence) {
+	wait, err := podsWaiting(ctx, r.reader(), node.Name, p.Spec.Workloads)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "reading the pods waiting on the fence; the fence goes ahead without them on record")
+		return
+	}
+	nf.Spec.Waiting, nf.Spec.Urgency = wait.listed(), wait.urgency
+}
+
+func (r *NodeReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 // methodsFor picks the policy's methods that fit the verdict. A node with no signal on any path

@@ -294,7 +294,7 @@ func TestNodeReconcile(t *testing.T) {
 			if tt.existing != nil {
 				objs = append(objs, tt.existing.DeepCopy())
 			}
-			c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields().Build()
+			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
 			rec := &recorder{}
 			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
 			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
@@ -307,6 +307,11 @@ func TestNodeReconcile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withPodIndex indexes pods by spec.nodeName, as the API server's field selector does.
+func withPodIndex(b *fakeclient.ClientBuilder) *fakeclient.ClientBuilder {
+	return b.WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} })
 }
 
 // checkFence checks n1's NodeFence, and that it is the only one.

@@ -85,7 +85,7 @@ func TestNodeDeletionIsAFenceRequest(t *testing.T) {
 			if tt.existing != nil {
 				objs = append(objs, tt.existing)
 			}
-			c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).Build()
+			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
 			rec := &recorder{}
 			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c}, Now: func() time.Time { return t0 }}
 			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)

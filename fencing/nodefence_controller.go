@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,7 +85,8 @@ func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		workers = DefaultConcurrency
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("nodefence").
-		For(&v1alpha1.NodeFence{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Fences go through the work queue by urgency (workloads.go).
+		Watches(&v1alpha1.NodeFence{}, byUrgency(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A released fence's node coming back (Ready, a new boot ID, an unfence request) may
 		// unfence it (recovery.go).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.releasedFenceOf)).
@@ -103,6 +105,15 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	defer fenceStates.observe(nf) // where it stands once this reconcile is done
+	res, err := r.reconcileFence(ctx, nf)
+	// Taken again by urgency too (byUrgency): a fence whose pods' budgets are at their limit is
+	// not kept waiting behind others' requeues.
+	res.Priority = ptr.To(int(nf.Spec.Urgency))
+	return res, err
+}
+
+// reconcileFence takes the fence's next steps, finishes its deletion, or recovers its node.
+func (r *NodeFenceReconciler) reconcileFence(ctx context.Context, nf *v1alpha1.NodeFence) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("Node", klog.KRef("", nf.Spec.NodeName))
 	ctx = ctrl.LoggerInto(ctx, log)
 	if !nf.DeletionTimestamp.IsZero() {

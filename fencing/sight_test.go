@@ -48,7 +48,7 @@ func TestNodeReconcileBlind(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			objs, _ := cluster(map[string]string{"n1": dead, "n2": healthy, "n3": healthy, "n4": healthy})
-			c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...).Build()
+			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...)).Build()
 			rec := &recorder{}
 			r := &NodeReconciler{Client: c, Recorder: rec, Now: func() time.Time { return t0 },
 				Observer: observe.Observer{Reader: c, Sight: &fixedSight{tt.sight}}}
@@ -89,7 +89,7 @@ func TestPolicyBlindCondition(t *testing.T) {
 			cond{metav1.ConditionFalse, v1alpha1.ReasonSeeing}, []eventSeen{{"FencingPolicy/pool", corev1.EventTypeNormal, ReasonControllerSeeing}}},
 	}
 	objs, _ := cluster(map[string]string{"n1": healthy})
-	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...).
+	c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...)).
 		WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
 	s := &fixedSight{}
 	for _, step := range steps {

@@ -82,6 +82,12 @@ type FencingPolicySpec struct {
 	// +optional
 	Release Release `json:"release,omitempty"`
 
+	// Workloads limits automatic fencing to the nodes that hold a pod that needs it (the 2016
+	// Pod Safety proposal: fence for the pods that cannot be replaced without it). Unset, every
+	// failed node of the policy is fenced.
+	// +optional
+	Workloads *Workloads `json:"workloads,omitempty"`
+
 	// Recovery says when a released node is given back to the cluster (invariant 5: only a
 	// clean node is unfenced).
 	// +optional
@@ -90,6 +96,24 @@ type FencingPolicySpec struct {
 	// DryRun records and reports every decision but takes no fencing or release step.
 	// +optional
 	DryRun bool `json:"dryRun,omitempty"`
+}
+
+// Workloads names the pods a fence is for. A failed node is fenced automatically only when
+// one of the pods bound to it is of one of the kinds listed; a node holding none is left to
+// Kubernetes, which replaces such pods once the node is NotReady, and Palisade says so in an
+// event. Manual requests and node deletions are fenced whatever it says.
+// +kubebuilder:validation:XValidation:rule="self.rwoVolumes || self.statefulSets || has(self.podSelector)",message="workloads needs at least one of rwoVolumes, statefulSets, podSelector (or leave workloads out to fence every failed node)"
+type Workloads struct {
+	// RWOVolumes: pods with a PersistentVolumeClaim that only one node may attach
+	// (ReadWriteOnce or ReadWriteOncePod): its volume stays attached to the failed node.
+	// +optional
+	RWOVolumes bool `json:"rwoVolumes,omitempty"`
+	// StatefulSets: pods a StatefulSet owns, which it never replaces while the old one may run.
+	// +optional
+	StatefulSets bool `json:"statefulSets,omitempty"`
+	// PodSelector: pods with these labels, in any namespace.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 }
 
 // Recovery says when a node whose fence was released is unfenced: its out-of-service taint

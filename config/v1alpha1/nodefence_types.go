@@ -55,6 +55,20 @@ type NodeFenceSpec struct {
 	// Release is copied from the policy.
 	// +optional
 	Release Release `json:"release,omitempty"`
+	// Waiting says which of the node's pods wait on this fence: those the policy's workloads
+	// name (all of the node's pods when it names none), at most 10, as namespace/name, when the
+	// fence was created.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Waiting []string `json:"waiting,omitempty"`
+	// Urgency is how many of the node's pods waiting on this fence belong to a
+	// PodDisruptionBudget that allows no more disruption (its disruptionsAllowed is 0): their
+	// workload is already at its limit. When more fences are under way than the controller
+	// advances at once, those with the higher urgency go first.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Urgency int32 `json:"urgency,omitempty"`
 	// Recovery is copied from the policy.
 	// +optional
 	Recovery Recovery `json:"recovery,omitempty"`
@@ -248,6 +262,7 @@ type Liveness struct {
 // +kubebuilder:printcolumn:name="Verdict",type=string,JSONPath=`.spec.verdict`
 // +kubebuilder:printcolumn:name="Trigger",type=string,JSONPath=`.spec.trigger`,priority=1
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.token`,priority=1
+// +kubebuilder:printcolumn:name="Urgency",type=integer,JSONPath=`.spec.urgency`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type NodeFence struct {

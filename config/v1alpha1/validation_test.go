@@ -54,6 +54,11 @@ func TestFencingPolicyValidation(t *testing.T) {
 			off := false
 			p.Spec.Recovery = v1alpha1.Recovery{Automatic: &off, PowerOn: true, FlapWindow: &metav1.Duration{Duration: 30 * time.Minute}}
 		}, nil},
+		{"workloads", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Workloads = &v1alpha1.Workloads{RWOVolumes: true, PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "data"}}}
+		}, nil},
+		{"workloads naming nothing", func(p *v1alpha1.FencingPolicy) { p.Spec.Workloads = &v1alpha1.Workloads{} },
+			[]string{"workloads needs at least one of rwoVolumes, statefulSets, podSelector"}},
 		{"recovery flap window off", func(p *v1alpha1.FencingPolicy) { p.Spec.Recovery.FlapWindow = &metav1.Duration{} }, nil},
 		{"recovery flap window negative", func(p *v1alpha1.FencingPolicy) {
 			p.Spec.Recovery.FlapWindow = &metav1.Duration{Duration: -time.Minute}
