@@ -29,8 +29,10 @@ help: ## Show the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build palisade-controller, palisade-agent (with palisade-executor beside it) and palisade into bin/.
+build: ## Build palisade-controller, palisade-agent (with palisade-executor beside it) and palisade into bin/, with kubectl-palisade (the kubectl plugin) and kubectl_complete-palisade linked to palisade.
 	go build -o bin/ ./cmd/...
+	ln -sf palisade bin/kubectl-palisade
+	ln -sf palisade bin/kubectl_complete-palisade
 
 .PHONY: test
 test: deps testbed ## Unit and integration tests against the real control plane and ipmi_sim.

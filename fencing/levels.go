@@ -37,24 +37,5 @@ func levelNames(methods []v1alpha1.Method, i int) []string {
 	return names
 }
 
-// levelOrder is the chain with each level's methods moved up behind its first one, in their
-// listed order: a level is taken where its first method is listed.
-func levelOrder(chain []v1alpha1.Method) []v1alpha1.Method {
-	out := make([]v1alpha1.Method, 0, len(chain))
-	placed := map[int]bool{}
-	for i, m := range chain {
-		if placed[i] {
-			continue
-		}
-		out, placed[i] = append(out, m), true
-		if m.Level == "" {
-			continue
-		}
-		for j := i + 1; j < len(chain); j++ {
-			if chain[j].Level == m.Level {
-				out, placed[j] = append(out, chain[j]), true
-			}
-		}
-	}
-	return out
-}
+// levelOrder is the chain as a fence takes it (v1alpha1.LevelOrder, the rule the CLI shows too).
+func levelOrder(chain []v1alpha1.Method) []v1alpha1.Method { return v1alpha1.LevelOrder(chain) }

@@ -1,18 +1,12 @@
 package fencing
 
 import (
-	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
-
-// maxRequestReason bounds the reason of a manual fence request.
-const maxRequestReason = 256
 
 // parseFenceRequest validates the palisade.dev/fence-request annotation: its value is the
 // reason, 1 to 256 printable characters. ok is false when the node carries no request.
@@ -26,23 +20,16 @@ func parseUnfenceRequest(node *corev1.Node) (text string, ok bool, err error) {
 	return parseRequest(node, v1alpha1.AnnotationUnfenceRequest, "how the node was made clean")
 }
 
-// parseRequest validates a request annotation whose value is a text saying what; ok is false
-// when the node does not carry it.
+// parseRequest validates a request annotation whose value is a text saying what
+// (v1alpha1.RequestText, the rule the CLI applies too); ok is false when the node does not
+// carry it.
 func parseRequest(node *corev1.Node, key, what string) (text string, ok bool, err error) {
 	v, ok := node.Annotations[key]
 	if !ok {
 		return "", false, nil
 	}
-	text = strings.TrimSpace(v)
-	switch {
-	case text == "":
-		return "", true, fmt.Errorf("annotation %s is empty: its value must say %s", key, what)
-	case utf8.RuneCountInString(text) > maxRequestReason:
-		return "", true, fmt.Errorf("annotation %s is %d characters long; at most %d are allowed", key, utf8.RuneCountInString(text), maxRequestReason)
-	case strings.IndexFunc(text, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		return "", true, fmt.Errorf("annotation %s holds non-printable characters: use plain text", key)
-	}
-	return text, true, nil
+	text, err = v1alpha1.RequestText(v, "annotation "+key, what)
+	return text, true, err
 }
 
 // requester is the authenticated user the API server recorded as having set the request

@@ -42,7 +42,7 @@ func FuzzParseFenceRequest(f *testing.F) {
 			return
 		}
 		n := utf8.RuneCountInString(reason)
-		if n < 1 || n > maxRequestReason || reason != strings.TrimSpace(reason) ||
+		if n < 1 || n > v1alpha1.MaxRequestText || reason != strings.TrimSpace(reason) ||
 			strings.IndexFunc(reason, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 			t.Fatalf("parseFenceRequest(%q) accepted %q", v, reason)
 		}

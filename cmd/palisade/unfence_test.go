@@ -1,0 +1,122 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// unfence shows why a released node is held, asks, and sets the unfence request only on yes;
+// it refuses a node whose fence an unfence request would not end, saying what to do instead.
+func TestUnfence(t *testing.T) {
+	cl := testCluster(t)
+	c := cl.Client
+	sel := map[string]string{"palisade-cli-test": "unfence"}
+	makePolicy(t, c, "unfence", sel, nil, nil)
+	nodes := map[string]corev1.ConditionStatus{"unfence-held": corev1.ConditionTrue, "unfence-no": corev1.ConditionTrue,
+		"unfence-notready": corev1.ConditionFalse, "unfence-fencing": corev1.ConditionFalse, "unfence-failed": corev1.ConditionTrue,
+		"unfence-recovered": corev1.ConditionTrue, "unfence-dry": corev1.ConditionTrue, "unfence-recovering": corev1.ConditionTrue,
+		"unfence-none": corev1.ConditionTrue}
+	for n, ready := range nodes {
+		makeNode(t, c, nodeSpec{name: n, labels: sel, ready: ready, bootID: "boot-1", taint: true})
+	}
+	held := "node unfence-held is back but has not rebooted since it was fenced (boot ID boot-1)"
+	makeFence(t, c, "unfence-held", "unfence", released("BootIDUnchanged", held))
+	makeFence(t, c, "unfence-no", "unfence", released("Flapping", "fenced again 5m after it was last unfenced"))
+	makeFence(t, c, "unfence-notready", "unfence", released("NodeNotBack", "node unfence-notready is not back (not Ready)"))
+	makeFence(t, c, "unfence-fencing", "unfence", func(nf *v1alpha1.NodeFence) {
+		nf.Status = v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFencing, Method: "ipmi", Token: 9}
+	})
+	makeFence(t, c, "unfence-failed", "unfence", func(nf *v1alpha1.NodeFence) {
+		nf.Status = v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFailed, Token: 10}
+	})
+	makeFence(t, c, "unfence-recovered", "unfence", func(nf *v1alpha1.NodeFence) {
+		nf.Status = v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseRecovered, Token: 11, Recovery: &v1alpha1.RecoveryRecord{
+			How: v1alpha1.RecoveryRebooted, Time: metav1.Now(), Reason: "rebooted: boot ID boot-0 when fenced, boot-1 now"}}
+	})
+	makeFence(t, c, "unfence-dry", "unfence", func(nf *v1alpha1.NodeFence) { nf.Spec.DryRun = true })
+	makeFence(t, c, "unfence-recovering", "unfence", func(nf *v1alpha1.NodeFence) {
+		released("", "")(nf)
+		nf.Status.Recovery = &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryRebooted, Time: metav1.Now(), Reason: "rebooted: boot ID boot-1 when fenced, boot-2 now"}
+	})
+
+	t.Run("yes", func(t *testing.T) {
+		r := runCLI(t, c, "yes\n", "unfence", "unfence-held", "--reason", "reinstalled from scratch")
+		if r.code != exitOK {
+			t.Fatalf("unfence: %s", r)
+		}
+		t.Logf("unfence unfence-held:\n%s", r.out)
+		wantContains(t, "the explanation", r.out,
+			"NodeFence unfence-held: Released (method ipmi, trigger Detected, policy unfence)",
+			"Recovered=False BootIDUnchanged: "+held,
+			"Node unfence-held: Ready True, boot ID boot-1 (boot-1 when fenced)",
+			"Palisade unfences a node that is back (Ready) and rebooted since its fence by itself",
+			"This confirmation is for a node that did not reboot, that Palisade holds as Flapping, or whose policy unfences only on request",
+			"Unfence node unfence-held? [y/N] ",
+			`unfence requested: node unfence-held carries palisade.dev/unfence-request="reinstalled from scratch"`)
+		if strings.Contains(r.out, "is not Ready") {
+			t.Errorf("a Ready node is said not Ready:\n%s", r.out)
+		}
+		if got := annotations(t, c, "unfence-held")[v1alpha1.AnnotationUnfenceRequest]; got != "reinstalled from scratch" {
+			t.Errorf("unfence request = %q, want the reason", got)
+		}
+	})
+
+	t.Run("no", func(t *testing.T) {
+		r := runCLI(t, c, "N\n", "unfence", "unfence-no", "--reason", "checked by hand")
+		if r.code != exitError {
+			t.Fatalf("unfence answered no: %s", r)
+		}
+		wantContains(t, "the output", r.out, "Recovered=False Flapping: fenced again 5m after it was last unfenced")
+		wantContains(t, "the refusal", r.errOut, "node unfence-no stays fenced: not confirmed")
+		if _, ok := annotations(t, c, "unfence-no")[v1alpha1.AnnotationUnfenceRequest]; ok {
+			t.Error("the node carries an unfence request after the answer no")
+		}
+	})
+
+	t.Run("not ready", func(t *testing.T) {
+		r := runCLI(t, c, "", "unfence", "unfence-notready", "--reason", "checked by hand", "-y")
+		if r.code != exitOK {
+			t.Fatalf("unfence -y: %s", r)
+		}
+		wantContains(t, "the note", r.out, "Note: unfence-notready is not Ready: Palisade unfences it only once it is Ready again")
+	})
+
+	for _, tc := range []struct{ node, want string }{
+		{"unfence-none", "node unfence-none has no NodeFence: Palisade has not fenced it, so there is nothing to unfence"},
+		{"unfence-missing", "node unfence-missing has no NodeFence"},
+		{"unfence-fencing", "node unfence-fencing is still being fenced (NodeFence phase Fencing, method ipmi"},
+		{"unfence-failed", "the fence of node unfence-failed failed and released nothing"},
+		{"unfence-recovered", "node unfence-recovered is already unfenced: its NodeFence ended Recovered (Rebooted: rebooted: boot ID boot-0 when fenced, boot-1 now)"},
+		{"unfence-dry", "the NodeFence of node unfence-dry is a dry run (policy unfence): nothing was fenced"},
+		{"unfence-recovering", "Palisade is already unfencing node unfence-recovering (Rebooted"},
+	} {
+		t.Run("refuses "+tc.node, func(t *testing.T) {
+			r := runCLI(t, c, "y\n", "unfence", tc.node, "--reason", "checked")
+			if r.code != exitError {
+				t.Fatalf("unfence %s: %s", tc.node, r)
+			}
+			wantContains(t, "the refusal", r.errOut, tc.want)
+			if strings.Contains(r.out, "[y/N]") {
+				t.Errorf("unfence %s asked before refusing:\n%s", tc.node, r.out)
+			}
+			if tc.node != "unfence-missing" {
+				if _, ok := annotations(t, c, tc.node)[v1alpha1.AnnotationUnfenceRequest]; ok {
+					t.Error("a refused request was set")
+				}
+			}
+		})
+	}
+
+	t.Run("refuses a bad reason", func(t *testing.T) {
+		r := runCLI(t, c, "y\n", "unfence", "unfence-no", "--reason", "")
+		if r.code != exitError {
+			t.Fatalf("unfence with an empty reason: %s", r)
+		}
+		wantContains(t, "the refusal", r.errOut, "--reason is empty: it must say how the node was made clean")
+	})
+}
