@@ -185,6 +185,10 @@ func trackFence(e Event, fenceNode map[string]string, confirmed map[string]bool)
 	if st, _ := f.fenced(); st != "" {
 		confirmed[f.Spec.NodeName] = st == "True"
 	}
+	// A fence that ended with its node unfenced covers no later release: that needs a new one.
+	if f.Status.Phase == "Recovered" {
+		confirmed[f.Spec.NodeName] = false
+	}
 }
 
 // NoHealthyFenced is check (c).

@@ -126,6 +126,7 @@ func TestNoEarlyRelease(t *testing.T) {
 		"a graceful delete":                    {evs: []Event{ev(300, "delete", controller, "", "pods", "db-0", `{"gracePeriodSeconds":30}`, `{"spec":{"nodeName":"n1"}}`)}},
 		"a fence of another node":              {evs: []Event{fence(100, "create", "n2", "Fenced", "True", "PowerOff"), taint(200, "n1")}, want: []string{"b NoEarlyRelease"}},
 		"a confirmation taken back":            {evs: []Event{fence(100, "create", "n1", "Fenced", "True", "PowerOff"), fence(150, "update", "n1", "Fencing", "False", "NodeAliveAfterFence"), taint(200, "n1")}, want: []string{"b NoEarlyRelease"}},
+		"a taint after the node was unfenced":  {evs: []Event{fence(100, "create", "n1", "Fenced", "True", "PowerOff"), taint(200, "n1"), untainted(300, "n1"), fence(300, "update", "n1", "Recovered", "True", "PowerOff"), taint(400, "n1")}, want: []string{"b NoEarlyRelease"}},
 		"the fence deleted before":             {evs: []Event{fence(100, "create", "n1", "Fenced", "True", "PowerOff"), fence(150, "delete", "n1", "", "", ""), taint(200, "n1")}, want: []string{"b NoEarlyRelease"}},
 		"attachment deleted by the controller": {evs: []Event{ev(200, "delete", controller, "storage.k8s.io", "volumeattachments", "va-1", "", `{"spec":{"nodeName":"n1"}}`)}, want: []string{"b NoEarlyRelease"}},
 		"attachment detached by KCM":           {evs: []Event{ev(200, "delete", "system:kube-controller-manager", "storage.k8s.io", "volumeattachments", "va-1", "", `{"spec":{"nodeName":"n1"}}`)}},
