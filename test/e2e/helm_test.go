@@ -233,9 +233,10 @@ func assertNoForbidden(t *testing.T, path string) {
 	}
 }
 
-// The chart's RBAC covers storage fences: running as the chart's ServiceAccount, the real
-// binary puts up a NetworkFence for a node that lost its power, releases the node, and lifts
-// the fence when the repaired node's NodeFence is deleted, without a single "forbidden".
+// The chart's RBAC covers storage fences and recovery: running as the chart's ServiceAccount,
+// the real binary puts up a NetworkFence for a node that lost its power, releases the node, and
+// when the node is back rebooted unfences it — lifts the storage fence and removes the taint —
+// without a single "forbidden".
 func TestHelmChartRBACCoversStorageFences(t *testing.T) {
 	env := startScene(t, scenario.Options{CSIAddons: true, Policy: func(p *v1alpha1.FencingPolicy) {
 		p.Spec.Methods = []v1alpha1.Method{storageFence("")}
@@ -256,14 +257,17 @@ func TestHelmChartRBACCoversStorageFences(t *testing.T) {
 	if err := n1.BMC.SetPower(true); err != nil {
 		t.Fatal(err)
 	}
-	removeOutOfServiceTaint(t, env, n1.Name())
+	nf = waitFence(t, env.Cluster, n1.Name(), time.Minute, func(nf *v1alpha1.NodeFence) bool { return nf.Status.Phase == v1alpha1.PhaseRecovered })
+	if r := nf.Status.Recovery; r == nil || r.How != v1alpha1.RecoveryRebooted {
+		t.Errorf("recovery %+v, want Rebooted", nf.Status.Recovery)
+	}
+	if got := env.Cluster.CSIAddons.Fenced(); len(got) != 0 {
+		t.Errorf("the storage still fences %v after the recovery", got)
+	}
 	if err := env.Cluster.Client.Delete(ctx, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: n1.Name()}}); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, env, n1.Name())
-	if got := env.Cluster.CSIAddons.Fenced(); len(got) != 0 {
-		t.Errorf("the storage still fences %v after the lift", got)
-	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

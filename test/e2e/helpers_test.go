@@ -231,3 +231,19 @@ func assertNoSecret(t *testing.T, env *scenario.Env, secrets ...string) {
 		}
 	}
 }
+
+// waitBooted waits until the simulated node has booted again since boot ID before and its Node
+// reports the new boot, Ready.
+func waitBooted(t *testing.T, env *scenario.Env, n *scenario.Node, before string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		node := &corev1.Node{}
+		if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: n.Name()}, node); err != nil {
+			return false, nil
+		}
+		return n.BootID() != before && node.Status.NodeInfo.BootID == n.BootID() && scenario.NodeReady(node), nil
+	})
+	if err != nil {
+		t.Fatalf("node %s did not boot again and turn Ready: %v", n.Name(), err)
+	}
+}

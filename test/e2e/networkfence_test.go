@@ -117,9 +117,13 @@ func TestStorageFenceFailover(t *testing.T) {
 	}
 
 	// Node 1 is repaired: its power is back, and the operator removes the taint.
+	boot := n1.BootID()
 	if err := n1.BMC.SetPower(true); err != nil {
 		t.Fatal(err)
 	}
+	// Repaired means running again: lifted while its Lease is still stale, the node would be
+	// found failed and fenced anew.
+	waitBooted(t, env, n1, boot)
 	removeOutOfServiceTaint(t, env, n1.Name())
 	waitGone(t, env, n1.Name())
 	if got := env.Cluster.CSIAddons.Fenced(); len(got) != 0 {

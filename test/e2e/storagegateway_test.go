@@ -172,9 +172,13 @@ func TestStorageGatewayFailover(t *testing.T) {
 	if storage.Served(t, db1) {
 		t.Fatal("the storage fence was lifted while node 1 carries the out-of-service taint")
 	}
+	boot := n1.BootID()
 	if err := n1.BMC.SetPower(true); err != nil {
 		t.Fatal(err)
 	}
+	// Repaired means running again: lifted while its Lease is still stale, the node would be
+	// found failed and fenced anew.
+	waitBooted(t, env, n1, boot)
 	removeOutOfServiceTaint(t, env, n1.Name())
 	waitGone(t, env, n1.Name())
 	if !storage.Served(t, db1) {
