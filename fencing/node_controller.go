@@ -78,6 +78,9 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetAgent(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !node.DeletionTimestamp.IsZero() {
@@ -191,6 +194,14 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	nf.Spec.Methods, nf.Spec.Verdict = methods, string(obs.Verdict)
 	nf.Spec.Waiting, nf.Spec.Urgency = wait.listed(), wait.urgency
 	return ctrl.Result{}, r.create(ctx, node, nf, previous, "node failed: "+nf.Spec.Reason)
+}
+
+// forgetAgent drops a deleted node's agent heartbeats, so that its silence is not counted as
+// an agent gone missing (palisade_agents_missing).
+func (r *NodeReconciler) forgetAgent(node string) {
+	if f, ok := r.Observer.Heartbeats.(interface{ Forget(node string) }); ok {
+		f.Forget(node)
+	}
 }
 
 // noteWaiting records on a fence asked for by a person or a deletion which pods wait on it and

@@ -53,6 +53,8 @@ func (h heartbeats) EachReceived(fn func(string, time.Time, time.Duration)) {
 	agentwire.EachReceivedOf(h, fn)
 }
 
+func (h heartbeats) Forget(node string) { delete(h, node) }
+
 // eventSeen is one recorded event: the kind and name it regards, its type and reason.
 type eventSeen struct{ On, Type, Reason string }
 
@@ -350,5 +352,21 @@ func checkFence(t *testing.T, c client.Client, want *v1alpha1.NodeFenceSpec, wan
 	}
 	if got := nf.Labels[v1alpha1.LabelNode]; got != "n1" {
 		t.Errorf("label %s = %q, want n1", v1alpha1.LabelNode, got)
+	}
+}
+
+// A deleted node's agent heartbeats are forgotten: its agent is not missing, it is gone.
+func TestDeletedNodeForgetsItsAgent(t *testing.T) {
+	hbs := heartbeats{"gone": {Node: "gone", Interval: time.Second, Received: t0.Add(-time.Hour)}, "n1": {Node: "n1", Interval: time.Second, Received: t0}}
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).Build()
+	r := &NodeReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "gone"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := hbs["gone"]; ok {
+		t.Error("the deleted node's heartbeats are still kept")
+	}
+	if _, ok := hbs["n1"]; !ok {
+		t.Error("another node's heartbeats were dropped")
 	}
 }

@@ -48,12 +48,7 @@ func loadChart(t *testing.T) *chart.Chart {
 func render(t *testing.T, vals map[string]any) ([]manifest, error) {
 	t.Helper()
 	ch := loadChart(t)
-	opts := chartutil.ReleaseOptions{Name: "palisade", Namespace: namespace, Revision: 1, IsInstall: true}
-	rv, err := chartutil.ToRenderValues(ch, vals, opts, chartutil.DefaultCapabilities)
-	if err != nil {
-		t.Fatalf("building render values: %v", err)
-	}
-	out, err := engine.Render(ch, rv)
+	out, err := renderFiles(t, ch, vals)
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +61,18 @@ func render(t *testing.T, vals map[string]any) ([]manifest, error) {
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].kind+"/"+ms[i].name < ms[j].kind+"/"+ms[j].name })
 	return ms, nil
+}
+
+// renderFiles renders every template of ch with vals, after Helm's own checks of the values
+// against values.schema.json (an error, as helm install would give).
+func renderFiles(t *testing.T, ch *chart.Chart, vals map[string]any) (map[string]string, error) {
+	t.Helper()
+	opts := chartutil.ReleaseOptions{Name: "palisade", Namespace: namespace, Revision: 1, IsInstall: true}
+	rv, err := chartutil.ToRenderValues(ch, vals, opts, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Render(ch, rv)
 }
 
 // splitManifests parses every YAML document of a rendered template; each must have an
@@ -160,6 +167,7 @@ func TestRenderObjects(t *testing.T) {
 			"ClusterRoleBinding -/palisade-agent",
 			"DaemonSet palisade-system/palisade-agent",
 			"Deployment palisade-system/palisade",
+			"Pod palisade-system/palisade-test",
 			"PodDisruptionBudget palisade-system/palisade",
 			"Role kube-node-lease/palisade-node-leases",
 			"Role palisade-system/palisade-agent",
@@ -189,6 +197,7 @@ func TestRenderObjects(t *testing.T) {
 			"ClusterRole -/palisade",
 			"ClusterRoleBinding -/palisade",
 			"Deployment palisade-system/palisade",
+			"Pod palisade-system/palisade-test",
 			"PodDisruptionBudget palisade-system/palisade",
 			"Role kube-node-lease/palisade-node-leases",
 			"Role palisade-system/palisade-bmc-secrets",
@@ -227,6 +236,7 @@ func TestRenderObjects(t *testing.T) {
 			"ClusterRole -/palisade",
 			"ClusterRoleBinding -/palisade",
 			"Deployment palisade-system/palisade",
+			"Pod palisade-system/palisade-test",
 			"PodDisruptionBudget palisade-system/palisade",
 			"Role bmc/palisade-bmc-secrets",
 			"Role kube-node-lease/palisade-node-leases",
@@ -290,6 +300,14 @@ func decodeAll(t *testing.T, ms []manifest) {
 			into = &admissionregistrationv1.ValidatingAdmissionPolicy{}
 		case "ValidatingAdmissionPolicyBinding":
 			into = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		case "Pod":
+			into = &corev1.Pod{}
+		case "ConfigMap":
+			into = &corev1.ConfigMap{}
+		case "ServiceMonitor":
+			into = &serviceMonitor{}
+		case "PrometheusRule":
+			into = &prometheusRule{}
 		default:
 			t.Fatalf("%s: unexpected kind %s", m.template, m.kind)
 		}

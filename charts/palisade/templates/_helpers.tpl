@@ -168,3 +168,29 @@ Whether self-fencing is on: agent.selfFenceAfter set and not zero.
 {{- $d := toString .Values.agent.selfFenceAfter }}
 {{- if and $d (not (has $d (list "0" "0s" "0m" "0h"))) }}true{{ end }}
 {{- end }}
+
+{{/*
+The label that tells the metrics Service from the heartbeat Service (both carry the
+controller's labels): the ServiceMonitor selects it.
+*/}}
+{{- define "palisade.metricsServiceLabel" -}}
+palisade.dev/metrics: "true"
+{{- end }}
+
+{{/*
+Fails rendering when a monitoring object is enabled without the metrics it reads.
+*/}}
+{{- define "palisade.validateMonitoring" -}}
+{{- if not .Values.metrics.enabled }}
+{{- fail (printf "%s needs metrics.enabled: the controller serves no metrics without it" .what) }}
+{{- end }}
+{{- end }}
+
+{{/*
+runbook_url of an alert: the README's "Runbook: <alert>" heading under
+metrics.prometheusRule.runbookBaseURL (GitHub's anchor: the heading in lower case, spaces as
+dashes, the colon dropped).
+*/}}
+{{- define "palisade.runbookURL" -}}
+{{- printf "%s#runbook-%s" (.root.Values.metrics.prometheusRule.runbookBaseURL | trimSuffix "/") (lower .alert) }}
+{{- end }}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"palisade.dev/palisade/attach"
@@ -191,6 +192,9 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 	srv, err := channel.NewServer(opts)
 	if err != nil {
 		return obs, nil, fmt.Errorf("creating the agent heartbeat server: %w", err)
+	}
+	if err := channel.RegisterMetrics(crmetrics.Registry, srv); err != nil {
+		return obs, nil, fmt.Errorf("registering the agent heartbeat metrics: %w", err)
 	}
 	if err := mgr.Add(manager.RunnableFunc(srv.Start)); err != nil {
 		return obs, nil, fmt.Errorf("adding the agent heartbeat server: %w", err)
