@@ -23,6 +23,10 @@ RUNS ?= 200
 SEED ?= 1
 PARALLEL ?= 1
 VANILLA ?= 0
+# make images: the images' tag and version label, the time of every file in them, the licenses label.
+VERSION ?= $(shell git describe --tags --always --dirty)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
+LICENSES ?=
 
 .PHONY: help
 help: ## Show the targets.
@@ -78,6 +82,10 @@ demo: deps testbed ## Cut a real machine's power (real kubelet, containerd, pali
 .PHONY: demo-simulated
 demo-simulated: deps testbed ## The demo on simulated nodes (no machines, no root).
 	go run ./test/cmd/palisade-demo
+
+.PHONY: images
+images: ## Build the palisade-controller and palisade-agent images into bin/images/ (docker-archive tarballs for ctr images import or docker load, SPDX SBOMs beside them), reproducibly, without a registry or a daemon; Debian packages cached in $(CACHE)/images.
+	go run ./cmd/palisade-images -version $(VERSION) -revision $$(git rev-parse HEAD) -source-date-epoch $(SOURCE_DATE_EPOCH) -licenses '$(LICENSES)' -cache $(CACHE)/images -out bin/images
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and CRDs from config/v1alpha1.
