@@ -246,6 +246,9 @@ func writePolicy(w io.Writer, e *explanation) {
 	}
 	fmt.Fprintf(w, "  Dry run:          %s\n", dry)
 	fmt.Fprintf(w, "  Methods:          %s\n", methodList(p.Spec.Methods))
+	if wl := p.Spec.Workloads; wl != nil {
+		fmt.Fprintf(w, "  Workloads:        a failed node is fenced only when one of its pods is %s (its pods are not read here; the controller's NoWorkloadToFence event says when it left the node to Kubernetes)\n", workloadsText(wl))
+	}
 	guard := conditionText(p.Status.Conditions, v1alpha1.ConditionStormGuardActive)
 	if limit, text := maxUnhealthy(p, int(p.Status.Nodes)); p.Status.Nodes > 0 {
 		guard += fmt.Sprintf("; %d of %d nodes unhealthy, at most %d may be (maxUnhealthy %s)", p.Status.UnhealthyNodes, p.Status.Nodes, limit, text)

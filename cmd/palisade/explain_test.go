@@ -51,6 +51,10 @@ func TestExplain(t *testing.T) {
 			"Lease:            none in kube-node-lease",
 			"StormGuardActive not reported (the controller has not written it: is it running?)",
 		}},
+		{"explain-workloads", "explain-workloads looks failed (Dead: ", []string{
+			"the controller fences it if one of its pods is on a ReadWriteOnce volume or a StatefulSet's, and otherwise leaves it to Kubernetes (no NodeFence yet)",
+			"Workloads:        a failed node is fenced only when one of its pods is on a ReadWriteOnce volume or a StatefulSet's",
+		}},
 		{"explain-alive", "explain-alive looks failed (Partitioned: alive: agent heartbeats fresh) but is alive on other signals: it is not powered off blindly, since policy explain-alive's chain does not start with the Executor", nil},
 		{"explain-dry", "explain-dry looks failed (Dead: ", []string{
 			"but is not fenced: policy explain-dry is a dry run, so the controller only records a dry-run fence",
@@ -171,6 +175,12 @@ func explainScenarios(t *testing.T, c client.Client) string {
 		s.StormGuard.MaxUnhealthy = ptrIntOrString(intstr.FromInt32(3))
 	}, dead("explain-dry"))
 	makeNode(t, c, nodeSpec{name: "explain-dry", labels: label("dry")})
+
+	// workloads: listed Dead under a policy that fences only for StatefulSet pods.
+	makePolicy(t, c, "explain-workloads", label("workloads"), func(s *v1alpha1.FencingPolicySpec) {
+		s.Workloads = &v1alpha1.Workloads{StatefulSets: true, RWOVolumes: true}
+	}, dead("explain-workloads"))
+	makeNode(t, c, nodeSpec{name: "explain-workloads", labels: label("workloads")})
 
 	// stale: no policy status lists it, but its Lease expired on the API's view.
 	makePolicy(t, c, "explain-stale", label("stale"), nil, nil)
