@@ -193,7 +193,7 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 	if err != nil {
 		return obs, nil, fmt.Errorf("creating the agent heartbeat server: %w", err)
 	}
-	if err := channel.RegisterMetrics(crmetrics.Registry, srv); err != nil {
+	if err := registerAgentMetrics(crmetrics.Registry, srv); err != nil {
 		return obs, nil, fmt.Errorf("registering the agent heartbeat metrics: %w", err)
 	}
 	if err := mgr.Add(manager.RunnableFunc(srv.Start)); err != nil {

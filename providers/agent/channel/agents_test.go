@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"palisade.dev/palisade/config/agentwire"
 )
 
@@ -30,39 +27,15 @@ func (c *fakeClock) Set(t time.Time) {
 	c.now = t
 }
 
-// gauges gathers reg and returns the agent gauges' values.
-func gauges(t *testing.T, reg prometheus.Gatherer) (missing, heartbeating float64) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gathering: %v", err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if len(mf.GetMetric()) != 1 || mf.GetType() != dto.MetricType_GAUGE {
-			t.Fatalf("%s: want one gauge, got %v", mf.GetName(), mf)
-		}
-		got[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
-	}
-	if len(got) != 2 {
-		t.Fatalf("gathered %v, want palisade_agents_missing and palisade_agents_heartbeating", got)
-	}
-	return got["palisade_agents_missing"], got["palisade_agents_heartbeating"]
-}
-
-// TestAgentGauges sends real heartbeats over mutual TLS from three agents (1s, 2s and no
+// TestAgentCounts sends real heartbeats over mutual TLS from three agents (1s, 2s and no
 // stated interval) and moves the server's clock: each agent counts as heartbeating up to and
 // including 3 of its intervals after its latest heartbeat, and as missing after; a heartbeat
 // brings it back, and a forgotten node counts no more.
-func TestAgentGauges(t *testing.T) {
+func TestAgentCounts(t *testing.T) {
 	p := newPKI(t)
 	start := time.Now() // the agents' certificates are valid from now
 	clock := &fakeClock{now: start}
 	s := startServer(t, p, ServerOptions{Now: clock.Now})
-	reg := prometheus.NewPedanticRegistry()
-	if err := RegisterMetrics(reg, s); err != nil {
-		t.Fatal(err)
-	}
 	send := func(node string, intervalMillis int64) {
 		t.Helper()
 		certFile, keyFile := p.agentFiles(t, p.ca, node)
@@ -73,7 +46,7 @@ func TestAgentGauges(t *testing.T) {
 	}
 	check := func(when string, missing, heartbeating int) {
 		t.Helper()
-		if m, h := gauges(t, reg); m != float64(missing) || h != float64(heartbeating) {
+		if m, h := s.AgentCounts(); m != missing || h != heartbeating {
 			t.Errorf("%s: %v missing and %v heartbeating, want %d and %d", when, m, h, missing, heartbeating)
 		}
 	}
@@ -99,24 +72,4 @@ func TestAgentGauges(t *testing.T) {
 
 	s.Forget("n3")
 	check("n3 forgotten", 2, 0)
-}
-
-// TestRegisterMetricsReplaces: registering a second server's Collector replaces the first's.
-func TestRegisterMetricsReplaces(t *testing.T) {
-	p := newPKI(t)
-	first := startServer(t, p, ServerOptions{})
-	second := startServer(t, p, ServerOptions{})
-	reg := prometheus.NewPedanticRegistry()
-	for _, s := range []*Server{first, second} {
-		if err := RegisterMetrics(reg, s); err != nil {
-			t.Fatalf("registering: %v", err)
-		}
-	}
-	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
-	if _, err := newClient(t, p, second.Addr(), certFile, keyFile).Send(context.Background(), agentwire.Report{Node: "n1"}); err != nil {
-		t.Fatal(err)
-	}
-	if m, h := gauges(t, reg); m != 0 || h != 1 {
-		t.Errorf("after registering the second server: %v missing and %v heartbeating, want the second's 0 and 1", m, h)
-	}
 }
