@@ -90,7 +90,7 @@ images: ## Build the palisade-controller and palisade-agent images into bin/imag
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and CRDs from config/v1alpha1.
 	$(CONTROLLER_GEN) object paths=./config/...
-	$(CONTROLLER_GEN) crd paths=./config/... output:crd:artifacts:config=charts/palisade/crds
+	$(CONTROLLER_GEN) crd paths=./config/... output:crd:artifacts:config=charts/palisade/files/crds
 
 .PHONY: verify
 verify: generate ## Fail when generated files are stale or the code is not formatted and vetted.

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -165,6 +166,8 @@ func TestRenderObjects(t *testing.T) {
 			"ClusterRole -/palisade-agent",
 			"ClusterRoleBinding -/palisade",
 			"ClusterRoleBinding -/palisade-agent",
+			"CustomResourceDefinition -/fencingpolicies.fencing.palisade.dev",
+			"CustomResourceDefinition -/nodefences.fencing.palisade.dev",
 			"DaemonSet palisade-system/palisade-agent",
 			"Deployment palisade-system/palisade",
 			"Pod palisade-system/palisade-test",
@@ -196,6 +199,8 @@ func TestRenderObjects(t *testing.T) {
 		want: []string{
 			"ClusterRole -/palisade",
 			"ClusterRoleBinding -/palisade",
+			"CustomResourceDefinition -/fencingpolicies.fencing.palisade.dev",
+			"CustomResourceDefinition -/nodefences.fencing.palisade.dev",
 			"Deployment palisade-system/palisade",
 			"Pod palisade-system/palisade-test",
 			"PodDisruptionBudget palisade-system/palisade",
@@ -221,6 +226,8 @@ func TestRenderObjects(t *testing.T) {
 			"rbac":           map[string]any{"create": false},
 		},
 		want: []string{
+			"CustomResourceDefinition -/fencingpolicies.fencing.palisade.dev",
+			"CustomResourceDefinition -/nodefences.fencing.palisade.dev",
 			"DaemonSet palisade-system/palisade-agent",
 			"Deployment palisade-system/palisade",
 			"Service palisade-system/palisade-agent-heartbeat",
@@ -235,6 +242,8 @@ func TestRenderObjects(t *testing.T) {
 		want: []string{
 			"ClusterRole -/palisade",
 			"ClusterRoleBinding -/palisade",
+			"CustomResourceDefinition -/fencingpolicies.fencing.palisade.dev",
+			"CustomResourceDefinition -/nodefences.fencing.palisade.dev",
 			"Deployment palisade-system/palisade",
 			"Pod palisade-system/palisade-test",
 			"PodDisruptionBudget palisade-system/palisade",
@@ -302,6 +311,8 @@ func decodeAll(t *testing.T, ms []manifest) {
 			into = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 		case "Pod":
 			into = &corev1.Pod{}
+		case "CustomResourceDefinition":
+			into = &apiextensionsv1.CustomResourceDefinition{}
 		case "ConfigMap":
 			into = &corev1.ConfigMap{}
 		case "ServiceMonitor":

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -43,8 +44,23 @@ import (
 )
 
 // installChart installs the chart with the Helm SDK, as the admin, into namespace (created
-// first), without its CRDs (the test bed installed them).
+// first), without its CRDs (crds.enabled=false: the test bed installed them, and Helm does not
+// take over objects it did not create).
 func installChart(t *testing.T, c *testbed.Cluster, vals map[string]any) {
+	t.Helper()
+	all := map[string]any{"crds": map[string]any{"enabled": false}}
+	maps.Copy(all, vals)
+	install := action.NewInstall(helmConfig(t, c))
+	install.ReleaseName, install.Namespace = "palisade", namespace
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := install.RunWithContext(ctx, loadChart(t), all); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+}
+
+// helmConfig creates namespace and returns Helm's configuration for it, as the admin.
+func helmConfig(t *testing.T, c *testbed.Cluster) *action.Configuration {
 	t.Helper()
 	if _, err := c.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -57,13 +73,7 @@ func installChart(t *testing.T, c *testbed.Cluster, vals map[string]any) {
 		t.Fatalf("initialising Helm: %v", err)
 	}
 	cfg.Capabilities = capabilities(t, c)
-	install := action.NewInstall(cfg)
-	install.ReleaseName, install.Namespace, install.SkipCRDs = "palisade", namespace, true
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := install.RunWithContext(ctx, loadChart(t), vals); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
+	return cfg
 }
 
 // testbedKubeVersion is the Kubernetes release of the test bed's binaries.

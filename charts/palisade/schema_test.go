@@ -117,6 +117,8 @@ func TestSchemaRefuses(t *testing.T) {
 		{"ServiceAccount without namespace", map[string]any{"fenceRequests": map[string]any{"allowedServiceAccounts": []any{"fence-bot"}}}, "/fenceRequests/allowedServiceAccounts/0"},
 		{"Prometheus interval", map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"interval": "30 seconds"}}}, "/metrics/serviceMonitor/interval"},
 		{"percentage", map[string]any{"agent": map[string]any{"maxUnavailable": "ten%"}}, "/agent/maxUnavailable"},
+		{"typo in crds", map[string]any{"crds": map[string]any{"kep": false}}, "kep"},
+		{"string for crds.keep", map[string]any{"crds": map[string]any{"keep": "no"}}, "/crds/keep"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

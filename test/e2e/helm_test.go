@@ -110,8 +110,9 @@ func TestHelmChartRBACIsEnough(t *testing.T) {
 }
 
 // installChart installs charts/palisade as release "palisade" in palisade-system with the
-// Helm SDK, as the admin, without its CRDs (the test bed installed them); extra values are
-// merged over the test's own.
+// Helm SDK, as the admin, without its CRDs (crds.enabled=false: the test bed installed them,
+// and Helm does not take over objects it did not create); extra values are merged over the
+// test's own.
 func installChart(t *testing.T, env *scenario.Env, extra map[string]any) {
 	t.Helper()
 	ch, err := loader.Load("../../charts/palisade")
@@ -130,8 +131,8 @@ func installChart(t *testing.T, env *scenario.Env, extra map[string]any) {
 	install.ReleaseName = helmRelease
 	install.Namespace = scenario.SecretNamespace
 	install.CreateNamespace = false
-	install.SkipCRDs = true
 	vals := map[string]any{
+		"crds":           map[string]any{"enabled": false},
 		"replicaCount":   1,
 		"leaderElection": map[string]any{"enabled": true},
 	}

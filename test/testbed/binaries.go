@@ -77,13 +77,14 @@ func checkExecutable(path string) error {
 	return nil
 }
 
-// defaultCRDDirs returns <module root>/charts/palisade/crds when it exists.
+// defaultCRDDirs returns <module root>/charts/palisade/files/crds (the CRDs `make generate`
+// writes, which the chart renders) when it exists.
 func defaultCRDDirs() []string {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil
 	}
-	dir := filepath.Join(root, "charts", "palisade", "crds")
+	dir := filepath.Join(root, "charts", "palisade", "files", "crds")
 	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
 		return nil
 	}

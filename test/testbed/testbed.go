@@ -49,9 +49,9 @@ const (
 
 // Options configures a Cluster. The zero value is a complete control plane with Palisade's CRDs.
 type Options struct {
-	// CRDDirs are installed before Start returns. Default: <module root>/charts/palisade/crds,
-	// skipped when it does not exist; a directory without YAML installs nothing. An empty,
-	// non-nil slice installs no CRD.
+	// CRDDirs are installed before Start returns. Default: the chart's CRDs,
+	// <module root>/charts/palisade/files/crds, skipped when it does not exist; a directory
+	// without YAML installs nothing. An empty, non-nil slice installs no CRD.
 	CRDDirs []string
 	// Controllers is kube-controller-manager's --controllers (canonical names or their
 	// aliases, e.g. "podgc"). Default: DefaultControllers.
