@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler), the kubelet of the test bed's real machines, the CSI external-attacher (csi-attacher) and the csi-addons manager and sidecar from the Go module proxy into a
+# kube-scheduler), the kubelet and kube-proxy of the test bed's real machines, CoreDNS (the
+# cluster DNS of a Helm install on real machines), the CSI external-attacher (csi-attacher) and the csi-addons manager and sidecar from the Go module proxy into a
 # cache outside the checkout, keyed by version, so that a fresh clone on the same machine reuses
 # them. Prints the bin directory on success.
 set -euo pipefail
@@ -15,11 +16,13 @@ ETCD_BIN="$CACHE_ROOT/etcd-$ETCD_VERSION/bin"
 CSI_ATTACHER_BIN="$CACHE_ROOT/csi-attacher-$CSI_ATTACHER_VERSION/bin"
 CSI_ADDONS_VERSION="${CSI_ADDONS_VERSION:-v0.14.0}"
 CSI_ADDONS_BIN="$CACHE_ROOT/csi-addons-$CSI_ADDONS_VERSION/bin"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+COREDNS_BIN="$CACHE_ROOT/coredns-$COREDNS_VERSION/bin"
 
 log() { echo "build-testbed: $*" >&2; }
 
 build_k8s() {
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet) missing=0
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy) missing=0
   for b in "${want[@]}"; do [ -x "$K8S_BIN/$b" ] || missing=1; done
   [ "$missing" = 1 ] || { log "kubernetes $K8S_VERSION cached in $K8S_BIN"; return; }
   local work="$CACHE_ROOT/src/kubernetes-$K8S_VERSION"
@@ -128,12 +131,53 @@ MOD
   log "built csi-addons-manager and csi-addons-sidecar"
 }
 
+# build_coredns builds CoreDNS with the plugins a cluster DNS needs here (bind, errors, log,
+# kubernetes), the way CoreDNS documents building with a chosen plugin set: a main package that
+# imports them and sets dnsserver.Directives in their standard order.
+build_coredns() {
+  [ -x "$COREDNS_BIN/coredns" ] && { log "coredns $COREDNS_VERSION cached in $COREDNS_BIN"; return; }
+  local work="$CACHE_ROOT/src/coredns-$COREDNS_VERSION"
+  mkdir -p "$work" "$COREDNS_BIN"
+  log "building coredns $COREDNS_VERSION in $work (about 2 minutes on 2 cores, once)"
+  cd "$work"
+  cat > go.mod <<MOD
+module palisade.dev/testbed/coredns
+
+go 1.26
+
+require github.com/coredns/coredns $COREDNS_VERSION
+MOD
+  cat > main.go <<'GO'
+// CoreDNS with the plugins the test bed's cluster DNS needs.
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+)
+
+func init() { dnsserver.Directives = []string{"bind", "errors", "log", "kubernetes"} }
+
+func main() { coremain.Run() }
+GO
+  GOFLAGS=-mod=mod go mod tidy >/dev/null
+  GOFLAGS=-mod=mod go build -o "$COREDNS_BIN/coredns.tmp" .
+  mv "$COREDNS_BIN/coredns.tmp" "$COREDNS_BIN/coredns"
+  log "built coredns"
+}
+
 build_etcd
 build_k8s
+build_coredns
 build_csi_attacher
 build_csi_addons
 # One directory with every binary, the layout envtest and the test bed expect.
 BIN="$CACHE_ROOT/testbed-kubernetes-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 mkdir -p "$BIN"
-for b in "$K8S_BIN"/* "$ETCD_BIN"/etcd "$CSI_ATTACHER_BIN"/csi-attacher "$CSI_ADDONS_BIN"/*; do ln -sf "$b" "$BIN/$(basename "$b")"; done
+for b in "$K8S_BIN"/* "$ETCD_BIN"/etcd "$CSI_ATTACHER_BIN"/csi-attacher "$CSI_ADDONS_BIN"/* "$COREDNS_BIN"/coredns; do ln -sf "$b" "$BIN/$(basename "$b")"; done
 echo "$BIN"

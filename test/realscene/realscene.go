@@ -56,6 +56,16 @@ type Options struct {
 	// controller plugin behind the real external-attacher) and a CSI node plugin on every
 	// machine, registered with its kubelet.
 	Volumes bool
+	// InCluster makes the scene a cluster that a Helm chart installs into as pods
+	// (incluster.go): kube-proxy on every machine, CoreDNS, pod traffic between machines and
+	// out of the pod network, the Service kubernetes reaching the API server, and the
+	// kube-controller-manager controllers of Services, DaemonSets and Jobs.
+	InCluster bool
+	// NoCRDs leaves Palisade's CRDs out of the test bed: the test installs them (a Helm
+	// release of the chart does).
+	NoCRDs bool
+	// ImageArchives are image tarballs every machine imports at every boot (make images').
+	ImageArchives []string
 }
 
 // Scene is a running scene; everything stops in t.Cleanup.
@@ -70,8 +80,10 @@ type Scene struct {
 	Relay string
 
 	machines      int
-	agents        *agents     // nil without Options.Agents
-	volumes       *volumes    // nil without Options.Volumes
+	agents        *agents    // nil without Options.Agents
+	volumes       *volumes   // nil without Options.Volumes
+	inCluster     *inCluster // nil without Options.InCluster
+	imageArchives []string
 	controllerNet *netns.Node // the controller replicas' namespace, from StartControllers
 }
 
@@ -94,13 +106,21 @@ func Start(t testing.TB, o Options) *Scene {
 	img.Files = map[string]string{"bin/witness-client": witnessClient}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := testbed.Start(ctx, testbed.Options{AuditLog: true, NoCSIAttacher: !o.Volumes, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod,
-		Controllers: append(append([]string{}, testbed.DefaultControllers...), machine.Controllers...), Logf: t.Logf})
+	controllers := append(append([]string{}, testbed.DefaultControllers...), machine.Controllers...)
+	if o.InCluster {
+		controllers = append(controllers, "endpointslice-controller", "daemonset-controller", "job-controller")
+	}
+	to := testbed.Options{AuditLog: true, NoCSIAttacher: !o.Volumes, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod,
+		Controllers: controllers, InCluster: o.InCluster, Logf: t.Logf}
+	if o.NoCRDs {
+		to.CRDDirs = []string{}
+	}
+	c, err := testbed.Start(ctx, to)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
-	s := &Scene{Cluster: c, LAN: netns.New(t), machines: o.Machines}
+	s := &Scene{Cluster: c, LAN: netns.New(t), machines: o.Machines, imageArchives: o.ImageArchives}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the scene's API objects:\n%s", s.Describe())
@@ -117,6 +137,9 @@ func Start(t testing.TB, o Options) *Scene {
 	if o.Volumes {
 		s.volumes = setupVolumes(t)
 	}
+	if o.InCluster {
+		s.inCluster = s.setupInCluster(t, ctx)
+	}
 	storage := s.serveStore(t)
 	t.Logf("scene: control plane, LAN, agents' and volumes' set-up in %s", time.Since(begin).Round(100*time.Millisecond))
 	for i := 1; i <= o.Machines; i++ {
@@ -124,6 +147,9 @@ func Start(t testing.TB, o Options) *Scene {
 		if err := storage.Route("10.88."+strconv.Itoa(i)+".0/24", s.Machines[i-1].Net().IP()); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if s.inCluster != nil {
+		s.connectPods(t, ctx)
 	}
 	for i, m := range s.Machines {
 		s.WaitReady(t, m.Name(), 3*time.Minute)
@@ -151,8 +177,12 @@ func (s *Scene) addMachine(t testing.TB, ctx context.Context, i int, img contain
 	if s.volumes != nil {
 		daemons = append(daemons, s.volumes.daemon())
 	}
-	m := machine.Start(t, machine.Options{Name: NodeName(i), Index: i, LAN: s.LAN, Cluster: s.Cluster, APIServer: s.Relay,
-		Power: bmc, Images: []containerd.Image{img}, Labels: map[string]string{"palisade.dev/fenced-by": "ipmi"}, Daemons: daemons})
+	mo := machine.Options{Name: NodeName(i), Index: i, LAN: s.LAN, Cluster: s.Cluster, APIServer: s.Relay,
+		Power: bmc, Images: []containerd.Image{img}, ImageArchives: s.imageArchives, Labels: map[string]string{"palisade.dev/fenced-by": "ipmi"}, Daemons: daemons}
+	if s.inCluster != nil {
+		s.inCluster.machineOptions(&mo)
+	}
+	m := machine.Start(t, mo)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("%s kubelet log:\n%s", m.Name(), m.LogTail("kubelet", 30))

@@ -34,8 +34,8 @@ const envtestNamespaceWait = "default namespace didn't register within deadline"
 // default namespace; on a loaded machine its first start can take longer (seen once in a
 // fresh-clone run, with the namespace a second late), and then the control plane starts once
 // more from scratch.
-func (c *Cluster) startAPIServer(bins binaries, crdDirs []string, audit bool) error {
-	err := c.startAPIServerOnce(bins, crdDirs, audit)
+func (c *Cluster) startAPIServer(bins binaries, opts Options) error {
+	err := c.startAPIServerOnce(bins, opts)
 	if err == nil || !strings.Contains(err.Error(), envtestNamespaceWait) {
 		return err
 	}
@@ -46,10 +46,11 @@ func (c *Cluster) startAPIServer(bins binaries, crdDirs []string, audit bool) er
 			return errors.Join(err, rmErr)
 		}
 	}
-	return c.startAPIServerOnce(bins, crdDirs, audit)
+	return c.startAPIServerOnce(bins, opts)
 }
 
-func (c *Cluster) startAPIServerOnce(bins binaries, crdDirs []string, audit bool) error {
+func (c *Cluster) startAPIServerOnce(bins binaries, opts Options) error {
+	crdDirs := opts.CRDDirs
 	scheme, err := newScheme()
 	if err != nil {
 		return err
@@ -79,8 +80,13 @@ func (c *Cluster) startAPIServerOnce(bins binaries, crdDirs []string, audit bool
 			return fmt.Errorf("starting kube-apiserver: %w", err)
 		}
 	}
-	if audit {
+	if opts.AuditLog {
 		if err := c.configureAudit(c.env.ControlPlane.APIServer); err != nil {
+			return err
+		}
+	}
+	if opts.InCluster {
+		if err := configureInCluster(c.env.ControlPlane.APIServer); err != nil {
 			return err
 		}
 	}

@@ -76,6 +76,12 @@ type Options struct {
 	// csiaddonsdriver's stand-in driver behind them (Cluster.CSIAddons), with
 	// NetworkFenceClassName for it. Start returns once the manager reaches the driver.
 	CSIAddons bool
+	// InCluster lets pods on real machines reach the API server as in-cluster clients do,
+	// through the Service kubernetes (see incluster.go): the serving certificate also names
+	// its ClusterIP and DNS names, and the endpoints are the test's to set
+	// (SetKubernetesEndpoint), because the API server listens on the host's loopback, which
+	// no pod reaches.
+	InCluster bool
 }
 
 // Cluster is a running control plane: etcd, kube-apiserver, kube-controller-manager,
@@ -168,7 +174,7 @@ func (o Options) withDefaults() Options {
 }
 
 func (c *Cluster) start(ctx context.Context, bins binaries, opts Options) error {
-	if err := c.startAPIServer(bins, opts.CRDDirs, opts.AuditLog); err != nil {
+	if err := c.startAPIServer(bins, opts); err != nil {
 		return err
 	}
 	if err := c.writeKubeconfig(c.KubeconfigPath(), c.Config); err != nil {

@@ -101,5 +101,13 @@ evictionHard:
   imagefs.available: "1%%"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-`, m.socket(), m.path(diskDir, "pod-logs"))
+%s`, m.socket(), m.path(diskDir, "pod-logs"), m.clusterDNS())
+}
+
+// clusterDNS is the kubelet configuration's cluster DNS lines, none without Options.ClusterDNS.
+func (m *Machine) clusterDNS() string {
+	if m.o.ClusterDNS == "" {
+		return ""
+	}
+	return fmt.Sprintf("clusterDNS: [%q]\nclusterDomain: cluster.local\n", m.o.ClusterDNS)
 }

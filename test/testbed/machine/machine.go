@@ -46,6 +46,17 @@ type Options struct {
 	// Images are imported at every boot besides the sandbox image (pods use them with
 	// imagePullPolicy Never).
 	Images []containerd.Image
+	// ImageArchives are image tarballs (docker-archive or OCI, as ctr images import takes
+	// them: make images' output) imported at every boot too.
+	ImageArchives []string
+	// Binds give the machine's mount namespace paths of its own where a real node has them,
+	// so that a DaemonSet's hostPath volumes reach this machine's files and not the host's
+	// (every machine shares the host's file system): each Bind.Path, created on the host when
+	// missing (an empty directory), shows the machine directory Bind.Dir.
+	Binds []Bind
+	// ClusterDNS is the kubelet's clusterDNS (domain cluster.local), "" for none: the
+	// nameserver of pods with dnsPolicy ClusterFirst(WithHostNet).
+	ClusterDNS string
 	// Labels are the Node's labels, which the kubelet sets when it registers
 	// (--node-labels).
 	Labels map[string]string
@@ -54,6 +65,19 @@ type Options struct {
 	// Logf receives progress messages.
 	Logf func(format string, args ...any)
 }
+
+// Bind is a bind mount in a machine's mount namespace.
+type Bind struct {
+	// Path is where the machine sees it, an absolute path.
+	Path string
+	// Dir is what it sees there: RunDir (wiped at every boot, where containerd's socket
+	// containerd.sock is) or a directory of the machine's disk, which outlives reboots: any
+	// other name, relative.
+	Dir string
+}
+
+// RunDir names the machine's run/ directory in a Bind.
+const RunDir = runDir
 
 // Machine is one real node: a network namespace on the LAN, and a PID and mount namespace
 // holding its own containerd (with runc and its shims) and a real kubelet. Its power comes
@@ -262,8 +286,8 @@ func (m *Machine) boot(ctx context.Context) error {
 // namespace dies with its PID 1: killing unshare is the power cut.
 func (m *Machine) startInit() error {
 	script := fmt.Sprintf(`mount --bind %s /proc/sys/kernel/random/boot_id || exit 1
-containerd --config %s >>%s 2>&1 &
-while :; do wait; sleep 1; done`, m.path(bootIDFile), m.path(etcDir, "containerd.toml"), m.path(logDir, "containerd.log"))
+%scontainerd --config %s >>%s 2>&1 &
+while :; do wait; sleep 1; done`, m.path(bootIDFile), m.bindScript(), m.path(etcDir, "containerd.toml"), m.path(logDir, "containerd.log"))
 	cmd := exec.Command("nsenter", "--net="+m.net.NetNSPath(), "--",
 		"unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "--mount-proc",
 		"/bin/sh", "-c", script)
@@ -290,6 +314,19 @@ while :; do wait; sleep 1; done`, m.path(bootIDFile), m.path(etcDir, "containerd
 	return nil
 }
 
+// bindScript is the init script's lines for Options.Binds.
+func (m *Machine) bindScript() string {
+	var b strings.Builder
+	for _, bd := range m.o.Binds {
+		dir := m.path(bd.Dir)
+		if bd.Dir != runDir {
+			dir = m.path(diskDir, bd.Dir)
+		}
+		fmt.Fprintf(&b, "mkdir -p %s %s && mount --bind %s %s || exit 1\n", dir, bd.Path, dir, bd.Path)
+	}
+	return b.String()
+}
+
 func (m *Machine) waitSocket(ctx context.Context) error {
 	for {
 		if _, err := os.Stat(m.socket()); err == nil {
@@ -311,6 +348,15 @@ func (m *Machine) buildImages() error {
 	for i, img := range append([]containerd.Image{containerd.Sandbox}, m.o.Images...) {
 		if err := containerd.BuildImage(m.path(diskDir, "images", fmt.Sprintf("%d.tar", i)), img); err != nil {
 			return err
+		}
+	}
+	for i, a := range m.o.ImageArchives {
+		abs, err := filepath.Abs(a)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(abs, m.path(diskDir, "images", fmt.Sprintf("archive-%d.tar", i))); err != nil {
+			return fmt.Errorf("machine %s: image archive %s: %w", m.o.Name, a, err)
 		}
 	}
 	return nil
