@@ -111,7 +111,7 @@ func (w *world) reconcile(t *testing.T) (*v1alpha1.NodeFence, *corev1.Node) {
 	return nf, node
 }
 
-func tainted(node *corev1.Node) bool { return outOfService(node) }
+func tainted(node *corev1.Node) bool { return OutOfService(node) }
 
 // wantHeld checks that the node stays fenced with Recovered=False and the reason.
 func wantHeld(t *testing.T, nf *v1alpha1.NodeFence, node *corev1.Node, reason string) {

@@ -79,7 +79,7 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 			nf.Spec.NodeName, strings.Join(r.storageFences(nf), ", "))
 		return ctrl.Result{}, r.letGoOfFence(ctx, nf)
 	}
-	if outOfService(node) {
+	if OutOfService(node) {
 		return r.waitLift(ctx, nf, ReasonAwaitingNodeRepair, fmt.Sprintf(
 			"the storage fence of node %s stays while the node carries the taint %s (its pods may run elsewhere): once the node is repaired and its workload stopped, remove the taint (kubectl taint node %s %s-) and the fence is lifted",
 			nf.Spec.NodeName, v1alpha1.TaintOutOfService, nf.Spec.NodeName, v1alpha1.TaintOutOfService))
@@ -187,8 +187,8 @@ func methodTaken(nf *v1alpha1.NodeFence, method string) bool {
 	return false
 }
 
-// outOfService says whether the node carries the out-of-service taint, whoever added it.
-func outOfService(node *corev1.Node) bool {
+// OutOfService says whether the node carries the out-of-service taint, whoever added it.
+func OutOfService(node *corev1.Node) bool {
 	for _, t := range node.Spec.Taints {
 		if t.Key == v1alpha1.TaintOutOfService {
 			return true

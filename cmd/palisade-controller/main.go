@@ -1,6 +1,7 @@
 // Command palisade-controller runs Palisade's fencing controller: it watches node Leases and
 // fence requests, fences failed nodes through the methods of their FencingPolicy, confirms the
-// fence, and only then releases the node's pods and volume attachments.
+// fence, and only then releases the node's pods and volume attachments. `palisade-controller
+// uninstall` is the chart's pre-delete hook instead (package uninstall).
 package main
 
 import (
@@ -12,13 +13,16 @@ import (
 
 	"palisade.dev/palisade/providers/power"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
+	"palisade.dev/palisade/cmd/palisade-controller/uninstall"
 	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers/ipmi"
@@ -73,15 +77,14 @@ func parseFlags() flags {
 }
 
 func run() error {
-	f := parseFlags()
-	cfg := zap.NewProductionConfig() // JSON to stderr
-	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-f.verbosity))
-	zl, err := cfg.Build()
-	if err != nil {
-		return fmt.Errorf("building logger: %w", err)
+	if len(os.Args) > 1 && os.Args[1] == "uninstall" {
+		return runUninstall(os.Args[2:])
 	}
-	log := app.LazyValues(zapr.NewLogger(zl))
-	ctrl.SetLogger(log)
+	f := parseFlags()
+	log, err := newLogger(f.verbosity)
+	if err != nil {
+		return err
+	}
 	if limit, err := app.SetMemoryLimit("/sys/fs/cgroup"); err != nil {
 		log.Error(err, "could not read the container's memory limit; the Go runtime keeps no memory limit (set GOMEMLIMIT to give one)")
 	} else if limit > 0 {
@@ -102,4 +105,39 @@ func run() error {
 	ctx := ctrl.SetupSignalHandler()
 	log.Info("starting palisade-controller", "leaderElection", f.opts.LeaderElection)
 	return mgr.Start(ctx)
+}
+
+// newLogger logs JSON to stderr, and is controller-runtime's logger too.
+func newLogger(verbosity int) (logr.Logger, error) {
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-verbosity))
+	zl, err := cfg.Build()
+	if err != nil {
+		return logr.Discard(), fmt.Errorf("building logger: %w", err)
+	}
+	log := app.LazyValues(zapr.NewLogger(zl))
+	ctrl.SetLogger(log)
+	return log, nil
+}
+
+// runUninstall is `palisade-controller uninstall`, the chart's pre-delete hook: see package
+// uninstall.
+func runUninstall(args []string) error {
+	o, err := uninstall.ParseFlags(args)
+	if err != nil {
+		return err
+	}
+	if o.Log, err = newLogger(0); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("configuring the API client: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("building the API client: %w", err)
+	}
+	o.Log.Info("uninstalling: stopping the controller, removing Palisade's finalizer from the nodes and deleting its run-time objects")
+	return uninstall.Run(ctrl.SetupSignalHandler(), c, o)
 }
