@@ -187,7 +187,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	if p.Spec.Workloads != nil && len(wait.pods) == 0 {
 		r.Recorder.Eventf(node, p, corev1.EventTypeNormal, ReasonNoWorkloadToFence, "Detect",
 			"not fencing node %s (%s): none of its pods is one policy %s fences for (%s); Kubernetes replaces its pods once the node is NotReady",
-			node.Name, obs.Reason, p.Name, describeWorkloads(p.Spec.Workloads))
+			node.Name, obs.Reason, p.Name, p.Spec.Workloads.Describe())
 		return ctrl.Result{RequeueAfter: stormRecheck}, nil
 	}
 	nf := newNodeFence(node, p, v1alpha1.TriggerDetected, fmt.Sprintf("%s: %s", obs.Verdict, obs.Reason))

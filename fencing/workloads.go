@@ -176,21 +176,6 @@ func atLimit(ctx context.Context, reader client.Reader, pods []*corev1.Pod) (int
 	return n, nil
 }
 
-// describeWorkloads says what the workloads name, for messages.
-func describeWorkloads(w *v1alpha1.Workloads) string {
-	var parts []string
-	if w.RWOVolumes {
-		parts = append(parts, "pods on ReadWriteOnce volumes")
-	}
-	if w.StatefulSets {
-		parts = append(parts, "StatefulSet pods")
-	}
-	if w.PodSelector != nil {
-		parts = append(parts, "pods matching "+metav1.FormatLabelSelector(w.PodSelector))
-	}
-	return strings.Join(parts, ", ")
-}
-
 // byUrgency enqueues a NodeFence with its urgency as its priority: when more fences are under
 // way than the controller advances at once, the work queue hands out the most urgent first.
 // A queue without priorities takes it as it comes.

@@ -247,7 +247,7 @@ func writePolicy(w io.Writer, e *explanation) {
 	fmt.Fprintf(w, "  Dry run:          %s\n", dry)
 	fmt.Fprintf(w, "  Methods:          %s\n", methodList(p.Spec.Methods))
 	if wl := p.Spec.Workloads; wl != nil {
-		fmt.Fprintf(w, "  Workloads:        a failed node is fenced only when one of its pods is %s (its pods are not read here; the controller's NoWorkloadToFence event says when it left the node to Kubernetes)\n", workloadsText(wl))
+		fmt.Fprintf(w, "  Workloads:        a failed node is fenced only for %s (its pods are not read here; the controller's NoWorkloadToFence event says when it left the node to Kubernetes)\n", wl.Describe())
 	}
 	guard := conditionText(p.Status.Conditions, v1alpha1.ConditionStormGuardActive)
 	if limit, text := maxUnhealthy(p, int(p.Status.Nodes)); p.Status.Nodes > 0 {

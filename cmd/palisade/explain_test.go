@@ -52,8 +52,8 @@ func TestExplain(t *testing.T) {
 			"StormGuardActive not reported (the controller has not written it: is it running?)",
 		}},
 		{"explain-workloads", "explain-workloads looks failed (Dead: ", []string{
-			"the controller fences it if one of its pods is on a ReadWriteOnce volume or a StatefulSet's, and otherwise leaves it to Kubernetes (no NodeFence yet)",
-			"Workloads:        a failed node is fenced only when one of its pods is on a ReadWriteOnce volume or a StatefulSet's",
+			"the controller fences it only for pods on ReadWriteOnce volumes or StatefulSet pods, and leaves it to Kubernetes if it holds none (no NodeFence yet)",
+			"Workloads:        a failed node is fenced only for pods on ReadWriteOnce volumes or StatefulSet pods",
 		}},
 		{"explain-alive", "explain-alive looks failed (Partitioned: alive: agent heartbeats fresh) but is alive on other signals: it is not powered off blindly, since policy explain-alive's chain does not start with the Executor", nil},
 		{"explain-dry", "explain-dry looks failed (Dead: ", []string{

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -93,24 +92,9 @@ func detectedVerdict(name string, p *v1alpha1.FencingPolicy, v *v1alpha1.NodeVer
 		return fmt.Sprintf("%s looks failed (%s) but is not fenced: policy %s is a dry run, so the controller only records a dry-run fence", name, seen, p.Name)
 	}
 	if wl := p.Spec.Workloads; wl != nil {
-		return fmt.Sprintf("%s looks failed (%s): the controller fences it if one of its pods is %s, and otherwise leaves it to Kubernetes (no NodeFence yet)", name, seen, workloadsText(wl))
+		return fmt.Sprintf("%s looks failed (%s): the controller fences it only for %s, and leaves it to Kubernetes if it holds none (no NodeFence yet)", name, seen, wl.Describe())
 	}
 	return fmt.Sprintf("%s looks failed (%s): the controller is about to fence it (no NodeFence yet)", name, seen)
-}
-
-// workloadsText says which pods a policy's workloads fence for.
-func workloadsText(w *v1alpha1.Workloads) string {
-	var parts []string
-	if w.RWOVolumes {
-		parts = append(parts, "on a ReadWriteOnce volume")
-	}
-	if w.StatefulSets {
-		parts = append(parts, "a StatefulSet's")
-	}
-	if w.PodSelector != nil {
-		parts = append(parts, "labelled "+metav1.FormatLabelSelector(w.PodSelector))
-	}
-	return strings.Join(parts, " or ")
 }
 
 // withoutAgent is the chain of a node with no signal on any path: without the methods that

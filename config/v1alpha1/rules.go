@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The rules of the API that both the controller and the palisade CLI apply: one copy, so that
@@ -48,4 +50,27 @@ func LevelOrder(chain []Method) []Method {
 		}
 	}
 	return out
+}
+
+// Describe names the pods the workloads fence for, for messages: "pods on ReadWriteOnce
+// volumes, StatefulSet pods or pods matching tier=data". Without workloads (nil), every pod a
+// fence would delete.
+func (w *Workloads) Describe() string {
+	if w == nil {
+		return "every pod a fence would delete"
+	}
+	var parts []string
+	if w.RWOVolumes {
+		parts = append(parts, "pods on ReadWriteOnce volumes")
+	}
+	if w.StatefulSets {
+		parts = append(parts, "StatefulSet pods")
+	}
+	if w.PodSelector != nil {
+		parts = append(parts, "pods matching "+metav1.FormatLabelSelector(w.PodSelector))
+	}
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
 }
