@@ -193,7 +193,7 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
 			t.Fatal(err)
 		}
-		node.Spec.Taints = []corev1.Taint{outOfServiceTaint}
+		node.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}}
 		if err := w.c.Update(ctx, node); err != nil {
 			t.Fatal(err)
 		}

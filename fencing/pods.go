@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,10 +15,6 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
-
-var outOfServiceTaint = corev1.Taint{
-	Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue, Effect: corev1.TaintEffectNoExecute,
-}
 
 // deletePods marks the pods bound to the fenced node Failed and force-deletes them, listed from
 // the API server by spec.nodeName. Pods that tolerate the out-of-service taint are left alone, as
@@ -149,20 +144,11 @@ func (r *NodeFenceReconciler) podsToDelete(ctx context.Context, node string) ([]
 	}
 	var out []corev1.Pod
 	for _, p := range list.Items {
-		if !tolerates(p.Spec.Tolerations) {
+		if !v1alpha1.ToleratesOutOfService(p.Spec.Tolerations) {
 			out = append(out, p)
 		}
 	}
 	return out, nil
-}
-
-func tolerates(ts []corev1.Toleration) bool {
-	for i := range ts {
-		if ts[i].ToleratesTaint(logr.Discard(), &outOfServiceTaint, false) {
-			return true
-		}
-	}
-	return false
 }
 
 // forceDelete marks the pod Failed with a DisruptionTarget condition (KEP-3329, as PodGC does),

@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -49,34 +46,28 @@ func (w waiting) listed() []string {
 	return w.pods[:min(len(w.pods), maxWaitingListed)]
 }
 
-// podsWaiting reads the node's pods from the API server and says which need its fence: under
-// workloads, those of the kinds it names; with none, every pod the fence would delete (running,
-// and not tolerating the out-of-service taint).
+// podsWaiting reads the node's pods from the API server and says which need its fence, by the
+// workloads' rule (v1alpha1.WorkloadRule): under workloads, those of the kinds it names; with
+// none, every pod the fence would delete (running, and not tolerating the out-of-service taint).
 func podsWaiting(ctx context.Context, reader client.Reader, node string, w *v1alpha1.Workloads) (waiting, error) {
 	var list corev1.PodList
 	if err := reader.List(ctx, &list, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)}); err != nil {
 		return waiting{}, fmt.Errorf("listing the pods of node %s: %w", node, err)
 	}
-	var sel labels.Selector
-	if w != nil && w.PodSelector != nil {
-		s, err := metav1.LabelSelectorAsSelector(w.PodSelector)
-		if err != nil {
-			return waiting{}, fmt.Errorf("workloads.podSelector: %w", err)
-		}
-		sel = s
+	rule, err := v1alpha1.NewWorkloadRule(w)
+	if err != nil {
+		return waiting{}, err
 	}
+	claims := claimModes(ctx, reader)
 	var out waiting
 	var need []*corev1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || tolerates(p.Spec.Tolerations) {
-			continue
-		}
-		ok, err := podNeedsFence(ctx, reader, p, w, sel)
+		n, err := rule.NeedsFence(p, claims)
 		if err != nil {
 			return waiting{}, err
 		}
-		if ok {
+		if n.Needed() {
 			need = append(need, p)
 			out.pods = append(out.pods, p.Namespace+"/"+p.Name)
 		}
@@ -90,62 +81,13 @@ func podsWaiting(ctx context.Context, reader client.Reader, node string, w *v1al
 	return out, nil
 }
 
-// podNeedsFence says whether the pod is one the workloads name (any pod when there are none).
-func podNeedsFence(ctx context.Context, reader client.Reader, p *corev1.Pod, w *v1alpha1.Workloads, sel labels.Selector) (bool, error) {
-	if w == nil {
-		return true, nil
+// claimModes reads a claim's access modes from reader.
+func claimModes(ctx context.Context, reader client.Reader) v1alpha1.ClaimModes {
+	return func(namespace, name string) ([]corev1.PersistentVolumeAccessMode, error) {
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pvc)
+		return pvc.Spec.AccessModes, err
 	}
-	if w.StatefulSets {
-		if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "StatefulSet" && strings.HasPrefix(ref.APIVersion, appsv1.GroupName+"/") {
-			return true, nil
-		}
-	}
-	if sel != nil && sel.Matches(labels.Set(p.Labels)) {
-		return true, nil
-	}
-	if w.RWOVolumes {
-		return hasRWOVolume(ctx, reader, p)
-	}
-	return false, nil
-}
-
-// hasRWOVolume says whether one of the pod's claims (named, or a generic ephemeral volume's)
-// may be attached by one node only.
-func hasRWOVolume(ctx context.Context, reader client.Reader, p *corev1.Pod) (bool, error) {
-	for _, v := range p.Spec.Volumes {
-		switch {
-		case v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil:
-			if singleNode(v.Ephemeral.VolumeClaimTemplate.Spec.AccessModes) {
-				return true, nil
-			}
-		case v.PersistentVolumeClaim != nil:
-			pvc := &corev1.PersistentVolumeClaim{}
-			err := reader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc)
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return false, fmt.Errorf("reading claim %s/%s of pod %s: %w", p.Namespace, v.PersistentVolumeClaim.ClaimName, p.Name, err)
-			}
-			if singleNode(pvc.Spec.AccessModes) {
-				return true, nil
-			}
-		}
-	}
-	return false, nil
-}
-
-// singleNode says whether the access modes let one node at most attach the volume.
-func singleNode(modes []corev1.PersistentVolumeAccessMode) bool {
-	if len(modes) == 0 {
-		return false
-	}
-	for _, m := range modes {
-		if m != corev1.ReadWriteOnce && m != corev1.ReadWriteOncePod {
-			return false
-		}
-	}
-	return true
 }
 
 // atLimit counts the pods a PodDisruptionBudget with no disruption left selects.
