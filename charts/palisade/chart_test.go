@@ -18,6 +18,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -170,20 +171,25 @@ func TestRenderObjects(t *testing.T) {
 			"CustomResourceDefinition -/nodefences.fencing.palisade.dev",
 			"DaemonSet palisade-system/palisade-agent",
 			"Deployment palisade-system/palisade",
+			"Job palisade-system/palisade-uninstall",
 			"Pod palisade-system/palisade-test",
 			"PodDisruptionBudget palisade-system/palisade",
 			"Role kube-node-lease/palisade-node-leases",
+			"Role kube-node-lease/palisade-uninstall",
 			"Role palisade-system/palisade-agent",
 			"Role palisade-system/palisade-agent-pki",
 			"Role palisade-system/palisade-bmc-secrets",
 			"Role palisade-system/palisade-fencing-token",
 			"Role palisade-system/palisade-leader-election",
+			"Role palisade-system/palisade-uninstall",
 			"RoleBinding kube-node-lease/palisade-node-leases",
+			"RoleBinding kube-node-lease/palisade-uninstall",
 			"RoleBinding palisade-system/palisade-agent",
 			"RoleBinding palisade-system/palisade-agent-pki",
 			"RoleBinding palisade-system/palisade-bmc-secrets",
 			"RoleBinding palisade-system/palisade-fencing-token",
 			"RoleBinding palisade-system/palisade-leader-election",
+			"RoleBinding palisade-system/palisade-uninstall",
 			"Service palisade-system/palisade-agent-heartbeat",
 			"Service palisade-system/palisade-metrics",
 			"ServiceAccount palisade-system/palisade",
@@ -202,16 +208,21 @@ func TestRenderObjects(t *testing.T) {
 			"CustomResourceDefinition -/fencingpolicies.fencing.palisade.dev",
 			"CustomResourceDefinition -/nodefences.fencing.palisade.dev",
 			"Deployment palisade-system/palisade",
+			"Job palisade-system/palisade-uninstall",
 			"Pod palisade-system/palisade-test",
 			"PodDisruptionBudget palisade-system/palisade",
 			"Role kube-node-lease/palisade-node-leases",
+			"Role kube-node-lease/palisade-uninstall",
 			"Role palisade-system/palisade-bmc-secrets",
 			"Role palisade-system/palisade-fencing-token",
 			"Role palisade-system/palisade-leader-election",
+			"Role palisade-system/palisade-uninstall",
 			"RoleBinding kube-node-lease/palisade-node-leases",
+			"RoleBinding kube-node-lease/palisade-uninstall",
 			"RoleBinding palisade-system/palisade-bmc-secrets",
 			"RoleBinding palisade-system/palisade-fencing-token",
 			"RoleBinding palisade-system/palisade-leader-election",
+			"RoleBinding palisade-system/palisade-uninstall",
 			"Service palisade-system/palisade-metrics",
 			"ServiceAccount palisade-system/palisade",
 			"ValidatingAdmissionPolicy -/palisade-fence-requests",
@@ -230,6 +241,7 @@ func TestRenderObjects(t *testing.T) {
 			"CustomResourceDefinition -/nodefences.fencing.palisade.dev",
 			"DaemonSet palisade-system/palisade-agent",
 			"Deployment palisade-system/palisade",
+			"Job palisade-system/palisade-uninstall",
 			"Service palisade-system/palisade-agent-heartbeat",
 			"ServiceAccount palisade-system/palisade",
 			"ServiceAccount palisade-system/palisade-agent",
@@ -245,19 +257,24 @@ func TestRenderObjects(t *testing.T) {
 			"CustomResourceDefinition -/fencingpolicies.fencing.palisade.dev",
 			"CustomResourceDefinition -/nodefences.fencing.palisade.dev",
 			"Deployment palisade-system/palisade",
+			"Job palisade-system/palisade-uninstall",
 			"Pod palisade-system/palisade-test",
 			"PodDisruptionBudget palisade-system/palisade",
 			"Role bmc/palisade-bmc-secrets",
 			"Role kube-node-lease/palisade-node-leases",
+			"Role kube-node-lease/palisade-uninstall",
 			"Role palisade-system/palisade-bmc-secrets",
 			"Role palisade-system/palisade-fencing-token",
 			"Role palisade-system/palisade-leader-election",
+			"Role palisade-system/palisade-uninstall",
 			"Role racks/palisade-bmc-secrets",
 			"RoleBinding bmc/palisade-bmc-secrets",
 			"RoleBinding kube-node-lease/palisade-node-leases",
+			"RoleBinding kube-node-lease/palisade-uninstall",
 			"RoleBinding palisade-system/palisade-bmc-secrets",
 			"RoleBinding palisade-system/palisade-fencing-token",
 			"RoleBinding palisade-system/palisade-leader-election",
+			"RoleBinding palisade-system/palisade-uninstall",
 			"RoleBinding racks/palisade-bmc-secrets",
 			"Service palisade-system/palisade-metrics",
 			"ServiceAccount palisade-system/palisade",
@@ -313,6 +330,8 @@ func decodeAll(t *testing.T, ms []manifest) {
 			into = &corev1.Pod{}
 		case "CustomResourceDefinition":
 			into = &apiextensionsv1.CustomResourceDefinition{}
+		case "Job":
+			into = &batchv1.Job{}
 		case "ConfigMap":
 			into = &corev1.ConfigMap{}
 		case "ServiceMonitor":
@@ -413,7 +432,8 @@ func TestLeaderElectionRequiredForReplicas(t *testing.T) {
 
 // TestRBACIsNarrow checks that no rule grants a wildcard, that the ClusterRole grants nothing
 // on Secrets or Leases (namespaced Roles do), and that Secrets are only ever readable with get:
-// the BMC Secrets, and the agents' CA Secret by its name (which the controller may create).
+// the BMC Secrets, and the agents' CA Secret by its name (which the controller may create, and
+// the uninstall cleanup delete).
 func TestRBACIsNarrow(t *testing.T) {
 	ms, err := render(t, map[string]any{"bmcSecretNamespaces": []any{"bmc"}, "bmcSecretNames": []any{"bmc-credentials"}})
 	if err != nil {
@@ -435,6 +455,12 @@ func TestRBACIsNarrow(t *testing.T) {
 			for _, res := range rule.Resources {
 				if m.kind == "ClusterRole" && (res == "secrets" || res == "leases") {
 					t.Errorf("ClusterRole grants %s cluster-wide: %+v", res, rule)
+				}
+				if res == "secrets" && m.name == "palisade-uninstall" {
+					if !cmp.Equal(rule.Verbs, []string{"delete"}) || !cmp.Equal(rule.ResourceNames, []string{"palisade-agent-ca"}) {
+						t.Errorf("Role %s/%s: want delete on the agents' CA Secret only, got %+v", m.namespace, m.name, rule)
+					}
+					continue
 				}
 				if res == "secrets" && m.name == "palisade-agent-pki" {
 					if !cmp.Equal(rule.Verbs, []string{"create"}) && (!cmp.Equal(rule.Verbs, []string{"get"}) || !cmp.Equal(rule.ResourceNames, []string{"palisade-agent-ca"})) {

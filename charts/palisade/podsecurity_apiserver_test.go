@@ -13,9 +13,9 @@ import (
 )
 
 // TestPodSecurityOnAPIServer asks the real API server's PodSecurity admission, in a namespace
-// that enforces "restricted", to admit the chart's pods (dry run): the controller's and the
-// helm test Pod must pass, the agent's must be refused. The same verdicts from
-// restrictedViolations show that the Go check agrees with Kubernetes' own.
+// that enforces "restricted", to admit the chart's pods (dry run): the controller's, the helm
+// test Pod and the uninstall Job's must pass, the agent's must be refused. The same verdicts
+// from restrictedViolations show that the Go check agrees with Kubernetes' own.
 func TestPodSecurityOnAPIServer(t *testing.T) {
 	c := testbed.StartT(t, testbed.Options{NoCSIAttacher: true, CRDDirs: []string{}, Controllers: []string{"serviceaccount-token-controller"}})
 	ctx := context.Background()
@@ -35,7 +35,7 @@ func TestPodSecurityOnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rendering: %v", err)
 	}
-	ctl, agent, test := deployment(t, ms).Spec.Template, daemonSet(t, ms).Spec.Template, testPod(t, ms)
+	ctl, agent, test, cleanup := deployment(t, ms).Spec.Template, daemonSet(t, ms).Spec.Template, testPod(t, ms), uninstallJob(t, ms).Spec.Template
 	pods := []struct {
 		name     string
 		meta     metav1.ObjectMeta
@@ -44,6 +44,7 @@ func TestPodSecurityOnAPIServer(t *testing.T) {
 	}{
 		{"controller", ctl.ObjectMeta, ctl.Spec, true},
 		{"helm-test", test.ObjectMeta, test.Spec, true},
+		{"uninstall", cleanup.ObjectMeta, cleanup.Spec, true},
 		{"agent", agent.ObjectMeta, agent.Spec, false},
 	}
 	for _, p := range pods {

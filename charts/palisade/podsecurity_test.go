@@ -172,10 +172,11 @@ func allContainers(spec corev1.PodSpec) []corev1.Container {
 	return cs
 }
 
-// TestControllerPodRestricted: the controller's pod meets the restricted profile, with a
-// read-only root filesystem and a writable emptyDir for whatever it writes; the agent's pod
-// does not (it needs privileges) and the checker says so; and nothing the chart renders
-// carries a Pod Security label or annotation that would claim otherwise.
+// TestControllerPodRestricted: the controller's pod and the uninstall cleanup Job's meet the
+// restricted profile with a read-only root filesystem, the controller's with a writable
+// emptyDir for whatever it writes; the agent's pod does not (it needs privileges) and the
+// checker says so; and nothing the chart renders carries a Pod Security label or annotation
+// that would claim otherwise.
 func TestControllerPodRestricted(t *testing.T) {
 	ms, err := render(t, nil)
 	if err != nil {
@@ -184,6 +185,15 @@ func TestControllerPodRestricted(t *testing.T) {
 	pod := deployment(t, ms).Spec.Template
 	if v := restrictedViolations(pod.ObjectMeta, pod.Spec); len(v) > 0 {
 		t.Errorf("the controller's pod violates the restricted profile:\n%s", strings.Join(v, "\n"))
+	}
+	cleanup := uninstallJob(t, ms).Spec.Template
+	if v := restrictedViolations(cleanup.ObjectMeta, cleanup.Spec); len(v) > 0 {
+		t.Errorf("the uninstall Job's pod violates the restricted profile:\n%s", strings.Join(v, "\n"))
+	}
+	for _, c := range cleanup.Spec.Containers {
+		if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("uninstall Job container %s: root filesystem not read-only", c.Name)
+		}
 	}
 	for _, c := range pod.Spec.Containers {
 		if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
@@ -226,8 +236,9 @@ func TestControllerPodRestricted(t *testing.T) {
 	}
 }
 
-// TestResources: the controller and the agent request CPU and memory and have a memory limit
-// (the controller's Go runtime takes 90% of it as its own limit), from the values.
+// TestResources: the controller, the agent and the uninstall Job request CPU and memory and
+// have a memory limit (the controller's Go runtime takes 90% of it as its own limit), from the
+// values.
 func TestResources(t *testing.T) {
 	ms, err := render(t, map[string]any{
 		"resources": map[string]any{"requests": map[string]any{"cpu": "50m", "memory": "200Mi"}, "limits": map[string]any{"memory": "512Mi"}},
@@ -246,6 +257,7 @@ func TestResources(t *testing.T) {
 	for name, r := range map[string]corev1.ResourceRequirements{
 		"controller": deployment(t, defaults).Spec.Template.Spec.Containers[0].Resources,
 		"agent":      daemonSet(t, defaults).Spec.Template.Spec.Containers[0].Resources,
+		"uninstall":  uninstallJob(t, defaults).Spec.Template.Spec.Containers[0].Resources,
 	} {
 		if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() {
 			t.Errorf("%s: resources %+v lack a CPU or memory request or a memory limit", name, r)

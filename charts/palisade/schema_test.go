@@ -119,6 +119,7 @@ func TestSchemaRefuses(t *testing.T) {
 		{"percentage", map[string]any{"agent": map[string]any{"maxUnavailable": "ten%"}}, "/agent/maxUnavailable"},
 		{"typo in crds", map[string]any{"crds": map[string]any{"kep": false}}, "kep"},
 		{"string for crds.keep", map[string]any{"crds": map[string]any{"keep": "no"}}, "/crds/keep"},
+		{"typo in uninstallCleanup", map[string]any{"uninstallCleanup": map[string]any{"enable": false}}, "enable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,6 +50,20 @@ app.kubernetes.io/component: controller
 {{- end }}
 
 {{/*
+Labels of a pod that is not the controller's (the helm test Pod, the uninstall Job): not its
+selector labels, so that no Service or PodDisruptionBudget of the controller counts it. Takes
+(dict "root" . "component" "test").
+*/}}
+{{- define "palisade.componentLabels" -}}
+helm.sh/chart: {{ include "palisade.chart" .root }}
+app.kubernetes.io/name: {{ include "palisade.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: palisade
+{{- end }}
+
+{{/*
 Name of the ServiceAccount.
 */}}
 {{- define "palisade.serviceAccountName" -}}
