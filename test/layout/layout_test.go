@@ -21,23 +21,35 @@ var floor = map[string]int{
 	"config":    1,
 }
 
-// imports lists every non-test package of the module outside test/ with its module imports.
-func imports(t *testing.T) map[string][]string {
+// packages runs go list with format over the module and returns each line's fields, the first
+// (the import path) relative to the module, for every package outside test/ and charts/.
+func packages(t *testing.T, format string) [][]string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "palisade.dev/palisade/...").Output()
+	out, err := exec.Command("go", "list", "-f", format, "palisade.dev/palisade/...").Output()
 	if err != nil {
 		t.Fatalf("listing packages: %v", err)
 	}
-	pkgs := map[string][]string{}
+	var pkgs [][]string
 	for _, line := range strings.Split(string(bytes.TrimSpace(out)), "\n") {
 		f := strings.Fields(line)
 		pkg, ok := strings.CutPrefix(f[0], module)
 		if !ok || strings.HasPrefix(pkg, "test/") || strings.HasPrefix(pkg, "charts/") {
 			continue
 		}
+		f[0] = pkg
+		pkgs = append(pkgs, f)
+	}
+	return pkgs
+}
+
+// imports lists every non-test package of the module outside test/ with its module imports.
+func imports(t *testing.T) map[string][]string {
+	t.Helper()
+	pkgs := map[string][]string{}
+	for _, f := range packages(t, `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`) {
 		for _, imp := range f[1:] {
 			if rest, ok := strings.CutPrefix(imp, module); ok {
-				pkgs[pkg] = append(pkgs[pkg], rest)
+				pkgs[f[0]] = append(pkgs[f[0]], rest)
 			}
 		}
 	}
