@@ -4,6 +4,7 @@
 // fenced (explain), asks Palisade to fence a node or confirms a fenced node clean through the
 // request annotations the controller watches (fence, unfence: each says what will happen and
 // asks first), and prints shell completion scripts. It talks to the API server only: it reads
-// config/v1alpha1 and the Nodes and Leases, and never links the controller's fencing package
+// config/v1alpha1 and the Nodes and Leases (and, under a policy with workloads, the node's Pods
+// and their claims, judged by the controller's own rule in config/v1alpha1), and never links the controller's fencing package
 // (deps_test.go).
 package main

@@ -30,6 +30,9 @@ Says why NODE is or is not being fenced, signal by signal and policy by policy:
   - that policy's dry run, storm guard (StormGuardActive), the controller's sight
     (ControllerBlind), and whether its status lists NODE as unhealthy, with the detectors'
     verdict and why (they also hear the node's agent and its peers, which this tool cannot);
+  - under a policy with workloads, which of the node's pods need its fence and why, by the
+    controller's own rule (a StatefulSet's pod, one on a ReadWriteOnce volume, one the
+    podSelector names), or that none does and a failed node is left to Kubernetes;
   - NODE's NodeFence: phase, method, trigger, conditions and its last steps.
 The last line is the verdict, e.g. "node-2 is healthy: not fenced".
 
@@ -66,6 +69,7 @@ type explanation struct {
 	matches  []policyMatch
 	chosen   int // index into matches of the policy the controller uses, -1: none
 	fence    *v1alpha1.NodeFence
+	pods     *nodePods // nil: the node's pods are not read (no policy, or one without workloads)
 }
 
 func (e *explanation) policy() *v1alpha1.FencingPolicy {
@@ -113,6 +117,9 @@ func gather(ctx context.Context, c client.Client, name, tool string, now time.Ti
 		return e, nil
 	}
 	e.matches, e.chosen = matchPolicies(policies, e.node)
+	if p := e.policy(); p != nil && p.Spec.Workloads != nil {
+		e.pods = readPods(ctx, c, name, p.Spec.Workloads)
+	}
 	l := &coordinationv1.Lease{}
 	switch err := c.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: name}, l); {
 	case apierrors.IsNotFound(err):
@@ -247,7 +254,8 @@ func writePolicy(w io.Writer, e *explanation) {
 	fmt.Fprintf(w, "  Dry run:          %s\n", dry)
 	fmt.Fprintf(w, "  Methods:          %s\n", methodList(p.Spec.Methods))
 	if wl := p.Spec.Workloads; wl != nil {
-		fmt.Fprintf(w, "  Workloads:        a failed node is fenced only for %s (its pods are not read here; the controller's NoWorkloadToFence event says when it left the node to Kubernetes)\n", wl.Describe())
+		fmt.Fprintf(w, "  Workloads:        a failed node is fenced only for %s (a fence request or the node's deletion is fenced whatever it holds)\n", wl.Describe())
+		writePods(w, e.name, p, e.pods)
 	}
 	guard := conditionText(p.Status.Conditions, v1alpha1.ConditionStormGuardActive)
 	if limit, text := maxUnhealthy(p, int(p.Status.Nodes)); p.Status.Nodes > 0 {

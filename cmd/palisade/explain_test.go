@@ -1,13 +1,17 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,10 +55,11 @@ func TestExplain(t *testing.T) {
 			"Lease:            none in kube-node-lease",
 			"StormGuardActive not reported (the controller has not written it: is it running?)",
 		}},
-		{"explain-workloads", "explain-workloads looks failed (Dead: ", []string{
-			"the controller fences it only for pods on ReadWriteOnce volumes or StatefulSet pods, and leaves it to Kubernetes if it holds none (no NodeFence yet)",
-			"Workloads:        a failed node is fenced only for pods on ReadWriteOnce volumes or StatefulSet pods",
-		}},
+		{"explain-workloads", "explain-workloads looks failed (Dead: dead: agent heartbeat lost; API: Lease not renewed for 45s (threshold 20s)): " +
+			"the controller is about to fence it for pod default/explain-postgres-0 (StatefulSet pod with ReadWriteOnce volume data-explain-postgres-0) (no NodeFence yet)", nil},
+		{"explain-stateless", "explain-stateless looks failed (Dead: dead: agent heartbeat lost; API: Lease not renewed for 45s (threshold 20s)) but is not fenced: " +
+			"none of its pods needs fencing under policy explain-workloads, which fences only for pods on ReadWriteOnce volumes or StatefulSet pods; " +
+			"the controller leaves it to Kubernetes, which replaces its pods once the node is NotReady", nil},
 		{"explain-alive", "explain-alive looks failed (Partitioned: alive: agent heartbeats fresh) but is alive on other signals: it is not powered off blindly, since policy explain-alive's chain does not start with the Executor", nil},
 		{"explain-dry", "explain-dry looks failed (Dead: ", []string{
 			"but is not fenced: policy explain-dry is a dry run, so the controller only records a dry-run fence",
@@ -87,6 +92,18 @@ func TestExplain(t *testing.T) {
 		}},
 		{"explain-uncovered", "explain-uncovered is not covered: no FencingPolicy selects it, so Palisade never fences it", nil},
 	}
+	// Under a policy with workloads, the node's pods by the controller's rule, line by line.
+	workloads := "  Workloads:        a failed node is fenced only for pods on ReadWriteOnce volumes or StatefulSet pods " +
+		"(a fence request or the node's deletion is fenced whatever it holds)"
+	lines := map[string][]string{
+		"explain-workloads": {workloads,
+			"  Pods:             1 of the 2 pods on explain-workloads needs fencing under policy explain-workloads:",
+			"    default/explain-postgres-0: StatefulSet pod with ReadWriteOnce volume data-explain-postgres-0",
+			"  Storm guard:      StormGuardActive not reported (the controller has not written it: is it running?); 1 of 5 nodes unhealthy, at most 2 may be (maxUnhealthy 40% (default))"},
+		"explain-stateless": {workloads,
+			"  Pods:             no pod on explain-stateless needs fencing under policy explain-workloads: its one pod is not one the policy fences for",
+			"  Storm guard:      StormGuardActive not reported (the controller has not written it: is it running?); 1 of 5 nodes unhealthy, at most 2 may be (maxUnhealthy 40% (default))"},
+	}
 	for _, tc := range tests {
 		t.Run(tc.node, func(t *testing.T) {
 			r := runCLI(t, c, "", "explain", tc.node)
@@ -97,11 +114,46 @@ func TestExplain(t *testing.T) {
 				t.Errorf("verdict:\n got %s\nwant %s...\n\n%s", got, tc.verdict, r.out)
 			}
 			wantContains(t, "explain "+tc.node, r.out, tc.says...)
+			wantLines(t, "explain "+tc.node, r.out, lines[tc.node]...)
 			if t.Failed() || tc.node == "explain-held" {
 				t.Logf("explain %s:\n%s", tc.node, r.out)
 			}
 		})
 	}
+
+	t.Run("pods sorted and bounded", func(t *testing.T) {
+		r := runCLI(t, c, "", "explain", "explain-many")
+		if r.code != exitOK {
+			t.Fatalf("explain explain-many: %s", r)
+		}
+		want := []string{"  Pods:             12 of the 12 pods on explain-many need fencing under policy explain-workloads:"}
+		for i := range maxPodsShown {
+			want = append(want, fmt.Sprintf("    default/explain-many-%02d: StatefulSet pod", i))
+		}
+		wantLines(t, "explain explain-many", r.out, append(want, "    and 2 more")...)
+		if strings.Contains(r.out, "explain-many-10") || strings.Contains(r.out, "explain-many-11") {
+			t.Errorf("explain lists more than %d pods:\n%s", maxPodsShown, r.out)
+		}
+		if t.Failed() {
+			t.Logf("explain explain-many:\n%s", r.out)
+		}
+	})
+	t.Run("pods it may not list", func(t *testing.T) {
+		grant(t, c, "explain-nopods",
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+			rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},
+			rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"fencingpolicies", "nodefences"}, Verbs: []string{"get", "list"}})
+		r := runCLI(t, as(t, cl, "explain-nopods"), "", "explain", "explain-workloads")
+		if r.code != exitOK {
+			t.Fatalf("explain without the right to list pods: %s", r)
+		}
+		wantContains(t, "explain", r.out, "Pods:             could not be read: permission missing: you may not list pods cluster-wide")
+		if got, want := lastLine(r.out), "explain-workloads looks failed (Dead: dead: agent heartbeat lost; API: Lease not renewed for 45s (threshold 20s)): "+
+			"the controller fences it only for pods on ReadWriteOnce volumes or StatefulSet pods, and leaves it to Kubernetes if it holds none "+
+			"(its pods could not be read here) (no NodeFence yet)"; got != want {
+			t.Errorf("verdict:\n got %s\nwant %s", got, want)
+		}
+	})
 
 	t.Run("a node that does not exist", func(t *testing.T) {
 		r := runCLI(t, c, "", "explain", "explain-nope")
@@ -176,11 +228,25 @@ func explainScenarios(t *testing.T, c client.Client) string {
 	}, dead("explain-dry"))
 	makeNode(t, c, nodeSpec{name: "explain-dry", labels: label("dry")})
 
-	// workloads: listed Dead under a policy that fences only for StatefulSet pods.
+	// workloads: listed Dead under a policy that fences only for StatefulSet pods and pods on
+	// ReadWriteOnce volumes; explain-workloads holds one, explain-stateless only a Deployment's
+	// pod on a ReadWriteMany volume, explain-many twelve StatefulSet pods.
+	both := dead("explain-workloads")
+	both.Unhealthy = append(both.Unhealthy, v1alpha1.NodeVerdict{Node: "explain-stateless", Verdict: "Dead", Reason: both.Unhealthy[0].Reason})
 	makePolicy(t, c, "explain-workloads", label("workloads"), func(s *v1alpha1.FencingPolicySpec) {
 		s.Workloads = &v1alpha1.Workloads{StatefulSets: true, RWOVolumes: true}
-	}, dead("explain-workloads"))
-	makeNode(t, c, nodeSpec{name: "explain-workloads", labels: label("workloads")})
+	}, both)
+	for _, n := range []string{"explain-workloads", "explain-stateless", "explain-many"} {
+		makeNode(t, c, nodeSpec{name: n, labels: label("workloads")})
+	}
+	makeClaim(t, c, "data-explain-postgres-0", corev1.ReadWriteOnce)
+	makeClaim(t, c, "explain-shared", corev1.ReadWriteMany)
+	makePod(t, c, "explain-workloads", "explain-web-5d8f9-q7x2z", "ReplicaSet")
+	makePod(t, c, "explain-workloads", "explain-postgres-0", "StatefulSet", "data-explain-postgres-0")
+	makePod(t, c, "explain-stateless", "explain-api-7c6d9-m4n8p", "ReplicaSet", "explain-shared")
+	for i := 11; i >= 0; i-- { // listed by name, whatever the order of creation
+		makePod(t, c, "explain-many", fmt.Sprintf("explain-many-%02d", i), "StatefulSet")
+	}
 
 	// stale: no policy status lists it, but its Lease expired on the API's view.
 	makePolicy(t, c, "explain-stale", label("stale"), nil, nil)
@@ -214,3 +280,33 @@ func explainScenarios(t *testing.T, c client.Client) string {
 }
 
 func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
+
+// makeClaim creates a PersistentVolumeClaim of namespace default with the access mode.
+func makeClaim(t *testing.T, c client.Client, name string, mode corev1.PersistentVolumeAccessMode) {
+	t.Helper()
+	create(t, c, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{mode},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}})
+}
+
+// makePod creates a pod of namespace default bound to node, controlled by an apps/v1 owner of
+// kind, with claims.
+func makePod(t *testing.T, c client.Client, node, name, kind string, claims ...string) {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name + "-owner", UID: "0b7e3b52-explain", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "main"}}}}
+	for _, cl := range claims {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: cl, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: cl}}})
+	}
+	create(t, c, p)
+}
+
+// wantLines fails unless text holds the lines, whole and one after the other.
+func wantLines(t *testing.T, what, text string, lines ...string) {
+	t.Helper()
+	if len(lines) > 0 && !strings.Contains("\n"+text, "\n"+strings.Join(lines, "\n")+"\n") {
+		t.Errorf("%s does not hold these lines:\n%s\n\n%s", what, strings.Join(lines, "\n"), text)
+	}
+}

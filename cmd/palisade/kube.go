@@ -97,6 +97,7 @@ var (
 	nodesResource     = schema.GroupResource{Resource: "nodes"}
 	leasesResource    = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 	podsResource      = schema.GroupResource{Resource: "pods"}
+	claimsResource    = schema.GroupResource{Resource: "persistentvolumeclaims"}
 	attachmentsRes    = schema.GroupResource{Group: "storage.k8s.io", Resource: "volumeattachments"}
 	policiesResource  = schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "fencingpolicies"}
 	nodeFenceResource = schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "nodefences"}

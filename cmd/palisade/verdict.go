@@ -30,7 +30,7 @@ func verdict(e *explanation) string {
 	}
 	p := e.policy()
 	if v := listedVerdict(p, e.name); v != nil {
-		return detectedVerdict(e.name, p, v)
+		return detectedVerdict(e.name, p, v, e.pods)
 	}
 	if obs, _ := leaseObservation(e); obs.Verdict == detectors.Dead {
 		return fmt.Sprintf("%s is not being fenced: its Lease is expired on the API's view (%s), but policy %s does not list it unhealthy: "+
@@ -69,8 +69,9 @@ func fenceVerdict(name string, nf *v1alpha1.NodeFence, now time.Time) string {
 }
 
 // detectedVerdict is the verdict of a node the detectors list unhealthy and that has no fence:
-// what holds the controller back (fencing/node_controller.go, detect).
-func detectedVerdict(name string, p *v1alpha1.FencingPolicy, v *v1alpha1.NodeVerdict) string {
+// what holds the controller back (fencing/node_controller.go, detect), in the controller's order.
+// pods is what explain read of its pods under the policy's workloads (nil: none).
+func detectedVerdict(name string, p *v1alpha1.FencingPolicy, v *v1alpha1.NodeVerdict, pods *nodePods) string {
 	seen := fmt.Sprintf("%s: %s", v.Verdict, v.Reason)
 	failed := detectors.Verdict(v.Verdict).Failed()
 	chain := levelOrder(p.Spec.Methods)
@@ -88,13 +89,27 @@ func detectedVerdict(name string, p *v1alpha1.FencingPolicy, v *v1alpha1.NodeVer
 	case conditionTrue(p.Status.Conditions, v1alpha1.ConditionStormGuardActive) != nil:
 		c := conditionTrue(p.Status.Conditions, v1alpha1.ConditionStormGuardActive)
 		return fmt.Sprintf("%s looks failed (%s) but is not fenced: the storm guard holds (%s: %s)", name, seen, c.Reason, c.Message)
+	case pods != nil && pods.err == nil && len(pods.need) == 0:
+		return fmt.Sprintf("%s looks failed (%s) but is not fenced: none of its pods needs fencing under policy %s, which fences only for %s; "+
+			"the controller leaves it to Kubernetes, which replaces its pods once the node is NotReady", name, seen, p.Name, p.Spec.Workloads.Describe())
 	case p.Spec.DryRun:
 		return fmt.Sprintf("%s looks failed (%s) but is not fenced: policy %s is a dry run, so the controller only records a dry-run fence", name, seen, p.Name)
 	}
-	if wl := p.Spec.Workloads; wl != nil {
-		return fmt.Sprintf("%s looks failed (%s): the controller fences it only for %s, and leaves it to Kubernetes if it holds none (no NodeFence yet)", name, seen, wl.Describe())
+	return fmt.Sprintf("%s looks failed (%s): %s (no NodeFence yet)", name, seen, aboutToFence(p, pods))
+}
+
+// aboutToFence says what the controller does with a failed node it is not held back from
+// fencing: under workloads, whom it fences the node for.
+func aboutToFence(p *v1alpha1.FencingPolicy, pods *nodePods) string {
+	switch {
+	case p.Spec.Workloads == nil:
+		return "the controller is about to fence it"
+	case pods == nil || pods.err != nil:
+		return fmt.Sprintf("the controller fences it only for %s, and leaves it to Kubernetes if it holds none (its pods could not be read here)", p.Spec.Workloads.Describe())
+	case len(pods.need) == 1:
+		return fmt.Sprintf("the controller is about to fence it for pod %s (%s)", pods.need[0].name, pods.need[0].why)
 	}
-	return fmt.Sprintf("%s looks failed (%s): the controller is about to fence it (no NodeFence yet)", name, seen)
+	return fmt.Sprintf("the controller is about to fence it for %d of its pods, listed above", len(pods.need))
 }
 
 // withoutAgent is the chain of a node with no signal on any path: without the methods that
