@@ -165,8 +165,10 @@ func TestRenderObjects(t *testing.T) {
 		want: []string{
 			"ClusterRole -/palisade",
 			"ClusterRole -/palisade-agent",
+			"ClusterRole -/palisade-uninstall",
 			"ClusterRoleBinding -/palisade",
 			"ClusterRoleBinding -/palisade-agent",
+			"ClusterRoleBinding -/palisade-uninstall",
 			"CustomResourceDefinition -/fencingpolicies.fencing.palisade.dev",
 			"CustomResourceDefinition -/nodefences.fencing.palisade.dev",
 			"DaemonSet palisade-system/palisade-agent",

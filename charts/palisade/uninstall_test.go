@@ -1,6 +1,7 @@
 package palisade_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,13 +41,16 @@ func uninstallJob(t *testing.T, ms []manifest) *batchv1.Job {
 	return j
 }
 
-// uninstallRules are the rules of the cleanup's Roles by namespace, and the subjects of their
-// bindings.
+// clusterScope keys the cleanup's ClusterRole in uninstallRules.
+const clusterScope = "(cluster)"
+
+// uninstallRules are the rules of the cleanup's Roles by namespace (its ClusterRole's under
+// clusterScope), and the subjects of their bindings.
 func uninstallRules(t *testing.T, ms []manifest) (map[string][]rbacv1.PolicyRule, []rbacv1.Subject) {
 	t.Helper()
 	rules := map[string][]rbacv1.PolicyRule{}
 	var subjects []rbacv1.Subject
-	for _, m := range append(find(ms, "Role"), find(ms, "RoleBinding")...) {
+	for _, m := range slices.Concat(find(ms, "Role"), find(ms, "RoleBinding"), find(ms, "ClusterRole"), find(ms, "ClusterRoleBinding")) {
 		if m.name != "palisade-uninstall" {
 			continue
 		}
@@ -60,9 +64,12 @@ func uninstallRules(t *testing.T, ms []manifest) (map[string][]rbacv1.PolicyRule
 		if diff := cmp.Diff(hookAnnotations, obj.Metadata.Annotations); diff != "" {
 			t.Errorf("%s %s/%s: annotations (-want +got):\n%s", m.kind, m.namespace, m.name, diff)
 		}
-		if m.kind == "Role" {
+		switch m.kind {
+		case "Role":
 			rules[m.namespace] = obj.Rules
-		} else {
+		case "ClusterRole":
+			rules[clusterScope] = obj.Rules
+		default:
 			subjects = append(subjects, obj.Subjects...)
 		}
 	}
@@ -104,7 +111,7 @@ func TestUninstallHook(t *testing.T) {
 		t.Fatalf("palisade-controller uninstall refuses the Job's arguments %q: %v", c.Args, err)
 	}
 	want := uninstall.Options{Namespace: namespace, Deployment: "palisade", StopTimeout: 90 * time.Second,
-		LeaderElectionNamespace: namespace, AgentCASecret: "palisade-agent-ca", AgentCAConfigMap: "palisade-agent-ca"}
+		LeaderElectionNamespace: namespace, AgentCASecret: "palisade-agent-ca", AgentCAConfigMap: "palisade-agent-ca", AgentSigner: "palisade.dev/agent"}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(uninstall.Options{}, "Log")); diff != "" {
 		t.Errorf("the Job's arguments (-want +got):\n%s", diff)
 	}
@@ -126,11 +133,15 @@ func TestUninstallHook(t *testing.T) {
 			leases(fencing.TokenLeaseName, app.LeaderElectionID),
 		},
 		"kube-node-lease": {leases(sight.CanaryName)},
+		// The agents' CSRs, whose names are the API server's: delete only, listed with the
+		// controller's own ClusterRole.
+		clusterScope: {{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"delete"}}},
 	}
 	if diff := cmp.Diff(wantRules, rules); diff != "" {
 		t.Errorf("the cleanup's Roles (-want +got):\n%s", diff)
 	}
-	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "palisade", Namespace: namespace}, {Kind: "ServiceAccount", Name: "palisade", Namespace: namespace}}
+	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: "palisade", Namespace: namespace}
+	wantSubjects := []rbacv1.Subject{sa, sa, sa}
 	if diff := cmp.Diff(wantSubjects, subjects); diff != "" {
 		t.Errorf("the cleanup's RoleBindings' subjects (-want +got):\n%s", diff)
 	}
@@ -151,11 +162,11 @@ func TestUninstallHookValues(t *testing.T) {
 	}{
 		{name: "off", vals: map[string]any{"uninstallCleanup": map[string]any{"enabled": false}}},
 		{name: "without the agent", vals: map[string]any{"agent": map[string]any{"enabled": false}}, job: true,
-			argsLack: []string{"--agent-ca-"}, roleNS: []string{"kube-node-lease", namespace}, sa: "palisade"},
+			argsLack: []string{"--agent-ca-", "--agent-signer"}, roleNS: []string{"kube-node-lease", namespace}, sa: "palisade"},
 		{name: "without leader election", vals: map[string]any{"replicaCount": 1, "leaderElection": map[string]any{"enabled": false}}, job: true,
-			argsLack: []string{"--leader-election-namespace"}, roleNS: []string{"kube-node-lease", namespace}, sa: "palisade"},
+			argsLack: []string{"--leader-election-namespace"}, roleNS: []string{clusterScope, "kube-node-lease", namespace}, sa: "palisade"},
 		{name: "leader election elsewhere", vals: map[string]any{"leaderElection": map[string]any{"namespace": "elections"}}, job: true,
-			argsHave: []string{"--leader-election-namespace=elections"}, roleNS: []string{"elections", "kube-node-lease", namespace}, sa: "palisade"},
+			argsHave: []string{"--leader-election-namespace=elections"}, roleNS: []string{clusterScope, "elections", "kube-node-lease", namespace}, sa: "palisade"},
 		{name: "without RBAC", vals: map[string]any{"rbac": map[string]any{"create": false}, "serviceAccount": map[string]any{"name": "fencer"}}, job: true, sa: "fencer"},
 	}
 	for _, tt := range tests {
@@ -198,6 +209,9 @@ func TestUninstallHookValues(t *testing.T) {
 				t.Errorf("palisade-controller uninstall refuses %q: %v", args, err)
 			}
 			for n, rs := range rules {
+				if n == clusterScope {
+					continue // CSR names are the API server's
+				}
 				for _, r := range rs {
 					if len(r.ResourceNames) == 0 {
 						t.Errorf("Role %s/palisade-uninstall: a rule without resourceNames: %+v", n, r)

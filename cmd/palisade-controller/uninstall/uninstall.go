@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +45,9 @@ type Options struct {
 	// AgentCASecret and AgentCAConfigMap are the agents' CA and its published bundle; "" when
 	// the controller made none.
 	AgentCASecret, AgentCAConfigMap string
+	// AgentSigner is the signer of the agents' CertificateSigningRequests, which are deleted;
+	// "" when there were no agents.
+	AgentSigner string
 	// Log gets a line for each thing done, and for each fenced node left fenced.
 	Log logr.Logger
 }
@@ -58,6 +62,7 @@ func ParseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", `namespace of the leader-election Lease ("": leader election was off)`)
 	fs.StringVar(&o.AgentCASecret, "agent-ca-secret", "", `the agents' CA Secret, in the controller's namespace ("": none)`)
 	fs.StringVar(&o.AgentCAConfigMap, "agent-ca-configmap", "", `the ConfigMap publishing the agents' CA bundle ("": none)`)
+	fs.StringVar(&o.AgentSigner, "agent-signer", "", `signer name of the agents' CertificateSigningRequests, deleted ("": none)`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -73,7 +78,7 @@ func ParseFlags(args []string) (Options, error) {
 // Run stops the controller, releases the nodes from Palisade's finalizer and deletes the
 // controller's objects, in that order, stopping at the first step that fails.
 func Run(ctx context.Context, c client.Client, o Options) error {
-	for _, step := range []func(context.Context, client.Client, Options) error{stopController, releaseNodes, deleteCreated} {
+	for _, step := range []func(context.Context, client.Client, Options) error{stopController, releaseNodes, deleteCreated, deleteAgentCSRs} {
 		if err := step(ctx, c, o); err != nil {
 			return err
 		}
@@ -228,5 +233,31 @@ func deleteCreated(ctx context.Context, c client.Client, o Options) error {
 			o.Log.Info("deleted", cr.kind, klog.KObj(cr.obj))
 		}
 	}
+	return nil
+}
+
+// deleteAgentCSRs deletes the agents' CertificateSigningRequests, of every node: Kubernetes
+// would expire them (an hour after they were signed or denied, a day while pending), but an
+// uninstall leaves nothing of the release behind.
+func deleteAgentCSRs(ctx context.Context, c client.Client, o Options) error {
+	if o.AgentSigner == "" {
+		return nil
+	}
+	var csrs certificatesv1.CertificateSigningRequestList
+	if err := c.List(ctx, &csrs, client.MatchingFields{"spec.signerName": o.AgentSigner}); err != nil {
+		return fmt.Errorf("listing the agents' CertificateSigningRequests (signer %s): %w", o.AgentSigner, err)
+	}
+	deleted := 0
+	for i := range csrs.Items {
+		csr := &csrs.Items[i]
+		if csr.Spec.SignerName != o.AgentSigner { // the field selector is the API server's; make sure
+			continue
+		}
+		if err := c.Delete(ctx, csr); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting CertificateSigningRequest %s: %w", csr.Name, err)
+		}
+		deleted++
+	}
+	o.Log.Info("deleted the agents' CertificateSigningRequests", "signer", o.AgentSigner, "deleted", deleted)
 	return nil
 }

@@ -2,6 +2,12 @@ package uninstall_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +30,7 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/fencing"
+	"palisade.dev/palisade/providers/agent/pki"
 	"palisade.dev/palisade/test/testbed"
 )
 
@@ -48,7 +56,7 @@ func TestUninstall(t *testing.T) {
 	ctx := t.Context()
 	setUp(t, ctx, c)
 	o := uninstall.Options{Namespace: ns, Deployment: "palisade", StopTimeout: 30 * time.Second,
-		LeaderElectionNamespace: ns, AgentCASecret: caName, AgentCAConfigMap: caName}
+		LeaderElectionNamespace: ns, AgentCASecret: caName, AgentCAConfigMap: caName, AgentSigner: pki.SignerName}
 	want := state{
 		Replicas: 0,
 		Nodes: map[string]string{
@@ -64,6 +72,9 @@ func TestUninstall(t *testing.T) {
 			"Lease palisade-system/palisade-controller.fencing.palisade.dev":    false,
 			"Lease palisade-system/palisade-fencing-token.fencing.palisade.dev": false,
 			"NodeFence /worker-1":                                               true,
+			"CertificateSigningRequest /agent-worker-1":                         false,
+			"CertificateSigningRequest /agent-worker-2":                         false,
+			"CertificateSigningRequest /other-signer":                           true,
 			"Secret palisade-system/bmc-credentials":                            true,
 			"Secret palisade-system/palisade-agent-ca":                          false,
 		},
@@ -75,10 +86,12 @@ func TestUninstall(t *testing.T) {
 		`"msg"="nodes released from Palisade's finalizer" "released"=3 "stayFenced"=1`,
 		`"msg"="deleted" "Secret"={"name"="palisade-agent-ca" "namespace"="palisade-system"}`,
 		`"msg"="deleted" "Lease"={"name"="palisade-sight.fencing.palisade.dev" "namespace"="kube-node-lease"}`,
+		`"msg"="deleted the agents' CertificateSigningRequests" "signer"="palisade.dev/agent" "deleted"=2`,
 	}, {
 		`"msg"="the controller is stopped"`,
 		`"msg"="nodes released from Palisade's finalizer" "released"=0 "stayFenced"=1`,
 		`"msg"="already gone" "ConfigMap"={"name"="palisade-agent-ca" "namespace"="palisade-system"}`,
+		`"msg"="deleted the agents' CertificateSigningRequests" "signer"="palisade.dev/agent" "deleted"=0`,
 	}}
 	for run, wantLog := range wantLogs {
 		var logs []string
@@ -99,6 +112,22 @@ func TestUninstall(t *testing.T) {
 			t.Errorf("run %d: the log says it deleted something again or names an untouched node:\n%s", run+1, all)
 		}
 	}
+}
+
+// agentCSR is a CertificateSigningRequest for a client certificate, as an agent sends.
+func agentCSR(t *testing.T, name, signer string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.CertificateSigningRequestSpec{
+		Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: signer,
+		Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}}}
 }
 
 // setUp creates what the controller leaves at run time and what is not its own.
@@ -123,6 +152,9 @@ func setUp(t *testing.T, ctx context.Context, c *testbed.Cluster) {
 		&corev1.Secret{ObjectMeta: meta(ns, "bmc-credentials")},
 		&coordinationv1.Lease{ObjectMeta: meta(ns, "other")},
 		&coordinationv1.Lease{ObjectMeta: meta("kube-node-lease", "worker-1")},
+		agentCSR(t, "agent-worker-1", pki.SignerName),
+		agentCSR(t, "agent-worker-2", pki.SignerName),
+		agentCSR(t, "other-signer", "example.com/other"),
 		&v1alpha1.NodeFence{ObjectMeta: meta("", "worker-1"), Spec: v1alpha1.NodeFenceSpec{NodeName: "worker-1", Trigger: v1alpha1.TriggerManual,
 			Methods: []v1alpha1.Method{{Name: "m", Type: v1alpha1.MethodExecutor}}}},
 	}
@@ -208,6 +240,9 @@ func observe(t *testing.T, ctx context.Context, c *testbed.Cluster) state {
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}},
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-node-lease", Name: "worker-1"}},
 		&v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}},
+		&certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "agent-worker-1"}},
+		&certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "agent-worker-2"}},
+		&certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "other-signer"}},
 	} {
 		err := c.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -222,8 +257,9 @@ func observe(t *testing.T, ctx context.Context, c *testbed.Cluster) state {
 // TestParseFlags: the hook's arguments, and the refusals.
 func TestParseFlags(t *testing.T) {
 	o, err := uninstall.ParseFlags([]string{"--namespace=palisade-system", "--deployment=palisade", "--stop-timeout=90s",
-		"--leader-election-namespace=le", "--agent-ca-secret=ca", "--agent-ca-configmap=bundle"})
-	want := uninstall.Options{Namespace: ns, Deployment: "palisade", StopTimeout: 90 * time.Second, LeaderElectionNamespace: "le", AgentCASecret: "ca", AgentCAConfigMap: "bundle"}
+		"--leader-election-namespace=le", "--agent-ca-secret=ca", "--agent-ca-configmap=bundle", "--agent-signer=palisade.dev/agent"})
+	want := uninstall.Options{Namespace: ns, Deployment: "palisade", StopTimeout: 90 * time.Second, LeaderElectionNamespace: "le", AgentCASecret: "ca", AgentCAConfigMap: "bundle",
+		AgentSigner: pki.SignerName}
 	if err != nil {
 		t.Fatal(err)
 	}
