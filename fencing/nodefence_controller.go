@@ -148,10 +148,13 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		err := r.saveEnd(ctx, nf, corev1.EventTypeNormal, ReasonReleased,
 			fmt.Sprintf("node %s released: %s deleted, %s released", nf.Spec.NodeName,
 				countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment")))
-		if err == nil {
-			observeReleased(nf)
+		if err != nil {
+			return ctrl.Result{}, false, err
 		}
-		return ctrl.Result{}, false, err
+		observeReleased(nf)
+		// Recovery is judged at once, not at the Node's next change (a powered-off node may not
+		// change again): recovery.powerOn powers it on now, and Recovered says what it waits for.
+		return ctrl.Result{RequeueAfter: time.Millisecond}, false, nil
 	case actFail:
 		last := lastStep(nf)
 		recordFailure(nf, last.Reason, fmt.Sprintf("every fencing method failed; last: %s: %s", last.Method, last.Message))

@@ -336,6 +336,48 @@ func TestRecoveryPowersOn(t *testing.T) {
 	}
 }
 
+// The reconcile that releases a fence brings it back at once for its recovery: a powered-off
+// node may never change again, and no Node event would then start the power-on
+// (recovery.powerOn) or say why the node stays fenced. Found on real machines, where the last
+// change of the dead node came in the same second as the release.
+func TestReleaseRequeuesForRecovery(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	nf := &v1alpha1.NodeFence{}
+	ctx := context.Background()
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	nf.Spec.Recovery.PowerOn = true
+	if err := w.c.Update(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+	w.setNode(t, notReady)
+	var res ctrl.Result
+	for range 60 {
+		var err error
+		if res, err = w.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+			t.Fatal(err)
+		}
+		if nf.Status.Phase == v1alpha1.PhaseReleased {
+			break
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	if nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("fence ended %s, want Released", nf.Status.Phase)
+	}
+	if res.RequeueAfter <= 0 {
+		t.Fatalf("the releasing reconcile returned %+v: nothing brings the fence back for its recovery", res)
+	}
+	w.reconcile(t)
+	if n := w.power.CallCount(fake.MethodRestorePower, "n1"); n != 1 {
+		t.Errorf("RestorePower called %d times after the requeue, want 1", n)
+	}
+}
+
 // Without recovery.powerOn, the machine stays off.
 func TestRecoveryLeavesThePowerOff(t *testing.T) {
 	w, _ := releasedWorld(t, nil)
