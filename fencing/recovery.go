@@ -89,8 +89,14 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 			"node %s no longer exists: nothing to unfence; this NodeFence is the record of its fence", nf.Spec.NodeName))
 	}
 	if nf.Status.Recovery == nil && nf.Spec.Recovery.PowerOn && nf.Status.PowerRestoredTime == nil {
-		if res, done, err := r.restorePower(ctx, nf); !done {
+		res, done, err := r.restorePower(ctx, nf)
+		if err != nil {
 			return res, err
+		}
+		// A power-on that fails (a BMC gone for good) holds the node only while it is not back
+		// and clean some other way: powered on by hand and rebooted, or confirmed clean.
+		if rec, _, _ := judgeClean(nf, node, r.now()); !done && rec == nil {
+			return res, nil
 		}
 	}
 	if nf.Status.Recovery == nil {
@@ -157,7 +163,9 @@ func (r *NodeFenceReconciler) restorePower(ctx context.Context, nf *v1alpha1.Nod
 	}
 	if err := p.RestorePower(ctx, r.request(nf, *method)); err != nil {
 		return ctrl.Result{RequeueAfter: retryPowerOn}, false, r.hold(ctx, nf, ReasonPowerOnFailed, fmt.Sprintf(
-			"recovery.powerOn: powering node %s back on through method %s failed (tried again every %s): %v", nf.Spec.NodeName, method.Name, retryPowerOn, err))
+			"recovery.powerOn: powering node %s back on through method %s failed (tried again every %s): %v; "+
+				"the node is unfenced anyway once it is back with a new boot ID (powered on by hand) or confirmed clean (annotation %s)",
+			nf.Spec.NodeName, method.Name, retryPowerOn, err, v1alpha1.AnnotationUnfenceRequest))
 	}
 	now := metav1.NewTime(r.now())
 	nf.Status.PowerRestoredTime = &now

@@ -336,6 +336,34 @@ func TestRecoveryPowersOn(t *testing.T) {
 	}
 }
 
+// A power-on that keeps failing (the BMC gone for good) does not hold the node once it is back
+// and clean another way: powered on by hand and rebooted, or confirmed clean by an operator.
+func TestRecoveryWithoutThePowerOn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*corev1.Node)
+		how  v1alpha1.RecoveryHow
+	}{
+		{"rebooted by hand", back(bootAfter), v1alpha1.RecoveryRebooted},
+		{"confirmed clean", func(n *corev1.Node) { back(bootAtFence)(n); confirmedClean("alice", "BMC replaced, disks checked")(n) }, v1alpha1.RecoveryConfirmedClean},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Recovery.PowerOn = true })
+			for range 2 { // the BMC is gone: every power-on fails
+				w.power.InjectError(fake.MethodRestorePower, providers.NewError(providers.ReasonUnreachable, errors.New("BMC unreachable")))
+			}
+			nf, node := w.reconcile(t)
+			wantHeld(t, nf, node, ReasonPowerOnFailed)
+			w.setNode(t, tc.edit)
+			nf, node = w.reconcile(t)
+			wantRecovered(t, nf, node, tc.how)
+			if n := w.power.CallCount(fake.MethodRestorePower, "n1"); n != 2 || nf.Status.PowerRestoredTime != nil {
+				t.Errorf("RestorePower called %d times (want 2, both failed), power restored at %v (want never)", n, nf.Status.PowerRestoredTime)
+			}
+		})
+	}
+}
+
 // The reconcile that releases a fence brings it back at once for its recovery: a powered-off
 // node may never change again, and no Node event would then start the power-on
 // (recovery.powerOn) or say why the node stays fenced. Found on real machines, where the last
