@@ -220,3 +220,24 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 		}
 	}
 }
+
+// A fence that fails after it force-deleted pods (its node showed life between release steps)
+// says what it released, not "nothing was released".
+func TestFailureSaysWhatWasReleased(t *testing.T) {
+	for _, tc := range []struct {
+		pods, atts int32
+		want       string
+	}{
+		{0, 0, "nothing was released"},
+		{2, 0, "2 pods force-deleted and 0 attachments released before the node showed life"},
+		{1, 1, "1 pod force-deleted and 1 attachment released before the node showed life"},
+	} {
+		nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}}
+		nf.Status.PodsDeleted, nf.Status.AttachmentsReleased = tc.pods, tc.atts
+		recordFailure(nf, v1alpha1.ReasonNodeAliveAfterFence, "lease renewed")
+		c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionReleased)
+		if c == nil || c.Status != metav1.ConditionFalse || !strings.HasPrefix(c.Message, tc.want) {
+			t.Errorf("%d pods, %d attachments: Released condition %+v, want a message starting %q", tc.pods, tc.atts, c, tc.want)
+		}
+	}
+}

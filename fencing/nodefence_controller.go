@@ -159,7 +159,7 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		last := lastStep(nf)
 		recordFailure(nf, last.Reason, fmt.Sprintf("every fencing method failed; last: %s: %s", last.Method, last.Message))
 		return ctrl.Result{}, false, r.saveEnd(ctx, nf, corev1.EventTypeWarning, ReasonFenceFailed,
-			fmt.Sprintf("fencing node %s failed, nothing released: %s", nf.Spec.NodeName, last.Message))
+			fmt.Sprintf("fencing node %s failed (%s): %s", nf.Spec.NodeName, releasedBeforeFailure(nf), last.Message))
 	case actStart:
 		if nf.Status.Token == 0 {
 			if err := r.drawToken(ctx, nf); err != nil {

@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -76,12 +77,25 @@ func recordFinish(nf *v1alpha1.NodeFence, now time.Time) {
 func recordFailure(nf *v1alpha1.NodeFence, reason, message string) {
 	nf.Status.Phase = v1alpha1.PhaseFailed
 	setCondition(nf, v1alpha1.ConditionFenced, metav1.ConditionFalse, reason, message)
-	setCondition(nf, v1alpha1.ConditionReleased, metav1.ConditionFalse, v1alpha1.ReasonNotFenced,
-		"nothing was released: no fencing method was confirmed")
+	setCondition(nf, v1alpha1.ConditionReleased, metav1.ConditionFalse, v1alpha1.ReasonNotFenced, releasedBeforeFailure(nf))
 }
 
 func setCondition(nf *v1alpha1.NodeFence, typ string, status metav1.ConditionStatus, reason, message string) {
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: nf.Generation,
 	})
+}
+
+// releasedBeforeFailure says what a failed fence released: nothing, unless its node showed
+// life between two release steps (liveness.go), after pods had been force-deleted or
+// attachments released — then the operator must look at once: a replacement may run beside
+// the original.
+func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
+	pods, atts := int(nf.Status.PodsDeleted), int(nf.Status.AttachmentsReleased)
+	if pods == 0 && atts == 0 {
+		return "nothing was released: no fencing method was confirmed"
+	}
+	return fmt.Sprintf("%s force-deleted and %s released before the node showed life after its fence was confirmed "+
+		"(the out-of-service taint was taken back): a replacement may run beside the original; check node %s at once",
+		countOf(pods, "pod"), countOf(atts, "attachment"), nf.Spec.NodeName)
 }
