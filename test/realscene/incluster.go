@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,12 +146,15 @@ func (s *Scene) serveDNS(t testing.TB, ctx context.Context, addr string) {
 	}
 	cmd := exec.Command(bin, "-conf", filepath.Join(dir, "Corefile"))
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // it dies with the test
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 		_ = log.Close()
 		if t.Failed() {
 			t.Logf("coredns log (tail):\n%s", testbed.TailFile(log.Name(), 20))
@@ -161,10 +165,15 @@ func (s *Scene) serveDNS(t testing.TB, ctx context.Context, addr string) {
 	}}
 	name := "kubernetes.default.svc." + ClusterDomain
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-exited: // it could not bind: whoever answers is not this scene's
+			return false, fmt.Errorf("coredns exited")
+		default:
+		}
 		ips, err := r.LookupHost(ctx, name)
 		return err == nil && len(ips) == 1 && ips[0] == testbed.KubernetesServiceIP, nil
 	})
 	if err != nil {
-		t.Fatalf("CoreDNS on %s did not resolve %s to %s within a minute:\n%s", addr, name, testbed.KubernetesServiceIP, testbed.TailFile(log.Name(), 20))
+		t.Fatalf("CoreDNS on %s did not resolve %s to %s within a minute: %v\n%s", addr, name, testbed.KubernetesServiceIP, err, testbed.TailFile(log.Name(), 20))
 	}
 }
