@@ -2,13 +2,6 @@ package palisade_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -18,7 +11,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chartutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -26,12 +18,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,6 +29,7 @@ import (
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers/agent/pki/pkitest"
 	"palisade.dev/palisade/providers/agent/pki/signer"
+	"palisade.dev/palisade/test/helmtest"
 	"palisade.dev/palisade/test/testbed"
 )
 
@@ -65,39 +55,7 @@ func helmConfig(t *testing.T, c *testbed.Cluster) *action.Configuration {
 	if _, err := c.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	getter := genericclioptions.NewConfigFlags(false)
-	getter.KubeConfig = ptr.To(c.KubeconfigPath())
-	getter.Namespace = ptr.To(namespace)
-	cfg := new(action.Configuration)
-	if err := cfg.Init(getter, namespace, "secret", t.Logf); err != nil {
-		t.Fatalf("initialising Helm: %v", err)
-	}
-	cfg.Capabilities = capabilities(t, c)
-	return cfg
-}
-
-// testbedKubeVersion is the Kubernetes release of the test bed's binaries.
-const testbedKubeVersion = "v1.37.0"
-
-// capabilities are what Helm would discover, except a version the API server built from module
-// source does not know (v0.0.0-master fails the chart's kubeVersion constraint).
-func capabilities(t *testing.T, c *testbed.Cluster) *chartutil.Capabilities {
-	t.Helper()
-	dc := c.Kube.Discovery()
-	sv, err := dc.ServerVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiVersions, err := action.GetVersionSet(dc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := chartutil.KubeVersion{Version: sv.GitVersion, Major: sv.Major, Minor: sv.Minor}
-	if v, err := version.ParseSemantic(sv.GitVersion); err != nil || v.Major() == 0 {
-		v = version.MustParseSemantic(testbedKubeVersion)
-		kv = chartutil.KubeVersion{Version: testbedKubeVersion, Major: fmt.Sprint(v.Major()), Minor: fmt.Sprint(v.Minor())}
-	}
-	return &chartutil.Capabilities{APIVersions: apiVersions, KubeVersion: kv, HelmVersion: chartutil.DefaultCapabilities.HelmVersion}
+	return helmtest.Configuration(t, c, namespace)
 }
 
 // access is one SubjectAccessReview question and its expected answer.
@@ -316,20 +274,7 @@ func chartRealCalls(t *testing.T, c *testbed.Cluster) {
 }
 
 func agentCSR(t *testing.T, node, signer string) *certificatesv1.CertificateSigningRequest {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: node}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &certificatesv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "chart-"},
-		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: signer, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
-			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})},
-	}
+	return pkitest.CSR(t, metav1.ObjectMeta{GenerateName: "chart-"}, node, signer)
 }
 
 func approve(csr *certificatesv1.CertificateSigningRequest) {

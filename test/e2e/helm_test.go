@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,12 +12,9 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/version"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -26,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/test/helmtest"
 	"palisade.dev/palisade/test/scenario"
 )
 
@@ -119,14 +116,7 @@ func installChart(t *testing.T, env *scenario.Env, extra map[string]any) {
 	if err != nil {
 		t.Fatalf("loading chart: %v", err)
 	}
-	getter := genericclioptions.NewConfigFlags(false)
-	getter.KubeConfig = ptr.To(env.Cluster.KubeconfigPath())
-	getter.Namespace = ptr.To(scenario.SecretNamespace)
-	cfg := new(action.Configuration)
-	if err := cfg.Init(getter, scenario.SecretNamespace, "secret", t.Logf); err != nil {
-		t.Fatalf("initialising Helm: %v", err)
-	}
-	cfg.Capabilities = capabilities(t, env)
+	cfg := helmtest.Configuration(t, env.Cluster, scenario.SecretNamespace)
 	install := action.NewInstall(cfg)
 	install.ReleaseName = helmRelease
 	install.Namespace = scenario.SecretNamespace
@@ -146,33 +136,6 @@ func installChart(t *testing.T, env *scenario.Env, extra map[string]any) {
 		t.Fatalf("helm install: %v", err)
 	}
 	t.Logf("helm installed release %s, revision %d, status %s", rel.Name, rel.Version, rel.Info.Status)
-}
-
-// testbedKubeVersion is the Kubernetes release the test bed's binaries are built from
-// (K8S_VERSION in the Makefile and test/bin/build-testbed.sh).
-const testbedKubeVersion = "v1.37.0"
-
-// capabilities are what Helm would discover, except the Kubernetes version when the API server
-// does not know its own: built from module source without version stamping it reports
-// v0.0.0-master, which fails the chart's kubeVersion constraint.
-func capabilities(t *testing.T, env *scenario.Env) *chartutil.Capabilities {
-	t.Helper()
-	dc := env.Cluster.Kube.Discovery()
-	sv, err := dc.ServerVersion()
-	if err != nil {
-		t.Fatalf("getting the server version: %v", err)
-	}
-	apiVersions, err := action.GetVersionSet(dc)
-	if err != nil {
-		t.Fatalf("discovering API versions: %v", err)
-	}
-	kv := chartutil.KubeVersion{Version: sv.GitVersion, Major: sv.Major, Minor: sv.Minor}
-	if v, err := version.ParseSemantic(sv.GitVersion); err != nil || v.Major() == 0 {
-		t.Logf("the API server reports version %q; Helm is told %s", sv.GitVersion, testbedKubeVersion)
-		v = version.MustParseSemantic(testbedKubeVersion)
-		kv = chartutil.KubeVersion{Version: testbedKubeVersion, Major: fmt.Sprint(v.Major()), Minor: fmt.Sprint(v.Minor())}
-	}
-	return &chartutil.Capabilities{APIVersions: apiVersions, KubeVersion: kv, HelmVersion: chartutil.DefaultCapabilities.HelmVersion}
 }
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the ServiceAccount with

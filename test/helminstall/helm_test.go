@@ -13,19 +13,17 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/checker"
+	"palisade.dev/palisade/test/helmtest"
 	"palisade.dev/palisade/test/realscene"
 	"palisade.dev/palisade/test/scenario"
 	"palisade.dev/palisade/test/testbed"
@@ -38,9 +36,6 @@ const (
 	release   = "palisade"
 	// imageTag is the tag the test builds the images with.
 	imageTag = "v0.0.0-helmtest"
-	// testbedKubeVersion is the Kubernetes release of the test bed's binaries, which report
-	// v0.0.0-master (built from module source), below the chart's kubeVersion constraint.
-	testbedKubeVersion = "v1.37.0"
 	// agentSigner is the agents' CSR signer.
 	agentSigner = "palisade.dev/agent"
 )
@@ -165,29 +160,7 @@ type helm struct {
 
 func newHelm(t *testing.T, c *testbed.Cluster) *helm {
 	t.Helper()
-	getter := genericclioptions.NewConfigFlags(false)
-	getter.KubeConfig = ptr.To(c.KubeconfigPath())
-	getter.Namespace = ptr.To(namespace)
-	cfg := new(action.Configuration)
-	if err := cfg.Init(getter, namespace, "secret", t.Logf); err != nil {
-		t.Fatalf("initialising Helm: %v", err)
-	}
-	cfg.Capabilities = capabilities(t, c)
-	return &helm{cfg: cfg}
-}
-
-// capabilities are what Helm would discover, except the Kubernetes version (see
-// testbedKubeVersion).
-func capabilities(t *testing.T, c *testbed.Cluster) *chartutil.Capabilities {
-	t.Helper()
-	dc := c.Kube.Discovery()
-	apiVersions, err := action.GetVersionSet(dc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := version.MustParseSemantic(testbedKubeVersion)
-	kv := chartutil.KubeVersion{Version: testbedKubeVersion, Major: fmt.Sprint(v.Major()), Minor: fmt.Sprint(v.Minor())}
-	return &chartutil.Capabilities{APIVersions: apiVersions, KubeVersion: kv, HelmVersion: chartutil.DefaultCapabilities.HelmVersion}
+	return &helm{cfg: helmtest.Configuration(t, c, namespace)}
 }
 
 func (h *helm) install(ctx context.Context, ch *chart.Chart, vals map[string]any) error {

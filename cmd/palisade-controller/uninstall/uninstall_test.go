@@ -2,12 +2,6 @@ package uninstall_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"strings"
 	"testing"
@@ -31,6 +25,7 @@ import (
 	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/providers/agent/pki/pkitest"
 	"palisade.dev/palisade/test/testbed"
 )
 
@@ -114,22 +109,6 @@ func TestUninstall(t *testing.T) {
 	}
 }
 
-// agentCSR is a CertificateSigningRequest for a client certificate, as an agent sends.
-func agentCSR(t *testing.T, name, signer string) *certificatesv1.CertificateSigningRequest {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.CertificateSigningRequestSpec{
-		Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: signer,
-		Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}}}
-}
-
 // setUp creates what the controller leaves at run time and what is not its own.
 func setUp(t *testing.T, ctx context.Context, c *testbed.Cluster) {
 	t.Helper()
@@ -152,9 +131,9 @@ func setUp(t *testing.T, ctx context.Context, c *testbed.Cluster) {
 		&corev1.Secret{ObjectMeta: meta(ns, "bmc-credentials")},
 		&coordinationv1.Lease{ObjectMeta: meta(ns, "other")},
 		&coordinationv1.Lease{ObjectMeta: meta("kube-node-lease", "worker-1")},
-		agentCSR(t, "agent-worker-1", pki.SignerName),
-		agentCSR(t, "agent-worker-2", pki.SignerName),
-		agentCSR(t, "other-signer", "example.com/other"),
+		pkitest.CSR(t, metav1.ObjectMeta{Name: "agent-worker-1"}, "worker-1", pki.SignerName),
+		pkitest.CSR(t, metav1.ObjectMeta{Name: "agent-worker-2"}, "worker-2", pki.SignerName),
+		pkitest.CSR(t, metav1.ObjectMeta{Name: "other-signer"}, "worker-1", "example.com/other"),
 		&v1alpha1.NodeFence{ObjectMeta: meta("", "worker-1"), Spec: v1alpha1.NodeFenceSpec{NodeName: "worker-1", Trigger: v1alpha1.TriggerManual,
 			Methods: []v1alpha1.Method{{Name: "m", Type: v1alpha1.MethodExecutor}}}},
 	}

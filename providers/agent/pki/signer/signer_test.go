@@ -3,11 +3,7 @@ package signer_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"os"
 	"path/filepath"
@@ -43,15 +39,7 @@ func startCluster(t *testing.T) *testbed.Cluster {
 
 func newRequest(t *testing.T, cn string) []byte {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	return pkitest.CSR(t, metav1.ObjectMeta{}, cn, pki.SignerName).Spec.Request
 }
 
 func createCSR(t *testing.T, kube kubernetes.Interface, name, signer, cn string, usages ...certificatesv1.KeyUsage) *certificatesv1.CertificateSigningRequest {
