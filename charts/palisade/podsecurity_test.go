@@ -284,8 +284,8 @@ func testPod(t *testing.T, ms []manifest) *corev1.Pod {
 	return nil
 }
 
-// TestHelmTestHook: the test Pod is a helm test hook that fetches the metrics Service's port
-// and looks for a palisade_ metric, meets the restricted profile, and is counted by no
+// TestHelmTestHook: the test Pod is a helm test hook that runs the controller's image's
+// check-metrics on the metrics Service's port, meets the restricted profile, and is counted by no
 // Service or PodDisruptionBudget of the controller.
 func TestHelmTestHook(t *testing.T) {
 	ms, err := render(t, nil)
@@ -300,10 +300,11 @@ func TestHelmTestHook(t *testing.T) {
 		t.Errorf("the test Pod violates the restricted profile:\n%s", strings.Join(v, "\n"))
 	}
 	c := pod.Spec.Containers[0]
-	script := strings.Join(c.Command, " ")
-	if c.Image != "busybox:1.36" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever ||
-		!strings.Contains(script, "wget -qO- -T 5 http://palisade-metrics.palisade-system.svc:8080/metrics | grep -q '^palisade_") {
-		t.Errorf("test Pod image %q, restartPolicy %q, command %q", c.Image, pod.Spec.RestartPolicy, c.Command)
+	args := strings.Join(c.Args, " ")
+	if c.Image != deployment(t, ms).Spec.Template.Spec.Containers[0].Image || pod.Spec.RestartPolicy != corev1.RestartPolicyNever ||
+		strings.Join(c.Command, " ") != "palisade-controller" ||
+		!strings.HasPrefix(args, "check-metrics --url=http://palisade-metrics.palisade-system.svc:8080/metrics --attempts=10") {
+		t.Errorf("test Pod image %q (want the controller's), restartPolicy %q, command %q, args %q", c.Image, pod.Spec.RestartPolicy, c.Command, c.Args)
 	}
 	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
 		t.Errorf("test Pod's root filesystem not read-only")

@@ -77,8 +77,13 @@ func parseFlags() flags {
 }
 
 func run() error {
-	if len(os.Args) > 1 && os.Args[1] == "uninstall" {
-		return runUninstall(os.Args[2:])
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "uninstall":
+			return runUninstall(os.Args[2:])
+		case "check-metrics":
+			return runCheckMetrics(os.Args[2:])
+		}
 	}
 	f := parseFlags()
 	log, err := newLogger(f.verbosity)

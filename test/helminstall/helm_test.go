@@ -75,6 +75,12 @@ func TestHelmInstallOnRealMachines(t *testing.T) {
 	s.CreatePolicy(t, 20*time.Second, func(p *v1alpha1.FencingPolicy) { p.Spec.Recovery.PowerOn = true })
 	waitRunning(t, ctx, s, "1", 4*time.Minute)
 	t.Logf("installed: 2 controller replicas and 3 agents running, every agent certified and heard, %s after helm install", time.Since(begin).Round(100*time.Millisecond))
+	if err := h.test(); err != nil {
+		log, _ := s.Cluster.Kube.CoreV1().Pods(namespace).GetLogs(release+"-test", &corev1.PodLogOptions{}).DoRaw(ctx)
+		t.Errorf("helm test: %v; the test pod's log:\n%s", err, log)
+	} else {
+		t.Log("helm test passed: a ready replica serves its metrics through the metrics Service")
+	}
 
 	if !t.Run("FencesAPowerCut", func(t *testing.T) { fencePowerCut(t, ctx, s) }) {
 		return
@@ -174,6 +180,15 @@ func (h *helm) upgrade(ctx context.Context, ch *chart.Chart, vals map[string]any
 	up := action.NewUpgrade(h.cfg)
 	up.Namespace, up.Timeout = namespace, 5*time.Minute
 	_, err := up.RunWithContext(ctx, release, ch, vals)
+	return err
+}
+
+// test runs the release's test hook (helm test): a pod that reads a ready replica's metrics
+// through the metrics Service.
+func (h *helm) test() error {
+	rt := action.NewReleaseTesting(h.cfg)
+	rt.Namespace, rt.Timeout = namespace, 2*time.Minute
+	_, err := rt.Run(release)
 	return err
 }
 
