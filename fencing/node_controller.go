@@ -93,7 +93,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.keepFinalizer(ctx, node, policy); err != nil {
 		return ctrl.Result{}, err
 	}
-	previous, free, err := r.fenceable(ctx, node.Name)
+	previous, free, err := r.fenceable(ctx, node.Name, policy)
 	if err != nil || !free {
 		return ctrl.Result{}, err // a fence on record is not over: NodeFenceReconciler owns it
 	}
@@ -107,10 +107,11 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 }
 
 // fenceable says whether the node may be fenced anew: free when it has no NodeFence, or one
-// that ended with the node unfenced (Recovered), which it returns as previous (a new fence
-// replaces it). A fence on record that is not over (under way, released and not recovered,
-// failed) stands, and the node is not free.
-func (r *NodeReconciler) fenceable(ctx context.Context, node string) (previous *v1alpha1.NodeFence, free bool, err error) {
+// that ended with the node unfenced (Recovered), or a dry run's record while the node's policy
+// p now fences for real — which it returns as previous (a new fence replaces it). A fence on
+// record that is not over (under way, released and not recovered, failed) stands, and the node
+// is not free; so does a dry run's record while the policy is still in dry run.
+func (r *NodeReconciler) fenceable(ctx context.Context, node string, p *v1alpha1.FencingPolicy) (previous *v1alpha1.NodeFence, free bool, err error) {
 	nf := &v1alpha1.NodeFence{}
 	err = r.Client.Get(ctx, client.ObjectKey{Name: node}, nf)
 	switch {
@@ -119,6 +120,10 @@ func (r *NodeReconciler) fenceable(ctx context.Context, node string) (previous *
 	case err != nil:
 		return nil, false, err
 	case nf.Status.Phase == v1alpha1.PhaseRecovered:
+		return nf, true, nil
+	case nf.Spec.DryRun && nf.DeletionTimestamp.IsZero() && p != nil && !p.Spec.DryRun:
+		// A dry run's record took no step; once the node's policy fences for real, it must not
+		// stand in the way of the fence it only described.
 		return nf, true, nil
 	}
 	return nil, false, nil
@@ -271,7 +276,10 @@ func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1al
 		}
 		uid := previous.UID
 		if err := r.Client.Delete(ctx, previous, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting the recovered NodeFence of node %s before fencing it again: %w", node.Name, err)
+			return fmt.Errorf("deleting the ended NodeFence of node %s (%s) before fencing it: %w", node.Name, endedAs(previous), err)
+		}
+		if previous.Spec.DryRun {
+			why += "; replaces the dry-run record of policy " + previous.Spec.PolicyName + ", which now fences for real"
 		}
 	}
 	if err := r.Client.Create(ctx, nf); err != nil {
@@ -285,6 +293,14 @@ func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1al
 	r.Recorder.Eventf(node, nf, corev1.EventTypeWarning, ReasonFenceCreated, "Detect", "%s; fencing with %s (policy %s)", why, methodNames(nf), nf.Spec.PolicyName)
 	r.Recorder.Eventf(nf, node, corev1.EventTypeNormal, ReasonFenceCreated, "Detect", "%s; fencing with %s (policy %s)", why, methodNames(nf), nf.Spec.PolicyName)
 	return nil
+}
+
+// endedAs names how a NodeFence that a new one replaces ended.
+func endedAs(nf *v1alpha1.NodeFence) string {
+	if nf.Spec.DryRun {
+		return "a dry run's record"
+	}
+	return string(nf.Status.Phase)
 }
 
 func newNodeFence(node *corev1.Node, p *v1alpha1.FencingPolicy, trigger v1alpha1.Trigger, reason string) *v1alpha1.NodeFence {

@@ -168,6 +168,8 @@ func TestNodeReconcile(t *testing.T) {
 	failedFence.Status.Phase = v1alpha1.PhaseFailed
 	releasedFence := earlier.DeepCopy()
 	releasedFence.Status.Phase = v1alpha1.PhaseReleased
+	dryRunRecord := earlier.DeepCopy()
+	dryRunRecord.Spec.DryRun, dryRunRecord.Spec.Trigger, dryRunRecord.Spec.Verdict = true, v1alpha1.TriggerDetected, "Dead"
 	tests := []struct {
 		name       string
 		policy     *v1alpha1.FencingPolicy // nil: none
@@ -228,6 +230,21 @@ func TestNodeReconcile(t *testing.T) {
 			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead",
 				Methods: []v1alpha1.Method{ipmiMethod}, PreviousRecoveryTime: &recoveredAt},
 			wantReason: "Dead: ", wantEvents: created("n1"),
+		},
+		{
+			name: "a dry run's record stands while the policy stays in dry run", policy: dryRun(poolPolicy(ipmiMethod)),
+			nodes: map[string]string{"n1": dead}, existing: dryRunRecord, want: &dryRunRecord.Spec, wantReason: earlier.Spec.Reason,
+		},
+		{
+			name: "a dry run's record gives way to a real fence once the policy fences for real", policy: poolPolicy(ipmiMethod),
+			nodes: map[string]string{"n1": dead, "n2": healthy, "n3": healthy}, existing: dryRunRecord,
+			want: &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead",
+				Methods: []v1alpha1.Method{ipmiMethod}},
+			wantReason: "Dead: ", wantEvents: created("n1"),
+		},
+		{
+			name: "a dry run's record of a healthy node goes only when a fence replaces it", policy: poolPolicy(ipmiMethod),
+			nodes: map[string]string{"n1": healthy}, existing: dryRunRecord, want: &dryRunRecord.Spec, wantReason: earlier.Spec.Reason,
 		},
 		{
 			name: "a recovered node that stays healthy keeps its recovered fence", policy: poolPolicy(ipmiMethod),
