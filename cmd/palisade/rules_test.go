@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -128,5 +129,24 @@ func TestConfirmInterrupted(t *testing.T) {
 	err := confirm(ctx, streams{in: r, out: io.Discard}, "Fence node n?")
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("confirm after an interrupt: %v, want the interrupt", err)
+	}
+}
+
+// fenceVerdict says what a failed fence released when its node showed life between release
+// steps, and that a dry run's record gives way once the policy fences for real.
+func TestFenceVerdictOfEndedFences(t *testing.T) {
+	now := time.Now()
+	failed := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "p"}}
+	failed.Status.Phase = v1alpha1.PhaseFailed
+	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "released nothing") {
+		t.Errorf("a failed fence that released nothing: %q", got)
+	}
+	failed.Status.PodsDeleted = 2
+	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "force-deleted 2 pods") || strings.Contains(got, "released nothing") {
+		t.Errorf("a failed fence that force-deleted 2 pods: %q", got)
+	}
+	dry := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "p", DryRun: true, Trigger: v1alpha1.TriggerDetected, Reason: "Dead"}}
+	if got := fenceVerdict("n1", dry, now); !strings.Contains(got, "a new fence replaces this record") {
+		t.Errorf("a dry run's record: %q", got)
 	}
 }

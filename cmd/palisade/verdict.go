@@ -59,10 +59,16 @@ func fenceVerdict(name string, nf *v1alpha1.NodeFence, now time.Time) string {
 		if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced); c != nil {
 			why = c.Reason + ": " + c.Message
 		}
+		if nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0 {
+			return fmt.Sprintf("%s is not fenced: its fence failed (%s) after it had force-deleted %d pods and released %d attachments "+
+				"(the node showed life between release steps): look at the node at once, a replacement may run beside the original",
+				name, why, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased)
+		}
 		return fmt.Sprintf("%s is not fenced: its fence failed (%s) and released nothing; delete the NodeFence to try again once the cause is fixed", name, why)
 	}
 	if nf.Spec.DryRun {
-		return fmt.Sprintf("%s is not being fenced: policy %s is a dry run; the fence (%s: %s) is recorded and no step is taken",
+		return fmt.Sprintf("%s is not being fenced: policy %s was a dry run when the fence (%s: %s) was recorded, and no step is taken; "+
+			"once the policy fences for real, a new fence replaces this record when the node is found failed",
 			name, nf.Spec.PolicyName, nf.Spec.Trigger, nf.Spec.Reason)
 	}
 	return fmt.Sprintf("%s is being fenced: %s, method %s, last step %s", name, orDash(string(nf.Status.Phase)), orDash(nf.Status.Method), lastStepText(*nf))
