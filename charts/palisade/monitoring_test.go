@@ -201,7 +201,7 @@ func checkAlerts(t *testing.T, alerts map[string]rule, runbookBase string) {
 	want := map[string]struct{ expr, hold, severity string }{
 		"PalisadeFenceFailed":      {`increase(palisade_fences_ended_total{phase="Failed"}[10m]) > 0`, "", "critical"},
 		"PalisadeStormGuardActive": {`max by (policy) (palisade_storm_guard_active) == 1`, "2m", "critical"},
-		"PalisadeNodeUnfenceable": {`sum by (reason) (palisade_nodes_fenced{reason=~"BootIDUnchanged|BootIDUnknown|Flapping|AutomaticRecoveryOff|InvalidUnfenceRequest|PowerOnFailed"}) > 0`,
+		"PalisadeNodeUnfenceable": {`sum by (reason) (palisade_nodes_fenced{reason!~"NodeNotBack|NodeGone|Released|PoweredOn|Recovering"}) > 0`,
 			"15m", "warning"},
 		"PalisadeAgentHeartbeatsMissing": {"", "5m", "warning"},
 		"PalisadeControllerBlind":        {`palisade_controller_blind == 1`, "5m", "critical"},
