@@ -5,10 +5,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"palisade.dev/palisade/test/checker"
 	"palisade.dev/palisade/test/realscene"
 )
@@ -37,11 +33,14 @@ func TestRealMachinesCutOffFromTheControlPlane(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !tc.palisade {
+				// The operator: kubectl delete pod db-0 --grace-period=0 --force once the node is
+				// NotReady, and again while the replacement lands on it (the scheduler can place it
+				// there before the node's NoSchedule taint is added, as it did once here).
 				s.WaitNotReady(t, first, 2*time.Minute)
-				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: realscene.PodName(0)}}
-				if err := s.Cluster.Client.Delete(context.Background(), p, client.GracePeriodSeconds(0)); err != nil {
-					t.Fatal(err) // the operator: kubectl delete pod db-0 --grace-period=0 --force
-				}
+				ctx, stop := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() { defer close(done); s.ForceDeletingOperator(ctx, t.Logf) }()
+				defer func() { stop(); <-done }()
 			}
 			second, _ := s.WaitWriter(t, realscene.PodName(0), first, 3*time.Minute)
 			t.Logf("db-0 writes from %s %s after %s was cut off", second, time.Since(cut).Round(100*time.Millisecond), first)
