@@ -95,8 +95,10 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		}
 		// A power-on that fails (a BMC gone for good) holds the node only while it is not back
 		// and clean some other way: powered on by hand and rebooted, or confirmed clean.
-		if rec, _, _ := judgeClean(nf, node, r.now()); !done && rec == nil {
-			return res, nil
+		if !done {
+			if rec, _, _ := judgeClean(nf, node, r.now()); rec == nil {
+				return res, nil
+			}
 		}
 	}
 	if nf.Status.Recovery == nil {
