@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -84,9 +83,6 @@ func (ic *inCluster) machineOptions(o *machine.Options) {
 	o.Daemons = append(o.Daemons, ic.daemon())
 }
 
-// podSubnet is machine i's pod subnet (machine.Machine's).
-func podSubnet(i int) string { return "10.88." + strconv.Itoa(i) + ".0/24" }
-
 // connectPods gives every machine a default route (the LAN's host), routes every machine's pod
 // subnet from the others and masquerades the pods' traffic that leaves the pod network.
 func (s *Scene) connectPods(t testing.TB, ctx context.Context) {
@@ -99,7 +95,7 @@ func (s *Scene) connectPods(t testing.TB, ctx context.Context) {
 		}
 		for j, other := range s.Machines {
 			if i != j {
-				if err := m.Net().Route(podSubnet(j+1), other.Net().IP()); err != nil {
+				if err := m.Net().Route(other.PodSubnet(), other.Net().IP()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -110,7 +106,7 @@ func (s *Scene) connectPods(t testing.TB, ctx context.Context) {
 		ip saddr %s ip daddr != %s masquerade
 	}
 }
-`, podSubnet(i+1), podNetwork)
+`, m.PodSubnet(), podNetwork)
 		cmd := m.Net().Command(ctx, "nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(nat)
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -144,7 +144,7 @@ func Start(t testing.TB, o Options) *Scene {
 	t.Logf("scene: control plane, LAN, agents' and volumes' set-up in %s", time.Since(begin).Round(100*time.Millisecond))
 	for i := 1; i <= o.Machines; i++ {
 		s.addMachine(t, ctx, i, img)
-		if err := storage.Route("10.88."+strconv.Itoa(i)+".0/24", s.Machines[i-1].Net().IP()); err != nil {
+		if err := storage.Route(s.Machines[i-1].PodSubnet(), s.Machines[i-1].Net().IP()); err != nil {
 			t.Fatal(err)
 		}
 	}

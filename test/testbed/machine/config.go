@@ -25,8 +25,8 @@ func (m *Machine) path(parts ...string) string {
 
 func (m *Machine) socket() string { return m.path(runDir, "containerd.sock") }
 
-// podSubnet is the machine's pod network: one /24 per machine index.
-func (m *Machine) podSubnet() string { return fmt.Sprintf("10.88.%d.0/24", m.o.Index) }
+// PodSubnet is the machine's pod network: one /24 per machine index.
+func (m *Machine) PodSubnet() string { return fmt.Sprintf("10.88.%d.0/24", m.o.Index) }
 
 // writeConfig writes containerd's, the CNI's and the kubelet's configuration and the
 // kubelet's kubeconfig.
@@ -60,7 +60,7 @@ func (m *Machine) cniConfig() string {
 				"type": "bridge", "bridge": fmt.Sprintf("cni%d", m.o.Index), "isGateway": true, "ipMasq": false,
 				"ipam": map[string]any{
 					"type": "host-local", "dataDir": m.path(runDir, "cni-ipam"),
-					"ranges": []any{[]any{map[string]any{"subnet": m.podSubnet()}}},
+					"ranges": []any{[]any{map[string]any{"subnet": m.PodSubnet()}}},
 					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
 				},
 			},
