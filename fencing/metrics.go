@@ -103,12 +103,14 @@ var fenceStates = &stateCollector{nodes: map[string]fenceState{}}
 // fenceState is where one node's fence stands.
 type fenceState struct {
 	inProgress bool
-	held       string // released, not recovered: the Recovered=False reason, or "Released"
+	since      time.Time // in progress: when the fence was created
+	held       string    // released, not recovered: the Recovered=False reason, or "Released"
 }
 
 type stateCollector struct {
 	mu    sync.Mutex
 	nodes map[string]fenceState
+	now   func() time.Time // time.Now when nil
 }
 
 var (
@@ -117,6 +119,9 @@ var (
 	nodesFencedDesc = prometheus.NewDesc("palisade_nodes_fenced",
 		"Nodes whose fence was released and that are not recovered, by why they stay fenced (the NodeFence's Recovered=False reason: NodeNotBack, BootIDUnchanged, Flapping, …; Released before it is judged).",
 		[]string{"reason"}, nil)
+	oldestInProgressDesc = prometheus.NewDesc("palisade_fence_oldest_in_progress_seconds",
+		"Age of the oldest fence under way (since its NodeFence was created), 0 when none is: a fence that neither releases nor fails waits on something a person must fix (its conditions say what).",
+		nil, nil)
 )
 
 // observe records where nf stands.
@@ -131,6 +136,9 @@ func (c *stateCollector) observe(nf *v1alpha1.NodeFence) {
 	case v1alpha1.PhaseFailed, v1alpha1.PhaseRecovered:
 	default:
 		st.inProgress = !nf.Spec.DryRun
+		if st.inProgress {
+			st.since = nf.CreationTimestamp.Time
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,14 +159,22 @@ func (c *stateCollector) forget(name string) {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- fencesInProgressDesc
 	ch <- nodesFencedDesc
+	ch <- oldestInProgressDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
 	c.mu.Lock()
-	inProgress, held := 0, map[string]int{}
+	inProgress, held, oldest := 0, map[string]int{}, time.Duration(0)
 	for _, st := range c.nodes {
 		if st.inProgress {
 			inProgress++
+			if !st.since.IsZero() {
+				oldest = max(oldest, now().Sub(st.since))
+			}
 		}
 		if st.held != "" {
 			held[st.held]++
@@ -166,6 +182,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(fencesInProgressDesc, prometheus.GaugeValue, float64(inProgress))
+	ch <- prometheus.MustNewConstMetric(oldestInProgressDesc, prometheus.GaugeValue, nonNegative(oldest))
 	for reason, n := range held {
 		ch <- prometheus.MustNewConstMetric(nodesFencedDesc, prometheus.GaugeValue, float64(n), reason)
 	}
