@@ -163,9 +163,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	now := time.Now
+	now := time.Now()
 	if c.now != nil {
-		now = c.now
+		now = c.now()
 	}
 	c.mu.Lock()
 	inProgress, held, oldest := 0, map[string]int{}, time.Duration(0)
@@ -173,7 +173,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if st.inProgress {
 			inProgress++
 			if !st.since.IsZero() {
-				oldest = max(oldest, now().Sub(st.since))
+				oldest = max(oldest, now.Sub(st.since))
 			}
 		}
 		if st.held != "" {
