@@ -12,8 +12,10 @@ import (
 // table is the nftables table (family inet) that holds a node's cuts, inside its namespace.
 const table = "palisade"
 
-// Endpoint is a peer of a node that a cut separates it from: an IP address and a TCP port,
-// where port 0 means every packet to or from the address (any protocol, any port).
+// Endpoint is a peer of a node that a cut separates it from: an IP address and a port, which
+// a cut closes to both TCP and UDP (a service may listen on one port number with both, as the
+// controller does for the agents' heartbeats: a partition must silence both), where port 0
+// means every packet to or from the address (any protocol, any port).
 type Endpoint struct {
 	IP   string
 	Port int
@@ -55,9 +57,13 @@ func (e Endpoint) validate() error {
 }
 
 // Cut drops, from now on, every packet between the node and each peer, in both directions:
-// for a peer with a port, the TCP traffic of connections to that port; for a peer without,
+// for a peer with a port, the TCP and UDP traffic to and from that port; for a peer without,
 // all traffic with that address. Established connections stop passing data (packets are
-// dropped, not rejected: the peers see silence, as with a broken link). Cuts add up until Heal.
+// dropped, not rejected: the peers see silence, as with a broken link). One difference from a
+// broken link: a datagram the node itself sends to a cut peer fails at once with EPERM, as
+// the kernel reports a drop in the output hook to the sending socket, where on a broken link
+// it would vanish (TCP does not notice: it retransmits as after a loss). Datagrams from a cut
+// peer, and those of the pods the node routes for, are lost silently. Cuts add up until Heal.
 func (n *Node) Cut(peers ...Endpoint) error {
 	for _, p := range peers {
 		if err := p.validate(); err != nil {
@@ -129,7 +135,9 @@ func describe(peers []Endpoint, all bool) string {
 	return strings.Join(s, ", ")
 }
 
-// dropRule drops the packets from (addr saddr, port sport) or to (daddr, dport) peer.
+// dropRule drops the packets from (addr saddr, port sport) or to (daddr, dport) peer. With a
+// port, it matches TCP and UDP alike: "th" (the transport header) is where both keep their
+// ports, and meta l4proto, unlike ip protocol, also finds UDP behind IPv6 extension headers.
 func dropRule(p Endpoint, addr, port string) string {
 	family := "ip"
 	if netip.MustParseAddr(p.IP).Is6() {
@@ -138,7 +146,7 @@ func dropRule(p Endpoint, addr, port string) string {
 	if p.Port == 0 {
 		return fmt.Sprintf("\t\t%s %s %s drop\n", family, addr, p.IP)
 	}
-	return fmt.Sprintf("\t\t%s %s %s tcp %s %d drop\n", family, addr, p.IP, port, p.Port)
+	return fmt.Sprintf("\t\t%s %s %s meta l4proto { tcp, udp } th %s %d drop\n", family, addr, p.IP, port, p.Port)
 }
 
 // ruleset is the nft script that replaces table inet palisade with drop rules for peers (and

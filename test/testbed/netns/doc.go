@@ -13,10 +13,12 @@
 // service bound to loopback (the API server of the test bed) reachable at HostIP.
 //
 // Cuts are nftables rules in a table of their own (inet palisade) inside the node's namespace
-// that drop packets in both directions, established connections included. Names of namespaces
-// and root-namespace links start with a prefix unique to the LAN ("pn", the process ID and a
-// sequence number in base 36), so parallel tests and processes never collide; New removes the
-// leftovers of processes that no longer exist, and everything a LAN made is removed in
-// t.Cleanup, also when the test fails. It needs root and Debian's iproute2 (ip) and nftables
-// (nft): `make deps` installs them.
+// that drop packets in both directions, established connections included: all of them for a
+// peer address, TCP and UDP for a peer address and port (a service such as the controller's
+// heartbeat server may take both on one port number). Names of namespaces and root-namespace
+// links start with a prefix unique to the LAN ("pn", the process ID and a sequence number in
+// base 36), so parallel tests and processes never collide; New removes the leftovers of
+// processes that no longer exist, and everything a LAN made is removed in t.Cleanup, also when
+// the test fails. It needs root and Debian's iproute2 (ip) and nftables (nft): `make deps`
+// installs them.
 package netns

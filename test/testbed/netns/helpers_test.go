@@ -2,14 +2,18 @@ package netns_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,6 +129,101 @@ func mustNotReach(t *testing.T, n *netns.Node, addr, what string) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// udpOnHost listens for datagrams in the root namespace on ip:port (port 0: any free one).
+func udpOnHost(t *testing.T, ip string, port int) (net.PacketConn, error) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { pc.Close() })
+	return pc, nil
+}
+
+// tcpAndUDPOnHost serves TCP (echo) and takes datagrams on one port number of ip in the root
+// namespace, as the controller does for heartbeats. It returns the datagram socket and the
+// TCP echo server's address.
+func tcpAndUDPOnHost(t *testing.T, ip string) (net.PacketConn, string) {
+	t.Helper()
+	for range 10 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := udpOnHost(t, ip, ln.Addr().(*net.TCPAddr).Port)
+		if errors.Is(err, syscall.EADDRINUSE) { // the port is free for TCP only: try another
+			ln.Close()
+			continue
+		}
+		if err != nil {
+			ln.Close()
+			t.Fatal(err)
+		}
+		return pc, echo(t, ln)
+	}
+	t.Fatalf("found no port of %s free for both TCP and UDP", ip)
+	return nil, ""
+}
+
+// dialUDP returns a UDP socket in n's namespace connected to srv.
+func dialUDP(t *testing.T, n *netns.Node, srv net.PacketConn) net.Conn {
+	t.Helper()
+	c, err := n.Dial(t.Context(), "udp", srv.LocalAddr().String())
+	if err != nil {
+		t.Fatalf("dialing %s over UDP from node %s: %v", srv.LocalAddr(), n.Name(), err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+var datagramSeq atomic.Int64
+
+// datagram is a payload no earlier call returned, so that a late copy of an earlier datagram
+// cannot pass for this one.
+func datagram() []byte {
+	return []byte("datagram " + strconv.FormatInt(datagramSeq.Add(1), 10))
+}
+
+// sendUp sends a datagram from c, in a node's namespace, to srv in the root namespace and
+// waits dialTimeout for srv to receive it.
+func sendUp(c net.Conn, srv net.PacketConn) error {
+	msg := datagram()
+	if _, err := c.Write(msg); err != nil {
+		return fmt.Errorf("sending: %w", err)
+	}
+	return await(srv.SetReadDeadline, func(b []byte) (int, error) {
+		n, _, err := srv.ReadFrom(b)
+		return n, err
+	}, msg)
+}
+
+// sendDown sends a datagram from srv, in the root namespace, to c in a node's namespace (from
+// the port c is connected to) and waits dialTimeout for c to receive it.
+func sendDown(srv net.PacketConn, c net.Conn) error {
+	msg := datagram()
+	if _, err := srv.WriteTo(msg, c.LocalAddr()); err != nil {
+		return fmt.Errorf("sending: %w", err)
+	}
+	return await(c.SetReadDeadline, c.Read, msg)
+}
+
+// await reads datagrams until want arrives or dialTimeout passes.
+func await(setDeadline func(time.Time) error, read func([]byte) (int, error), want []byte) error {
+	if err := setDeadline(time.Now().Add(dialTimeout)); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	for {
+		n, err := read(buf)
+		if err != nil {
+			return fmt.Errorf("receiving: %w", err)
+		}
+		if bytes.Equal(buf[:n], want) {
+			return nil
+		}
+	}
 }
 
 func endpoint(t *testing.T, addr string) netns.Endpoint {

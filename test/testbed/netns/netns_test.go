@@ -49,6 +49,66 @@ func TestCutEndpointByPort(t *testing.T) {
 	mustReach(t, a, otherAddr, "after Heal")
 }
 
+// A cut of an endpoint with a port stops UDP on that port as well as TCP, in both directions:
+// the controller takes the agents' heartbeats as datagrams on the port number of its TCP
+// heartbeat server, and a partition from the controller must silence both. Another UDP port
+// of the same address still passes; Heal restores the cut port.
+func TestCutEndpointDropsUDP(t *testing.T) {
+	t.Parallel()
+	lan := netns.New(t)
+	a := lan.AddNode("a")
+	hb, hbTCP := tcpAndUDPOnHost(t, lan.HostIP())
+	other, err := udpOnHost(t, lan.HostIP(), 0)
+	must(t, err)
+	toHB, toOther := dialUDP(t, a, hb), dialUDP(t, a, other)
+
+	for what, err := range map[string]error{
+		"node → host":       sendUp(toHB, hb),
+		"host → node":       sendDown(hb, toHB),
+		"node → other port": sendUp(toOther, other),
+	} {
+		if err != nil {
+			t.Fatalf("datagram %s before the cut: %v", what, err)
+		}
+	}
+	mustReach(t, a, hbTCP, "TCP before the cut")
+
+	must(t, a.Cut(endpoint(t, hbTCP)))
+	// The node's own sends fail at once with EPERM, as Cut documents (the output hook's drop).
+	if err := sendUp(toHB, hb); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("datagram node → host after the cut: %v, want EPERM (dropped before it leaves the node)", err)
+	}
+	if err := sendDown(hb, toHB); err == nil {
+		t.Error("datagram host → node after the cut: delivered")
+	} else if !isTimeout(err) {
+		t.Errorf("datagram host → node after the cut: %v, want silence (a timeout)", err)
+	}
+	if err := sendUp(toOther, other); err != nil {
+		t.Errorf("datagram node → another UDP port of the cut address: %v", err)
+	}
+	if err := sendDown(other, toOther); err != nil {
+		t.Errorf("datagram from another UDP port of the cut address → node: %v", err)
+	}
+	mustNotReach(t, a, hbTCP, "TCP on the cut port")
+
+	must(t, a.Heal())
+	if err := sendUp(toHB, hb); err != nil {
+		t.Errorf("datagram node → host after Heal: %v", err)
+	}
+	if err := sendDown(hb, toHB); err != nil {
+		t.Errorf("datagram host → node after Heal: %v", err)
+	}
+	mustReach(t, a, hbTCP, "TCP after Heal")
+}
+
+// nft takes the rules of an IPv6 peer (which TestRuleset checks only as text).
+func TestCutIPv6Endpoint(t *testing.T) {
+	t.Parallel()
+	a := netns.New(t).AddNode("a")
+	must(t, a.Cut(netns.Endpoint{IP: "fd00::1", Port: 80}, netns.Endpoint{IP: "fd00::2"}))
+	must(t, a.Heal())
+}
+
 // CutNodes separates two nodes in both directions while both keep the root namespace and the
 // third node.
 func TestCutNodes(t *testing.T) {

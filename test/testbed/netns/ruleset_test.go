@@ -19,18 +19,18 @@ func TestRuleset(t *testing.T) {
 			want: reset + `table inet palisade {
 	chain input {
 		type filter hook input priority filter; policy accept;
-		ip saddr 10.231.0.1 tcp sport 6443 drop
+		ip saddr 10.231.0.1 meta l4proto { tcp, udp } th sport 6443 drop
 		ip saddr 10.231.0.11 drop
 	}
 	chain output {
 		type filter hook output priority filter; policy accept;
-		ip daddr 10.231.0.1 tcp dport 6443 drop
+		ip daddr 10.231.0.1 meta l4proto { tcp, udp } th dport 6443 drop
 		ip daddr 10.231.0.11 drop
 	}
 	chain forward {
 		type filter hook forward priority filter; policy accept;
-		ip saddr 10.231.0.1 tcp sport 6443 drop
-		ip daddr 10.231.0.1 tcp dport 6443 drop
+		ip saddr 10.231.0.1 meta l4proto { tcp, udp } th sport 6443 drop
+		ip daddr 10.231.0.1 meta l4proto { tcp, udp } th dport 6443 drop
 		ip saddr 10.231.0.11 drop
 		ip daddr 10.231.0.11 drop
 	}
@@ -42,16 +42,16 @@ func TestRuleset(t *testing.T) {
 			want: reset + `table inet palisade {
 	chain input {
 		type filter hook input priority filter; policy accept;
-		ip6 saddr fd00::1 tcp sport 80 drop
+		ip6 saddr fd00::1 meta l4proto { tcp, udp } th sport 80 drop
 	}
 	chain output {
 		type filter hook output priority filter; policy accept;
-		ip6 daddr fd00::1 tcp dport 80 drop
+		ip6 daddr fd00::1 meta l4proto { tcp, udp } th dport 80 drop
 	}
 	chain forward {
 		type filter hook forward priority filter; policy accept;
-		ip6 saddr fd00::1 tcp sport 80 drop
-		ip6 daddr fd00::1 tcp dport 80 drop
+		ip6 saddr fd00::1 meta l4proto { tcp, udp } th sport 80 drop
+		ip6 daddr fd00::1 meta l4proto { tcp, udp } th dport 80 drop
 	}
 }
 `,
