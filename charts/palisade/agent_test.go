@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
@@ -116,10 +117,12 @@ func TestAgentValues(t *testing.T) {
 	ms, err := render(t, map[string]any{"agent": map[string]any{
 		"selfFenceAfter": "45s", "interval": "2s", "criEndpoint": "/run/k3s/containerd/containerd.sock", "kubeletStopCommand": "",
 		"watchdogDevice": "/dev/watchdog", "extraArgs": []any{"--executor-timeout=1m"}, "stateDir": "/var/lib/rancher/palisade",
+		"heartbeatPort": 10443,
 	}})
 	if err != nil {
 		t.Fatalf("rendering: %v", err)
 	}
+	checkHeartbeatPorts(t, heartbeatService(t, ms), deployment(t, ms).Spec.Template.Spec.Containers[0], 10443)
 	pod := daemonSet(t, ms).Spec.Template.Spec
 	args := pod.Containers[0].Args
 	for _, want := range []string{
@@ -159,16 +162,7 @@ func TestAgentWiring(t *testing.T) {
 	dep, ds := deployment(t, ms), daemonSet(t, ms)
 	ctl, agentArgs := dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0].Args
 
-	var svc *corev1.Service
-	for _, m := range find(ms, "Service") {
-		if m.name == "palisade-agent-heartbeat" {
-			svc = &corev1.Service{}
-			decodeStrict(t, m, svc)
-		}
-	}
-	if svc == nil {
-		t.Fatal("no heartbeat Service")
-	}
+	svc := heartbeatService(t, ms)
 	want := map[string]string{app.LabelAgentEndpoint: "true"}
 	for k, v := range dep.Spec.Selector.MatchLabels {
 		want[k] = v
@@ -179,12 +173,7 @@ func TestAgentWiring(t *testing.T) {
 	if _, ok := dep.Spec.Template.Labels[app.LabelAgentEndpoint]; ok {
 		t.Error("the pod template carries the leader label: every replica would get heartbeats")
 	}
-	port := svc.Spec.Ports[0]
-	if port.Port != 9443 || !slices.ContainsFunc(ctl.Ports, func(p corev1.ContainerPort) bool {
-		return p.Name == port.TargetPort.String() && p.ContainerPort == 9443
-	}) {
-		t.Errorf("Service port %+v does not reach a controller port %+v", port, ctl.Ports)
-	}
+	checkHeartbeatPorts(t, svc, ctl, 9443)
 
 	listen, _ := argValue(ctl.Args, "agent-listen-address")
 	hosts, _ := argValue(ctl.Args, "agent-tls-hosts")
@@ -207,6 +196,45 @@ func TestAgentWiring(t *testing.T) {
 	}
 	if env := fieldEnv(ctl); env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" {
 		t.Errorf("POD_NAME and POD_NAMESPACE not from the downward API: %+v", ctl.Env)
+	}
+}
+
+func heartbeatService(t *testing.T, ms []manifest) *corev1.Service {
+	t.Helper()
+	for _, m := range find(ms, "Service") {
+		if m.name == "palisade-agent-heartbeat" {
+			svc := &corev1.Service{}
+			decodeStrict(t, m, svc)
+			return svc
+		}
+	}
+	t.Fatal("no heartbeat Service")
+	return nil
+}
+
+// checkHeartbeatPorts checks that the heartbeat Service takes port on TCP (HTTPS: orders, and
+// heartbeats when datagrams do not pass) and on UDP (the heartbeat datagrams), each reaching
+// the controller's container port of the same number and protocol under a valid port name.
+func checkHeartbeatPorts(t *testing.T, svc *corev1.Service, ctl corev1.Container, port int32) {
+	t.Helper()
+	type hostPort struct {
+		Port     int32
+		Protocol corev1.Protocol
+	}
+	var got []hostPort
+	for _, sp := range svc.Spec.Ports {
+		got = append(got, hostPort{sp.Port, sp.Protocol})
+		if errs := validation.IsValidPortName(sp.TargetPort.String()); len(errs) > 0 {
+			t.Errorf("Service port %s: targetPort %q: %v", sp.Name, sp.TargetPort.String(), errs)
+		}
+		if !slices.ContainsFunc(ctl.Ports, func(p corev1.ContainerPort) bool {
+			return p.Name == sp.TargetPort.String() && p.ContainerPort == sp.Port && p.Protocol == sp.Protocol
+		}) {
+			t.Errorf("Service port %+v does not reach a controller port of its number and protocol: %+v", sp, ctl.Ports)
+		}
+	}
+	if diff := cmp.Diff([]hostPort{{port, corev1.ProtocolTCP}, {port, corev1.ProtocolUDP}}, got); diff != "" {
+		t.Errorf("heartbeat Service ports (-want +got):\n%s", diff)
 	}
 }
 
