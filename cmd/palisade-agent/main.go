@@ -55,6 +55,7 @@ type options struct {
 	kubeletHealthz        string
 	verbosity             int
 	controllerCallTimeout time.Duration
+	noDatagrams           bool
 
 	criEndpoint        string
 	kubeletStopCommand string
@@ -87,6 +88,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.key, "key", "", "key of --cert (PEM), re-read on change (required)")
 	fs.StringVar(&o.ca, "ca", "", "CA bundle the controller's certificate must chain to (required)")
 	fs.DurationVar(&o.interval, "interval", time.Second, "heartbeat interval")
+	fs.BoolVar(&o.noDatagrams, "no-heartbeat-datagrams", false, "send every heartbeat over HTTPS; by default, once the controller gives this agent a key over HTTPS, heartbeats go as UDP datagrams authenticated with it, to the port number of --controller-address, with HTTPS as the fallback")
 	fs.StringVar(&o.kubeletHealthz, "kubelet-healthz", "http://127.0.0.1:10248/healthz", "URL of the kubelet's healthz endpoint")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity (0: info; 1: every heartbeat)")
 	fs.StringVar(&o.criEndpoint, "cri-endpoint", "", `containerd's socket (a path or unix://path) for Terminate commands; "" disables the executor`)

@@ -47,7 +47,7 @@ func (o options) heartbeat(bootID string, probePort int) heartbeat.Config {
 func newClient(o options, log logr.Logger) (*channel.Client, error) {
 	client, err := channel.NewClient(channel.ClientOptions{
 		Address: o.controller, ServerName: o.serverName, CertFile: o.cert, KeyFile: o.key, CAFile: o.ca,
-		Timeout: o.controllerCallTimeout, Logger: log.WithName("tls"),
+		Timeout: o.controllerCallTimeout, Logger: log.WithName("tls"), NoDatagrams: o.noDatagrams,
 	})
 	if err != nil {
 		return nil, err

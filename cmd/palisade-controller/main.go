@@ -58,6 +58,7 @@ func parseFlags() flags {
 	flag.StringVar(&f.ipmitool, "ipmitool", "ipmitool", "path of the ipmitool binary")
 	flag.DurationVar(&f.providerTimeout, "provider-call-timeout", 15*time.Second, "timeout of one call to a BMC")
 	flag.StringVar(&f.opts.Agents.Addr, "agent-listen-address", "", `address of the mTLS server for the node agents' direct heartbeats ("" disables it)`)
+	flag.BoolVar(&f.opts.Agents.NoDatagrams, "no-agent-heartbeat-datagrams", false, "accept the agents' heartbeats over HTTPS only; by default the heartbeat server also reads UDP datagrams on the same port number, authenticated with a key it gives each agent over HTTPS, so that it holds no connection per agent")
 	flag.StringVar(&f.opts.Agents.CertFile, "agent-tls-cert", "", "server certificate for the agent heartbeat server (re-read on change)")
 	flag.StringVar(&f.opts.Agents.KeyFile, "agent-tls-key", "", "server key for the agent heartbeat server")
 	flag.StringVar(&f.opts.Agents.CAFile, "agent-ca", "", "CA bundle that agents' client certificates must chain to")

@@ -128,4 +128,17 @@ type Response struct {
 	// IntervalMillis is the heartbeat (and probe) interval the node's policy asks for; 0: keep
 	// the agent's own.
 	IntervalMillis int64 `json:"intervalMillis,omitempty"`
+	// Datagram is a new key for heartbeat datagrams, sent when the Report asked for datagrams
+	// (Datagrams) and did not name the server's current key for this node.
+	Datagram *DatagramKey `json:"datagram,omitempty"`
+}
+
+// DatagramKey is the secret an agent authenticates its heartbeat datagrams with (HMAC-SHA256),
+// given to it over the mutually authenticated TLS channel only. It is valid until the agent's
+// client certificate expires, or until the controller forgets it (a new leader knows none).
+type DatagramKey struct {
+	// ID names the key in every datagram (DatagramKeyIDBytes bytes).
+	ID []byte `json:"id"`
+	// Key is the HMAC key (DatagramKeyBytes bytes).
+	Key []byte `json:"key"`
 }

@@ -50,6 +50,11 @@ type Report struct {
 	// KubeletPort is the kubelet's port on ProbeHost, which peers probe too (a node whose agent
 	// crashed but whose kubelet answers is not dead); 0: not probed.
 	KubeletPort int `json:"kubeletPort,omitempty"`
+	// Datagrams says the agent can send its heartbeats as datagrams: an HTTPS answer then
+	// carries a DatagramKey when DatagramKeyID is not the server's current key for the node.
+	Datagrams bool `json:"datagrams,omitempty"`
+	// DatagramKeyID is the ID of the datagram key the agent holds, empty for none.
+	DatagramKeyID []byte `json:"datagramKeyID,omitempty"`
 }
 
 // PeerReport is one probe of a peer.

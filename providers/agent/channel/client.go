@@ -34,11 +34,15 @@ type ClientOptions struct {
 	Timeout time.Duration
 	// Logger defaults to a discarding logger.
 	Logger logr.Logger
+	// NoDatagrams sends every heartbeat over HTTPS (see agentwire's "Heartbeat datagrams").
+	NoDatagrams bool
 }
 
-// Client sends an agent's heartbeats to the controller over mutually authenticated TLS, one
-// long-lived HTTP/1.1 keep-alive connection for all of them.
+// Client sends an agent's heartbeats to the controller: as authenticated datagrams once the
+// controller gave it a key, else, and whenever the controller asks for it or datagrams go
+// unanswered, over mutually authenticated TLS (HTTP/1.1 with keep-alive).
 type Client struct {
+	dg           *clientDatagrams // nil with NoDatagrams
 	url          string
 	cert         *pki.FileSource[*tls.Certificate]
 	timeout      time.Duration
@@ -91,6 +95,9 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	}
 	c.transport = c.newTransport()
 	_, c.gen, _ = cert.Get()
+	if !opts.NoDatagrams {
+		c.dg = &clientDatagrams{address: opts.Address, timeout: opts.Timeout, log: opts.Logger}
+	}
 	return c, nil
 }
 
@@ -115,6 +122,14 @@ func (c *Client) httpClient(renew bool) *http.Client {
 	return &http.Client{Transport: c.transport, Timeout: c.timeout}
 }
 
+// certRenewed says whether the certificate files changed since the connection's handshake.
+func (c *Client) certRenewed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, gen, err := c.cert.Get()
+	return err == nil && gen != c.gen
+}
+
 // Identity is the node name in the current client certificate.
 func (c *Client) Identity() (string, error) {
 	cert, _, err := c.cert.Get()
@@ -131,11 +146,31 @@ func (c *Client) Send(ctx context.Context, rep agentwire.Report) (*agentwire.Com
 	return resp.Command, err
 }
 
-// Exchange posts one heartbeat and returns the controller's answer: the node's pending command
-// and the peers to probe (both empty on 204). When the certificate files changed since the
-// last heartbeat, it opens a new connection, so that its handshake presents the renewed
-// certificate.
+// Exchange sends one heartbeat and returns the controller's answer: the node's pending command,
+// the peers to probe (the ones last received when the controller has no new ones) and the
+// interval it asks for. It sends a datagram when it holds a key, and posts over HTTPS when it
+// holds none, when the Report does not fit a datagram, when the controller's answer asks for
+// an exchange, or when no answer came in half of ctx's time.
 func (c *Client) Exchange(ctx context.Context, rep agentwire.Report) (agentwire.Response, error) {
+	if c.dg == nil {
+		return c.post(ctx, rep)
+	}
+	rep.Datagrams = true
+	// A renewed certificate goes over HTTPS at once: its handshake gets a key bound to it.
+	if resp, ok := c.dg.heartbeat(ctx, &rep, c.certRenewed()); ok {
+		return resp, nil
+	}
+	resp, err := c.post(ctx, rep)
+	if err == nil {
+		c.dg.answered(resp)
+	}
+	return resp, err
+}
+
+// post posts one heartbeat over HTTPS and returns the controller's answer (empty on 204). When
+// the certificate files changed since the last heartbeat, it opens a new connection, so that
+// its handshake presents the renewed certificate.
+func (c *Client) post(ctx context.Context, rep agentwire.Report) (agentwire.Response, error) {
 	body, err := json.Marshal(rep)
 	if err != nil {
 		return agentwire.Response{}, fmt.Errorf("encoding heartbeat: %w", err)
@@ -172,11 +207,14 @@ func decodeResponse(body io.Reader) (agentwire.Response, error) {
 	return r, nil
 }
 
-// Close closes the idle connection.
+// Close closes the idle connection and the datagram socket.
 func (c *Client) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.transport.CloseIdleConnections()
+	if c.dg != nil {
+		c.dg.close()
+	}
 }
 
 // RejectedError is the server's refusal of a heartbeat.

@@ -100,7 +100,14 @@ func startServer(t *testing.T, p *testPKI, opts ServerOptions) *Server {
 
 func newClient(t *testing.T, p *testPKI, addr, certFile, keyFile string) *Client {
 	t.Helper()
-	c, err := NewClient(ClientOptions{Address: addr, CertFile: certFile, KeyFile: keyFile, CAFile: p.caFile, Timeout: 5 * time.Second})
+	return newClientWith(t, p, ClientOptions{Address: addr, CertFile: certFile, KeyFile: keyFile})
+}
+
+// newClientWith is newClient with more options; p's CA and a 5 s timeout are filled in.
+func newClientWith(t *testing.T, p *testPKI, opts ClientOptions) *Client {
+	t.Helper()
+	opts.CAFile, opts.Timeout = p.caFile, 5*time.Second
+	c, err := NewClient(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestLatestMatchesSnapshot(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("n%d", i)
 	}
-	s := &Server{log: logr.Discard(), nodes: map[string]agentwire.Heartbeat{}, commands: map[string]agentwire.Command{},
+	s := &Server{log: logr.Discard(), dg: newDatagramState(), nodes: map[string]agentwire.Heartbeat{}, commands: map[string]agentwire.Command{},
 		statuses: map[string]agentwire.ExecutorStatus{}, about: map[string]map[string][]agentwire.PeerReport{}, peers: newPeerBook(3)}
 	for step := range 2000 {
 		node := names[rng.IntN(len(names))]

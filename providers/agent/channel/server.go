@@ -50,6 +50,9 @@ type ServerOptions struct {
 	// connections to the port, must never take the files the controller needs to reach its
 	// API server, without which it is blind.
 	MaxConns int
+	// NoDatagrams turns heartbeat datagrams off (agentwire's "Heartbeat datagrams"): every
+	// heartbeat then comes over HTTPS, on a connection each agent keeps open.
+	NoDatagrams bool
 }
 
 // ReservedFiles are the open files a default MaxConns leaves to the rest of the process (API
@@ -82,6 +85,8 @@ type Server struct {
 	// the reporting node, so that Latest reads one node's signals in O(peers).
 	about map[string]map[string][]agentwire.PeerReport
 	peers *peerBook
+	// dg is the heartbeat datagrams' socket and keys (its conn nil with NoDatagrams).
+	dg *datagramState
 }
 
 // NewServer loads the certificate files (failing early when they are unusable) and builds the
@@ -100,6 +105,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts: opts, log: opts.Logger, nodes: map[string]agentwire.Heartbeat{},
 		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{},
 		about: map[string]map[string][]agentwire.PeerReport{}, peers: newPeerBook(opts.ProbePeers),
+		dg: newDatagramState(),
 	}
 	cert, err := pki.KeyPairSource(opts.CertFile, opts.KeyFile, s.log)
 	if err != nil {
@@ -146,6 +152,14 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("listening for heartbeats on %s: %w", s.opts.Addr, err)
 	}
 	s.lis = netutil.LimitListener(lis, s.opts.MaxConns)
+	if s.opts.NoDatagrams {
+		return nil
+	}
+	if err := s.listenDatagrams(); err != nil {
+		_ = s.lis.Close()
+		s.lis = nil
+		return err
+	}
 	return nil
 }
 
@@ -162,7 +176,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.Listen(); err != nil {
 		return err
 	}
-	s.log.Info("serving agent heartbeats", "address", s.Addr())
+	s.log.Info("serving agent heartbeats", "address", s.Addr(), "datagrams", s.dg.conn != nil)
+	if s.dg.conn != nil {
+		go s.serveDatagrams()
+		defer s.dg.conn.Close()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.ServeTLS(s.lis, "", "") }()
 	select {
@@ -247,6 +265,8 @@ func (s *Server) Forget(node string) {
 	delete(s.nodes, node)
 	delete(s.commands, node)
 	delete(s.statuses, node)
+	s.forgetKey(node)
+	delete(s.dg.told, node)
 	s.peers.forget(node)
 }
 
@@ -314,6 +334,26 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	resp := s.accept(rep, node, now, cert.NotAfter, r.RemoteAddr)
+	if s.dg.conn != nil {
+		if err := s.answeredOverHTTPS(rep, node, cert.NotAfter, &resp); err != nil {
+			s.log.Error(err, "making a heartbeat datagram key failed", "Node", klog.KRef("", node))
+		}
+	}
+	if resp.Command == nil && len(resp.Peers) == 0 && resp.IntervalMillis == 0 && resp.Datagram == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(resp); err != nil {
+		s.log.Info("answering a heartbeat failed", "Node", klog.KRef("", node), "error", err.Error())
+	}
+}
+
+// accept records the validated heartbeat rep of node, received at now from remote with a
+// client certificate (or a datagram key) valid until notAfter, and returns the answer: the
+// node's pending command, its peers to probe and its interval when the agent's differs.
+func (s *Server) accept(rep agentwire.Report, node string, now, notAfter time.Time, remote string) agentwire.Response {
 	if rep.Executor != nil {
 		if err := rep.Executor.Validate(); err != nil {
 			// The heartbeat still says the node is alive: keep it, without the status.
@@ -321,8 +361,8 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 			rep.Executor = nil
 		}
 	}
-	hb := toHeartbeat(rep, now, cert.NotAfter)
-	hb.ProbeAddresses = probeAddresses(rep, r.RemoteAddr)
+	hb := toHeartbeat(rep, now, notAfter)
+	hb.ProbeAddresses = probeAddresses(rep, remote)
 	s.peers.update(node, hb.ProbeAddresses)
 	var resp agentwire.Response
 	if cmd, pending := s.record(hb); pending {
@@ -334,14 +374,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 			resp.IntervalMillis = d.Milliseconds()
 		}
 	}
-	if resp.Command == nil && len(resp.Peers) == 0 && resp.IntervalMillis == 0 {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(resp); err != nil {
-		s.log.Info("answering a heartbeat failed", "Node", klog.KRef("", node), "error", err.Error())
-	}
+	return resp
 }
 
 func clientCert(r *http.Request) *x509.Certificate {
@@ -359,6 +392,9 @@ func validate(rep agentwire.Report) error {
 		if p.Node == "" || p.At.IsZero() {
 			return errors.New("a peer report without node or time")
 		}
+	}
+	if len(rep.DatagramKeyID) > agentwire.DatagramKeyIDBytes {
+		return fmt.Errorf("datagram key ID of %d bytes, at most %d", len(rep.DatagramKeyID), agentwire.DatagramKeyIDBytes)
 	}
 	if rep.IntervalMillis < 0 || rep.IntervalMillis > agentwire.MaxIntervalMillis {
 		return fmt.Errorf("heartbeat interval %dms outside 0..%dms", rep.IntervalMillis, agentwire.MaxIntervalMillis)

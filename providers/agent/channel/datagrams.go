@@ -1,0 +1,232 @@
+package channel
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"palisade.dev/palisade/config/agentwire"
+
+	"k8s.io/klog/v2"
+)
+
+// The server's side of heartbeat datagrams (agentwire's "Heartbeat datagrams" has the wire and
+// why): one UDP socket on the HTTPS port's number, read by one goroutine, and per node only the
+// key it gave the node's agent. Keys live in the leader's memory: a new leader holds none, its
+// agents' datagrams are answered "unknown key", and each agent's next HTTPS exchange gets a
+// new one.
+
+// DatagramResults are the outcomes DatagramCounts counts, in this order.
+var DatagramResults = []string{"accepted", "exchange", "unknown_key", "unauthenticated", "replayed", "invalid", "malformed"}
+
+const (
+	dgAccepted = iota
+	dgExchange
+	dgUnknownKey
+	dgUnauthenticated
+	dgReplayed
+	dgInvalid
+	dgMalformed
+)
+
+// datagramKey is one agent's key; s.mu guards lastSeq.
+type datagramKey struct {
+	id       [agentwire.DatagramKeyIDBytes]byte
+	secret   []byte
+	node     string
+	notAfter time.Time // the client certificate's over which the key was given
+	lastSeq  uint64    // the highest Seq accepted with the key
+}
+
+// datagramState is the server's keys by ID and by node, and what each node's agent was last
+// told over HTTPS; s.mu guards the maps.
+type datagramState struct {
+	conn   *net.UDPConn
+	byID   map[[agentwire.DatagramKeyIDBytes]byte]*datagramKey
+	byNode map[string]*datagramKey
+	// told is the hash of the peer targets each node's agent was last answered over HTTPS.
+	told   map[string]uint64
+	counts [7]atomic.Uint64
+}
+
+func newDatagramState() *datagramState {
+	return &datagramState{
+		byID: map[[agentwire.DatagramKeyIDBytes]byte]*datagramKey{}, byNode: map[string]*datagramKey{}, told: map[string]uint64{},
+	}
+}
+
+// listenDatagrams opens the UDP socket on the port number the TCP listener got.
+func (s *Server) listenDatagrams() error {
+	host, _, err := net.SplitHostPort(s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("parsing the heartbeat address %s: %w", s.opts.Addr, err)
+	}
+	port := s.lis.Addr().(*net.TCPAddr).Port
+	addr, err := net.ResolveUDPAddr("udp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("resolving the heartbeat datagram address: %w", err)
+	}
+	conn, err := net.ListenUDP("udp", addr)
+	if err != nil {
+		return fmt.Errorf("listening for heartbeat datagrams on udp %s: %w", addr, err)
+	}
+	s.dg.conn = conn
+	return nil
+}
+
+// serveDatagrams answers datagrams until the socket is closed.
+func (s *Server) serveDatagrams() {
+	buf := make([]byte, agentwire.MaxDatagramBytes+1) // one more: an oversized datagram shows
+	for {
+		n, from, err := s.dg.conn.ReadFromUDPAddrPort(buf)
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
+			s.log.Info("reading a heartbeat datagram failed", "error", err.Error())
+			continue
+		}
+		if answer := s.handleDatagram(buf[:n], from, s.opts.Now()); answer != nil {
+			if _, err := s.dg.conn.WriteToUDPAddrPort(answer, from); err != nil {
+				s.log.V(1).Info("answering a heartbeat datagram failed", "remote", from.String(), "error", err.Error())
+			}
+		}
+	}
+}
+
+// handleDatagram accepts one heartbeat datagram received at now and returns the answer, nil
+// for none (a datagram nobody authenticated gets none, apart from "unknown key").
+func (s *Server) handleDatagram(b []byte, from netip.AddrPort, now time.Time) []byte {
+	id, err := agentwire.HeartbeatKeyID(b)
+	if err != nil {
+		s.dg.counts[dgMalformed].Add(1)
+		return nil
+	}
+	s.mu.RLock()
+	k := s.dg.byID[id]
+	s.mu.RUnlock()
+	if k == nil || now.After(k.notAfter) {
+		s.dg.counts[dgUnknownKey].Add(1)
+		return agentwire.UnknownKey(id[:])
+	}
+	payload, err := agentwire.OpenHeartbeat(b, k.secret)
+	if err != nil {
+		s.dg.counts[dgUnauthenticated].Add(1)
+		s.log.V(1).Info("dropped a heartbeat datagram that failed authentication", "remote", from.String())
+		return nil
+	}
+	var rep agentwire.Report
+	if err := json.Unmarshal(payload, &rep); err != nil || rep.Node != k.node || validate(rep) != nil {
+		// Authenticated, so the agent's own fault: say so once in a while, in its log terms.
+		s.dg.counts[dgInvalid].Add(1)
+		s.log.Info("dropped an invalid heartbeat datagram", "Node", klog.KRef("", k.node), "bodyNode", rep.Node, "error", errors.Join(err, validate(rep)))
+		return nil
+	}
+	s.mu.Lock()
+	current := s.dg.byID[id] == k
+	replayed := rep.Seq <= k.lastSeq
+	if current && !replayed {
+		k.lastSeq = rep.Seq
+	}
+	s.mu.Unlock()
+	switch {
+	case !current: // replaced while this one was read
+		s.dg.counts[dgUnknownKey].Add(1)
+		return agentwire.UnknownKey(id[:])
+	case replayed:
+		s.dg.counts[dgReplayed].Add(1)
+		return nil
+	}
+	if s.hasNews(rep, k.node) {
+		// Not recorded: the agent posts this heartbeat over HTTPS at once, and gets the news.
+		s.dg.counts[dgExchange].Add(1)
+		return agentwire.SealAccepted(id[:], k.secret, rep.Seq, agentwire.DatagramExchange)
+	}
+	s.accept(rep, k.node, now, k.notAfter, from.String())
+	s.dg.counts[dgAccepted].Add(1)
+	return agentwire.SealAccepted(id[:], k.secret, rep.Seq, 0)
+}
+
+// hasNews says whether the HTTPS answer to rep would tell node's agent what it was not told:
+// a pending command, an interval other than rep's, other peers to probe.
+func (s *Server) hasNews(rep agentwire.Report, node string) bool {
+	s.mu.RLock()
+	_, pending := s.commands[node]
+	told := s.dg.told[node]
+	s.mu.RUnlock()
+	if pending {
+		return true
+	}
+	if s.opts.IntervalFor != nil {
+		if d := s.opts.IntervalFor(node); d > 0 && d.Milliseconds() != rep.IntervalMillis {
+			return true
+		}
+	}
+	return peersHash(s.peers.targets(node)) != told
+}
+
+// answeredOverHTTPS records what node's agent was answered over HTTPS and, when its Report asked
+// for datagrams without naming the node's current key, gives it a new one, valid until
+// notAfter (its client certificate's). A new key replaces the node's old one at once.
+func (s *Server) answeredOverHTTPS(rep agentwire.Report, node string, notAfter time.Time, resp *agentwire.Response) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dg.told[node] = peersHash(resp.Peers)
+	if !rep.Datagrams {
+		return nil
+	}
+	if k := s.dg.byNode[node]; k != nil && bytes.Equal(k.id[:], rep.DatagramKeyID) && k.notAfter.Equal(notAfter) {
+		return nil
+	}
+	k := &datagramKey{node: node, notAfter: notAfter, secret: make([]byte, agentwire.DatagramKeyBytes)}
+	if _, err := rand.Read(k.id[:]); err != nil {
+		return err
+	}
+	if _, err := rand.Read(k.secret); err != nil {
+		return err
+	}
+	s.forgetKey(node)
+	s.dg.byID[k.id], s.dg.byNode[node] = k, k
+	resp.Datagram = &agentwire.DatagramKey{ID: k.id[:], Key: k.secret}
+	return nil
+}
+
+// forgetKey drops node's key; s.mu must be held for writing.
+func (s *Server) forgetKey(node string) {
+	if old := s.dg.byNode[node]; old != nil {
+		delete(s.dg.byID, old.id)
+		delete(s.dg.byNode, node)
+	}
+}
+
+// DatagramCounts are the heartbeat datagrams received, by outcome (DatagramResults' order).
+func (s *Server) DatagramCounts() []uint64 {
+	out := make([]uint64, len(s.dg.counts))
+	for i := range s.dg.counts {
+		out[i] = s.dg.counts[i].Load()
+	}
+	return out
+}
+
+// peersHash is a hash of peer targets, to tell whether an agent was told the current ones.
+func peersHash(ts []agentwire.PeerTarget) uint64 {
+	h := fnv.New64a()
+	for _, t := range ts {
+		h.Write([]byte(t.Node))
+		h.Write([]byte{0})
+		for _, a := range t.Addresses {
+			h.Write([]byte(a))
+			h.Write([]byte{1})
+		}
+		h.Write([]byte{2})
+	}
+	return h.Sum64()
+}
