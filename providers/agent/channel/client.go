@@ -164,6 +164,11 @@ func (c *Client) Exchange(ctx context.Context, rep agentwire.Report) (agentwire.
 	if err == nil {
 		c.dg.answered(resp)
 	}
+	if c.dg.flowing() {
+		// Heartbeats go as datagrams: the connection would sit idle in the controller's memory
+		// (buffers, TLS state, a goroutine) until the next news, which is rare.
+		c.closeIdle()
+	}
 	return resp, err
 }
 
@@ -215,6 +220,13 @@ func (c *Client) Close() {
 	if c.dg != nil {
 		c.dg.close()
 	}
+}
+
+// closeIdle closes the idle HTTPS connection.
+func (c *Client) closeIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.transport.CloseIdleConnections()
 }
 
 // RejectedError is the server's refusal of a heartbeat.

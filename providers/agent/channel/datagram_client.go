@@ -139,6 +139,13 @@ func (d *clientDatagrams) answered(resp agentwire.Response) {
 	}
 }
 
+// flowing says whether heartbeats go as datagrams: a key held, datagrams not paused.
+func (d *clientDatagrams) flowing() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.key != nil && !time.Now().Before(d.paused)
+}
+
 func (d *clientDatagrams) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()

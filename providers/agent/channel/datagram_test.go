@@ -14,10 +14,15 @@ import (
 )
 
 // connCounter counts the HTTPS connections a client's calls with its context get.
-type connCounter struct{ got int }
+type connCounter struct{ got, reused int }
 
 func (c *connCounter) ctx() context.Context {
-	return httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { c.got++ }})
+	return httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		c.got++
+		if i.Reused {
+			c.reused++
+		}
+	}})
 }
 
 // TestHeartbeatDatagrams: an agent's first heartbeat goes over HTTPS and gets a key; the next
@@ -58,8 +63,8 @@ func TestHeartbeatDatagrams(t *testing.T) {
 	if resp := beat(7); resp.Command == nil || resp.Command.ID != "c1" {
 		t.Errorf("heartbeat with a pending command got %+v, want command c1", resp.Command)
 	}
-	if conns.got != 2 {
-		t.Errorf("the pending command took %d HTTPS requests, want 1", conns.got-1)
+	if conns.got != 2 || conns.reused != 0 {
+		t.Errorf("the pending command took %d HTTPS requests, %d on a kept connection; want 1 on a new one (an agent whose heartbeats go as datagrams keeps none open)", conns.got-1, conns.reused)
 	}
 	if got := s.DatagramCounts(); got[dgExchange] != 1 || got[dgAccepted] != 5 {
 		t.Errorf("the datagram of the heartbeat with a command pending counted %v, want it answered exchange, unrecorded", got)

@@ -178,7 +178,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.log.Info("serving agent heartbeats", "address", s.Addr(), "datagrams", s.dg.conn != nil)
 	if s.dg.conn != nil {
-		go s.serveDatagrams()
+		for range datagramReaders {
+			go s.serveDatagrams()
+		}
 		defer s.dg.conn.Close()
 	}
 	errc := make(chan error, 1)
