@@ -193,21 +193,35 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 	}
 	deadline := time.Now().Add(rackTimeout)
 	var confirmed, windowsEnded time.Time
+	failed := 0 // polls that failed: the API server, busy with the rack's writes, may time one out
 	for time.Now().Before(deadline) {
-		p := rackPhases(ctx, b, c, rack)
+		p, err := rackPhases(ctx, c, rack)
+		if err != nil {
+			if failed++; failed == 1 || failed%50 == 0 {
+				b.Logf("polling the rack failed (%d so far), polling on: %v", failed, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		if confirmed.IsZero() && p.fenced == rackSize {
 			confirmed = time.Now()
 		}
 		if windowsEnded.IsZero() && p.verified == rackSize {
 			windowsEnded = time.Now()
 		}
-		if p.released == rackSize && podsLeft(ctx, b, kube, rack) == 0 {
+		if left, err := podsLeft(ctx, kube, rack); err == nil && p.released == rackSize && left == 0 {
+			if failed > 0 {
+				b.Logf("%d polls of the rack failed", failed)
+			}
 			return rackTimes{fromConfirmed: time.Since(confirmed), afterWindows: time.Since(windowsEnded)}
+		} else if err != nil {
+			failed++
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	p := rackPhases(ctx, b, c, rack)
-	b.Fatalf("rack not released within %s: %d fenced, %d verified, %d released, %d pods left", rackTimeout, p.fenced, p.verified, p.released, podsLeft(ctx, b, kube, rack))
+	p, err := rackPhases(ctx, c, rack)
+	left, err2 := podsLeft(ctx, kube, rack)
+	b.Fatalf("rack not released within %s: %d fenced, %d verified, %d released, %d pods left (%v, %v; %d polls failed)", rackTimeout, p.fenced, p.verified, p.released, left, err, err2, failed)
 	return rackTimes{}
 }
 
@@ -215,10 +229,10 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 // (the VerifyFenced step succeeded) and Released.
 type rackProgress struct{ fenced, verified, released int }
 
-func rackPhases(ctx context.Context, b *testing.B, c *testbed.Cluster, rack map[string]bool) rackProgress {
+func rackPhases(ctx context.Context, c *testbed.Cluster, rack map[string]bool) (rackProgress, error) {
 	var list v1alpha1.NodeFenceList
 	if err := c.Client.List(ctx, &list); err != nil {
-		b.Fatalf("listing fences: %v", err)
+		return rackProgress{}, fmt.Errorf("listing fences: %w", err)
 	}
 	var p rackProgress
 	for _, f := range list.Items {
@@ -239,17 +253,17 @@ func rackPhases(ctx context.Context, b *testing.B, c *testbed.Cluster, rack map[
 			}
 		}
 	}
-	return p
+	return p, nil
 }
 
-func podsLeft(ctx context.Context, b *testing.B, kube kubernetes.Interface, rack map[string]bool) int {
+func podsLeft(ctx context.Context, kube kubernetes.Interface, rack map[string]bool) (int, error) {
 	left := 0
 	for node := range rack {
 		pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 		if err != nil {
-			b.Fatalf("listing the pods of %s: %v", node, err)
+			return 0, fmt.Errorf("listing the pods of %s: %w", node, err)
 		}
 		left += len(pods.Items)
 	}
-	return left
+	return left, nil
 }
