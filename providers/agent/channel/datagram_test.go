@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http/httptrace"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,5 +292,38 @@ func TestDatagramsFallBack(t *testing.T) {
 	}
 	if got != datagramMisses {
 		t.Errorf("%d datagrams sent into the void, want %d (then HTTPS only)", got, datagramMisses)
+	}
+}
+
+// TestDatagramIntervalNews: when the node's policy asks for another interval, the next datagram
+// is answered "post", and the post tells the agent the new interval.
+func TestDatagramIntervalNews(t *testing.T) {
+	p := newPKI(t)
+	var interval atomic.Int64
+	interval.Store(int64(time.Second))
+	s := startServer(t, p, ServerOptions{IntervalFor: func(string) time.Duration { return time.Duration(interval.Load()) }})
+	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
+	c := newClient(t, p, s.Addr(), certFile, keyFile)
+	beat := func(seq uint64, every time.Duration) agentwire.Response {
+		t.Helper()
+		resp, err := c.Exchange(context.Background(), agentwire.Report{Node: "n1", Seq: seq, IntervalMillis: every.Milliseconds()})
+		if err != nil {
+			t.Fatalf("heartbeat %d: %v", seq, err)
+		}
+		return resp
+	}
+	beat(1, time.Second) // over HTTPS, for the key
+	if resp := beat(2, time.Second); resp.IntervalMillis != 0 || s.DatagramCounts()[dgAccepted] != 1 {
+		t.Fatalf("an unchanged interval: answered %+v, counts %v; want a datagram accepted, no interval", resp, s.DatagramCounts())
+	}
+	interval.Store(int64(200 * time.Millisecond))
+	if resp := beat(3, time.Second); resp.IntervalMillis != 200 {
+		t.Errorf("after the policy's interval changed, the answer asked for %dms, want 200ms", resp.IntervalMillis)
+	}
+	if got := s.DatagramCounts()[dgExchange]; got != 1 {
+		t.Errorf("%d datagrams answered post, want 1", got)
+	}
+	if resp := beat(4, 200*time.Millisecond); resp.IntervalMillis != 0 || s.DatagramCounts()[dgAccepted] != 2 {
+		t.Errorf("at the new interval: answered %+v, counts %v; want a datagram accepted, no interval", resp, s.DatagramCounts())
 	}
 }
