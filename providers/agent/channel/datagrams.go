@@ -54,7 +54,7 @@ type datagramState struct {
 	byNode map[string]*datagramKey
 	// told is the hash of the peer targets each node's agent was last answered over HTTPS.
 	told   map[string]uint64
-	counts [7]atomic.Uint64
+	counts [dgMalformed + 1]atomic.Uint64
 }
 
 func newDatagramState() *datagramState {
@@ -139,10 +139,17 @@ func (s *Server) handleDatagram(b []byte, from netip.AddrPort, now time.Time) []
 		return nil
 	}
 	var rep agentwire.Report
-	if err := json.Unmarshal(payload, &rep); err != nil || rep.Node != k.node || validate(rep) != nil {
-		// Authenticated, so the agent's own fault: say so once in a while, in its log terms.
+	err = json.Unmarshal(payload, &rep)
+	if err == nil && rep.Node != k.node {
+		err = fmt.Errorf("the report names node %q, the key is node %q's", rep.Node, k.node)
+	}
+	if err == nil {
+		err = validate(rep)
+	}
+	if err != nil {
+		// Authenticated, so the agent's own fault: logged for every such datagram.
 		s.dg.counts[dgInvalid].Add(1)
-		s.log.Info("dropped an invalid heartbeat datagram", "Node", klog.KRef("", k.node), "bodyNode", rep.Node, "error", errors.Join(err, validate(rep)))
+		s.log.Info("dropped an invalid heartbeat datagram", "Node", klog.KRef("", k.node), "error", err.Error())
 		return nil
 	}
 	s.mu.Lock()
@@ -160,32 +167,21 @@ func (s *Server) handleDatagram(b []byte, from netip.AddrPort, now time.Time) []
 		s.dg.counts[dgReplayed].Add(1)
 		return nil
 	}
-	if s.hasNews(rep, k.node) {
-		// Not recorded: the agent posts this heartbeat over HTTPS at once, and gets the news.
+	// Would the HTTPS answer tell the agent what it was not told: a pending command, another
+	// interval, other peers to probe? Then this heartbeat is not recorded: the agent posts it
+	// over HTTPS at once, and gets the news.
+	resp := s.answer(k.node, rep.IntervalMillis)
+	s.mu.RLock()
+	_, pending := s.commands[k.node]
+	told := s.dg.told[k.node]
+	s.mu.RUnlock()
+	if pending || resp.IntervalMillis != 0 || peersHash(resp.Peers) != told {
 		s.dg.counts[dgExchange].Add(1)
 		return agentwire.SealAccepted(id[:], k.secret, rep.Seq, agentwire.DatagramExchange)
 	}
 	s.accept(rep, k.node, now, k.notAfter, from.String())
 	s.dg.counts[dgAccepted].Add(1)
 	return agentwire.SealAccepted(id[:], k.secret, rep.Seq, 0)
-}
-
-// hasNews says whether the HTTPS answer to rep would tell node's agent what it was not told:
-// a pending command, an interval other than rep's, other peers to probe.
-func (s *Server) hasNews(rep agentwire.Report, node string) bool {
-	s.mu.RLock()
-	_, pending := s.commands[node]
-	told := s.dg.told[node]
-	s.mu.RUnlock()
-	if pending {
-		return true
-	}
-	if s.opts.IntervalFor != nil {
-		if d := s.opts.IntervalFor(node); d > 0 && d.Milliseconds() != rep.IntervalMillis {
-			return true
-		}
-	}
-	return peersHash(s.peers.targets(node)) != told
 }
 
 // answeredOverHTTPS records what node's agent was answered over HTTPS and, when its Report asked

@@ -336,7 +336,11 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp := s.accept(rep, node, now, cert.NotAfter, r.RemoteAddr)
+	cmd, pending := s.accept(rep, node, now, cert.NotAfter, r.RemoteAddr)
+	resp := s.answer(node, rep.IntervalMillis)
+	if pending {
+		resp.Command = &cmd
+	}
 	if s.dg.conn != nil {
 		if err := s.answeredOverHTTPS(rep, node, cert.NotAfter, &resp); err != nil {
 			s.log.Error(err, "making a heartbeat datagram key failed", "Node", klog.KRef("", node))
@@ -353,9 +357,9 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 }
 
 // accept records the validated heartbeat rep of node, received at now from remote with a
-// client certificate (or a datagram key) valid until notAfter, and returns the answer: the
-// node's pending command, its peers to probe and its interval when the agent's differs.
-func (s *Server) accept(rep agentwire.Report, node string, now, notAfter time.Time, remote string) agentwire.Response {
+// client certificate (or a datagram key) valid until notAfter, and returns the node's pending
+// command, if any.
+func (s *Server) accept(rep agentwire.Report, node string, now, notAfter time.Time, remote string) (agentwire.Command, bool) {
 	if rep.Executor != nil {
 		if err := rep.Executor.Validate(); err != nil {
 			// The heartbeat still says the node is alive: keep it, without the status.
@@ -366,14 +370,17 @@ func (s *Server) accept(rep agentwire.Report, node string, now, notAfter time.Ti
 	hb := toHeartbeat(rep, now, notAfter)
 	hb.ProbeAddresses = probeAddresses(rep, remote)
 	s.peers.update(node, hb.ProbeAddresses)
-	var resp agentwire.Response
-	if cmd, pending := s.record(hb); pending {
-		resp.Command = &cmd
-	}
-	resp.Peers = s.peers.targets(node)
+	return s.record(hb)
+}
+
+// answer is what node's agent, which heartbeats at intervalMillis, is told besides a command:
+// the peers to probe, and the interval its policy asks for when it is another one (compared in
+// the milliseconds the wire carries).
+func (s *Server) answer(node string, intervalMillis int64) agentwire.Response {
+	resp := agentwire.Response{Peers: s.peers.targets(node)}
 	if s.opts.IntervalFor != nil {
-		if d := s.opts.IntervalFor(node); d > 0 && d != hb.Interval {
-			resp.IntervalMillis = d.Milliseconds()
+		if d := s.opts.IntervalFor(node).Milliseconds(); d > 0 && d != intervalMillis {
+			resp.IntervalMillis = d
 		}
 	}
 	return resp
