@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -12,7 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -99,16 +102,60 @@ const DefaultHeartbeatInterval = time.Second
 // HeartbeatIntervals returns the heartbeat interval each node's agent is to use: its policy's
 // detection.heartbeatInterval, the default for a node under a policy without one, and 0 (the
 // agent keeps its own) for a node no policy covers or that cannot be read. It is asked for
-// every heartbeat, so each node's answer is remembered for IntervalMemoTTL: a changed policy
-// or node label reaches the agent within that time and its next heartbeat. Nothing is
-// inferred from the interval the controller asks for; the detectors read the one each agent
-// reports using.
-func HeartbeatIntervals(c client.Reader) func(node string) time.Duration {
-	return newIntervalMemo(func(name string) time.Duration { return heartbeatInterval(c, name) }, time.Now, IntervalMemoTTL).get
+// every heartbeat, so each node's answer is remembered until the cache's events say it may
+// have changed: any policy added, deleted or given a new spec forgets every answer, a node
+// whose labels changed or that was deleted forgets its own. A change reaches the agent at its
+// next heartbeat. IntervalMemoTTL bounds what a lost event could cost. Nothing is inferred
+// from the interval the controller asks for; the detectors read the one each agent reports
+// using.
+func HeartbeatIntervals(ctx context.Context, c client.Reader, informers cache.Informers) (func(node string) time.Duration, error) {
+	m := newIntervalMemo(func(name string) time.Duration { return heartbeatInterval(c, name) }, time.Now, IntervalMemoTTL)
+	pi, err := informers.GetInformer(ctx, &v1alpha1.FencingPolicy{})
+	if err != nil {
+		return nil, fmt.Errorf("watching fencing policies for the agents' intervals: %w", err)
+	}
+	if _, err := pi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { m.forgetAll() },
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*v1alpha1.FencingPolicy)
+			n, ok2 := cur.(*v1alpha1.FencingPolicy)
+			if !ok1 || !ok2 || o.Generation != n.Generation {
+				m.forgetAll()
+			}
+		},
+		DeleteFunc: func(any) { m.forgetAll() },
+	}); err != nil {
+		return nil, fmt.Errorf("watching fencing policies for the agents' intervals: %w", err)
+	}
+	ni, err := informers.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return nil, fmt.Errorf("watching nodes for the agents' intervals: %w", err)
+	}
+	if _, err := ni.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			n, ok2 := cur.(*corev1.Node)
+			if !ok1 || !ok2 {
+				m.forgetAll()
+			} else if !maps.Equal(o.Labels, n.Labels) {
+				m.forget(n.Name)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if n, ok := obj.(*corev1.Node); ok {
+				m.forget(n.Name)
+			} else {
+				m.forgetAll() // a tombstone: the node's last state was missed
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("watching nodes for the agents' intervals: %w", err)
+	}
+	return m.get, nil
 }
 
-// IntervalMemoTTL is how long HeartbeatIntervals remembers a node's answer.
-const IntervalMemoTTL = 5 * time.Second
+// IntervalMemoTTL is the longest HeartbeatIntervals remembers a node's answer without an event.
+const IntervalMemoTTL = time.Minute
 
 // heartbeatInterval reads node's interval from c (a cache: the cache's own objects, not copies).
 func heartbeatInterval(c client.Reader, name string) time.Duration {
@@ -128,9 +175,11 @@ func heartbeatInterval(c client.Reader, name string) time.Duration {
 	return DefaultHeartbeatInterval
 }
 
-// intervalMemo remembers read's answer for each node for ttl. The lock is not held while
-// reading, so concurrent heartbeats never wait on each other's reads; expired answers are
-// swept once per ttl, so nodes that left the cluster are forgotten.
+// intervalMemo remembers read's answer for each node until it is forgotten or ttl has passed.
+// The lock is not held while reading, so concurrent heartbeats never wait on each other's
+// reads; an answer read while something was forgotten is not kept (it may predate the
+// change). Expired answers are swept once per ttl, so nodes that left the cluster unseen are
+// forgotten too.
 type intervalMemo struct {
 	read func(node string) time.Duration
 	now  func() time.Time
@@ -139,6 +188,8 @@ type intervalMemo struct {
 	mu     sync.Mutex
 	byNode map[string]memoized
 	swept  time.Time
+	// epoch counts forgets: an answer read across one is not remembered.
+	epoch uint64
 }
 
 type memoized struct {
@@ -154,6 +205,7 @@ func (m *intervalMemo) get(node string) time.Duration {
 	now := m.now()
 	m.mu.Lock()
 	e, ok := m.byNode[node]
+	epoch := m.epoch
 	m.mu.Unlock()
 	if ok && now.Before(e.expires) {
 		return e.d
@@ -161,7 +213,9 @@ func (m *intervalMemo) get(node string) time.Duration {
 	d := m.read(node)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.byNode[node] = memoized{d: d, expires: now.Add(m.ttl)}
+	if m.epoch == epoch {
+		m.byNode[node] = memoized{d: d, expires: now.Add(m.ttl)}
+	}
 	if now.Sub(m.swept) >= m.ttl {
 		for n, e := range m.byNode {
 			if !now.Before(e.expires) {
@@ -171,6 +225,22 @@ func (m *intervalMemo) get(node string) time.Duration {
 		m.swept = now
 	}
 	return d
+}
+
+// forget drops node's answer.
+func (m *intervalMemo) forget(node string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.byNode, node)
+	m.epoch++
+}
+
+// forgetAll drops every answer.
+func (m *intervalMemo) forgetAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.byNode)
+	m.epoch++
 }
 
 // health counts the policy's nodes and those that look failed or late (Suspect).

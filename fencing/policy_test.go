@@ -178,8 +178,9 @@ func TestPolicyFor(t *testing.T) {
 
 // TestHeartbeatIntervals: the interval asked of each node's agent is its policy's, the default
 // under a policy without one, 0 without a policy or a node; each answer is remembered for the
-// memo's TTL (a policy change reaches the agent once it expires, not before), with one read per
-// node per TTL, and nodes not asked about for a TTL are forgotten.
+// memo's TTL unless forgotten (the cache's events forget them: TestAgentIntervalsFollowTheAPI),
+// with one read per node per TTL; nodes not asked about for a TTL are forgotten; an answer
+// read while something was forgotten is not remembered.
 func TestHeartbeatIntervals(t *testing.T) {
 	fast := &v1alpha1.FencingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "a-fast"}, Spec: v1alpha1.FencingPolicySpec{
 		NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"db": "true"}},
@@ -225,6 +226,35 @@ func TestHeartbeatIntervals(t *testing.T) {
 	m.get("web1")
 	if _, kept := m.byNode["gone"]; kept || len(m.byNode) != 1 {
 		t.Errorf("after a TTL unasked, the memo still holds %d nodes (gone kept: %v), want only web1", len(m.byNode), kept)
+	}
+
+	// Forgotten answers are read again at once; the others stay.
+	m.get("db1")
+	before := reads["db1"]
+	m.forget("db1")
+	m.get("db1")
+	m.get("web1")
+	if reads["db1"] != before+1 || reads["web1"] != 2 {
+		t.Errorf("after forgetting db1: %d reads of db1 (want %d), %d of web1 (want 2, it stays remembered)", reads["db1"], before+1, reads["web1"])
+	}
+	m.forgetAll()
+	m.get("db1")
+	m.get("web1")
+	if reads["db1"] != before+2 || reads["web1"] != 3 {
+		t.Errorf("after forgetting all: %d reads of db1 (want %d), %d of web1 (want 3)", reads["db1"], before+2, reads["web1"])
+	}
+
+	// An answer read while something was forgotten may predate the change: it is returned but
+	// not remembered.
+	racing := newIntervalMemo(nil, func() time.Time { return now }, IntervalMemoTTL)
+	racing.read = func(n string) time.Duration { reads[n]++; racing.forgetAll(); return heartbeatInterval(c, n) }
+	before = reads["db1"]
+	if got := racing.get("db1"); got != 7*time.Second {
+		t.Errorf("interval read across a forget = %v, want 7s", got)
+	}
+	racing.get("db1")
+	if reads["db1"] != before+2 {
+		t.Errorf("an answer read across a forget was remembered: %d reads for two asks, want 2", reads["db1"]-before)
 	}
 }
 

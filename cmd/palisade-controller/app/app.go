@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	csiaddonsv1alpha1 "github.com/csi-addons/kubernetes-csi-addons/api/csiaddons/v1alpha1"
 	"time"
@@ -187,7 +188,11 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 	opts := o.Agents
 	opts.Logger = mgr.GetLogger().WithName("agent-heartbeats")
 	if opts.IntervalFor == nil {
-		opts.IntervalFor = fencing.HeartbeatIntervals(mgr.GetClient())
+		intervals, err := fencing.HeartbeatIntervals(context.Background(), mgr.GetClient(), mgr.GetCache())
+		if err != nil {
+			return obs, nil, err
+		}
+		opts.IntervalFor = intervals
 	}
 	srv, err := channel.NewServer(opts)
 	if err != nil {
