@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http/httptrace"
 	"net/netip"
@@ -325,5 +326,63 @@ func TestDatagramIntervalNews(t *testing.T) {
 	}
 	if resp := beat(4, 200*time.Millisecond); resp.IntervalMillis != 0 || s.DatagramCounts()[dgAccepted] != 2 {
 		t.Errorf("at the new interval: answered %+v, counts %v; want a datagram accepted, no interval", resp, s.DatagramCounts())
+	}
+}
+
+// TestDatagramBursts: datagrams of many agents queued at once are read in batches and their
+// answers written in batches; each agent gets its own answer (its seq, under its key) at its
+// own address and each heartbeat is recorded, on an IPv4 socket and on an IPv6 one.
+func TestDatagramBursts(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		t.Run(addr, func(t *testing.T) {
+			p := newPKI(t)
+			s := startServer(t, p, ServerOptions{Addr: addr})
+			const agents = 4 * datagramBatch
+			keys := make([]agentwire.DatagramKey, agents)
+			socks := make([]*net.UDPConn, agents)
+			to := net.UDPAddrFromAddrPort(netip.MustParseAddrPort(s.Addr()))
+			for i := range keys {
+				node := fmt.Sprintf("n%d", i)
+				var resp agentwire.Response
+				if err := s.answeredOverHTTPS(agentwire.Report{Node: node, Datagrams: true}, node, time.Now().Add(time.Hour), &resp); err != nil || resp.Datagram == nil {
+					t.Fatalf("no key for %s: %v", node, err)
+				}
+				keys[i] = *resp.Datagram
+				c, err := net.DialUDP("udp", nil, to)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				socks[i] = c
+			}
+			for round := uint64(1); round <= 3; round++ {
+				for i, c := range socks {
+					b, _ := json.Marshal(agentwire.Report{Node: fmt.Sprintf("n%d", i), Seq: round*1000 + uint64(i)})
+					if _, err := c.Write(mustSeal(t, keys[i], b)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for i, c := range socks {
+					want := round*1000 + uint64(i)
+					buf := make([]byte, 2*agentwire.MaxDatagramBytes)
+					if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+						t.Fatal(err)
+					}
+					n, err := c.Read(buf)
+					if err != nil {
+						t.Fatalf("round %d: agent n%d got no answer: %v", round, i, err)
+					}
+					if a, err := agentwire.OpenAnswer(buf[:n], keys[i].ID, keys[i].Key); err != nil || a.Seq != want || a.UnknownKey || a.Flags != 0 {
+						t.Fatalf("round %d: agent n%d was answered %+v, %v; want seq %d accepted under its key", round, i, a, err, want)
+					}
+					if hb, _, ok := s.Latest(fmt.Sprintf("n%d", i)); !ok || hb.Seq != want {
+						t.Fatalf("round %d: n%d's heartbeat recorded with seq %d (%v), want %d", round, i, hb.Seq, ok, want)
+					}
+				}
+			}
+			if got := s.DatagramCounts()[dgAccepted]; got != 3*agents {
+				t.Errorf("%d datagrams accepted, want %d", got, 3*agents)
+			}
+		})
 	}
 }

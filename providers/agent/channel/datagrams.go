@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+
 	"palisade.dev/palisade/config/agentwire"
 
 	"k8s.io/klog/v2"
@@ -97,23 +100,74 @@ const DatagramReadBuffer = 8 << 20
 // datagrams of one agent read at once are never both accepted out of order.
 const datagramReaders = 2
 
+// datagramBatch is how many datagrams one read takes at most (recvmmsg); their answers go back
+// in one write (sendmmsg). Under load the queued datagrams cost one system call each way per
+// batch instead of per heartbeat; an idle socket's reads return the one datagram there is.
+const datagramBatch = 32
+
+// batchConn reads and writes datagrams in batches: the socket's ipv4 or ipv6 PacketConn (their
+// Message is one type).
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+func batchConnOf(c *net.UDPConn) batchConn {
+	if a, ok := c.LocalAddr().(*net.UDPAddr); ok && a.IP.To4() != nil {
+		return ipv4.NewPacketConn(c)
+	}
+	return ipv6.NewPacketConn(c)
+}
+
 // serveDatagrams answers datagrams until the socket is closed.
 func (s *Server) serveDatagrams() {
-	buf := make([]byte, agentwire.MaxDatagramBytes+1) // one more: an oversized datagram shows
+	conn := batchConnOf(s.dg.conn)
+	in := make([]ipv4.Message, datagramBatch)
+	for i := range in {
+		// One byte more than the largest datagram: an oversized one shows.
+		in[i].Buffers = [][]byte{make([]byte, agentwire.MaxDatagramBytes+1)}
+	}
+	out := make([]ipv4.Message, 0, datagramBatch)
 	for {
-		n, from, err := s.dg.conn.ReadFromUDPAddrPort(buf)
+		n, err := conn.ReadBatch(in, 0)
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
 		if err != nil {
-			s.log.Info("reading a heartbeat datagram failed", "error", err.Error())
+			s.log.Info("reading heartbeat datagrams failed", "error", err.Error())
 			continue
 		}
-		if answer := s.handleDatagram(buf[:n], from, s.opts.Now()); answer != nil {
-			if _, err := s.dg.conn.WriteToUDPAddrPort(answer, from); err != nil {
-				s.log.V(1).Info("answering a heartbeat datagram failed", "remote", from.String(), "error", err.Error())
+		now := s.opts.Now()
+		out = out[:0]
+		for _, m := range in[:n] {
+			from, ok := m.Addr.(*net.UDPAddr)
+			if !ok {
+				continue
+			}
+			if answer := s.handleDatagram(m.Buffers[0][:m.N], from.AddrPort(), now); answer != nil {
+				out = append(out, ipv4.Message{Buffers: [][]byte{answer}, Addr: from})
 			}
 		}
+		s.answerDatagrams(conn, out)
+	}
+}
+
+// answerDatagrams sends the answers; one that fails is logged and skipped.
+func (s *Server) answerDatagrams(conn batchConn, out []ipv4.Message) {
+	for len(out) > 0 {
+		n, err := conn.WriteBatch(out, 0)
+		if err != nil {
+			// sendmmsg stops at the first message it could not send.
+			n = max(n, 0)
+			if errors.Is(err, net.ErrClosed) || n >= len(out) {
+				return
+			}
+			s.log.V(1).Info("answering a heartbeat datagram failed", "remote", out[n].Addr.String(), "error", err.Error())
+			n++
+		} else if n <= 0 {
+			return // nothing sent and no error: never seen, but not a loop
+		}
+		out = out[n:]
 	}
 }
 

@@ -78,7 +78,10 @@ func leaf(t *testing.T, pair *pki.KeyPair) *x509.Certificate {
 // startServer runs a Server on loopback until the test ends.
 func startServer(t *testing.T, p *testPKI, opts ServerOptions) *Server {
 	t.Helper()
-	opts.Addr, opts.CertFile, opts.KeyFile, opts.CAFile = "127.0.0.1:0", p.certFile, p.keyFile, p.caFile
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	opts.CertFile, opts.KeyFile, opts.CAFile = p.certFile, p.keyFile, p.caFile
 	s, err := NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
