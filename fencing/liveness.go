@@ -25,8 +25,9 @@ import (
 // added, and the chain escalates.
 //
 // What it costs: the window, by default one kubelet Lease renewal interval plus a margin (11s
-// with the kubelet's defaults), between the confirmation and the first release step; a GET of
-// the node's Lease per second meanwhile. What it cannot see: a node cut off from the API
+// with the kubelet's defaults) after the renewal the controller saw last, and at least three
+// agent heartbeat intervals after the confirmation (watchUntil), between the confirmation and
+// the first release step; a GET of the node's Lease per second meanwhile. What it cannot see: a node cut off from the API
 // server, from the controller's agent channel and from its peers shows no signal whether it
 // runs or not; for such a node only the provider's read-back stands between a wrong machine
 // and a release.
@@ -120,26 +121,76 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 }
 
 // baseline reads the node's Lease right after the confirmation: later renewTimes are renewals
-// after the fence. The watch window is the policy's verifyWindow or one renewal interval of the
-// node's kubelet plus a margin.
+// after the fence. The watch window is the policy's verifyWindow, from now; by default it ends
+// one renewal interval of the node's kubelet plus a margin after the controller first saw the
+// renewal the Lease carries (watchUntil), and so never misses the next renewal of a kubelet
+// that still renews.
 func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.Liveness, error) {
 	l, err := r.lease(ctx, nf.Spec.NodeName)
 	if err != nil {
 		return nil, err
 	}
+	now := r.now()
 	window := defaultRenewInterval + verifyMargin
 	lv := &v1alpha1.Liveness{}
+	var seen time.Time // when the controller first saw the Lease's renewal; zero: unknown
 	if l != nil {
 		lv.LeaseRenewTime = l.Spec.RenewTime
 		if d := l.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
 			window = time.Duration(*d)*time.Second/4 + verifyMargin
 		}
+		if l.Spec.RenewTime != nil {
+			seen = r.Renewals.Seen(nf.Spec.NodeName, l.Spec.RenewTime.Time, now)
+		}
 	}
 	if w := nf.Spec.Release.VerifyWindow; w != nil {
-		window = w.Duration
+		lv.WatchUntil = metav1.NewTime(now.Add(w.Duration))
+		return lv, nil
 	}
-	lv.WatchUntil = metav1.NewTime(r.now().Add(window))
+	lv.WatchUntil = metav1.NewTime(r.watchUntil(nf, now, window, seen))
 	return lv, nil
+}
+
+// watchUntil is the end of the default watch window, window (one renewal interval of the node's
+// kubelet plus verifyMargin) long: from now, or, for a method that stops the node, from when the
+// controller first saw the Lease's last renewal (seen), when that is earlier.
+//
+// Why that is enough: a kubelet renews every renewal interval (plus at most 4 % jitter) after
+// its last renewal, and seen is no earlier than that renewal, so a kubelet that still renews
+// renews before seen + window, and the check after the window's end reads it. A node whose
+// last renewal the controller saw long ago (a Lease that expired, a node powered off between
+// renewals) is not watched a whole interval more for a renewal that did not come in one. Its
+// agent and its peers get their own time: agentWatch after the confirmation. seen is zero (a
+// controller that has not seen this renewal, a new leader: Renewals sees it "now") or the
+// method leaves the node running (its Lease is no evidence; the workload is, through the
+// agent's read-back): the whole window from now.
+func (r *NodeFenceReconciler) watchUntil(nf *v1alpha1.NodeFence, now time.Time, window time.Duration, seen time.Time) time.Time {
+	full := now.Add(window)
+	if seen.IsZero() || !checksLiveness(nf) {
+		return full
+	}
+	until := seen.Add(window)
+	if agents := afterConfirmation(nf).Add(r.agentWatch(nf)); until.Before(agents) {
+		until = agents
+	}
+	if full.Before(until) {
+		return full
+	}
+	return until
+}
+
+// agentWatch is how long after the confirmation the node's agent and peers are watched at
+// least: three of the agent's heartbeat intervals (the misses that make an agent lost) plus
+// verifyMargin; verifyMargin alone without an agent channel.
+func (r *NodeFenceReconciler) agentWatch(nf *v1alpha1.NodeFence) time.Duration {
+	if r.Heartbeats == nil {
+		return verifyMargin
+	}
+	every := DefaultHeartbeatInterval
+	if hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName); ok && hb.Interval > 0 {
+		every = hb.Interval
+	}
+	return 3*every + verifyMargin
 }
 
 // checkLife looks for a sign of life after the confirmation. stop says the step ends here: the

@@ -241,3 +241,122 @@ func TestFailureSaysWhatWasReleased(t *testing.T) {
 		}
 	}
 }
+
+// The default verify window ends one kubelet renewal interval plus the margin after the
+// controller first saw the node's last Lease renewal, no sooner than three agent heartbeat
+// intervals after the confirmation and no later than the whole window after it:
+//   - a kubelet that still renews is caught whatever the phase of its renewal interval at the
+//     power-off (the property the window exists for);
+//   - a node that had stopped renewing is released before a whole window has passed;
+//   - its agent gets three of its intervals;
+//   - a controller that did not see the renewal (a new leader), a policy's own verifyWindow,
+//     and a method that leaves the node running (its Lease is no evidence) watch the whole
+//     window from the confirmation.
+func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
+	const renewEvery = 10 * time.Second // the kubelet's, with the Lease's 40 s duration
+	// start makes a world whose kubelet last renewed ago before now, a renewal the controller
+	// saw then when seen; renewing keeps it renewing every renewEvery.
+	start := func(t *testing.T, ago time.Duration, seen, renewing bool, methods ...string) *world {
+		w := newWorld(t, methods...)
+		w.r.Renewals = lease.NewRenewals()
+		now := w.now
+		w.now = now.Add(-ago)
+		w.renewLease(t)
+		if seen {
+			w.r.Renewals.Seen("n1", w.now, w.now)
+		}
+		last := w.now
+		w.now = now
+		if renewing {
+			w.tick = func(*v1alpha1.NodeFence) {
+				if !w.now.Before(last.Add(renewEvery)) {
+					w.renewLease(t)
+					w.r.Renewals.Seen("n1", w.now, w.now)
+					last = w.now
+				}
+			}
+		}
+		return w
+	}
+	// watched is how long the VerifyFenced step watched after the confirmation.
+	watched := func(t *testing.T, nf *v1alpha1.NodeFence) time.Duration {
+		t.Helper()
+		for _, s := range nf.Status.Steps {
+			if s.Name == v1alpha1.StepVerifyFenced && s.EndTime != nil {
+				return s.EndTime.Sub(fencedAt(nf))
+			}
+		}
+		t.Fatalf("no finished VerifyFenced step: %s", goldenTrace(nf))
+		return 0
+	}
+
+	t.Run("a kubelet that still renews is caught at every phase", func(t *testing.T) {
+		for ago := time.Duration(0); ago <= renewEvery; ago += time.Second {
+			w := start(t, ago, true, true, "ipmi")
+			nf := w.run(t)
+			c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced)
+			if nf.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Reason != v1alpha1.ReasonNodeAliveAfterFence {
+				t.Errorf("last renewal %s before the fence began: phase %s, Fenced %+v; want Failed with %s\n%s", ago, nf.Status.Phase, c, v1alpha1.ReasonNodeAliveAfterFence, goldenTrace(nf))
+			}
+			checkReleased(t, w, false)
+		}
+	})
+	t.Run("a node that stopped renewing is released sooner", func(t *testing.T) {
+		w := start(t, 9*time.Second, true, false, "ipmi")
+		nf := w.run(t)
+		if nf.Status.Phase != v1alpha1.PhaseReleased {
+			t.Fatalf("phase %s, want Released\n%s", nf.Status.Phase, goldenTrace(nf))
+		}
+		if got := watched(t, nf); got > 3*time.Second {
+			t.Errorf("watched %s after the confirmation for a renewal due %s after the one seen 9 s before the fence; want at most 3 s", got, renewEvery+verifyMargin)
+		}
+	})
+	t.Run("its agent gets three intervals", func(t *testing.T) {
+		w := start(t, 9*time.Second, true, false, "ipmi")
+		w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Received: w.now.Add(-30 * time.Second), Interval: 2 * time.Second}}
+		nf := w.run(t)
+		if got := watched(t, nf); got < 3*2*time.Second || got >= renewEvery+verifyMargin {
+			t.Errorf("watched %s after the confirmation with an agent heartbeating every 2 s; want between 6 s and %s", got, renewEvery+verifyMargin)
+		}
+	})
+	full := []struct {
+		name string
+		w    func(t *testing.T) *world
+	}{
+		{"a renewal the controller did not see", func(t *testing.T) *world { return start(t, 9*time.Second, false, false, "ipmi") }},
+		{"no record of renewals", func(t *testing.T) *world {
+			w := start(t, 9*time.Second, true, false, "ipmi")
+			w.r.Renewals = nil
+			return w
+		}},
+		{"the policy's verifyWindow", func(t *testing.T) *world {
+			w := start(t, 9*time.Second, true, false, "ipmi")
+			nf := &v1alpha1.NodeFence{}
+			if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+				t.Fatal(err)
+			}
+			nf.Spec.Release.VerifyWindow = &metav1.Duration{Duration: renewEvery + verifyMargin}
+			if err := w.c.Update(context.Background(), nf); err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}},
+		{"a method that leaves the node running", func(t *testing.T) *world {
+			w := start(t, 9*time.Second, true, false, "executor")
+			w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Received: w.now.Add(-30 * time.Second)}}
+			return w
+		}},
+	}
+	for _, tc := range full {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tc.w(t)
+			nf := w.run(t)
+			if nf.Status.Phase != v1alpha1.PhaseReleased {
+				t.Fatalf("phase %s, want Released\n%s", nf.Status.Phase, goldenTrace(nf))
+			}
+			if got := watched(t, nf); got < renewEvery+verifyMargin-time.Second {
+				t.Errorf("watched %s after the confirmation, want the whole window (%s)", got, renewEvery+verifyMargin)
+			}
+		})
+	}
+}

@@ -20,6 +20,7 @@ import (
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/providers"
 )
@@ -40,6 +41,10 @@ type NodeFenceReconciler struct {
 	// Heartbeats, when set, are the node agents' heartbeats and peer reports: a heartbeat or a
 	// peer reaching the node after its fence was confirmed is a sign of life (liveness.go).
 	Heartbeats observe.Heartbeats
+	// Renewals are when the controller first saw each node's Lease renewals (the node
+	// reconciler's); the verify window ends one renewal interval after the last one
+	// (liveness.go). Nil: the whole window from the confirmation.
+	Renewals *lease.Renewals
 	// Attachments releases a node's VolumeAttachments.
 	Attachments *attach.Releaser
 	// Tokens hands out the fencing tokens recorded on each fence before its first step; no

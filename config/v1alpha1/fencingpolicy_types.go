@@ -393,9 +393,12 @@ type Release struct {
 	ReleaseAttachments *bool `json:"releaseAttachments,omitempty"`
 	// VerifyWindow is how long the node's own signals (its Lease, its agent's heartbeats, its
 	// peers' probes) are watched after a fence is confirmed before anything is released; a
-	// signal in that time fails the method and nothing is released. Default: one Lease
-	// renewal interval of the node's kubelet (a quarter of the Lease's leaseDurationSeconds,
-	// 10s for the kubelet's default) plus 1s. 0 checks once, without waiting.
+	// signal in that time fails the method and nothing is released. Counted from the
+	// confirmation. Default: until one Lease renewal interval of the node's kubelet (a quarter
+	// of the Lease's leaseDurationSeconds, 10s for the kubelet's default) plus 1s after the
+	// controller first saw the node's last renewal, at least three of its agent's heartbeat
+	// intervals plus 1s and at most the interval plus 1s after the confirmation. 0 checks
+	// once, without waiting.
 	// +optional
 	VerifyWindow *metav1.Duration `json:"verifyWindow,omitempty"`
 }
