@@ -43,6 +43,8 @@ type NodeReconciler struct {
 	Recorder  events.EventRecorder
 	Observer  observe.Observer
 	Now       func() time.Time
+
+	blindEvents blindEvents
 }
 
 // SetupWithManager watches Nodes, their Leases, policies and NodeFences.

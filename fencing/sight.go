@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,8 +23,43 @@ import (
 )
 
 // blindRecheck is how often a node held back because the controller is blind is looked at
-// again.
-const blindRecheck = time.Second
+// again. Looking sooner gains nothing: once the controller sees again, every node gets a fresh
+// lease period (at least 2 s, the shortest leaseTimeout) before anything is fenced; and while
+// blind, in a large cluster, every held-back node's look costs the controller a reconcile.
+const blindRecheck = 2 * time.Second
+
+// maxBlindNodeEvents is how many nodes get a ControllerBlind Event of their own in one blind
+// spell. The policy's ControllerBlind condition and Event speak for all of them; an Event per
+// node of a large cluster, each spell, is what an API server that is already too slow to show
+// the controller its canary cannot take (make bench-scale: 3557 Event writes timed out in one
+// run at 5000 nodes, and their retries held 8235 connections open).
+const maxBlindNodeEvents = 10
+
+// blindEvents counts the nodes given a ControllerBlind Event in the current blind spell.
+type blindEvents struct {
+	mu    sync.Mutex
+	spell time.Time // the spell's LastLost
+	nodes map[string]bool
+}
+
+// allow says whether node gets an Event in the spell that began at lost: the first
+// maxBlindNodeEvents nodes do, each as often as it is held back (the API folds the repeats
+// into a series).
+func (b *blindEvents) allow(node string, lost time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.spell.Equal(lost) || b.nodes == nil {
+		b.spell, b.nodes = lost, map[string]bool{}
+	}
+	if b.nodes[node] {
+		return true
+	}
+	if len(b.nodes) >= maxBlindNodeEvents {
+		return false
+	}
+	b.nodes[node] = true
+	return true
+}
 
 // sightView is what the fencing controllers read of the controller's sight (sight.Tracker).
 type sightView interface {
@@ -43,7 +79,8 @@ func sightOf(o observe.Observer) sightView {
 
 // blind holds back a node that would be fenced while the controller is blind (invariant 3):
 // an outage of the API server or of the watch is not the node's fault. The Event's note stays
-// the same through one blind spell, so that the API folds the repeats into one series.
+// the same through one blind spell, so that the API folds the repeats into one series; only
+// the first maxBlindNodeEvents nodes of a spell get one.
 func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detectors.Observation) (ctrl.Result, bool) {
 	s := sightOf(r.Observer)
 	if s == nil {
@@ -53,10 +90,13 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 	if !st.Blind {
 		return ctrl.Result{}, false
 	}
-	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonControllerBlind, "Detect",
-		"not fencing node %s (%s): the controller is blind since %s (%s: %s); every node gets a fresh lease period once it sees again",
-		node.Name, obs.Verdict, st.LastLost.UTC().Format(time.RFC3339), st.Cause, st.Message)
-	ctrl.LoggerFrom(ctx).V(1).Info("controller blind: not fencing", "cause", st.Cause, "verdict", obs.Verdict, "reason", obs.Reason)
+	evented := r.blindEvents.allow(node.Name, st.LastLost)
+	if evented {
+		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonControllerBlind, "Detect",
+			"not fencing node %s (%s): the controller is blind since %s (%s: %s); every node gets a fresh lease period once it sees again",
+			node.Name, obs.Verdict, st.LastLost.UTC().Format(time.RFC3339), st.Cause, st.Message)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("controller blind: not fencing", "cause", st.Cause, "verdict", obs.Verdict, "reason", obs.Reason, "event", evented)
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
 }
 

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -67,6 +68,69 @@ func TestNodeReconcileBlind(t *testing.T) {
 				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tt.wantAfter)
 			}
 		})
+	}
+}
+
+// TestBlindEventsBounded: while blind, the first maxBlindNodeEvents nodes held back get a
+// ControllerBlind Event each, every time they are held back; the others none; a new blind
+// spell starts the count over with the nodes held back first in it. Nothing is fenced either way.
+func TestBlindEventsBounded(t *testing.T) {
+	states := map[string]string{}
+	const dead = 2*maxBlindNodeEvents + 5
+	for i := range dead {
+		states[fmt.Sprintf("d%02d", i)] = "dead"
+	}
+	objs, _ := cluster(states)
+	c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...)).Build()
+	rec := &recorder{}
+	st := &fixedSight{blindNow}
+	r := &NodeReconciler{Client: c, Recorder: rec, Now: func() time.Time { return t0 }, Observer: observe.Observer{Reader: c, Sight: st}}
+	pass := func(reverse bool) map[string]int {
+		t.Helper()
+		before := len(rec.recorded())
+		for j := range dead {
+			i := j
+			if reverse {
+				i = dead - 1 - j
+			}
+			res, err := r.Reconcile(ctrl.LoggerInto(context.Background(), ctrl.Log), ctrl.Request{NamespacedName: client.ObjectKey{Name: fmt.Sprintf("d%02d", i)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != blindRecheck {
+				t.Errorf("d%02d: requeue after %s, want %s", i, res.RequeueAfter, blindRecheck)
+			}
+		}
+		per := map[string]int{}
+		for _, e := range rec.recorded()[before:] {
+			if e.Reason != ReasonControllerBlind {
+				t.Errorf("unexpected event %+v", e)
+			}
+			per[e.On]++
+		}
+		return per
+	}
+	first := pass(false)
+	if len(first) != maxBlindNodeEvents {
+		t.Errorf("first pass: %d nodes got an Event, want %d", len(first), maxBlindNodeEvents)
+	}
+	second := pass(false)
+	if !cmp.Equal(first, second) {
+		t.Errorf("second pass of the same spell: Events on %v, want the same nodes as the first %v", second, first)
+	}
+	st.st.LastLost = st.st.LastLost.Add(time.Minute)
+	third := pass(true) // the nodes held back first are others this time
+	if len(third) != maxBlindNodeEvents {
+		t.Errorf("a new spell: %d nodes got an Event, want %d", len(third), maxBlindNodeEvents)
+	}
+	for on := range third {
+		if first[on] > 0 {
+			t.Errorf("a new spell: %s got an Event for being among the first of the last spell, not of this one", on)
+		}
+	}
+	var fences v1alpha1.NodeFenceList
+	if err := c.List(context.Background(), &fences); err != nil || len(fences.Items) != 0 {
+		t.Errorf("%d fences while blind (%v), want none", len(fences.Items), err)
 	}
 }
 
