@@ -27,10 +27,10 @@ import (
 // What it costs: the window, by default one kubelet Lease renewal interval plus a margin (11s
 // with the kubelet's defaults) after the renewal the controller saw last, and at least three
 // agent heartbeat intervals after the confirmation (watchUntil), between the confirmation and
-// the first release step; a GET of the node's Lease per second meanwhile. What it cannot see: a node cut off from the API
-// server, from the controller's agent channel and from its peers shows no signal whether it
-// runs or not; for such a node only the provider's read-back stands between a wrong machine
-// and a release.
+// the first release step; a GET of the node's Lease per second meanwhile. What it cannot see:
+// a node cut off from the API server, from the controller's agent channel and from its peers
+// shows no signal whether it runs or not; for such a node only the provider's read-back stands
+// between a wrong machine and a release.
 //
 // A method that leaves the node running by design (the Executor) is judged on its workload
 // instead: its Lease, heartbeats and peers are no evidence, but its agent reads the container
@@ -160,10 +160,10 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 // renews before seen + window, and the check after the window's end reads it. A node whose
 // last renewal the controller saw long ago (a Lease that expired, a node powered off between
 // renewals) is not watched a whole interval more for a renewal that did not come in one. Its
-// agent and its peers get their own time: agentWatch after the confirmation. seen is zero (a
-// controller that has not seen this renewal, a new leader: Renewals sees it "now") or the
-// method leaves the node running (its Lease is no evidence; the workload is, through the
-// agent's read-back): the whole window from now.
+// agent and its peers get their own time: agentWatch after the confirmation. A renewal the
+// controller had not seen (a new leader) is seen "now", so its window is the whole one from
+// now; so is it when seen is zero (no Lease, no record of renewals) or the method leaves the
+// node running (its Lease is no evidence; the workload is, through the agent's read-back).
 func (r *NodeFenceReconciler) watchUntil(nf *v1alpha1.NodeFence, now time.Time, window time.Duration, seen time.Time) time.Time {
 	full := now.Add(window)
 	if seen.IsZero() || !checksLiveness(nf) {
