@@ -26,8 +26,8 @@ import (
 //
 // What it costs: the window, by default one kubelet Lease renewal interval plus a margin (11s
 // with the kubelet's defaults) after the renewal the controller saw last, and at least three
-// agent heartbeat intervals after the confirmation (watchUntil), between the confirmation and
-// the first release step; a GET of the node's Lease per second meanwhile. What it cannot see:
+// agent heartbeat intervals after the controller last heard the node's agent or a peer reach it
+// (watchUntil), between the confirmation and the first release step; a GET of the node's Lease per second meanwhile. What it cannot see:
 // a node cut off from the API server, from the controller's agent channel and from its peers
 // shows no signal whether it runs or not; for such a node only the provider's read-back stands
 // between a wrong machine and a release.
@@ -160,7 +160,7 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 // renews before seen + window, and the check after the window's end reads it. A node whose
 // last renewal the controller saw long ago (a Lease that expired, a node powered off between
 // renewals) is not watched a whole interval more for a renewal that did not come in one. Its
-// agent and its peers get their own time: agentWatch after the confirmation. A renewal the
+// agent and its peers get their own time, by the same rule (agentsUntil). A renewal the
 // controller had not seen (a new leader) is seen "now", so its window is the whole one from
 // now; so is it when seen is zero (no Lease, no record of renewals) or the method leaves the
 // node running (its Lease is no evidence; the workload is, through the agent's read-back).
@@ -170,7 +170,7 @@ func (r *NodeFenceReconciler) watchUntil(nf *v1alpha1.NodeFence, now time.Time, 
 		return full
 	}
 	until := seen.Add(window)
-	if agents := afterConfirmation(nf).Add(r.agentWatch(nf)); until.Before(agents) {
+	if agents := r.agentsUntil(nf); until.Before(agents) {
 		until = agents
 	}
 	if full.Before(until) {
@@ -179,18 +179,36 @@ func (r *NodeFenceReconciler) watchUntil(nf *v1alpha1.NodeFence, now time.Time, 
 	return until
 }
 
-// agentWatch is how long after the confirmation the node's agent and peers are watched at
-// least: three of the agent's heartbeat intervals (the misses that make an agent lost) plus
-// verifyMargin; verifyMargin alone without an agent channel.
-func (r *NodeFenceReconciler) agentWatch(nf *v1alpha1.NodeFence) time.Duration {
+// agentsUntil is when the node's agent and peers have been watched long enough: three of the
+// agent's heartbeat intervals (the misses that make an agent lost) plus verifyMargin after the
+// controller last heard the node's agent or a peer reach the node — the same rule as the Lease's:
+// a live node heard then is heard again by then, and a node silent that long before its fence
+// is not waited for again after it. Counted from the confirmation when that is earlier or when
+// the controller never heard the agent (a new leader, a node without one); verifyMargin after
+// the confirmation without an agent channel.
+func (r *NodeFenceReconciler) agentsUntil(nf *v1alpha1.NodeFence) time.Time {
+	at := afterConfirmation(nf)
 	if r.Heartbeats == nil {
-		return verifyMargin
+		return at.Add(verifyMargin)
 	}
 	every := DefaultHeartbeatInterval
-	if hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName); ok && hb.Interval > 0 {
+	hb, about, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
+	if !ok {
+		return at.Add(3*every + verifyMargin)
+	}
+	if hb.Interval > 0 {
 		every = hb.Interval
 	}
-	return 3*every + verifyMargin
+	heard := hb.Received
+	for _, p := range about {
+		if p.Reachable && p.At.After(heard) {
+			heard = p.At
+		}
+	}
+	if at.Before(heard) {
+		heard = at
+	}
+	return heard.Add(3*every + verifyMargin)
 }
 
 // checkLife looks for a sign of life after the confirmation. stop says the step ends here: the

@@ -244,11 +244,15 @@ func TestFailureSaysWhatWasReleased(t *testing.T) {
 
 // The default verify window ends one kubelet renewal interval plus the margin after the
 // controller first saw the node's last Lease renewal, no sooner than three agent heartbeat
-// intervals after the confirmation and no later than the whole window after it:
+// intervals after it last heard the agent or a peer reach the node, and no later than the
+// whole window after the confirmation:
 //   - a kubelet that still renews is caught whatever the phase of its renewal interval at the
 //     power-off (the property the window exists for);
 //   - a node that had stopped renewing is released before a whole window has passed;
-//   - its agent gets three of its intervals;
+//   - its agent and its peers get three of its intervals after the controller last heard
+//     them: a live one is caught whatever the phase of its interval, one silent long before the
+//     fence is not waited for again, and one never heard (a new leader) gets them after the
+//     confirmation;
 //   - a controller that did not see the renewal (a new leader), a policy's own verifyWindow,
 //     and a method that leaves the node running (its Lease is no evidence) watch the whole
 //     window from the confirmation.
@@ -278,16 +282,21 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 		}
 		return w
 	}
-	// watched is how long the VerifyFenced step watched after the confirmation.
-	watched := func(t *testing.T, nf *v1alpha1.NodeFence) time.Duration {
+	// watchEnd is when the VerifyFenced step ended.
+	watchEnd := func(t *testing.T, nf *v1alpha1.NodeFence) time.Time {
 		t.Helper()
 		for _, s := range nf.Status.Steps {
 			if s.Name == v1alpha1.StepVerifyFenced && s.EndTime != nil {
-				return s.EndTime.Sub(fencedAt(nf))
+				return s.EndTime.Time
 			}
 		}
 		t.Fatalf("no finished VerifyFenced step: %s", goldenTrace(nf))
-		return 0
+		return time.Time{}
+	}
+	// watched is how long the VerifyFenced step watched after the confirmation.
+	watched := func(t *testing.T, nf *v1alpha1.NodeFence) time.Duration {
+		t.Helper()
+		return watchEnd(t, nf).Sub(fencedAt(nf))
 	}
 
 	t.Run("a kubelet that still renews is caught at every phase", func(t *testing.T) {
@@ -311,12 +320,76 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 			t.Errorf("watched %s after the confirmation for a renewal due %s after the one seen 9 s before the fence; want at most 3 s", got, renewEvery+verifyMargin)
 		}
 	})
-	t.Run("its agent gets three intervals", func(t *testing.T) {
+	// The node's agent heartbeats every 2 s, and its kubelet no longer renews: the agent and
+	// its peers are watched three intervals plus the margin after the controller last heard
+	// them, like the Lease one interval after its last renewal.
+	const agentEvery = 2 * time.Second
+	// beating makes node n1's agent (or, when by names a peer, the peer's probes of n1) heard
+	// by the controller ago before now and every agentEvery after that while alive says so.
+	beating := func(w *world, ago time.Duration, by string, alive func() bool) {
+		hbs := heartbeats{}
+		w.r.Heartbeats = hbs
+		heard := func(at time.Time) {
+			hbs["n1"] = agentwire.Heartbeat{Node: "n1", Received: at, Interval: agentEvery}
+			if by != "" {
+				// The node's own heartbeats stopped ago before now; only the peer still reaches it.
+				hbs["n1"] = agentwire.Heartbeat{Node: "n1", Received: w.now.Add(-time.Minute), Interval: agentEvery}
+				hbs[by] = agentwire.Heartbeat{Node: by, Received: at, Interval: agentEvery,
+					Peers: []agentwire.PeerReport{{Node: "n1", Reachable: true, At: at}}}
+			}
+		}
+		last := w.now.Add(-ago)
+		heard(last)
+		w.tick = func(*v1alpha1.NodeFence) {
+			if alive() && !w.now.Before(last.Add(agentEvery)) {
+				last = last.Add(agentEvery)
+				heard(w.now)
+			}
+		}
+	}
+	t.Run("a live agent or peer is caught at every phase", func(t *testing.T) {
+		for _, by := range []string{"", "n2"} {
+			for ago := time.Duration(0); ago <= agentEvery; ago += time.Second / 2 {
+				w := start(t, 9*time.Second, true, false, "ipmi")
+				beating(w, ago, by, func() bool { return true })
+				nf := w.run(t)
+				c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced)
+				if nf.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Reason != v1alpha1.ReasonNodeAliveAfterFence {
+					t.Errorf("heard by %q %s before the fence began: phase %s, Fenced %+v; want Failed with %s\n%s", by, ago, nf.Status.Phase, c, v1alpha1.ReasonNodeAliveAfterFence, goldenTrace(nf))
+				}
+				checkReleased(t, w, false)
+			}
+		}
+	})
+	t.Run("an agent heard at the fence gets three intervals after", func(t *testing.T) {
+		for _, by := range []string{"", "n2"} {
+			w := start(t, 9*time.Second, true, false, "ipmi")
+			heardAt := w.now
+			beating(w, 0, by, func() bool { return false })
+			nf := w.run(t)
+			if nf.Status.Phase != v1alpha1.PhaseReleased {
+				t.Fatalf("phase %s, want Released\n%s", nf.Status.Phase, goldenTrace(nf))
+			}
+			end := watchEnd(t, nf)
+			if got := end.Sub(heardAt); got < 3*agentEvery+verifyMargin {
+				t.Errorf("heard by %q at the fence's start, watched until %s after; want at least %s", by, got, 3*agentEvery+verifyMargin)
+			}
+		}
+	})
+	t.Run("an agent silent long before the fence is not waited for again", func(t *testing.T) {
 		w := start(t, 9*time.Second, true, false, "ipmi")
-		w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Received: w.now.Add(-30 * time.Second), Interval: 2 * time.Second}}
+		beating(w, 30*time.Second, "", func() bool { return false })
 		nf := w.run(t)
-		if got := watched(t, nf); got < 3*2*time.Second || got >= renewEvery+verifyMargin {
-			t.Errorf("watched %s after the confirmation with an agent heartbeating every 2 s; want between 6 s and %s", got, renewEvery+verifyMargin)
+		if got := watched(t, nf); nf.Status.Phase != v1alpha1.PhaseReleased || got > 3*time.Second {
+			t.Errorf("phase %s, watched %s after the confirmation for an agent last heard 30 s before the fence; want Released within 3 s\n%s", nf.Status.Phase, got, goldenTrace(nf))
+		}
+	})
+	t.Run("a controller that never heard the agent gives it three intervals after the confirmation", func(t *testing.T) {
+		w := start(t, 9*time.Second, true, false, "ipmi")
+		w.r.Heartbeats = heartbeats{}
+		nf := w.run(t)
+		if got := watched(t, nf); got < 3*DefaultHeartbeatInterval {
+			t.Errorf("watched %s after the confirmation with no heartbeat on record; want at least %s", got, 3*DefaultHeartbeatInterval)
 		}
 	})
 	full := []struct {
