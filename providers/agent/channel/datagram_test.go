@@ -335,26 +335,9 @@ func TestDatagramIntervalNews(t *testing.T) {
 func TestDatagramBursts(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
 		t.Run(addr, func(t *testing.T) {
-			p := newPKI(t)
-			s := startServer(t, p, ServerOptions{Addr: addr})
+			s := startServer(t, newPKI(t), ServerOptions{Addr: addr})
 			const agents = 4 * datagramBatch
-			keys := make([]agentwire.DatagramKey, agents)
-			socks := make([]*net.UDPConn, agents)
-			to := net.UDPAddrFromAddrPort(netip.MustParseAddrPort(s.Addr()))
-			for i := range keys {
-				node := fmt.Sprintf("n%d", i)
-				var resp agentwire.Response
-				if err := s.answeredOverHTTPS(agentwire.Report{Node: node, Datagrams: true}, node, time.Now().Add(time.Hour), &resp); err != nil || resp.Datagram == nil {
-					t.Fatalf("no key for %s: %v", node, err)
-				}
-				keys[i] = *resp.Datagram
-				c, err := net.DialUDP("udp", nil, to)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { c.Close() })
-				socks[i] = c
-			}
+			keys, socks := datagramAgents(t, s, agents)
 			for round := uint64(1); round <= 3; round++ {
 				for i, c := range socks {
 					b, _ := json.Marshal(agentwire.Report{Node: fmt.Sprintf("n%d", i), Seq: round*1000 + uint64(i)})
@@ -384,5 +367,80 @@ func TestDatagramBursts(t *testing.T) {
 				t.Errorf("%d datagrams accepted, want %d", got, 3*agents)
 			}
 		})
+	}
+}
+
+// datagramAgents gives n agents (nodes n0, n1, …) a key each from s and a socket to its
+// datagram port.
+func datagramAgents(t *testing.T, s *Server, n int) ([]agentwire.DatagramKey, []*net.UDPConn) {
+	t.Helper()
+	keys := make([]agentwire.DatagramKey, n)
+	socks := make([]*net.UDPConn, n)
+	to := net.UDPAddrFromAddrPort(netip.MustParseAddrPort(s.Addr()))
+	for i := range keys {
+		node := fmt.Sprintf("n%d", i)
+		var resp agentwire.Response
+		if err := s.answeredOverHTTPS(agentwire.Report{Node: node, Datagrams: true}, node, time.Now().Add(time.Hour), &resp); err != nil || resp.Datagram == nil {
+			t.Fatalf("no key for %s: %v", node, err)
+		}
+		keys[i] = *resp.Datagram
+		c, err := net.DialUDP("udp", nil, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		socks[i] = c
+	}
+	return keys, socks
+}
+
+// TestDatagramsLinger: heartbeats that arrive spread out, as thousands of agents send them, are
+// still read several at a time: a reader waits datagramLinger after a read that did not fill its
+// batch, instead of waking and reading once per heartbeat. Each is still answered.
+func TestDatagramsLinger(t *testing.T) {
+	s := startServer(t, newPKI(t), ServerOptions{})
+	const agents = 4 * datagramBatch
+	const every = 200 * time.Microsecond // 5000 agents at 1 s
+	keys, socks := datagramAgents(t, s, agents)
+	for round := uint64(1); ; round++ {
+		before := s.dg.reads.Load()
+		start := time.Now()
+		for i, c := range socks {
+			b, _ := json.Marshal(agentwire.Report{Node: fmt.Sprintf("n%d", i), Seq: round})
+			for time.Since(start) < time.Duration(i)*every {
+				// spin: a sleep this short oversleeps
+			}
+			if _, err := c.Write(mustSeal(t, keys[i], b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		for i, c := range socks {
+			buf := make([]byte, 2*agentwire.MaxDatagramBytes)
+			if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			n, err := c.Read(buf)
+			if err != nil {
+				t.Fatalf("agent n%d got no answer: %v", i, err)
+			}
+			if a, err := agentwire.OpenAnswer(buf[:n], keys[i].ID, keys[i].Key); err != nil || a.Seq != round || a.Flags != 0 {
+				t.Fatalf("agent n%d was answered %+v, %v; want seq %d accepted", i, a, err, round)
+			}
+		}
+		reads := s.dg.reads.Load() - before
+		// Each reader reads at most once per linger while they arrive, and once more at the end.
+		bound := uint64(datagramReaders) * uint64(took/datagramLinger+2)
+		if bound >= agents/2 {
+			// The sending was held up (a loaded machine): no telling from this round.
+			if round == 5 {
+				t.Fatalf("sending %d datagrams %s apart took %s in each of 5 rounds; the machine is too loaded to tell", agents, every, took)
+			}
+			continue
+		}
+		if reads > bound {
+			t.Errorf("%d datagrams sent over %s were read in %d reads, want at most %d (%d readers, one read per %s linger)", agents, took, reads, bound, datagramReaders, datagramLinger)
+		}
+		return
 	}
 }
