@@ -155,7 +155,7 @@ func HeartbeatIntervals(ctx context.Context, c client.Reader, informers cache.In
 }
 
 // IntervalMemoTTL is the longest HeartbeatIntervals remembers a node's answer without an event.
-const IntervalMemoTTL = time.Minute
+const IntervalMemoTTL = 5 * time.Minute
 
 // heartbeatInterval reads node's interval from c (a cache: the cache's own objects, not copies).
 func heartbeatInterval(c client.Reader, name string) time.Duration {

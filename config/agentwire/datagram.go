@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"hash"
+	"sync"
 )
 
 // Heartbeat datagrams. An agent that holds a DatagramKey sends each heartbeat as one UDP
@@ -66,7 +68,7 @@ func SealHeartbeat(id, key, payload []byte) ([]byte, bool) {
 	b = append(b, magicHeartbeat[:]...)
 	b = append(b, id...)
 	b = append(b, payload...)
-	return appendTag(b, key), true
+	return NewDatagramMAC(key).appendTag(b, b), true
 }
 
 // HeartbeatKeyID reads the key ID of a heartbeat datagram, before its key is known.
@@ -81,24 +83,66 @@ func HeartbeatKeyID(b []byte) ([DatagramKeyIDBytes]byte, error) {
 
 // OpenHeartbeat checks a heartbeat datagram's tag with key and returns its payload.
 func OpenHeartbeat(b, key []byte) ([]byte, error) {
+	return NewDatagramMAC(key).OpenHeartbeat(b)
+}
+
+// SealAccepted is the controller's authenticated answer to the heartbeat with seq.
+func SealAccepted(id, key []byte, seq uint64, flags byte) []byte {
+	return NewDatagramMAC(key).SealAccepted(id, seq, flags)
+}
+
+// DatagramMAC is one key's HMAC-SHA256, keyed once and reused: the controller authenticates
+// every datagram of a key with it instead of hashing the key into a new HMAC twice per
+// heartbeat. It is safe for concurrent use.
+type DatagramMAC struct {
+	mu  sync.Mutex
+	h   hash.Hash
+	sum [tagBytes]byte
+}
+
+// NewDatagramMAC keys a DatagramMAC with key.
+func NewDatagramMAC(key []byte) *DatagramMAC {
+	return &DatagramMAC{h: hmac.New(sha256.New, key)}
+}
+
+// appendTag appends b's tag to dst.
+func (m *DatagramMAC) appendTag(dst, b []byte) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.h.Reset()
+	m.h.Write(b)
+	return m.h.Sum(dst)
+}
+
+// valid says whether t is body's tag.
+func (m *DatagramMAC) valid(body, t []byte) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.h.Reset()
+	m.h.Write(body)
+	return hmac.Equal(m.h.Sum(m.sum[:0]), t)
+}
+
+// OpenHeartbeat checks a heartbeat datagram's tag and returns its payload.
+func (m *DatagramMAC) OpenHeartbeat(b []byte) ([]byte, error) {
 	if _, err := HeartbeatKeyID(b); err != nil {
 		return nil, err
 	}
 	body := b[:len(b)-tagBytes]
-	if !hmac.Equal(tag(body, key), b[len(body):]) {
+	if !m.valid(body, b[len(body):]) {
 		return nil, errors.Join(ErrDatagram, errors.New("authentication failed"))
 	}
 	return body[headerBytes:], nil
 }
 
-// SealAccepted is the controller's authenticated answer to the heartbeat with seq.
-func SealAccepted(id, key []byte, seq uint64, flags byte) []byte {
+// SealAccepted is the controller's authenticated answer to the heartbeat with seq, under key ID id.
+func (m *DatagramMAC) SealAccepted(id []byte, seq uint64, flags byte) []byte {
 	b := make([]byte, 0, acceptedBytes)
 	b = append(b, magicAccepted[:]...)
 	b = append(b, id...)
 	b = binary.BigEndian.AppendUint64(b, seq)
 	b = append(b, flags)
-	return appendTag(b, key)
+	return m.appendTag(b, b)
 }
 
 // UnknownKey is the controller's answer to a heartbeat naming a key it does not hold.
@@ -124,20 +168,8 @@ func OpenAnswer(b, id, key []byte) (Answer, error) {
 		return Answer{}, ErrDatagram
 	}
 	body := b[:len(b)-tagBytes]
-	if !hmac.Equal(tag(body, key), b[len(body):]) {
+	if !NewDatagramMAC(key).valid(body, b[len(body):]) {
 		return Answer{}, errors.Join(ErrDatagram, errors.New("authentication failed"))
 	}
 	return Answer{Seq: binary.BigEndian.Uint64(body[headerBytes:]), Flags: body[headerBytes+8]}, nil
-}
-
-func tag(b, key []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(b)
-	return m.Sum(nil)
-}
-
-func appendTag(b, key []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(b)
-	return m.Sum(b)
 }

@@ -30,7 +30,7 @@ func FuzzHeartbeatDatagramServer(f *testing.F) {
 		s := &Server{log: logr.Discard(), nodes: map[string]agentwire.Heartbeat{}, commands: map[string]agentwire.Command{},
 			statuses: map[string]agentwire.ExecutorStatus{}, about: map[string]map[string][]agentwire.PeerReport{},
 			peers: newPeerBook(3), dg: newDatagramState(), opts: ServerOptions{Now: func() time.Time { return now }}}
-		k := &datagramKey{node: "n1", secret: secret, notAfter: now.Add(time.Hour)}
+		k := &datagramKey{node: "n1", secret: secret, mac: agentwire.NewDatagramMAC(secret), notAfter: now.Add(time.Hour)}
 		copy(k.id[:], id)
 		s.dg.byID[k.id], s.dg.byNode["n1"] = k, k
 		s.dg.told["n1"] = peersHash(nil) // told no peers: n1 has no news unless its report brings some
