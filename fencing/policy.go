@@ -104,7 +104,7 @@ const DefaultHeartbeatInterval = time.Second
 // agent keeps its own) for a node no policy covers or that cannot be read. It is asked for
 // every heartbeat, so each node's answer is remembered until the cache's events say it may
 // have changed: any policy added, deleted or given a new spec forgets every answer, a node
-// whose labels changed or that was deleted forgets its own. A change reaches the agent at its
+// added, whose labels changed or that was deleted forgets its own. A change reaches the agent at its
 // next heartbeat. IntervalMemoTTL bounds what a lost event could cost. Nothing is inferred
 // from the interval the controller asks for; the detectors read the one each agent reports
 // using.
@@ -132,6 +132,13 @@ func HeartbeatIntervals(ctx context.Context, c client.Reader, informers cache.In
 		return nil, fmt.Errorf("watching nodes for the agents' intervals: %w", err)
 	}
 	if _, err := ni.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		// An agent may heartbeat before the cache holds its node: the answer then remembered
+		// (no policy) is forgotten when the node arrives.
+		AddFunc: func(obj any) {
+			if n, ok := obj.(*corev1.Node); ok {
+				m.forget(n.Name)
+			}
+		},
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*corev1.Node)
 			n, ok2 := cur.(*corev1.Node)

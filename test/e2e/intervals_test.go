@@ -18,8 +18,9 @@ import (
 
 // TestAgentIntervalsFollowTheAPI: the heartbeat interval the controller asks of each node's
 // agent follows the API server through the cache's events, at once and not after the memo's
-// TTL: a policy's new interval, a node relabelled into another policy, a new policy that wins
-// by name, a deleted policy, a deleted node. Each answer is first read (and so remembered)
+// TTL: a node that arrives after its agent was answered, a policy's new interval, a node
+// relabelled into another policy, a new policy that wins by name, a deleted policy, a deleted
+// node. Each answer is first read (and so remembered)
 // before the change, so only the events can make it change within the test's bound.
 func TestAgentIntervalsFollowTheAPI(t *testing.T) {
 	t.Parallel()
@@ -60,10 +61,26 @@ func TestAgentIntervalsFollowTheAPI(t *testing.T) {
 	db := policy("b-db", "db", 3*time.Second)
 	web := policy("c-web", "web", 0)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"db": "true"}}}
-	for _, o := range []client.Object{db, web, node} {
+	for _, o := range []client.Object{db, web} {
 		if err := c.Client.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The policies in the cache, n1's agent heartbeats before its node exists (or before the
+	// cache holds it): no policy, 0 remembered. Only the node's arrival can change that now.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var l v1alpha1.FencingPolicyList
+		if err := reader.List(ctx, &l); err == nil && len(l.Items) == 2 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the cache holds %d policies after 5s, want 2 (%v)", len(l.Items), err)
+		}
+	}
+	if got := intervalOf("n1"); got != 0 {
+		t.Fatalf("the interval asked of an unknown node's agent is %v, want 0", got)
+	}
+	if err := c.Client.Create(ctx, node); err != nil {
+		t.Fatal(err)
 	}
 	// settle waits for the answer to become want, within a bound far below the memo's TTL.
 	settle := func(step string, want time.Duration) {
@@ -84,7 +101,7 @@ func TestAgentIntervalsFollowTheAPI(t *testing.T) {
 	if fencing.IntervalMemoTTL < 10*time.Second {
 		t.Fatalf("IntervalMemoTTL is %v: too short for this test to tell the events from the TTL", fencing.IntervalMemoTTL)
 	}
-	settle("under policy b-db", 3*time.Second)
+	settle("n1 created, under policy b-db", 3*time.Second)
 
 	if err := c.Client.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
 		t.Fatal(err)
