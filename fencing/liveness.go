@@ -26,11 +26,11 @@ import (
 //
 // What it costs: the window, by default one kubelet Lease renewal interval plus a margin (11s
 // with the kubelet's defaults) after the renewal the controller saw last, and at least three
-// agent heartbeat intervals after the controller last heard the node's agent or a peer reach it
-// (watchUntil), between the confirmation and the first release step; a GET of the node's Lease per second meanwhile. What it cannot see:
-// a node cut off from the API server, from the controller's agent channel and from its peers
-// shows no signal whether it runs or not; for such a node only the provider's read-back stands
-// between a wrong machine and a release.
+// agent heartbeat intervals after the controller last heard the node's agent or a peer reach
+// it (watchUntil), between the confirmation and the first release step; a GET of the node's
+// Lease per second meanwhile. What it cannot see: a node cut off from the API server, from the
+// controller's agent channel and from its peers shows no signal whether it runs or not; for
+// such a node only the provider's read-back stands between a wrong machine and a release.
 //
 // A method that leaves the node running by design (the Executor) is judged on its workload
 // instead: its Lease, heartbeats and peers are no evidence, but its agent reads the container

@@ -104,10 +104,9 @@ const DefaultHeartbeatInterval = time.Second
 // agent keeps its own) for a node no policy covers or that cannot be read. It is asked for
 // every heartbeat, so each node's answer is remembered until the cache's events say it may
 // have changed: any policy added, deleted or given a new spec forgets every answer, a node
-// added, whose labels changed or that was deleted forgets its own. A change reaches the agent at its
-// next heartbeat. IntervalMemoTTL bounds what a lost event could cost. Nothing is inferred
-// from the interval the controller asks for; the detectors read the one each agent reports
-// using.
+// added, relabelled or deleted forgets its own. A change reaches the agent at its next
+// heartbeat. IntervalMemoTTL bounds what a lost event could cost. Nothing is inferred from the
+// interval the controller asks for; the detectors read the one each agent reports using.
 func HeartbeatIntervals(ctx context.Context, c client.Reader, informers cache.Informers) (func(node string) time.Duration, error) {
 	m := newIntervalMemo(func(name string) time.Duration { return heartbeatInterval(c, name) }, time.Now, IntervalMemoTTL)
 	pi, err := informers.GetInformer(ctx, &v1alpha1.FencingPolicy{})
