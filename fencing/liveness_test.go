@@ -329,14 +329,17 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 	beating := func(w *world, ago time.Duration, by string, alive func() bool) {
 		hbs := heartbeats{}
 		w.r.Heartbeats = hbs
+		if by != "" {
+			// The node's own heartbeats stopped a minute ago; only the peer still reaches it.
+			hbs["n1"] = agentwire.Heartbeat{Node: "n1", Received: w.now.Add(-time.Minute), Interval: agentEvery}
+		}
 		heard := func(at time.Time) {
-			hbs["n1"] = agentwire.Heartbeat{Node: "n1", Received: at, Interval: agentEvery}
-			if by != "" {
-				// The node's own heartbeats stopped ago before now; only the peer still reaches it.
-				hbs["n1"] = agentwire.Heartbeat{Node: "n1", Received: w.now.Add(-time.Minute), Interval: agentEvery}
-				hbs[by] = agentwire.Heartbeat{Node: by, Received: at, Interval: agentEvery,
-					Peers: []agentwire.PeerReport{{Node: "n1", Reachable: true, At: at}}}
+			if by == "" {
+				hbs["n1"] = agentwire.Heartbeat{Node: "n1", Received: at, Interval: agentEvery}
+				return
 			}
+			hbs[by] = agentwire.Heartbeat{Node: by, Received: at, Interval: agentEvery,
+				Peers: []agentwire.PeerReport{{Node: "n1", Reachable: true, At: at}}}
 		}
 		last := w.now.Add(-ago)
 		heard(last)

@@ -20,8 +20,8 @@ import (
 // agent follows the API server through the cache's events, at once and not after the memo's
 // TTL: a node that arrives after its agent was answered, a policy's new interval, a node
 // relabelled into another policy, a new policy that wins by name, a deleted policy, a deleted
-// node. Each answer is first read (and so remembered)
-// before the change, so only the events can make it change within the test's bound.
+// node. Each answer is first read (and so remembered) before the change, so only the events
+// can make it change within the test's bound.
 func TestAgentIntervalsFollowTheAPI(t *testing.T) {
 	t.Parallel()
 	c := testbed.StartT(t, testbed.Options{NoCSIAttacher: true})

@@ -347,17 +347,7 @@ func TestDatagramBursts(t *testing.T) {
 				}
 				for i, c := range socks {
 					want := round*1000 + uint64(i)
-					buf := make([]byte, 2*agentwire.MaxDatagramBytes)
-					if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
-						t.Fatal(err)
-					}
-					n, err := c.Read(buf)
-					if err != nil {
-						t.Fatalf("round %d: agent n%d got no answer: %v", round, i, err)
-					}
-					if a, err := agentwire.OpenAnswer(buf[:n], keys[i].ID, keys[i].Key); err != nil || a.Seq != want || a.UnknownKey || a.Flags != 0 {
-						t.Fatalf("round %d: agent n%d was answered %+v, %v; want seq %d accepted under its key", round, i, a, err, want)
-					}
+					acceptedAnswer(t, c, keys[i], want)
 					if hb, _, ok := s.Latest(fmt.Sprintf("n%d", i)); !ok || hb.Seq != want {
 						t.Fatalf("round %d: n%d's heartbeat recorded with seq %d (%v), want %d", round, i, hb.Seq, ok, want)
 					}
@@ -394,6 +384,23 @@ func datagramAgents(t *testing.T, s *Server, n int) ([]agentwire.DatagramKey, []
 	return keys, socks
 }
 
+// acceptedAnswer reads the answer on an agent's socket and fails unless it accepts the
+// heartbeat with seq, under the agent's key, with no flags.
+func acceptedAnswer(t *testing.T, c *net.UDPConn, k agentwire.DatagramKey, seq uint64) {
+	t.Helper()
+	buf := make([]byte, 2*agentwire.MaxDatagramBytes)
+	if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("the agent at %s got no answer to seq %d: %v", c.LocalAddr(), seq, err)
+	}
+	if a, err := agentwire.OpenAnswer(buf[:n], k.ID, k.Key); err != nil || a.Seq != seq || a.UnknownKey || a.Flags != 0 {
+		t.Fatalf("the agent at %s was answered %+v, %v; want seq %d accepted under its key", c.LocalAddr(), a, err, seq)
+	}
+}
+
 // TestDatagramsLinger: heartbeats that arrive spread out, as thousands of agents send them, are
 // still read several at a time: a reader waits datagramLinger after a read that did not fill its
 // batch, instead of waking and reading once per heartbeat. Each is still answered.
@@ -416,17 +423,7 @@ func TestDatagramsLinger(t *testing.T) {
 		}
 		took := time.Since(start)
 		for i, c := range socks {
-			buf := make([]byte, 2*agentwire.MaxDatagramBytes)
-			if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
-				t.Fatal(err)
-			}
-			n, err := c.Read(buf)
-			if err != nil {
-				t.Fatalf("agent n%d got no answer: %v", i, err)
-			}
-			if a, err := agentwire.OpenAnswer(buf[:n], keys[i].ID, keys[i].Key); err != nil || a.Seq != round || a.Flags != 0 {
-				t.Fatalf("agent n%d was answered %+v, %v; want seq %d accepted", i, a, err, round)
-			}
+			acceptedAnswer(t, c, keys[i], round)
 		}
 		reads := s.dg.reads.Load() - before
 		// Each reader reads at most once per linger while they arrive, and once more at the end.
