@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/lease"
 )
@@ -38,7 +39,13 @@ import (
 // confirmation — a kubelet the agent did not stop restarts what the executor killed, and
 // then two copies of a pet run — fails the method (WorkloadRunningAfterFence) the same way.
 // Without an agent channel to the controller there is no such read-back, and the agent's own
-// at the confirmation stands.
+// at the confirmation stands. Its window (workloadWatchUntil) is the kubelet's: a kubelet that
+// runs restarts a container it finds exited at its next pod sync (about a second), or after its
+// crash back-off (10s the first time) when the container exited recently, so the read-back is
+// watched that back-off plus a margin. When the agent stopped the kubelet for this order (its
+// kubelet stop command succeeded) and its heartbeats have not seen the kubelet healthy since,
+// nothing is left to restart the workload: three heartbeat intervals of read-back plus the
+// margin then suffice, and a kubelet healthy again brings the whole window back.
 
 const (
 	// defaultRenewInterval is the kubelet's Lease renewal interval when its Lease says nothing:
@@ -48,6 +55,9 @@ const (
 	verifyMargin = time.Second
 	// verifyRecheck is how often VerifyFenced looks at the signals.
 	verifyRecheck = time.Second
+	// kubeletRestartBackOff is the kubelet's first crash back-off: the longest a running
+	// kubelet usually waits before it restarts a container that exited (once, recently, before).
+	kubeletRestartBackOff = 10 * time.Second
 )
 
 // Signals a node can show life on.
@@ -101,12 +111,19 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 	if out, stop := r.checkLife(ctx, nf); stop {
 		return out
 	}
+	if _, stopped := r.kubeletStayedStopped(nf); keepsRunning && nf.Spec.Release.VerifyWindow == nil && !stopped {
+		// A kubelet healthy again (or no heartbeat to say it is not) may restart the workload:
+		// the whole window.
+		if full := afterConfirmation(nf).Add(kubeletRestartBackOff + verifyMargin); nf.Status.Liveness.WatchUntil.Time.Before(full) {
+			nf.Status.Liveness.WatchUntil = metav1.NewTime(full)
+		}
+	}
 	until := nf.Status.Liveness.WatchUntil.Time
 	if now := r.now(); now.Before(until) {
 		if keepsRunning {
 			return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
-				"method %s stopped the workload of node %s, as its agent confirmed at %s; watching the agent's read-back of running containers until %s before releasing (the node itself runs by design)",
-				nf.Status.Method, nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339))
+				"method %s stopped the workload of node %s, as its agent confirmed at %s%s; watching the agent's read-back of running containers until %s before releasing (the node itself runs by design)",
+				nf.Status.Method, nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), r.kubeletText(nf), until.Format(time.RFC3339))
 		}
 		return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
 			"no sign of life since the fence was confirmed at %s; watching the node's Lease, agent heartbeats and peer probes until %s before releasing",
@@ -143,12 +160,59 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 			seen = r.Renewals.Seen(nf.Spec.NodeName, l.Spec.RenewTime.Time, now)
 		}
 	}
-	if w := nf.Spec.Release.VerifyWindow; w != nil {
+	switch w := nf.Spec.Release.VerifyWindow; {
+	case w != nil:
 		lv.WatchUntil = metav1.NewTime(now.Add(w.Duration))
-		return lv, nil
+	case !checksLiveness(nf):
+		lv.WatchUntil = metav1.NewTime(r.workloadWatchUntil(nf, now))
+	default:
+		lv.WatchUntil = metav1.NewTime(r.watchUntil(nf, now, window, seen))
 	}
-	lv.WatchUntil = metav1.NewTime(r.watchUntil(nf, now, window, seen))
 	return lv, nil
+}
+
+// workloadWatchUntil is the end of the default window of a method that leaves the node
+// running: three of the agent's heartbeat intervals plus verifyMargin after the confirmation
+// when the agent stopped the kubelet for this order and does not see it healthy
+// (kubeletStayedStopped), the kubelet's restart back-off plus verifyMargin otherwise (from now
+// when that is later: a new leader watches the whole window).
+func (r *NodeFenceReconciler) workloadWatchUntil(nf *v1alpha1.NodeFence, now time.Time) time.Time {
+	at := afterConfirmation(nf)
+	if every, ok := r.kubeletStayedStopped(nf); ok {
+		return at.Add(3*every + verifyMargin)
+	}
+	if at.Before(now) {
+		at = now
+	}
+	return at.Add(kubeletRestartBackOff + verifyMargin)
+}
+
+// kubeletStayedStopped says whether the node's agent reports, in its latest heartbeat, that it
+// stopped the kubelet for this fence's order before terminating, and that the kubelet is not
+// healthy: nothing restarts what the executor stopped. every is the agent's heartbeat interval.
+func (r *NodeFenceReconciler) kubeletStayedStopped(nf *v1alpha1.NodeFence) (every time.Duration, ok bool) {
+	if r.Heartbeats == nil {
+		return 0, false
+	}
+	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
+	if !ok || hb.KubeletHealthy || hb.Executor == nil {
+		return 0, false
+	}
+	if st := hb.Executor; st.ID != string(nf.UID) || st.State != agentwire.ExecutorConfirmed || !st.KubeletStopped {
+		return 0, false
+	}
+	if every = hb.Interval; every <= 0 {
+		every = DefaultHeartbeatInterval
+	}
+	return every, true
+}
+
+// kubeletText says, for the VerifyFenced record, whether the agent stopped the kubelet.
+func (r *NodeFenceReconciler) kubeletText(nf *v1alpha1.NodeFence) string {
+	if _, ok := r.kubeletStayedStopped(nf); ok {
+		return ", with its kubelet stopped (nothing restarts the workload)"
+	}
+	return ""
 }
 
 // watchUntil is the end of the default watch window, window (one renewal interval of the node's
@@ -162,11 +226,11 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 // renewals) is not watched a whole interval more for a renewal that did not come in one. Its
 // agent and its peers get their own time, by the same rule (agentsUntil). A renewal the
 // controller had not seen (a new leader) is seen "now", so its window is the whole one from
-// now; so is it when seen is zero (no Lease, no record of renewals) or the method leaves the
-// node running (its Lease is no evidence; the workload is, through the agent's read-back).
+// now; so is it when seen is zero (no Lease, no record of renewals). A method that leaves the
+// node running has its own window (workloadWatchUntil): its Lease is no evidence.
 func (r *NodeFenceReconciler) watchUntil(nf *v1alpha1.NodeFence, now time.Time, window time.Duration, seen time.Time) time.Time {
 	full := now.Add(window)
-	if seen.IsZero() || !checksLiveness(nf) {
+	if seen.IsZero() {
 		return full
 	}
 	until := seen.Add(window)

@@ -436,3 +436,89 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 		})
 	}
 }
+
+// The Executor's window follows the kubelet: three heartbeat intervals plus a margin after the
+// confirmation when the agent stopped the kubelet for this order and does not see it healthy;
+// the kubelet's restart back-off plus the margin otherwise, and again as soon as the kubelet is
+// healthy again (it may restart the workload), so a workload it restarts then is caught.
+func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
+	const long = kubeletRestartBackOff + verifyMargin
+	tests := []struct {
+		name string
+		// report is the agent's heartbeat at w.now, since seconds after the confirmation was
+		// recorded (negative before); ok false sends none.
+		report func(hb *agentwire.Heartbeat, since time.Duration) bool
+		// window is how long after the confirmation's second VerifyFenced watches.
+		window   time.Duration
+		released bool
+	}{
+		{"stopped", func(hb *agentwire.Heartbeat, _ time.Duration) bool { return true }, 3*time.Second + verifyMargin, true},
+		{"stopped-2s-interval", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
+			hb.Interval = 2 * time.Second
+			return true
+		}, 3*2*time.Second + verifyMargin, true},
+		{"not-stopped", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
+			hb.Executor.KubeletStopped = false
+			return true
+		}, long, true},
+		{"stopped-but-healthy", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
+			hb.KubeletHealthy = true
+			return true
+		}, long, true},
+		{"stopped-for-another-order", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
+			hb.Executor.ID = "an-older-fence"
+			return true
+		}, long, true},
+		{"stopped-not-confirmed", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
+			hb.Executor.State = agentwire.ExecutorRunning
+			return true
+		}, long, true},
+		{"no-heartbeat-at-the-confirmation", func(hb *agentwire.Heartbeat, since time.Duration) bool { return since > 0 }, long, true},
+		{"kubelet-back-restarts-the-workload", func(hb *agentwire.Heartbeat, since time.Duration) bool {
+			hb.KubeletHealthy = since >= 2*time.Second
+			if since >= 6*time.Second {
+				n := 1
+				hb.RunningContainers = &n
+			}
+			return true
+		}, long, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, "executor")
+			w.r.Heartbeats = heartbeats{}
+			var at time.Time // the confirmation's second, once recorded
+			read := 0
+			w.tick = func(nf *v1alpha1.NodeFence) {
+				since := -time.Second
+				if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced); c != nil && c.Status == metav1.ConditionTrue {
+					at = afterConfirmation(nf)
+					since = w.now.Sub(at)
+				}
+				zero := 0
+				hb := agentwire.Heartbeat{Node: "n1", Received: w.now.Add(time.Second / 2), Interval: time.Second, RunningContainers: &zero,
+					Executor: &agentwire.ExecutorStatus{ID: "fence-uid", State: agentwire.ExecutorConfirmed, KubeletStopped: true}}
+				if !tt.report(&hb, since) {
+					delete(w.r.Heartbeats.(heartbeats), "n1")
+					return
+				}
+				if since >= 0 {
+					read++
+				}
+				w.r.Heartbeats.(heartbeats)["n1"] = hb
+			}
+			nf := w.run(t)
+			if at.IsZero() || read == 0 {
+				t.Fatal("the fence was never confirmed, or no heartbeat came after: the test did not test")
+			}
+			if got := nf.Status.Liveness.WatchUntil.Sub(at); got != tt.window {
+				t.Errorf("watched until %s after the confirmation, want %s", got, tt.window)
+			}
+			checkReleased(t, w, tt.released)
+			verify := stepOf(nf, v1alpha1.StepVerifyFenced)
+			if !tt.released && verify.Reason != v1alpha1.ReasonWorkloadRunningAfterFence {
+				t.Errorf("VerifyFenced %s %q; want %s", verify.Reason, verify.Message, v1alpha1.ReasonWorkloadRunningAfterFence)
+			}
+		})
+	}
+}

@@ -147,9 +147,10 @@ func waitForOutcome(t *testing.T, e *env, id string, within time.Duration) ([]st
 
 // TestTerminateCommand: the controller orders the agent (the real binary, on a real
 // containerd) to terminate its node's workload with a 2 s grace cap. The heartbeats report
-// Running, then Confirmed; the kubelet stop command ran first; the containers are really gone
-// as read back through the CRI, each stopped by the kubelet's rules as the containers saw it;
-// the agent's own pod is left running, and the command is not run again.
+// Running, then Confirmed; the kubelet stop command ran first, and the status says so; the
+// containers are really gone as read back through the CRI, each stopped by the kubelet's rules
+// as the containers saw it; the agent's own pod is left running, and the command is not run
+// again.
 func TestTerminateCommand(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
@@ -173,8 +174,8 @@ func TestTerminateCommand(t *testing.T) {
 	start := time.Now()
 	states, final := waitForOutcome(t, e, "fence-1", 15*time.Second)
 	t.Logf("MEASURED command set to Confirmed: %.3fs (states %v)", time.Since(start).Seconds(), states)
-	if strings.Join(states, ",") != "Running,Confirmed" || final.Pods != 2 || final.Containers != 3 || final.Message != "" {
-		t.Fatalf("states %v, final %+v; want Running then Confirmed for 2 pods, 3 containers", states, final)
+	if strings.Join(states, ",") != "Running,Confirmed" || final.Pods != 2 || final.Containers != 3 || final.Message != "" || !final.KubeletStopped {
+		t.Fatalf("states %v, final %+v; want Running then Confirmed for 2 pods, 3 containers, the kubelet stopped", states, final)
 	}
 	if took := time.Since(start); took > 8*time.Second {
 		t.Errorf("Confirmed %s after the command, want ~3.5 s", took)
@@ -262,8 +263,8 @@ func TestTerminateCommandNotCarriedOut(t *testing.T) {
 			e.startAgent(t, e.server.Addr(), k.srv.URL, interval, append([]string{"--cri-endpoint", ctd.Socket}, tc.flags...)...)
 			e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
 			_, final := waitForOutcome(t, e, "c1", 10*time.Second)
-			if final.State != tc.state || !containsAll(final.Message, tc.message) {
-				t.Errorf("final status %+v, want %s with a message holding %q", final, tc.state, tc.message)
+			if final.State != tc.state || !containsAll(final.Message, tc.message) || final.KubeletStopped {
+				t.Errorf("final status %+v, want %s with a message holding %q, the kubelet not said stopped", final, tc.state, tc.message)
 			}
 			if got := containerStates(t, ctd, "uid-victim")["app"]; got != runtimeapi.ContainerState_CONTAINER_RUNNING {
 				t.Errorf("victim container: %v, want still running", got)

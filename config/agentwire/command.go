@@ -83,6 +83,10 @@ type ExecutorStatus struct {
 	// containers the agent stopped (those already exited are not counted).
 	Pods       int `json:"pods"`
 	Containers int `json:"containers"`
+	// KubeletStopped says that the agent ran its kubelet stop command, and that it succeeded,
+	// before it terminated anything: no kubelet restarts what the executor stopped (unless
+	// something starts the kubelet again, which the heartbeats' KubeletHealthy shows).
+	KubeletStopped bool `json:"kubeletStopped,omitempty"`
 	// StartedAt and FinishedAt are on the agent's clock; FinishedAt is zero while running.
 	StartedAt  time.Time `json:"startedAt,omitzero"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`

@@ -206,6 +206,10 @@ func judge(st agentwire.ExecutorStatus, running *int) providers.Status {
 	if *running > 0 {
 		return inProgress("the agent reports done but its runtime read-back shows %d workload containers running", *running)
 	}
+	kubelet := "its kubelet was not stopped (no --kubelet-stop-command)"
+	if st.KubeletStopped {
+		kubelet = "its kubelet stopped first"
+	}
 	return providers.Status{State: providers.Confirmed,
-		Message: fmt.Sprintf("the agent confirms no workload container runs: %d pods, %d containers stopped; runtime read-back: none running", st.Pods, st.Containers)}
+		Message: fmt.Sprintf("the agent confirms no workload container runs: %d pods, %d containers stopped, %s; runtime read-back: none running", st.Pods, st.Containers, kubelet)}
 }

@@ -135,17 +135,18 @@ func (c *Commander) refuse(cmd agentwire.Command, err error) {
 
 // run carries cmd out and records how it ended.
 func (c *Commander) run(ctx context.Context, cmd agentwire.Command) {
-	res, err := c.execute(ctx, cmd)
+	res, kubeletStopped, err := c.execute(ctx, cmd)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := *c.current
 	st.State, st.Pods, st.Containers, st.FinishedAt = agentwire.ExecutorConfirmed, res.Pods, res.Containers, time.Now()
+	st.KubeletStopped = kubeletStopped
 	if err != nil {
 		st.State, st.Message = agentwire.ExecutorFailed, agentwire.TruncateMessage(err.Error())
 		c.log.Error(err, "command failed", "command", cmd.ID, "pods", res.Pods, "containers", res.Containers)
 	} else {
 		c.log.Info("command confirmed", "command", cmd.ID, "pods", res.Pods, "containers", res.Containers,
-			"took", st.FinishedAt.Sub(st.StartedAt).String())
+			"kubeletStopped", kubeletStopped, "took", st.FinishedAt.Sub(st.StartedAt).String())
 	}
 	c.current, c.busy = &st, ""
 	c.notify()
@@ -154,34 +155,36 @@ func (c *Commander) run(ctx context.Context, cmd agentwire.Command) {
 // execute checks the command, has the executor child process connect to the runtime, stops
 // the kubelet and has the executor terminate every pod. Only a nil error reports Confirmed, and
 // the executor answers without an error only after reading every pod back as exited.
-func (c *Commander) execute(ctx context.Context, cmd agentwire.Command) (child.Result, error) {
+// kubeletStopped says that the kubelet stop command ran and succeeded.
+func (c *Commander) execute(ctx context.Context, cmd agentwire.Command) (res child.Result, kubeletStopped bool, err error) {
 	if err := cmd.Validate(); err != nil {
-		return child.Result{}, err
+		return child.Result{}, false, err
 	}
 	if c.o.Executor.CRIEndpoint == "" {
-		return child.Result{}, ErrNoRuntime
+		return child.Result{}, false, ErrNoRuntime
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, c.o.Timeout,
 		fmt.Errorf("executor timeout (%s) expired", c.o.Timeout))
 	defer cancel()
 	p, err := c.exec.Get(ctx)
 	if err != nil {
-		return child.Result{}, err
+		return child.Result{}, false, err
 	}
 	if c.o.FaultConfirmEarly {
 		// A lying executor on an otherwise working agent: the runtime is connected (so the
 		// heartbeats' read-back goes on), but nothing is terminated.
 		c.log.Info("FAULT INJECTION: reporting Confirmed without terminating anything", "command", cmd.ID)
-		return child.Result{}, nil
+		return child.Result{}, false, nil
 	}
 	if err := child.StopKubelet(ctx, c.o.KubeletStopCommand, c.log); err != nil {
-		return child.Result{}, err
+		return child.Result{}, false, err
 	}
-	res, err := child.TerminateAll(ctx, p, cmd.ID, cmd.GracePeriodSeconds)
+	kubeletStopped = c.o.KubeletStopCommand != ""
+	res, err = child.TerminateAll(ctx, p, cmd.ID, cmd.GracePeriodSeconds)
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
 	}
-	return res, err
+	return res, kubeletStopped, err
 }
 
 // ReadBack counts the workload containers the runtime lists as not exited, for every heartbeat

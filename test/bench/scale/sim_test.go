@@ -189,7 +189,7 @@ func runAgent(ctx context.Context, c *channel.Client, i, n int, off *stopped, la
 	for seq := uint64(1); ; seq++ {
 		if !off.has(i) {
 			began := time.Now()
-			rep := agentwire.Report{Node: nodeName(i), BootID: boot, Seq: seq, KubeletHealthy: true,
+			rep := agentwire.Report{Node: nodeName(i), BootID: boot, Seq: seq, KubeletHealthy: exec == nil,
 				IntervalMillis: hbInterval.Milliseconds(), SentAt: began, Executor: exec}
 			if exec != nil {
 				zero := 0
@@ -211,11 +211,14 @@ func runAgent(ctx context.Context, c *channel.Client, i, n int, off *stopped, la
 }
 
 // answer is the simulated agent's executor: a Terminate command is confirmed at once (the
-// node runs no real container), with every pod of the node counted.
+// node runs no real container), with every pod of the node counted and the kubelet stopped
+// first, as by the chart's agent.kubeletStopCommand (the heartbeats report the kubelet
+// unhealthy from then on).
 func answer(cmd *agentwire.Command, prev *agentwire.ExecutorStatus) *agentwire.ExecutorStatus {
 	if cmd == nil || (prev != nil && prev.ID == cmd.ID) {
 		return prev
 	}
 	now := time.Now()
-	return &agentwire.ExecutorStatus{ID: cmd.ID, State: agentwire.ExecutorConfirmed, Pods: podsPerNode, Containers: podsPerNode, StartedAt: now, FinishedAt: now}
+	return &agentwire.ExecutorStatus{ID: cmd.ID, State: agentwire.ExecutorConfirmed, Pods: podsPerNode, Containers: podsPerNode,
+		KubeletStopped: true, StartedAt: now, FinishedAt: now}
 }
