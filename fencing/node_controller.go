@@ -21,7 +21,6 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors"
-	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/detectors/observe"
 )
 
@@ -45,6 +44,8 @@ type NodeReconciler struct {
 	Now       func() time.Time
 
 	blindEvents blindEvents
+	// healthy are the nodes judged Healthy by their latest reconcile (lease_events.go).
+	healthy healthyNodes
 }
 
 // SetupWithManager watches Nodes, their Leases, policies and NodeFences.
@@ -52,15 +53,9 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
 	})
-	leaseToNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if o.GetNamespace() != lease.Namespace {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
-	})
 	b := ctrl.NewControllerManagedBy(mgr).Named("node").
 		For(&corev1.Node{}).
-		Watches(&coordinationv1.Lease{}, leaseToNode).
+		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
 		Watches(&v1alpha1.NodeFence{}, byName).
 		// A policy's spec decides its nodes; its status (rewritten every policyResync while a
 		// node is listed failed) would wake every node of the cluster for nothing.
@@ -78,6 +73,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile looks at one node.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.healthy.set(req.Name, false) // until detect judges it Healthy again
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -161,7 +157,9 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		return ctrl.Result{}, err
 	}
 	if !obs.Verdict.Failed() {
-		// Look again the moment the node would turn failed if nothing new arrives.
+		// Look again the moment the node would turn failed if nothing new arrives; until then,
+		// a plain renewal of a Healthy node's Lease changes nothing (lease_events.go).
+		r.healthy.set(node.Name, obs.Verdict == detectors.Healthy)
 		return ctrl.Result{RequeueAfter: max(obs.Deadline.Sub(now), 0) + 50*time.Millisecond}, nil
 	}
 	if res, blind := r.blind(ctx, node, obs); blind {
