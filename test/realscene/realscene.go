@@ -66,6 +66,8 @@ type Options struct {
 	NoCRDs bool
 	// ImageArchives are image tarballs every machine imports at every boot (make images').
 	ImageArchives []string
+	// Kubelet tunes every machine's kubelet; the zero value keeps its defaults.
+	Kubelet machine.KubeletTuning
 }
 
 // Scene is a running scene; everything stops in t.Cleanup.
@@ -84,6 +86,7 @@ type Scene struct {
 	volumes       *volumes   // nil without Options.Volumes
 	inCluster     *inCluster // nil without Options.InCluster
 	imageArchives []string
+	kubelet       machine.KubeletTuning
 	controllerNet *netns.Node // the controller replicas' namespace, from StartControllers
 }
 
@@ -120,7 +123,7 @@ func Start(t testing.TB, o Options) *Scene {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
-	s := &Scene{Cluster: c, LAN: netns.New(t), machines: o.Machines, imageArchives: o.ImageArchives}
+	s := &Scene{Cluster: c, LAN: netns.New(t), machines: o.Machines, imageArchives: o.ImageArchives, kubelet: o.Kubelet}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the scene's API objects:\n%s", s.Describe())
@@ -178,7 +181,8 @@ func (s *Scene) addMachine(t testing.TB, ctx context.Context, i int, img contain
 		daemons = append(daemons, s.volumes.daemon())
 	}
 	mo := machine.Options{Name: NodeName(i), Index: i, LAN: s.LAN, Cluster: s.Cluster, APIServer: s.Relay,
-		Power: bmc, Images: []containerd.Image{img}, ImageArchives: s.imageArchives, Labels: map[string]string{"palisade.dev/fenced-by": "ipmi"}, Daemons: daemons}
+		Power: bmc, Images: []containerd.Image{img}, ImageArchives: s.imageArchives, Labels: map[string]string{"palisade.dev/fenced-by": "ipmi"}, Daemons: daemons,
+		Kubelet: s.kubelet}
 	if s.inCluster != nil {
 		s.inCluster.machineOptions(&mo)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"palisade.dev/palisade/test/testbed/containerd"
 )
@@ -101,7 +103,33 @@ evictionHard:
   imagefs.available: "1%%"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-%s`, m.socket(), m.path(diskDir, "pod-logs"), m.clusterDNS())
+%s%s`, m.socket(), m.path(diskDir, "pod-logs"), m.clusterDNS(), m.o.Kubelet.config())
+}
+
+// KubeletTuning is what operators who want fast failovers tune in their kubelets; zero fields
+// keep the kubelet's defaults.
+type KubeletTuning struct {
+	// NodeStatusUpdateFrequency is how often the kubelet computes its node status and posts
+	// it when it changed (default 10s): a volume a new pod needs is mounted only after the
+	// status that reports it in use.
+	NodeStatusUpdateFrequency time.Duration
+	// NodeLeaseDurationSeconds is its Lease's duration (default 40); the kubelet renews the
+	// Lease every quarter of it.
+	NodeLeaseDurationSeconds int32
+}
+
+// config is the KubeletConfiguration lines of the tuning.
+func (k KubeletTuning) config() string {
+	var b strings.Builder
+	if k.NodeStatusUpdateFrequency > 0 {
+		// Set explicitly, the update frequency would become the report frequency too (a
+		// status posted every time, changed or not): posted on change, and every 5m.
+		fmt.Fprintf(&b, "nodeStatusUpdateFrequency: %s\nnodeStatusReportFrequency: 5m\n", k.NodeStatusUpdateFrequency)
+	}
+	if k.NodeLeaseDurationSeconds > 0 {
+		fmt.Fprintf(&b, "nodeLeaseDurationSeconds: %d\n", k.NodeLeaseDurationSeconds)
+	}
+	return b.String()
 }
 
 // clusterDNS is the kubelet configuration's cluster DNS lines, none without Options.ClusterDNS.

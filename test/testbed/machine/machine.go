@@ -60,6 +60,8 @@ type Options struct {
 	// Labels are the Node's labels, which the kubelet sets when it registers
 	// (--node-labels).
 	Labels map[string]string
+	// Kubelet tunes the kubelet's node status and Lease; the zero value keeps its defaults.
+	Kubelet KubeletTuning
 	// Daemons start at every boot, after the kubelet.
 	Daemons []Daemon
 	// Logf receives progress messages.
