@@ -61,6 +61,8 @@ type sample struct {
 	requests map[string]float64
 	// openFiles is how many files (sockets among them) the controller has open.
 	openFiles int
+	// reconciles are the controller's reconciles so far by series (controller and result).
+	reconciles map[string]float64
 }
 
 type steadyState struct {
@@ -88,6 +90,7 @@ func (p *controller) sample(b *testing.B) sample {
 		}
 	}
 	s.requests = p.series(b, "rest_client_requests_total")
+	s.reconciles = p.series(b, "controller_runtime_reconcile_total")
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
 		b.Fatal(err)
@@ -163,6 +166,8 @@ func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) 
 	b.Logf("steady window %s: %d heartbeats, %d failed; the controller has %d files open", window, count, errs, s1.openFiles)
 	bySeries, requests := delta(s0.requests, s1.requests)
 	b.Logf("steady window %s: %.0f API requests by the controller, by method and code:%s", window, requests, bySeries)
+	byController, reconciles := delta(s0.reconciles, s1.reconciles)
+	b.Logf("steady window %s: %.0f reconciles (%.0f a second), by controller and result:%s", window, reconciles, reconciles/secs, byController)
 	return steadyState{
 		rssMiB:  s1.rssKiB / 1024,
 		cpuPct:  100 * (s1.cpuTicks - s0.cpuTicks) / clockTicks / secs,
