@@ -174,15 +174,15 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 // workloadWatchUntil is the end of the default window of a method that leaves the node
 // running: three of the agent's heartbeat intervals plus verifyMargin after the confirmation
 // when the agent stopped the kubelet for this order and does not see it healthy
-// (kubeletStayedStopped), the kubelet's restart back-off plus verifyMargin otherwise (from now
-// when that is later: a new leader watches the whole window).
+// (kubeletStayedStopped), the kubelet's restart back-off plus verifyMargin otherwise; either
+// from now when that is later (a new leader watches the whole window itself).
 func (r *NodeFenceReconciler) workloadWatchUntil(nf *v1alpha1.NodeFence, now time.Time) time.Time {
 	at := afterConfirmation(nf)
-	if every, ok := r.kubeletStayedStopped(nf); ok {
-		return at.Add(3*every + verifyMargin)
-	}
 	if at.Before(now) {
 		at = now
+	}
+	if every, ok := r.kubeletStayedStopped(nf); ok {
+		return at.Add(3*every + verifyMargin)
 	}
 	return at.Add(kubeletRestartBackOff + verifyMargin)
 }

@@ -522,3 +522,23 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 		})
 	}
 }
+
+// A controller that takes the Executor's window up late (a new leader, the confirmation
+// recorded by its predecessor) watches the whole window itself, from when it takes it up.
+func TestExecutorWindowTakenUpLateIsWatchedWhole(t *testing.T) {
+	confirmed := metav1.NewTime(t0)
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{UID: "fence-uid"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"},
+		Status: v1alpha1.NodeFenceStatus{FencedTime: &confirmed}}
+	late := t0.Add(30 * time.Second)
+	for _, stopped := range []bool{true, false} {
+		r := &NodeFenceReconciler{Heartbeats: heartbeats{"n1": {Node: "n1", Received: late, Interval: time.Second,
+			Executor: &agentwire.ExecutorStatus{ID: "fence-uid", State: agentwire.ExecutorConfirmed, KubeletStopped: stopped}}}}
+		want := late.Add(kubeletRestartBackOff + verifyMargin)
+		if stopped {
+			want = late.Add(3*time.Second + verifyMargin)
+		}
+		if got := r.workloadWatchUntil(nf, late); !got.Equal(want) {
+			t.Errorf("kubelet stopped %v: watched until %s after taking the window up, want %s", stopped, got.Sub(late), want.Sub(late))
+		}
+	}
+}
