@@ -28,7 +28,8 @@ func waitChild(pid int, timeout time.Duration) (int, error) {
 }
 
 // processesIn lists the host PIDs of the processes in the PID namespace of initPID (nested
-// namespaces, the containers', included) whose command name is comm ("" for all).
+// namespaces, the containers', included) whose command name is comm ("" for all); zombies are
+// left out.
 func processesIn(initPID int, comm string) ([]int, error) {
 	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", initPID))
 	if err != nil {
@@ -44,8 +45,8 @@ func processesIn(initPID int, comm string) ([]int, error) {
 		if err != nil || pid == initPID {
 			continue
 		}
-		if !inNamespace(pid, ns) {
-			continue
+		if !inNamespace(pid, ns) || zombie(pid) {
+			continue // a zombie is dead, only not yet reaped: KillDaemon's waitGone returns then
 		}
 		if comm != "" {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
