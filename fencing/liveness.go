@@ -111,10 +111,14 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 	if out, stop := r.checkLife(ctx, nf); stop {
 		return out
 	}
-	if _, stopped := r.kubeletStayedStopped(nf); keepsRunning && nf.Spec.Release.VerifyWindow == nil && !stopped {
-		// A kubelet healthy again (or no heartbeat to say it is not) may restart the workload:
-		// the whole window.
-		if full := afterConfirmation(nf).Add(kubeletRestartBackOff + verifyMargin); nf.Status.Liveness.WatchUntil.Time.Before(full) {
+	kubelet := "" // for the record of a method that leaves the node running
+	if keepsRunning {
+		_, stopped := r.kubeletStayedStopped(nf)
+		if stopped {
+			kubelet = ", with its kubelet stopped (nothing restarts the workload)"
+		} else if full := afterConfirmation(nf).Add(kubeletRestartBackOff + verifyMargin); nf.Spec.Release.VerifyWindow == nil && nf.Status.Liveness.WatchUntil.Time.Before(full) {
+			// A kubelet healthy again (or no heartbeat to say it is not) may restart the
+			// workload: the whole window.
 			nf.Status.Liveness.WatchUntil = metav1.NewTime(full)
 		}
 	}
@@ -123,7 +127,7 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 		if keepsRunning {
 			return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
 				"method %s stopped the workload of node %s, as its agent confirmed at %s%s; watching the agent's read-back of running containers until %s before releasing (the node itself runs by design)",
-				nf.Status.Method, nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), r.kubeletText(nf), until.Format(time.RFC3339))
+				nf.Status.Method, nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), kubelet, until.Format(time.RFC3339))
 		}
 		return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
 			"no sign of life since the fence was confirmed at %s; watching the node's Lease, agent heartbeats and peer probes until %s before releasing",
@@ -205,14 +209,6 @@ func (r *NodeFenceReconciler) kubeletStayedStopped(nf *v1alpha1.NodeFence) (ever
 		every = DefaultHeartbeatInterval
 	}
 	return every, true
-}
-
-// kubeletText says, for the VerifyFenced record, whether the agent stopped the kubelet.
-func (r *NodeFenceReconciler) kubeletText(nf *v1alpha1.NodeFence) string {
-	if _, ok := r.kubeletStayedStopped(nf); ok {
-		return ", with its kubelet stopped (nothing restarts the workload)"
-	}
-	return ""
 }
 
 // watchUntil is the end of the default watch window, window (one renewal interval of the node's
