@@ -53,6 +53,11 @@ func (r *NodeReconciler) leaseEvents() handler.EventHandler {
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: o.GetName()}})
 	}
+	wake := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if o.GetNamespace() == lease.Namespace {
+			enqueue(o, q)
+		}
+	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if r.sawLease(e.Object) {
@@ -69,14 +74,10 @@ func (r *NodeReconciler) leaseEvents() handler.EventHandler {
 			enqueue(e.ObjectNew, q)
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if e.Object.GetNamespace() == lease.Namespace {
-				enqueue(e.Object, q)
-			}
+			wake(e.Object, q)
 		},
 		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if e.Object.GetNamespace() == lease.Namespace {
-				enqueue(e.Object, q)
-			}
+			wake(e.Object, q)
 		},
 	}
 }
