@@ -29,7 +29,7 @@ import (
 // with the kubelet's defaults) after the renewal the controller saw last, and at least three
 // agent heartbeat intervals after the controller last heard the node's agent or a peer reach
 // it (watchUntil), between the confirmation and the first release step; a GET of the node's
-// Lease per second meanwhile. What it cannot see: a node cut off from the API server, from the
+// Lease per second meanwhile, and no status write for a pass that saw nothing new (quiet.go). What it cannot see: a node cut off from the API server, from the
 // controller's agent channel and from its peers shows no signal whether it runs or not; for
 // such a node only the provider's read-back stands between a wrong machine and a release.
 //

@@ -55,6 +55,9 @@ type NodeFenceReconciler struct {
 	// Concurrency is how many NodeFences advance at once (0: DefaultConcurrency). One fence
 	// never runs in two workers: the work queue hands a key to one worker at a time.
 	Concurrency int
+
+	// quiet counts the passes of a verify window not written to the record (quiet.go).
+	quiet quietPasses
 }
 
 // DefaultConcurrency is how many NodeFences advance at once by default: a rack lost at once
@@ -106,6 +109,7 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if apierrors.IsNotFound(err) {
 			r.endDeleted(ctx, req.Name)
 			fenceStates.forget(req.Name)
+			r.quiet.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -203,15 +207,23 @@ func (r *NodeFenceReconciler) drawToken(ctx context.Context, nf *v1alpha1.NodeFe
 
 // takeAndRecord takes the last recorded step and records its outcome.
 func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.NodeFence, a action) (ctrl.Result, bool, error) {
-	step := lastStep(nf)
-	step.Attempts++
+	var before *v1alpha1.NodeFenceStatus // for a pass of the verify window: the record as read
+	if a.step == v1alpha1.StepVerifyFenced {
+		before = nf.Status.DeepCopy()
+	}
+	lastStep(nf).Attempts++
 	out := r.take(ctx, nf, a)
+	step := lastStep(nf)
 	if out.state == v1alpha1.StepStarted {
 		step.Reason, step.Message = out.reason, out.message
+		if before != nil && onlyCounted(before, &nf.Status) {
+			r.quiet.add(nf, 1) // nothing new to record (quiet.go)
+			return ctrl.Result{RequeueAfter: out.retry}, false, nil
+		}
 		if step.Attempts == 1 || step.Attempts%10 == 0 {
 			r.event(ctx, nf, corev1.EventTypeNormal, ReasonStepRetrying, "%s: %s", step.Name, out.message)
 		}
-		return ctrl.Result{RequeueAfter: out.retry}, false, r.saveStatus(ctx, nf)
+		return ctrl.Result{RequeueAfter: out.retry}, false, r.saveCounted(ctx, nf)
 	}
 	step.Reason = out.reason
 	if out.state == v1alpha1.StepFailed && disproving(out.reason) {
@@ -221,7 +233,7 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 	// The event only once the step's end is recorded: a step whose record is refused (the
 	// Executor's order, written on the NodeFence, makes this copy stale) is taken again, and
 	// said once.
-	if err := r.saveStatus(ctx, nf); err != nil {
+	if err := r.saveCounted(ctx, nf); err != nil {
 		return ctrl.Result{}, false, err
 	}
 	r.eventForEnd(ctx, nf, step)
@@ -288,6 +300,20 @@ func (r *NodeFenceReconciler) saveStatus(ctx context.Context, nf *v1alpha1.NodeF
 	nf.Status.ObservedGeneration = nf.Generation
 	if err := r.Client.Status().Update(ctx, nf); err != nil {
 		return fmt.Errorf("recording fence of node %s: %w", nf.Spec.NodeName, err)
+	}
+	return nil
+}
+
+// saveCounted persists the record after a pass of its last step, with the step's unwritten
+// passes (quiet.go) counted in its attempts; a refused write keeps them, and this pass, for the
+// next (the step is taken again).
+func (r *NodeFenceReconciler) saveCounted(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	n := r.quiet.take(nf)
+	lastStep(nf).Attempts += n
+	if err := r.saveStatus(ctx, nf); err != nil {
+		lastStep(nf).Attempts -= n
+		r.quiet.add(nf, n+1)
+		return err
 	}
 	return nil
 }

@@ -1,0 +1,66 @@
+package fencing
+
+import (
+	"sync"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+)
+
+// Quiet passes. VerifyFenced looks at the node's signals every second of its window; a pass
+// that saw nothing new leaves the record as it was but for the step's attempt count. Such a
+// pass is not written: the record already says what is watched and until when, and a status
+// write a second per fence (40 a second for a rack) only loads a busy API server and, with the
+// cache behind it, conflicts with the write before it ("the object has been modified"), which
+// sends the fence into the work queue's back-off. The passes are counted here and added to the
+// step's attempts at the fence's next write, so the record counts every pass this controller
+// took (a new leader, or a refused write, may undercount by one window's passes). Every other
+// change — the baseline, a window made longer, a sign of life, the step's end — is written as
+// before, before anything is released.
+
+// quietPasses counts, per NodeFence, the passes taken since its record was last written.
+type quietPasses struct{ m sync.Map } // fence name -> quietCount
+
+type quietCount struct {
+	uid types.UID // a fence deleted and made again under its name starts from zero
+	n   int32
+}
+
+// onlyCounted says whether after differs from before by nothing but the last step's attempts.
+func onlyCounted(before, after *v1alpha1.NodeFenceStatus) bool {
+	n := len(after.Steps)
+	if n == 0 || n != len(before.Steps) {
+		return false
+	}
+	a := *after
+	a.Steps = append([]v1alpha1.Step(nil), after.Steps...)
+	a.Steps[n-1].Attempts = before.Steps[n-1].Attempts
+	return apiequality.Semantic.DeepEqual(before, &a)
+}
+
+// add counts n more unwritten passes of nf.
+func (q *quietPasses) add(nf *v1alpha1.NodeFence, n int32) {
+	if n <= 0 {
+		return
+	}
+	c := quietCount{uid: nf.UID}
+	if v, ok := q.m.Load(nf.Name); ok && v.(quietCount).uid == nf.UID {
+		c.n = v.(quietCount).n
+	}
+	c.n += n
+	q.m.Store(nf.Name, c)
+}
+
+// take returns the unwritten passes of nf and forgets them.
+func (q *quietPasses) take(nf *v1alpha1.NodeFence) int32 {
+	v, ok := q.m.LoadAndDelete(nf.Name)
+	if !ok || v.(quietCount).uid != nf.UID {
+		return 0
+	}
+	return v.(quietCount).n
+}
+
+// forget drops what is counted for the fence named name (it was deleted).
+func (q *quietPasses) forget(name string) { q.m.Delete(name) }
