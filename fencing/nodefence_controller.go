@@ -58,6 +58,8 @@ type NodeFenceReconciler struct {
 
 	// quiet counts the passes of a verify window not written to the record (quiet.go).
 	quiet quietPasses
+	// written remembers this controller's last write of each fence (ownwrites.go).
+	written ownWrites
 }
 
 // DefaultConcurrency is how many NodeFences advance at once by default: a rack lost at once
@@ -110,9 +112,11 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			r.endDeleted(ctx, req.Name)
 			fenceStates.forget(req.Name)
 			r.quiet.forget(req.Name)
+			r.written.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	r.latest(ctx, nf)             // never a record older than this controller's own last write
 	defer fenceStates.observe(nf) // where it stands once this reconcile is done
 	res, err := r.reconcileFence(ctx, nf)
 	// Taken again by urgency too (byUrgency): a fence whose pods' budgets are at their limit is
@@ -301,6 +305,7 @@ func (r *NodeFenceReconciler) saveStatus(ctx context.Context, nf *v1alpha1.NodeF
 	if err := r.Client.Status().Update(ctx, nf); err != nil {
 		return fmt.Errorf("recording fence of node %s: %w", nf.Spec.NodeName, err)
 	}
+	r.written.wrote(nf)
 	return nil
 }
 
