@@ -308,7 +308,9 @@ func (st *striker) settle(timeout time.Duration) {
 			return false, nil
 		}
 		for _, nf := range list.Items {
-			if nf.Status.Phase != v1alpha1.PhaseReleased && nf.Status.Phase != v1alpha1.PhaseFailed {
+			// Recovered comes after Released: a machine whose fault ended by itself (power back
+			// on) rebooted and was unfenced before the heal.
+			if nf.Status.Phase != v1alpha1.PhaseReleased && nf.Status.Phase != v1alpha1.PhaseFailed && nf.Status.Phase != v1alpha1.PhaseRecovered {
 				return false, nil
 			}
 		}
