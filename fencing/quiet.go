@@ -16,7 +16,7 @@ import (
 // cache behind it, conflicts with the write before it ("the object has been modified"), which
 // sends the fence into the work queue's back-off. The passes are counted here and added to the
 // step's attempts at the fence's next write, so the record counts every pass this controller
-// took (a new leader, or a refused write, may undercount by one window's passes). Every other
+// took (a new leader undercounts by the passes its predecessor did not write). Every other
 // change — the baseline, a window made longer, a sign of life, the step's end — is written as
 // before, before anything is released.
 
