@@ -56,10 +56,9 @@ type NodeFenceReconciler struct {
 	// never runs in two workers: the work queue hands a key to one worker at a time.
 	Concurrency int
 
-	// quiet counts the passes of a verify window not written to the record (quiet.go).
-	quiet quietPasses
-	// written remembers this controller's last write of each fence (ownwrites.go).
-	written ownWrites
+	// memory keeps, per fence, this controller's last write of it (ownwrites.go) and the
+	// passes of a verify window not written to the record (quiet.go): memory.go.
+	memory fenceMemory
 }
 
 // DefaultConcurrency is how many NodeFences advance at once by default: a rack lost at once
@@ -111,8 +110,7 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if apierrors.IsNotFound(err) {
 			r.endDeleted(ctx, req.Name)
 			fenceStates.forget(req.Name)
-			r.quiet.forget(req.Name)
-			r.written.forget(req.Name)
+			r.memory.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -221,7 +219,7 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 	if out.state == v1alpha1.StepStarted {
 		step.Reason, step.Message = out.reason, out.message
 		if before != nil && onlyCounted(before, &nf.Status) {
-			r.quiet.add(nf, 1) // nothing new to record (quiet.go)
+			r.memory.addPasses(nf, 1) // nothing new to record (quiet.go)
 			return ctrl.Result{RequeueAfter: out.retry}, false, nil
 		}
 		if step.Attempts == 1 || step.Attempts%10 == 0 {
@@ -305,7 +303,7 @@ func (r *NodeFenceReconciler) saveStatus(ctx context.Context, nf *v1alpha1.NodeF
 	if err := r.Client.Status().Update(ctx, nf); err != nil {
 		return fmt.Errorf("recording fence of node %s: %w", nf.Spec.NodeName, err)
 	}
-	r.written.wrote(nf)
+	r.memory.wrote(nf)
 	return nil
 }
 
@@ -313,11 +311,11 @@ func (r *NodeFenceReconciler) saveStatus(ctx context.Context, nf *v1alpha1.NodeF
 // passes (quiet.go) counted in its attempts; a refused write keeps them, and this pass, for the
 // next (the step is taken again).
 func (r *NodeFenceReconciler) saveCounted(ctx context.Context, nf *v1alpha1.NodeFence) error {
-	n := r.quiet.take(nf)
+	n := r.memory.takePasses(nf)
 	lastStep(nf).Attempts += n
 	if err := r.saveStatus(ctx, nf); err != nil {
 		lastStep(nf).Attempts -= n
-		r.quiet.add(nf, n+1)
+		r.memory.addPasses(nf, n+1)
 		return err
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -69,34 +68,29 @@ func TestCacheBehindOwnWriteIsReadPast(t *testing.T) {
 // forgotten once the cache shows it, once the API server holds a later one, or for another fence
 // made under the same name.
 func TestOwnWritesRemembered(t *testing.T) {
-	fence := func(uid, rv string) *v1alpha1.NodeFence {
-		nf := &v1alpha1.NodeFence{}
-		nf.Name, nf.UID, nf.ResourceVersion = "n1", types.UID("uid-"+uid), rv
-		return nf
-	}
-	var o ownWrites
-	if o.behind(fence("a", "4")) {
+	var o fenceMemory
+	if o.behind(fenceAt("a", "4")) {
 		t.Error("behind with nothing written")
 	}
-	o.wrote(fence("a", "5"))
-	if !o.behind(fence("a", "4")) {
+	o.wrote(fenceAt("a", "5"))
+	if !o.behind(fenceAt("a", "4")) {
 		t.Error("not behind a cache showing an older version")
 	}
-	if o.behind(fence("b", "4")) {
+	if o.behind(fenceAt("b", "4")) {
 		t.Error("behind for another fence under the same name")
 	}
-	o.wrote(fence("a", "5"))
-	if o.behind(fence("a", "5")) || o.behind(fence("a", "4")) {
+	o.wrote(fenceAt("a", "5"))
+	if o.behind(fenceAt("a", "5")) || o.behind(fenceAt("a", "4")) {
 		t.Error("behind after the cache caught up (the write is forgotten then)")
 	}
-	o.wrote(fence("a", "5"))
-	o.settle(fence("a", "6")) // someone wrote after
-	if o.behind(fence("a", "4")) {
+	o.wrote(fenceAt("a", "5"))
+	o.settle(fenceAt("a", "6")) // someone wrote after
+	if o.behind(fenceAt("a", "4")) {
 		t.Error("behind after a later write by someone else")
 	}
-	o.wrote(fence("a", "7"))
+	o.wrote(fenceAt("a", "7"))
 	o.forget("n1")
-	if o.behind(fence("a", "6")) {
+	if o.behind(fenceAt("a", "6")) {
 		t.Error("behind after the fence was deleted")
 	}
 }

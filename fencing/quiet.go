@@ -1,10 +1,7 @@
 package fencing
 
 import (
-	"sync"
-
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
@@ -18,15 +15,8 @@ import (
 // step's attempts at the fence's next write, so the record counts every pass this controller
 // took (a new leader undercounts by the passes its predecessor did not write). Every other
 // change — the baseline, a window made longer, a sign of life, the step's end — is written as
-// before, before anything is released.
-
-// quietPasses counts, per NodeFence, the passes taken since its record was last written.
-type quietPasses struct{ m sync.Map } // fence name -> quietCount
-
-type quietCount struct {
-	uid types.UID // a fence deleted and made again under its name starts from zero
-	n   int32
-}
+// before, before anything is released. The count is kept in the reconciler's fenceMemory
+// (memory.go).
 
 // onlyCounted says whether after differs from before by nothing but the last step's attempts.
 func onlyCounted(before, after *v1alpha1.NodeFenceStatus) bool {
@@ -39,28 +29,3 @@ func onlyCounted(before, after *v1alpha1.NodeFenceStatus) bool {
 	a.Steps[n-1].Attempts = before.Steps[n-1].Attempts
 	return apiequality.Semantic.DeepEqual(before, &a)
 }
-
-// add counts n more unwritten passes of nf.
-func (q *quietPasses) add(nf *v1alpha1.NodeFence, n int32) {
-	if n <= 0 {
-		return
-	}
-	c := quietCount{uid: nf.UID}
-	if v, ok := q.m.Load(nf.Name); ok && v.(quietCount).uid == nf.UID {
-		c.n = v.(quietCount).n
-	}
-	c.n += n
-	q.m.Store(nf.Name, c)
-}
-
-// take returns the unwritten passes of nf and forgets them.
-func (q *quietPasses) take(nf *v1alpha1.NodeFence) int32 {
-	v, ok := q.m.LoadAndDelete(nf.Name)
-	if !ok || v.(quietCount).uid != nf.UID {
-		return 0
-	}
-	return v.(quietCount).n
-}
-
-// forget drops what is counted for the fence named name (it was deleted).
-func (q *quietPasses) forget(name string) { q.m.Delete(name) }

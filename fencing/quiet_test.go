@@ -112,23 +112,23 @@ func (w *world) heartbeat(nf *v1alpha1.NodeFence, back time.Duration) {
 
 // Passes counted for a fence are not added to another fence made later under its name.
 func TestQuietPassesBelongToOneFence(t *testing.T) {
-	var q quietPasses
+	var q fenceMemory
 	first := &v1alpha1.NodeFence{}
 	first.Name, first.UID = "n1", "uid-1"
-	q.add(first, 3)
-	q.add(first, 2)
+	q.addPasses(first, 3)
+	q.addPasses(first, 2)
 	second := first.DeepCopy()
 	second.UID = "uid-2"
-	if got := q.take(second); got != 0 {
+	if got := q.takePasses(second); got != 0 {
 		t.Errorf("a new fence under the same name took %d passes of the old one", got)
 	}
-	q.add(first, 5)
+	q.addPasses(first, 5)
 	q.forget("n1")
-	if got := q.take(first); got != 0 {
+	if got := q.takePasses(first); got != 0 {
 		t.Errorf("took %d passes after the fence was forgotten", got)
 	}
-	q.add(first, 4)
-	if got, again := q.take(first), q.take(first); got != 4 || again != 0 {
+	q.addPasses(first, 4)
+	if got, again := q.takePasses(first), q.takePasses(first); got != 4 || again != 0 {
 		t.Errorf("took %d then %d, want 4 then 0", got, again)
 	}
 }
