@@ -182,8 +182,8 @@ func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) 
 type rackTimes struct{ fromConfirmed, afterWindows time.Duration }
 
 // rackRelease asks for the fence of rackSize nodes at once (the fence-request annotation, the
-// README's manual request) and times its release. Moments are polled every 100 ms: each is an
-// upper bound, so the times are lower bounds by at most that.
+// README's manual request) and times its release. Moments are polled every 100 ms, one list of
+// the NodeFences a poll: each is an upper bound by at most a poll's length (logged).
 func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kubernetes.Interface, n int) rackTimes {
 	rack := map[string]bool{}
 	for i := 0; i < rackSize; i++ {
@@ -196,10 +196,14 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 	}); err != nil {
 		b.Fatalf("requesting the rack's fences: %v", err)
 	}
-	deadline := time.Now().Add(rackTimeout)
-	var confirmed, windowsEnded time.Time
-	failed := 0 // polls that failed: the API server, busy with the rack's writes, may time one out
+	requested := time.Now()
+	deadline := requested.Add(rackTimeout)
+	var confirmed, windowsEnded, released time.Time
+	counted := false          // the rack's pods were counted, and some were left
+	var slowest time.Duration // the longest poll: the moments are upper bounds by at most that
+	failed := 0               // polls that failed: the API server, busy with the rack's writes, may time one out
 	for time.Now().Before(deadline) {
+		began := time.Now()
 		p, err := rackPhases(ctx, c, rack)
 		if err != nil {
 			if failed++; failed == 1 || failed%50 == 0 {
@@ -208,19 +212,36 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
+		now := time.Now()
+		slowest = max(slowest, now.Sub(began))
 		if confirmed.IsZero() && p.fenced == rackSize {
-			confirmed = time.Now()
+			confirmed = now
 		}
 		if windowsEnded.IsZero() && p.verified == rackSize {
-			windowsEnded = time.Now()
+			windowsEnded = now
 		}
-		if left, err := podsLeft(ctx, kube, rack); err == nil && p.released == rackSize && left == 0 {
-			if failed > 0 {
-				b.Logf("%d polls of the rack failed", failed)
+		if released.IsZero() && p.released == rackSize {
+			released = now
+		}
+		// The pods are counted only once every fence is Released (40 lists of a node's pods
+		// take long enough on a busy API server to blur the other moments): a Released fence
+		// deleted them, and the rack ends when none is left.
+		if !released.IsZero() {
+			countBegan := time.Now()
+			left, err := podsLeft(ctx, kube, rack)
+			if err == nil && left == 0 {
+				end := now // no pod left at the first count: the rack ended with its last Released
+				if counted {
+					end = time.Now()
+				}
+				b.Logf("the rack: %d polls failed, the longest poll took %s, counting the rack's pods %s", failed,
+					slowest.Round(time.Millisecond), time.Since(countBegan).Round(time.Millisecond))
+				logRackTimeline(ctx, b, c, rack, requested)
+				return rackTimes{fromConfirmed: end.Sub(confirmed), afterWindows: end.Sub(windowsEnded)}
+			} else if err != nil {
+				failed++
 			}
-			return rackTimes{fromConfirmed: time.Since(confirmed), afterWindows: time.Since(windowsEnded)}
-		} else if err != nil {
-			failed++
+			counted = err == nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -228,6 +249,47 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 	left, err2 := podsLeft(ctx, kube, rack)
 	b.Fatalf("rack not released within %s: %d fenced, %d verified, %d released, %d pods left (%v, %v; %d polls failed)", rackTimeout, p.fenced, p.verified, p.released, left, err, err2, failed)
 	return rackTimes{}
+}
+
+// logRackTimeline says where the rack's time went, from its fences' records (whole seconds,
+// as the API server keeps them): when they were confirmed, how long each verify window was and
+// what the longest one said, and when they were released, counted from the request.
+func logRackTimeline(ctx context.Context, b *testing.B, c *testbed.Cluster, rack map[string]bool, requested time.Time) {
+	var list v1alpha1.NodeFenceList
+	if err := c.Client.List(ctx, &list); err != nil {
+		b.Logf("the rack's timeline: listing fences: %v", err)
+		return
+	}
+	var confirmedAt, windows, releasedAt []time.Duration
+	longest, said := time.Duration(-1), ""
+	for _, f := range list.Items {
+		if !rack[f.Spec.NodeName] || f.Status.FencedTime == nil || f.Status.ReleasedTime == nil {
+			continue
+		}
+		confirmedAt = append(confirmedAt, f.Status.FencedTime.Sub(requested))
+		releasedAt = append(releasedAt, f.Status.ReleasedTime.Sub(requested))
+		for _, st := range f.Status.Steps {
+			if st.Name != v1alpha1.StepVerifyFenced || st.EndTime == nil {
+				continue
+			}
+			w := st.EndTime.Sub(f.Status.FencedTime.Time)
+			windows = append(windows, w)
+			if w > longest {
+				longest, said = w, fmt.Sprintf("%s: %d passes, %s", f.Spec.NodeName, st.Attempts, st.Message)
+			}
+		}
+	}
+	b.Logf("the rack's timeline (whole seconds): confirmed %s after the request, verify windows %s long from each confirmation, released %s after the request; the longest window, %s",
+		spread(confirmedAt), spread(windows), spread(releasedAt), said)
+}
+
+// spread is "min–median–max (n)" of ds.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return fmt.Sprintf("%s–%s–%s (%d)", ds[0].Round(time.Second), ds[len(ds)/2].Round(time.Second), ds[len(ds)-1].Round(time.Second), len(ds))
 }
 
 // rackProgress counts the rack's fences confirmed (Fenced or later), past their verify window
