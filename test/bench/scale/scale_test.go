@@ -173,6 +173,9 @@ func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI, 
 	p.cmd = exec.Command(bin, "--leader-elect=false", "--metrics-bind-address", p.metrics, "--pprof-bind-address", p.pprof,
 		"--health-probe-bind-address", freeAddr(b), "--agent-listen-address", pk.addr,
 		"--agent-tls-cert", pk.dir+"/server.crt", "--agent-tls-key", pk.dir+"/server.key", "--agent-ca", pk.dir+"/ca.crt")
+	// PALISADE_SCALE_CONTROLLER_ARGS: more of the controller's flags, to measure a setting
+	// (make bench-scale SIZES=5000 CONTROLLER_ARGS=--fence-concurrency=40).
+	p.cmd.Args = append(p.cmd.Args, strings.Fields(os.Getenv("PALISADE_SCALE_CONTROLLER_ARGS"))...)
 	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	logDir := os.Getenv("PALISADE_SCALE_PROFILES") // kept beside the profiles, to read after the run
 	if logDir == "" {
