@@ -253,14 +253,15 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 
 // logRackTimeline says where the rack's time went, from its fences' records (whole seconds,
 // as the API server keeps them): when they were confirmed, how long each verify window was and
-// what the longest one said, and when they were released, counted from the request.
+// what the longest one said, how long each release took after its window, and when they were
+// released, counted from the request.
 func logRackTimeline(ctx context.Context, b *testing.B, c *testbed.Cluster, rack map[string]bool, requested time.Time) {
 	var list v1alpha1.NodeFenceList
 	if err := c.Client.List(ctx, &list); err != nil {
 		b.Logf("the rack's timeline: listing fences: %v", err)
 		return
 	}
-	var confirmedAt, windows, releasedAt []time.Duration
+	var confirmedAt, windows, releases, releasedAt []time.Duration
 	longest, said := time.Duration(-1), ""
 	for _, f := range list.Items {
 		if !rack[f.Spec.NodeName] || f.Status.FencedTime == nil || f.Status.ReleasedTime == nil {
@@ -274,13 +275,14 @@ func logRackTimeline(ctx context.Context, b *testing.B, c *testbed.Cluster, rack
 			}
 			w := st.EndTime.Sub(f.Status.FencedTime.Time)
 			windows = append(windows, w)
+			releases = append(releases, f.Status.ReleasedTime.Sub(st.EndTime.Time))
 			if w > longest {
 				longest, said = w, fmt.Sprintf("%s: %d passes, %s", f.Spec.NodeName, st.Attempts, st.Message)
 			}
 		}
 	}
-	b.Logf("the rack's timeline (whole seconds): confirmed %s after the request, verify windows %s long from each confirmation, released %s after the request; the longest window, %s",
-		spread(confirmedAt), spread(windows), spread(releasedAt), said)
+	b.Logf("the rack's timeline (whole seconds): confirmed %s after the request, verify windows %s long from each confirmation, each released %s after its window, all released %s after the request; the longest window, %s",
+		spread(confirmedAt), spread(windows), spread(releases), spread(releasedAt), said)
 }
 
 // spread is "min–median–max (n)" of ds.
