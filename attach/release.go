@@ -13,7 +13,8 @@ import (
 	attachercontroller "github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
 )
 
-// DefaultForceAfter is how long a deleted attachment may wait for its attacher.
+// DefaultForceAfter is how long a deleted attachment whose attacher reports a detach error may
+// wait for the attacher's retries before its finalizer is removed.
 const DefaultForceAfter = 30 * time.Second
 
 // Result says what one Release call found and did.
@@ -87,16 +88,29 @@ func (r *Releaser) releaseOne(ctx context.Context, va *storagev1.VolumeAttachmen
 	return len(va.Finalizers) == 0, nil
 }
 
+// attacherStuck says whether the attacher has said that it cannot detach va: it reported a
+// detach error, and va has waited ForceAfter since its deletion (time for the attacher's own
+// retries to clear a passing error). An attacher that has not acted — down, restarting, or
+// behind its work queue's back-off after an API server outage — is waited for, however long:
+// removing its finalizer would skip its ControllerUnpublishVolume and leave the volume published
+// to the fenced node in the storage backend, which then refuses a single-node volume to the
+// replacement's node for good. And the replacement's attach needs that attacher anyway.
 func (r *Releaser) attacherStuck(va *storagev1.VolumeAttachment) bool {
-	if va.Status.DetachError != nil {
-		return true
+	if va.Status.DetachError == nil {
+		return false
 	}
-	force, now := r.ForceAfter, time.Now
-	if force == 0 {
-		force = DefaultForceAfter
-	}
+	now := time.Now
 	if r.Now != nil {
 		now = r.Now
 	}
-	return now().Sub(va.DeletionTimestamp.Time) > force
+	return now().Sub(va.DeletionTimestamp.Time) >= r.Force()
+}
+
+// Force is how long a deleted attachment whose attacher reports a detach error waits before its
+// finalizer is removed: ForceAfter, or DefaultForceAfter when that is zero.
+func (r *Releaser) Force() time.Duration {
+	if r.ForceAfter == 0 {
+		return DefaultForceAfter
+	}
+	return r.ForceAfter
 }

@@ -75,7 +75,9 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 		return pending(retryRelease, ReasonAPIError, "releasing attachments: %v", err)
 	}
 	if len(res.Remaining) > 0 {
-		return pending(retryRelease, ReasonAttachmentsRemaining, "waiting for %d attachments to go: %v", len(res.Remaining), res.Remaining)
+		return pending(retryRelease, ReasonAttachmentsRemaining,
+			"waiting for %s to go: %s; the CSI attacher detaches each (ControllerUnpublishVolume) and then removes its finalizer, which Palisade removes only after the attacher has reported a detach error for %s: if none goes, check that the driver's attacher runs",
+			countOf(len(res.Remaining), "volume attachment"), firstFew(res.Remaining), r.Attachments.Force())
 	}
 	return done("%s of the node released", countOf(int(nf.Status.AttachmentsReleased), "volume attachment"))
 }
