@@ -100,3 +100,23 @@ func (c *Cluster) stopCSI() error {
 	}
 	return nil
 }
+
+// StopCSIAttacher stops the CSI external-attacher alone (its plugin keeps serving): an
+// attacher that is down, as while its pod is rescheduled. StartCSIAttacher starts it again with
+// the same flags, logging to CSIAttacherLog+".restarted" (the first log is kept).
+func (c *Cluster) StopCSIAttacher() error {
+	c.logf("stopping csi-attacher")
+	return c.attacher.stop(componentStopWait)
+}
+
+// StartCSIAttacher starts the external-attacher again after StopCSIAttacher.
+func (c *Cluster) StartCSIAttacher() error {
+	c.logf("starting csi-attacher again")
+	old := c.attacher
+	p, err := startComponent(old.name, old.path, old.args, filepath.Join(c.Dir, CSIAttacherLog+".restarted"))
+	if err != nil {
+		return err
+	}
+	c.attacher = p
+	return nil
+}
