@@ -198,7 +198,7 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 	}
 	requested := time.Now()
 	deadline := requested.Add(rackTimeout)
-	var confirmed, windowsEnded, released time.Time
+	var confirmed, windowsEnded time.Time
 	counted := false          // the rack's pods were counted, and some were left
 	var slowest time.Duration // the longest poll: the moments are upper bounds by at most that
 	failed := 0               // polls that failed: the API server, busy with the rack's writes, may time one out
@@ -220,13 +220,10 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 		if windowsEnded.IsZero() && p.verified == rackSize {
 			windowsEnded = now
 		}
-		if released.IsZero() && p.released == rackSize {
-			released = now
-		}
 		// The pods are counted only once every fence is Released (40 lists of a node's pods
 		// take long enough on a busy API server to blur the other moments): a Released fence
 		// deleted them, and the rack ends when none is left.
-		if !released.IsZero() {
+		if p.released == rackSize {
 			countBegan := time.Now()
 			left, err := podsLeft(ctx, kube, rack)
 			if err == nil && left == 0 {
