@@ -95,7 +95,7 @@ func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("nodefence").
 		// Fences go through the work queue by urgency (workloads.go).
-		Watches(&v1alpha1.NodeFence{}, byUrgency(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.NodeFence{}, byPriority(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A released fence's node coming back (Ready, a new boot ID, an unfence request) may
 		// unfence it (recovery.go).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.releasedFenceOf)).
@@ -117,9 +117,9 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	r.latest(ctx, nf)             // never a record older than this controller's own last write
 	defer fenceStates.observe(nf) // where it stands once this reconcile is done
 	res, err := r.reconcileFence(ctx, nf)
-	// Taken again by urgency too (byUrgency): a fence whose pods' budgets are at their limit is
-	// not kept waiting behind others' requeues.
-	res.Priority = ptr.To(int(nf.Spec.Urgency))
+	// Taken again by priority too (byPriority): a fence whose pods' budgets are at their limit is
+	// not kept waiting behind others' requeues, nor a verify pass behind others' releases.
+	res.Priority = ptr.To(queuePriority(nf))
 	return res, err
 }
 

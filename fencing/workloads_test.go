@@ -134,25 +134,32 @@ func TestWorkloads(t *testing.T) {
 	}
 }
 
-// The work queue hands out the most urgent fence first, whatever the order they came in.
-func TestByUrgency(t *testing.T) {
+// The work queue hands out a fence whose verify window is open first, then the most urgent,
+// whatever the order they came in.
+func TestByPriority(t *testing.T) {
 	q := priorityqueue.New[reconcile.Request]("test")
 	defer q.ShutDown()
-	h := byUrgency()
+	h := byPriority()
+	verifying := []v1alpha1.Step{{Name: v1alpha1.StepVerifyFenced, State: v1alpha1.StepStarted}}
+	verified := []v1alpha1.Step{{Name: v1alpha1.StepVerifyFenced, State: v1alpha1.StepSucceeded}}
 	for _, f := range []struct { // the least urgent first
 		name    string
 		urgency int32
-	}{{"calm", 0}, {"middling", 2}, {"urgent", 5}} {
+		steps   []v1alpha1.Step
+	}{{"calm", 0, nil}, {"verified", 0, verified}, {"middling", 2, nil}, {"urgent", 5, verified},
+		{"verifying", 0, verifying}, {"verifying-urgent", 3, verifying}} {
 		nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: f.name}, Spec: v1alpha1.NodeFenceSpec{Urgency: f.urgency}}
+		nf.Status.Steps = f.steps
 		h.Create(context.Background(), event.TypedCreateEvent[client.Object]{Object: nf}, q)
 	}
 	var got []string
-	for range 3 {
+	for range 6 {
 		req, _ := q.Get()
 		got = append(got, req.Name)
 		q.Done(req)
 	}
-	if diff := cmp.Diff([]string{"urgent", "middling", "calm"}, got); diff != "" {
+	// calm and verified have the same priority: the queue hands them out in the order they came.
+	if diff := cmp.Diff([]string{"verifying-urgent", "verifying", "urgent", "middling", "calm", "verified"}, got); diff != "" {
 		t.Errorf("order (-want +got):\n%s", diff)
 	}
 }
