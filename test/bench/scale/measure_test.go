@@ -57,6 +57,9 @@ type sample struct {
 	at       time.Time
 	cpuTicks float64
 	rssKiB   float64
+	// rssFileKiB is the part of the RSS backed by files (the binary's pages), peakKiB the
+	// highest RSS since the controller started (VmHWM).
+	rssFileKiB, peakKiB float64
 	// requests are the controller's API requests so far by series (method and code).
 	requests map[string]float64
 	// openFiles is how many files (sockets among them) the controller has open.
@@ -85,8 +88,10 @@ func (p *controller) sample(b *testing.B) sample {
 		b.Fatal(err)
 	}
 	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			s.rssKiB, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
+		for key, to := range map[string]*float64{"VmRSS:": &s.rssKiB, "RssFile:": &s.rssFileKiB, "VmHWM:": &s.peakKiB} {
+			if v, ok := strings.CutPrefix(line, key); ok {
+				*to, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
+			}
 		}
 	}
 	s.requests = p.series(b, "rest_client_requests_total")
@@ -97,6 +102,12 @@ func (p *controller) sample(b *testing.B) sample {
 	}
 	s.openFiles = len(fds)
 	return s
+}
+
+// memory says the RSS, its part backed by files, and the peak so far.
+func (s sample) memory() string {
+	return fmt.Sprintf("%.1f MiB (%.1f MiB of it the binary's and other files' pages), %.1f MiB at its peak since the controller started",
+		s.rssKiB/1024, s.rssFileKiB/1024, s.peakKiB/1024)
 }
 
 // scrape sums every series of metric on the controller's metrics endpoint.
@@ -164,6 +175,7 @@ func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) 
 	p99, count, errs := lat.reset()
 	secs := s1.at.Sub(s0.at).Seconds()
 	b.Logf("steady window %s: %d heartbeats, %d failed; the controller has %d files open", window, count, errs, s1.openFiles)
+	b.Logf("steady window %s: RSS %s", window, s1.memory())
 	bySeries, requests := delta(s0.requests, s1.requests)
 	b.Logf("steady window %s: %.0f API requests by the controller, by method and code:%s", window, requests, bySeries)
 	byController, reconciles := delta(s0.reconciles, s1.reconciles)
