@@ -4,17 +4,19 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	attachercontroller "github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
 )
 
-// DefaultForceAfter is how long a deleted attachment whose attacher reports a detach error may
-// wait for the attacher's retries before its finalizer is removed.
+// DefaultForceAfter is how long a deleted attachment's attacher must have reported a detach error
+// (and the attachment waited since its deletion) before its finalizer is removed.
 const DefaultForceAfter = 30 * time.Second
 
 // Result says what one Release call found and did.
@@ -34,6 +36,12 @@ type Releaser struct {
 	Writer     client.Writer
 	ForceAfter time.Duration
 	Now        func() time.Time
+
+	mu sync.Mutex
+	// failing is when this Releaser first saw each deleted attachment's detach error, by UID.
+	// The attachment's status keeps only its latest error's time, so how long the attacher has
+	// been failing is counted from here; a Releaser started anew (a new leader) counts afresh.
+	failing map[types.UID]time.Time
 }
 
 // Release makes one pass over the node's attachments; it is idempotent and done when
@@ -43,6 +51,7 @@ func (r *Releaser) Release(ctx context.Context, node string) (Result, error) {
 	if err := r.Reader.List(ctx, &list); err != nil {
 		return Result{}, fmt.Errorf("listing volume attachments: %w", err)
 	}
+	r.prune(list.Items)
 	var res Result
 	for i := range list.Items {
 		va := &list.Items[i]
@@ -88,26 +97,55 @@ func (r *Releaser) releaseOne(ctx context.Context, va *storagev1.VolumeAttachmen
 	return len(va.Finalizers) == 0, nil
 }
 
-// attacherStuck says whether the attacher has said that it cannot detach va: it reported a
-// detach error, and va has waited ForceAfter since its deletion (time for the attacher's own
-// retries to clear a passing error). An attacher that has not acted — down, restarting, or
-// behind its work queue's back-off after an API server outage — is waited for, however long:
-// removing its finalizer would skip its ControllerUnpublishVolume and leave the volume published
-// to the fenced node in the storage backend, which then refuses a single-node volume to the
-// replacement's node for good. And the replacement's attach needs that attacher anyway.
+// attacherStuck says whether the attacher has said, for ForceAfter, that it cannot detach va:
+// its detach error has been seen on every pass for ForceAfter, and va has waited as long since
+// its deletion (time for the attacher's own retries to clear a passing error). An attacher that
+// has not acted — down, restarting, or behind its work queue's back-off after an API server
+// outage — is waited for, however long; so is one whose first attempt after such an outage
+// failed once. Removing its finalizer would skip its ControllerUnpublishVolume and leave the
+// volume published to the fenced node in the storage backend, which then refuses a single-node
+// volume to the replacement's node for good. And the replacement's attach needs that attacher
+// anyway.
 func (r *Releaser) attacherStuck(va *storagev1.VolumeAttachment) bool {
-	if va.Status.DetachError == nil {
-		return false
-	}
 	now := time.Now
 	if r.Now != nil {
 		now = r.Now
 	}
-	return now().Sub(va.DeletionTimestamp.Time) >= r.Force()
+	t := now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if va.Status.DetachError == nil {
+		delete(r.failing, va.UID) // the error must last: one cleared starts the count again
+		return false
+	}
+	if r.failing == nil {
+		r.failing = map[types.UID]time.Time{}
+	}
+	since, seen := r.failing[va.UID]
+	if !seen {
+		since = t
+		r.failing[va.UID] = t
+	}
+	return t.Sub(since) >= r.Force() && t.Sub(va.DeletionTimestamp.Time) >= r.Force()
 }
 
-// Force is how long a deleted attachment whose attacher reports a detach error waits before its
-// finalizer is removed: ForceAfter, or DefaultForceAfter when that is zero.
+// prune forgets the attachments that are gone: list is every attachment of the cluster.
+func (r *Releaser) prune(list []storagev1.VolumeAttachment) {
+	present := make(map[types.UID]bool, len(list))
+	for i := range list {
+		present[list[i].UID] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid := range r.failing {
+		if !present[uid] {
+			delete(r.failing, uid)
+		}
+	}
+}
+
+// Force is how long an attacher's detach error must stand before the attachment's finalizer is
+// removed: ForceAfter, or DefaultForceAfter when that is zero.
 func (r *Releaser) Force() time.Duration {
 	if r.ForceAfter == 0 {
 		return DefaultForceAfter

@@ -54,7 +54,7 @@ func parseFlags() flags {
 	flag.DurationVar(&f.opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "leader-election renew deadline")
 	flag.DurationVar(&f.opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "leader-election retry period")
 	flag.IntVar(&f.opts.FenceConcurrency, "fence-concurrency", fencing.DefaultConcurrency, "how many NodeFences advance at once (a rack lost at once is released in parallel; each fence takes its own steps in order)")
-	flag.DurationVar(&f.opts.AttachmentForceAge, "attachment-force-after", 30*time.Second, "how long a deleted VolumeAttachment of a fenced node whose CSI attacher reports a detach error may wait for the attacher's retries before its finalizer is removed (an attacher that has not acted is waited for)")
+	flag.DurationVar(&f.opts.AttachmentForceAge, "attachment-force-after", 30*time.Second, "how long the CSI attacher's detach error on a deleted VolumeAttachment of a fenced node must stand, and the attachment have waited since its deletion, before its finalizer is removed (an attacher that has not acted is waited for)")
 	flag.StringVar(&f.ipmitool, "ipmitool", "ipmitool", "path of the ipmitool binary")
 	flag.DurationVar(&f.providerTimeout, "provider-call-timeout", 15*time.Second, "timeout of one call to a BMC")
 	flag.StringVar(&f.opts.Agents.Addr, "agent-listen-address", "", `address of the mTLS server for the node agents' direct heartbeats ("" disables it)`)

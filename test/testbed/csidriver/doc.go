@@ -4,5 +4,6 @@
 // path as in a cluster. The plugin serves the Identity and Controller services over a unix
 // socket and behaves like a cloud disk: ControllerPublishVolume records which node a volume is
 // published to and refuses (FailedPrecondition) to publish a single-node volume to a second
-// node while it is published to another; ControllerUnpublishVolume is idempotent.
+// node while it is published to another; ControllerUnpublishVolume is idempotent, and fails
+// (Unavailable) as many times as a test asks with FailUnpublish.
 package csidriver

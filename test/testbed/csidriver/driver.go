@@ -25,10 +25,12 @@ type Driver struct {
 
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID → node IDs
-	capsAsked chan struct{}              // closed at the first ControllerGetCapabilities
-	capsOnce  sync.Once
-	stopOnce  sync.Once
-	stopped   chan struct{}
+	// failUnpublish is how many ControllerUnpublishVolume calls are still to fail (FailUnpublish).
+	failUnpublish int
+	capsAsked     chan struct{} // closed at the first ControllerGetCapabilities
+	capsOnce      sync.Once
+	stopOnce      sync.Once
+	stopped       chan struct{}
 }
 
 // Start serves the plugin on the unix socket socketPath (removed first when it exists; unix
@@ -82,6 +84,21 @@ func (d *Driver) Published(volumeID string) (node string, ok bool) {
 		return "", false
 	}
 	return nodes[0], true
+}
+
+// FailUnpublish makes the next n ControllerUnpublishVolume calls fail with Unavailable, and
+// change nothing: a backend busy for a moment, as after an outage.
+func (d *Driver) FailUnpublish(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.failUnpublish = n
+}
+
+// UnpublishFailuresLeft is how many of FailUnpublish's failures are still to come.
+func (d *Driver) UnpublishFailuresLeft() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.failUnpublish
 }
 
 // publishedNodes lists the nodes volumeID is published to, sorted; d.mu must be held.

@@ -97,6 +97,16 @@ func TestSingleNodeVolumeRefusedToSecondNode(t *testing.T) {
 		t.Fatalf("Published = %q, %t; want node-a", n, ok)
 	}
 	unpublish("node-b") // not published there: a no-op
+	d.FailUnpublish(2)
+	for i := range 2 {
+		if _, err := ctl.ControllerUnpublishVolume(t.Context(), &csi.ControllerUnpublishVolumeRequest{
+			VolumeId: "vol-1", NodeId: "node-a"}); status.Code(err) != codes.Unavailable {
+			t.Fatalf("unpublish %d with FailUnpublish(2): %v, want Unavailable", i+1, err)
+		}
+	}
+	if n, ok := d.Published("vol-1"); !ok || n != "node-a" || d.UnpublishFailuresLeft() != 0 {
+		t.Fatalf("Published = %q, %t after failed unpublishes, %d failures left; want node-a, none left", n, ok, d.UnpublishFailuresLeft())
+	}
 	unpublish("node-a")
 	unpublish("node-a")
 	if n, ok := d.Published("vol-1"); ok {

@@ -88,6 +88,10 @@ func (c *controller) ControllerUnpublishVolume(_ context.Context, req *csi.Contr
 	d := c.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.failUnpublish > 0 {
+		d.failUnpublish--
+		return nil, status.Errorf(codes.Unavailable, "the storage backend is busy: volume %s stays published to %v (a failure the test asked for)", vol, d.publishedNodes(vol))
+	}
 	if node == "" {
 		delete(d.published, vol)
 	} else {
