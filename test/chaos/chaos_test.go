@@ -189,6 +189,35 @@ type striker struct {
 	sc    *realscene.Scene
 	ctrls []*realscene.Controller
 	wg    sync.WaitGroup
+	// kubeletKills counts the KubeletKills holding each machine's kubelet down.
+	kubeletKills holds
+}
+
+// holds counts the faults holding something down: of overlapping faults on the same process,
+// the first kills it and only the last to end starts it again (seed 456 drew a kill of a
+// kubelet still down from an earlier one).
+type holds struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// take counts one more hold on key and says whether it is the first.
+func (h *holds) take(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[string]int{}
+	}
+	h.n[key]++
+	return h.n[key] == 1
+}
+
+// give drops one hold on key and says whether it was the last.
+func (h *holds) give(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n[key]--
+	return h.n[key] == 0
 }
 
 func (st *striker) strike(ctx context.Context, f Fault) {
@@ -231,10 +260,12 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 		if !m.Running() {
 			return nil
 		}
-		st.check(m.KillKubelet())
+		if st.kubeletKills.take(name) {
+			st.check(m.KillKubelet())
+		}
 		return func() error {
-			if !m.Running() {
-				return nil // fenced (powered off) meanwhile: nothing to start
+			if !st.kubeletKills.give(name) || !m.Running() {
+				return nil // held down by a later kill still, or fenced (powered off) meanwhile
 			}
 			return m.StartKubelet()
 		}

@@ -131,3 +131,27 @@ func TestQuiet(t *testing.T) {
 		t.Errorf("Quiet = %s, want %s (a fault until the heal counts when it strikes)", got, want)
 	}
 }
+
+// Overlapping holds on one key: the first takes it down, only the last to end brings it back;
+// another key is counted apart.
+func TestHoldsOverlap(t *testing.T) {
+	var h holds
+	steps := []struct {
+		op   string
+		key  string
+		want bool
+	}{
+		{"take", "node-3", true}, {"take", "node-3", false}, {"take", "node-1", true},
+		{"give", "node-3", false}, {"give", "node-1", true}, {"give", "node-3", true},
+		{"take", "node-3", true},
+	}
+	for i, s := range steps {
+		got := h.take
+		if s.op == "give" {
+			got = h.give
+		}
+		if g := got(s.key); g != s.want {
+			t.Errorf("step %d: %s(%s) = %t, want %t", i, s.op, s.key, g, s.want)
+		}
+	}
+}
