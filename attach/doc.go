@@ -4,7 +4,8 @@
 // external-attacher's finalizer is left to the attacher (it calls ControllerUnpublishVolume, which
 // is safe now that the node is off). Only when the attacher's detach error has stood for
 // ForceAfter, and the attachment has waited as long since its deletion, is the finalizer
-// removed, as the attacher itself does once a volume is detached; an attacher that has not acted is waited for (removing
-// its finalizer then would leave the volume published to the fenced node in the backend).
+// removed, as the attacher itself does once a volume is detached; an attacher that has not
+// acted is waited for (removing its finalizer then would leave the volume published to the
+// fenced node in the backend).
 // Callers must only call Release for a node whose fence is confirmed (invariant 1).
 package attach

@@ -131,12 +131,15 @@ func (r *Releaser) attacherStuck(va *storagev1.VolumeAttachment) bool {
 
 // prune forgets the attachments that are gone: list is every attachment of the cluster.
 func (r *Releaser) prune(list []storagev1.VolumeAttachment) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.failing) == 0 {
+		return // the common pass: no detach error remembered, no set of UIDs to build
+	}
 	present := make(map[types.UID]bool, len(list))
 	for i := range list {
 		present[list[i].UID] = true
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for uid := range r.failing {
 		if !present[uid] {
 			delete(r.failing, uid)

@@ -94,7 +94,7 @@ func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		workers = DefaultConcurrency
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("nodefence").
-		// Fences go through the work queue by urgency (workloads.go).
+		// Fences go through the work queue by priority: open verify windows, then urgency (workloads.go).
 		Watches(&v1alpha1.NodeFence{}, byPriority(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A released fence's node coming back (Ready, a new boot ID, an unfence request) may
 		// unfence it (recovery.go).

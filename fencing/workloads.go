@@ -129,8 +129,8 @@ const passFirst = 1 << 24 // more pods than any node runs, so urgency still orde
 // while its verify window is open.
 func queuePriority(nf *v1alpha1.NodeFence) int {
 	p := int(nf.Spec.Urgency)
-	if n := len(nf.Status.Steps); n > 0 {
-		if s := nf.Status.Steps[n-1]; s.Name == v1alpha1.StepVerifyFenced && s.State == v1alpha1.StepStarted {
+	if len(nf.Status.Steps) > 0 {
+		if s := lastStep(nf); s.Name == v1alpha1.StepVerifyFenced && s.State == v1alpha1.StepStarted {
 			p += passFirst
 		}
 	}
