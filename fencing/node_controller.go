@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -42,6 +43,12 @@ type NodeReconciler struct {
 	Recorder  events.EventRecorder
 	Observer  observe.Observer
 	Now       func() time.Time
+	// Concurrency is how many nodes are looked at at once (0: DefaultConcurrency), so that a
+	// rack lost at once gets its fences created together rather than one after another (each
+	// creation reads the node's pods from the API server). A node is never in two workers at
+	// once; the storm guard counts the nodes it observes failed, not the fences created, so
+	// workers side by side see the same count.
+	Concurrency int
 
 	blindEvents blindEvents
 	// healthy are the nodes judged Healthy by their latest reconcile (lease_events.go).
@@ -60,7 +67,8 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A policy's spec decides its nodes; its status (rewritten every policyResync while a
 		// node is listed failed) would wake every node of the cluster for nothing.
 		Watches(&v1alpha1.FencingPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers(r.Concurrency)})
 	if r.Observer.Heartbeats != nil {
 		w := newAgentLossWatch(r.Observer.Heartbeats, r.now)
 		if err := mgr.Add(w); err != nil {

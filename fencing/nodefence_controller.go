@@ -65,6 +65,14 @@ type NodeFenceReconciler struct {
 // (40 nodes) is released in a few rounds instead of one fence after another.
 const DefaultConcurrency = 10
 
+// workers is a controller's number of workers: n, or DefaultConcurrency when n is 0.
+func workers(n int) int {
+	if n <= 0 {
+		return DefaultConcurrency
+	}
+	return n
+}
+
 // outcome is what taking a step produced.
 type outcome struct {
 	state   v1alpha1.StepState // Started: not done yet, take it again after retry
@@ -89,17 +97,13 @@ func pending(retry time.Duration, reason, format string, args ...any) outcome {
 func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Our own status writes must not wake us with a stale cached copy: the reconciler requeues
 	// itself while a step is pending.
-	workers := r.Concurrency
-	if workers <= 0 {
-		workers = DefaultConcurrency
-	}
 	return ctrl.NewControllerManagedBy(mgr).Named("nodefence").
 		// Fences go through the work queue by priority: open verify windows, then urgency (workloads.go).
 		Watches(&v1alpha1.NodeFence{}, byPriority(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A released fence's node coming back (Ready, a new boot ID, an unfence request) may
 		// unfence it (recovery.go).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.releasedFenceOf)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers(r.Concurrency)}).
 		Complete(r)
 }
 

@@ -48,7 +48,8 @@ type Options struct {
 	// Logger, when set, is the manager's logger (its controllers' and reconcilers'), instead of
 	// controller-runtime's global one (tests that run several managers in one process).
 	Logger logr.Logger
-	// FenceConcurrency is how many NodeFences advance at once (0: fencing.DefaultConcurrency).
+	// FenceConcurrency is how many NodeFences advance at once, and how many nodes are looked at
+	// at once (0: fencing.DefaultConcurrency).
 	FenceConcurrency int
 	// IPMI configures the IPMI provider.
 	IPMI []ipmi.Option
@@ -151,7 +152,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := (&fencing.NodeReconciler{Client: c, APIReader: reader, Recorder: rec, Observer: obs}).SetupWithManager(mgr); err != nil {
+	if err := (&fencing.NodeReconciler{Client: c, APIReader: reader, Recorder: rec, Observer: obs, Concurrency: o.FenceConcurrency}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up node controller: %w", err)
 	}
 	if err := (&fencing.PolicyReconciler{Client: c, Recorder: rec, Observer: obs}).SetupWithManager(mgr); err != nil {
