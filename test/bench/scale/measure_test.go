@@ -188,10 +188,10 @@ func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) 
 	}
 }
 
-// rackTimes are the rack's release times: from all its fences confirmed, and from all their
-// verify windows ended (the policy's wait after a confirmation, no work of the controller's),
-// to all of them Released with every pod of theirs gone.
-type rackTimes struct{ fromConfirmed, afterWindows time.Duration }
+// rackTimes are the rack's release times: from all its fences confirmed, from all their verify
+// windows ended (the policy's wait after a confirmation, no work of the controller's), and from
+// the request, to all of them Released with every pod of theirs gone.
+type rackTimes struct{ fromConfirmed, afterWindows, fromRequest time.Duration }
 
 // rackRelease asks for the fence of rackSize nodes at once (the fence-request annotation, the
 // README's manual request) and times its release. Moments are polled every 100 ms, one list of
@@ -246,7 +246,7 @@ func rackRelease(ctx context.Context, b *testing.B, c *testbed.Cluster, kube kub
 				b.Logf("the rack: %d polls failed, the longest poll took %s, counting the rack's pods %s", failed,
 					slowest.Round(time.Millisecond), time.Since(countBegan).Round(time.Millisecond))
 				logRackTimeline(ctx, b, c, rack, requested)
-				return rackTimes{fromConfirmed: end.Sub(confirmed), afterWindows: end.Sub(windowsEnded)}
+				return rackTimes{fromConfirmed: end.Sub(confirmed), afterWindows: end.Sub(windowsEnded), fromRequest: end.Sub(requested)}
 			} else if err != nil {
 				failed++
 			}
@@ -270,12 +270,13 @@ func logRackTimeline(ctx context.Context, b *testing.B, c *testbed.Cluster, rack
 		b.Logf("the rack's timeline: listing fences: %v", err)
 		return
 	}
-	var confirmedAt, windows, releases, releasedAt []time.Duration
+	var createdAt, confirmedAt, windows, releases, releasedAt []time.Duration
 	longest, said := time.Duration(-1), ""
 	for _, f := range list.Items {
 		if !rack[f.Spec.NodeName] || f.Status.FencedTime == nil || f.Status.ReleasedTime == nil {
 			continue
 		}
+		createdAt = append(createdAt, f.CreationTimestamp.Sub(requested))
 		confirmedAt = append(confirmedAt, f.Status.FencedTime.Sub(requested))
 		releasedAt = append(releasedAt, f.Status.ReleasedTime.Sub(requested))
 		for _, st := range f.Status.Steps {
@@ -290,8 +291,8 @@ func logRackTimeline(ctx context.Context, b *testing.B, c *testbed.Cluster, rack
 			}
 		}
 	}
-	b.Logf("the rack's timeline (whole seconds): confirmed %s after the request, verify windows %s long from each confirmation, each released %s after its window, all released %s after the request; the longest window, %s",
-		spread(confirmedAt), spread(windows), spread(releases), spread(releasedAt), said)
+	b.Logf("the rack's timeline (whole seconds): created %s after the request, confirmed %s after the request, verify windows %s long from each confirmation, each released %s after its window, all released %s after the request; the longest window, %s",
+		spread(createdAt), spread(confirmedAt), spread(windows), spread(releases), spread(releasedAt), said)
 }
 
 // spread is "min–median–max (n)" of ds.
