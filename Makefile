@@ -65,7 +65,7 @@ SIZES ?= 500,1000,2000,5000
 
 .PHONY: bench-scale
 bench-scale: deps testbed ## The controller's cost at SIZES simulated nodes (30 pods, an agent each): RSS, CPU, API rate, heartbeat p99, rack release.
-	PALISADE_SCALE_SIZES=$(SIZES) PALISADE_SCALE_CONTROLLER_ARGS="$(CONTROLLER_ARGS)" PALISADE_SCALE_PROFILES=$(CACHE) go test -count=1 -timeout 3h -v -run '^$$' -bench . -benchtime 1x ./test/bench/scale/ | tee $(CACHE)/bench-scale.log
+	PALISADE_SCALE_SIZES=$(SIZES) PALISADE_SCALE_CONTROLLER_ARGS="$(CONTROLLER_ARGS)" PALISADE_SCALE_PEAK_PROFILE=$(PEAK_PROFILE) PALISADE_SCALE_PROFILES=$(CACHE) go test -count=1 -timeout 3h -v -run '^$$' -bench . -benchtime 1x ./test/bench/scale/ | tee $(CACHE)/bench-scale.log
 	@echo; grep '^BENCH' $(CACHE)/bench-scale.log
 
 .PHONY: chaos

@@ -121,9 +121,18 @@ func (p *controller) scrape(b *testing.B, metric string) float64 {
 
 // series reads every series of metric on the controller's metrics endpoint, by its labels.
 func (p *controller) series(b *testing.B, metric string) map[string]float64 {
-	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	out, err := p.readSeries(metric)
 	if err != nil {
 		b.Fatalf("scraping the controller's metrics: %v", err)
+	}
+	return out
+}
+
+// readSeries is series, returning its error.
+func (p *controller) readSeries(metric string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	out := map[string]float64{}
@@ -137,7 +146,7 @@ func (p *controller) series(b *testing.B, metric string) map[string]float64 {
 		v, _ := strconv.ParseFloat(line[i+1:], 64)
 		out[strings.TrimPrefix(line[:i], metric)] += v
 	}
-	return out
+	return out, sc.Err()
 }
 
 // delta is what each series of s1 gained since s0, the largest first, as "labels: n" lines

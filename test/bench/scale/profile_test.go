@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // cpuProfileSeconds is how long the CPU profile samples, after the steady window (so that its
@@ -37,9 +39,17 @@ func (p *controller) profile(b *testing.B, bin string, n int) {
 
 // saveProfile reads /debug/pprof/<query> from the controller into path.
 func (p *controller) saveProfile(b *testing.B, query, path string) string {
+	if err := p.fetchProfile(query, path); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// fetchProfile reads /debug/pprof/<query> from the controller into path.
+func (p *controller) fetchProfile(query, path string) error {
 	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/" + query)
 	if err != nil {
-		b.Fatalf("reading the controller's profile %s: %v", query, err)
+		return fmt.Errorf("reading the controller's profile %s: %w", query, err)
 	}
 	defer resp.Body.Close()
 	f, err := os.Create(path)
@@ -50,9 +60,9 @@ func (p *controller) saveProfile(b *testing.B, query, path string) string {
 		}
 	}
 	if err != nil {
-		b.Fatalf("saving the profile %s: %v", path, err)
+		return fmt.Errorf("saving the profile %s: %w", path, err)
 	}
-	return path
+	return nil
 }
 
 // writeTop writes pprof's top 25 functions of the profile by sample index ("cpu",
@@ -67,4 +77,96 @@ func writeTop(b *testing.B, bin, path, index string) string {
 		b.Fatalf("saving the top of %s: %v", path, err)
 	}
 	return txt
+}
+
+// peakWatch follows the controller's memory from its start until stop is called: each time
+// its peak RSS (VmHWM) has grown by peakStep it notes the moment, and, with
+// PALISADE_SCALE_PEAK_PROFILE set (make bench-scale PEAK_PROFILE=1), each time its RSS is the
+// highest yet it saves a heap profile (scale-heap-peak-<n>.pprof), so that the allocations
+// behind the peak can be read. Off by default: writing a profile reads the binary's symbol
+// tables, whose pages then stay in the RSS the steady window measures (about 12 MiB more
+// file-backed RSS in the one run that had it on).
+type peakWatch struct {
+	rows []string
+	prof string // the heap profile at the highest RSS, "" when none was read
+	stop func()
+}
+
+// peakStep is how much the peak must grow for a row.
+const peakStep = 8 << 10 // KiB
+
+func (p *controller) watchPeak(b *testing.B, n int) *peakWatch {
+	dir := os.Getenv("PALISADE_SCALE_PROFILES")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	w := &peakWatch{}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	w.stop = func() { close(done); <-stopped }
+	path := filepath.Join(dir, fmt.Sprintf("scale-heap-peak-%d.pprof", n))
+	profiles := os.Getenv("PALISADE_SCALE_PEAK_PROFILE") != ""
+	go func() {
+		defer close(stopped)
+		var noted, highest float64
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Second):
+			}
+			rss, peak, ok := p.rss()
+			if !ok {
+				continue
+			}
+			if rss > highest && profiles {
+				highest = rss
+				if err := p.fetchProfile("heap", path); err == nil {
+					w.prof = path
+				}
+			}
+			if peak >= noted+peakStep {
+				noted = peak
+				heap, goroutines := p.tryScrape("go_memstats_heap_inuse_bytes"), p.tryScrape("go_goroutines")
+				w.rows = append(w.rows, fmt.Sprintf("+%s: peak %.1f MiB, RSS %.1f MiB, Go heap in use %.1f MiB, %.0f goroutines",
+					time.Since(p.started).Round(time.Second), peak/1024, rss/1024, heap/(1<<20), goroutines))
+			}
+		}
+	}()
+	return w
+}
+
+// log says how the peak grew and where the heap profile at the highest RSS is, with its top.
+func (w *peakWatch) log(b *testing.B, bin string) {
+	w.stop()
+	b.Logf("the controller's peak RSS, from its start:\n\t%s", strings.Join(w.rows, "\n\t"))
+	if w.prof != "" {
+		b.Logf("in-use heap at the highest RSS by function in %s", writeTop(b, bin, w.prof, "inuse_space"))
+	}
+}
+
+// rss reads the controller's RSS and peak RSS in KiB; ok is false when it cannot.
+func (p *controller) rss() (rss, peak float64, ok bool) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, found := strings.CutPrefix(line, "VmRSS:"); found {
+			rss, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
+		}
+		if v, found := strings.CutPrefix(line, "VmHWM:"); found {
+			peak, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
+		}
+	}
+	return rss, peak, rss > 0
+}
+
+// tryScrape is scrape without failing the benchmark (from a goroutine): 0 when it cannot.
+func (p *controller) tryScrape(metric string) float64 {
+	series, _ := p.readSeries(metric)
+	var sum float64
+	for _, v := range series {
+		sum += v
+	}
+	return sum
 }

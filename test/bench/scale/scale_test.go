@@ -97,6 +97,7 @@ func measure(b *testing.B, bin string, n int) {
 	pk := issuePKI(b, n)
 	proc := startController(b, c, bin, pk, n)
 	defer proc.stop()
+	peak := proc.watchPeak(b, n)
 	lat := &latencies{}
 	for i := 0; i < n; i++ {
 		cl, err := channel.NewClient(channel.ClientOptions{Address: pk.addr, CertFile: pk.dir + "/" + nodeName(i) + ".crt",
@@ -112,13 +113,17 @@ func measure(b *testing.B, bin string, n int) {
 	waitFinalizers(ctx, b, kube, n)
 	b.Logf("every node carries the controller's finalizer %s after the controller started", time.Since(proc.started).Round(time.Second))
 	time.Sleep(steadyWindow / 3)
+	peak.log(b, bin)
 	s := proc.steady(b, steadyWindow, lat)
 	proc.profile(b, bin, n)
 	_, _, _ = lat.reset()
+	before := proc.sample(b)
 	rack := rackRelease(ctx, b, c, kube, n)
 	p99, count, errs := lat.reset()
 	after := proc.sample(b)
 	b.Logf("during the rack: %d heartbeats, %d failed, p99 %s; the controller has %d files open; RSS %s", count, errs, p99, after.openFiles, after.memory())
+	bySeries, requests := delta(before.requests, after.requests)
+	b.Logf("during the rack (%s): %.0f API requests by the controller, by method and code:%s", after.at.Sub(before.at).Round(100*time.Millisecond), requests, bySeries)
 	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f rack_after_window_s=%.1f rack_from_request_s=%.1f\n",
 		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.fromConfirmed.Seconds(), rack.afterWindows.Seconds(), rack.fromRequest.Seconds())
 }
