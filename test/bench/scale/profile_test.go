@@ -83,9 +83,9 @@ func writeTop(b *testing.B, bin, path, index string) string {
 // its peak RSS (VmHWM) has grown by peakStep it notes the moment, and, with
 // PALISADE_SCALE_PEAK_PROFILE set (make bench-scale PEAK_PROFILE=1), each time its RSS is the
 // highest yet it saves a heap profile (scale-heap-peak-<n>.pprof), so that the allocations
-// behind the peak can be read. Off by default: writing a profile reads the binary's symbol
-// tables, whose pages then stay in the RSS the steady window measures (about 12 MiB more
-// file-backed RSS in the one run that had it on).
+// behind the peak can be read. Off by default: the steady window should measure a controller
+// that served nothing but its work (whether the profiles change its RSS is not settled: 69.3
+// and 52.9 MiB of file-backed RSS in the two runs that had them on, 57.1–61.1 MiB without).
 type peakWatch struct {
 	rows []string
 	prof string // the heap profile at the highest RSS, "" when none was read
