@@ -83,16 +83,8 @@ func (p *controller) sample(b *testing.B) sample {
 	ut, _ := strconv.ParseFloat(f[11], 64) // field 14 of stat, utime
 	st, _ := strconv.ParseFloat(f[12], 64) // field 15, stime
 	s.cpuTicks = ut + st
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
+	if s.rssKiB, s.rssFileKiB, s.peakKiB, err = p.memoryKiB(); err != nil {
 		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		for key, to := range map[string]*float64{"VmRSS:": &s.rssKiB, "RssFile:": &s.rssFileKiB, "VmHWM:": &s.peakKiB} {
-			if v, ok := strings.CutPrefix(line, key); ok {
-				*to, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
-			}
-		}
 	}
 	s.requests = p.series(b, "rest_client_requests_total")
 	s.reconciles = p.series(b, "controller_runtime_reconcile_total")
@@ -102,6 +94,22 @@ func (p *controller) sample(b *testing.B) sample {
 	}
 	s.openFiles = len(fds)
 	return s
+}
+
+// memoryKiB reads the controller's RSS, its part backed by files, and its peak RSS (VmHWM).
+func (p *controller) memoryKiB() (rss, file, peak float64, err error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		for key, to := range map[string]*float64{"VmRSS:": &rss, "RssFile:": &file, "VmHWM:": &peak} {
+			if v, ok := strings.CutPrefix(line, key); ok {
+				*to, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
+			}
+		}
+	}
+	return rss, file, peak, nil
 }
 
 // memory says the RSS, its part backed by files, and the peak so far.

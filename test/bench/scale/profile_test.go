@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,8 +113,8 @@ func (p *controller) watchPeak(b *testing.B, n int) *peakWatch {
 				return
 			case <-time.After(time.Second):
 			}
-			rss, peak, ok := p.rss()
-			if !ok {
+			rss, _, peak, err := p.memoryKiB()
+			if err != nil || rss == 0 {
 				continue
 			}
 			if rss > highest && profiles {
@@ -142,23 +141,6 @@ func (w *peakWatch) log(b *testing.B, bin string) {
 	if w.prof != "" {
 		b.Logf("in-use heap at the highest RSS by function in %s", writeTop(b, bin, w.prof, "inuse_space"))
 	}
-}
-
-// rss reads the controller's RSS and peak RSS in KiB; ok is false when it cannot.
-func (p *controller) rss() (rss, peak float64, ok bool) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return 0, 0, false
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, found := strings.CutPrefix(line, "VmRSS:"); found {
-			rss, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
-		}
-		if v, found := strings.CutPrefix(line, "VmHWM:"); found {
-			peak, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
-		}
-	}
-	return rss, peak, rss > 0
 }
 
 // tryScrape is scrape without failing the benchmark (from a goroutine): 0 when it cannot.
