@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,10 +52,35 @@ type ServerOptions struct {
 	// connections to the port, must never take the files the controller needs to reach its
 	// API server, without which it is blind.
 	MaxConns int
+	// MaxHandshakes bounds the TLS handshakes in progress at once; more connections wait,
+	// without a goroutine each, for one to end. 0 means DefaultMaxHandshakes. When every agent
+	// reconnects at once (a controller restart) running thousands together completes none
+	// sooner, since handshakes are CPU-bound, it only holds thousands of handshakes' state in
+	// memory (a third of the heap at 5000 nodes) and makes every one slow instead of the early
+	// ones fast.
+	MaxHandshakes int
 	// NoDatagrams turns heartbeat datagrams off (agentwire's "Heartbeat datagrams"): every
 	// heartbeat then comes over HTTPS, on a connection each agent keeps open.
 	NoDatagrams bool
+	// handshakeTimeout, when set, replaces the server's ReadHeaderTimeout as the bound on a
+	// TLS handshake and on its wait for a worker, for tests.
+	handshakeTimeout time.Duration
+	// helloTimeout, when set, replaces helloTimeout (the const), for tests.
+	helloTimeout time.Duration
 }
+
+// helloTimeout bounds a handshake worker's wait for a connection's ClientHello (see
+// handshakeListener). An agent sends it as it connects: a second covers a slow network.
+const helloTimeout = time.Second
+
+// DefaultMaxHandshakes is MaxHandshakes's default. A handshake is not all CPU: its worker also
+// waits a round trip for the agent's certificate, which the agent signs meanwhile. With twice
+// GOMAXPROCS (4) workers, make bench-scale's 5000 simulated agents reconnecting at once left
+// the workers mostly waiting: 628 handshakes ended in EOF over 10 s, agents that had given up
+// after their 5 s handshake timeout (palisade-agent's is its heartbeat interval, 1 s by
+// default). 64 handshakes in progress hold about 200 KiB (about 3 KiB each, from the heap
+// profile of 5000 at once).
+const DefaultMaxHandshakes = 64
 
 // ReservedFiles are the open files a default MaxConns leaves to the rest of the process (API
 // server connections and watches, metrics and probes).
@@ -87,6 +114,8 @@ type Server struct {
 	peers *peerBook
 	// dg is the heartbeat datagrams' socket and keys (its conn nil with NoDatagrams).
 	dg *datagramState
+	// handshaking counts the TLS handshakes in progress (at most MaxHandshakes).
+	handshaking atomic.Int64
 }
 
 // NewServer loads the certificate files (failing early when they are unusable) and builds the
@@ -97,6 +126,9 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = defaultMaxConns()
+	}
+	if opts.MaxHandshakes <= 0 {
+		opts.MaxHandshakes = DefaultMaxHandshakes
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
@@ -184,7 +216,8 @@ func (s *Server) Start(ctx context.Context) error {
 		defer s.dg.conn.Close()
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.ServeTLS(s.lis, "", "") }()
+	lis := s.handshakeListener()
+	go func() { errc <- s.srv.Serve(lis) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving heartbeats: %w", err)
@@ -199,6 +232,24 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("serving heartbeats: %w", err)
 	}
 	return nil
+}
+
+// handshakeListener wraps the port's listener in one that completes at most MaxHandshakes TLS
+// handshakes at once, for http.Server.Serve. Serve takes the handshaken *tls.Conns as they are:
+// its conn.serve calls HandshakeContext, a no-op on a conn whose handshake is complete (crypto/tls
+// returns at once), and keeps its ConnectionState for Request.TLS, which clientCert reads (see
+// (*conn).serve in net/http/server.go). Shutdown closes the listener, and so every connection
+// still waiting for or in its handshake.
+func (s *Server) handshakeListener() *handshakeListener {
+	// A clone of the server's config: its GetConfigForClient, which re-reads the certificate
+	// files for every handshake, is kept. ServeTLS added "http/1.1" to a clone's NextProtos,
+	// Serve does not: the server speaks HTTP/1.1 only (http1Only).
+	config := s.srv.TLSConfig.Clone()
+	config.NextProtos = []string{"http/1.1"}
+	// The server's ReadHeaderTimeout, which http.Server put on handshakes too.
+	timeout := cmp.Or(s.opts.handshakeTimeout, s.srv.ReadHeaderTimeout)
+	hello := cmp.Or(s.opts.helloTimeout, helloTimeout)
+	return newHandshakeListener(s.lis, config, s.opts.MaxHandshakes, timeout, hello, s.srv.ErrorLog, &s.handshaking)
 }
 
 // Snapshot returns a copy of the latest heartbeat of every node.

@@ -1,0 +1,226 @@
+package channel
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	stdlog "log"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// handshakeQueueLen bounds the accepted connections waiting for a handshake worker: as many as
+// Linux's default accept backlog (net.core.somaxconn, 4096), so that a restart's few thousand
+// reconnecting agents wait in the queue, where their wait is measured (see handshakeListener),
+// rather than in the kernel's backlog, where it is not. While the queue is full the accept loop
+// stops accepting, and further connections wait in the backlog. The queue's buffer is 160 KiB;
+// a waiting connection costs a file, which MaxConns counts, and a few hundred bytes, no
+// goroutine.
+const handshakeQueueLen = 4096
+
+// handshakeListener completes the TLS server handshakes of its inner listener's connections in
+// a fixed pool of workers, and accepts the handshaken *tls.Conns. http.Server's ServeTLS runs
+// every handshake at once, in its connection's goroutine: handshakes are CPU-bound, so when
+// thousands of agents reconnect together (a controller restart) that completes none sooner, it
+// only holds thousands of handshakes' state in memory (a third of the heap at 5000 nodes) and
+// makes every one slow instead of the early ones fast.
+//
+// One goroutine accepts connections into a queue (a channel: a waiting connection holds no
+// goroutine), and the workers take them in turn. A handshake has the timeout, counted from when
+// its worker starts it, so that a connection stalling its handshake holds a worker that long at
+// most. A connection that waited longer than the timeout for a worker is closed without a
+// handshake: an agent gives up on its handshake after its Client's Timeout (the transport's
+// TLSHandshakeTimeout: palisade-agent's heartbeat interval, 1 s by default; the Client's own
+// default is 5 s), counted from its TCP connect, so including its time in the kernel's backlog
+// and in the queue. After the timeout (the server's ReadHeaderTimeout, 10 s) in the queue, the
+// agents at their defaults have given up, and a handshake would be wasted on a closed
+// connection; an agent with a longer interval reconnects for its next heartbeat. Connections
+// given up on sooner are still handshaken: the server cannot tell an agent's timeout before
+// its handshake.
+//
+// A worker waits at most helloTimeout for the connection's ClientHello, then the rest of the
+// timeout for the handshake's end. An agent sends its ClientHello as soon as it connects, so a
+// connection that waited in the queue has it already; without this shorter wait, MaxHandshakes
+// connections that send nothing (anyone who reaches the port can open them) would hold every
+// worker for the whole timeout, again and again, and no agent would get through.
+type handshakeListener struct {
+	net.Listener // the inner listener; Addr is its own
+	config       *tls.Config
+	timeout      time.Duration
+	helloTimeout time.Duration
+	// errorLog gets the failed handshakes, in the words of http.Server, which logged them
+	// before.
+	errorLog *stdlog.Logger
+	// busy counts the handshakes in progress.
+	busy *atomic.Int64
+
+	queue    chan queuedConn
+	accepted chan acceptResult // unbuffered: a worker hands over when Accept is called
+	// ctx is cancelled by Close: it stops the accept loop and the workers and aborts the
+	// handshakes in progress (HandshakeContext closes their connections).
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// queuedConn is an accepted connection waiting for a worker since at.
+type queuedConn struct {
+	conn net.Conn
+	at   time.Time
+}
+
+// acceptResult is what Accept returns: a handshaken connection, or the inner listener's error.
+type acceptResult struct {
+	conn net.Conn
+	err  error
+}
+
+// newHandshakeListener starts accepting inner's connections and handshaking them with config
+// in workers goroutines, each handshake within timeout (its ClientHello within hello),
+// counting those in progress in busy and logging the failed ones to errorLog. Close stops it.
+// config is the listener's own: its GetConfigForClient is wrapped.
+func newHandshakeListener(inner net.Listener, config *tls.Config, workers int, timeout, hello time.Duration, errorLog *stdlog.Logger, busy *atomic.Int64) *handshakeListener {
+	ctx, cancel := context.WithCancel(context.Background())
+	next := config.GetConfigForClient
+	config.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		// The ClientHello came: from now on the handshake's own timeout bounds it.
+		_ = h.Conn.SetReadDeadline(time.Time{})
+		if next == nil {
+			return nil, nil
+		}
+		return next(h)
+	}
+	l := &handshakeListener{
+		Listener: inner, config: config, timeout: timeout, helloTimeout: min(hello, timeout), errorLog: errorLog, busy: busy,
+		queue: make(chan queuedConn, handshakeQueueLen), accepted: make(chan acceptResult),
+		ctx: ctx, cancel: cancel,
+	}
+	l.wg.Go(l.acceptLoop)
+	for range workers {
+		l.wg.Go(l.work)
+	}
+	return l
+}
+
+// Accept returns the next handshaken connection, a *tls.Conn, or the inner listener's next
+// error: the caller decides whether to retry, as with the inner listener itself (http.Server
+// backs off on temporary errors and stops, closing this listener, on others). Once Close was
+// called it returns net.ErrClosed, in a *net.OpError as a closed net.Listener does.
+func (l *handshakeListener) Accept() (net.Conn, error) {
+	select {
+	case a := <-l.accepted:
+		return a.conn, a.err
+	case <-l.ctx.Done():
+		return nil, &net.OpError{Op: "accept", Net: l.Addr().Network(), Addr: l.Addr(), Err: net.ErrClosed}
+	}
+}
+
+// Close closes the inner listener, stops the accept loop and the workers, and closes the
+// connections queued, being handshaken, and handshaken but not accepted. It returns once the
+// goroutines have all stopped, and then no connection but the accepted ones is left open.
+func (l *handshakeListener) Close() error {
+	l.closeOnce.Do(func() {
+		l.cancel()
+		l.closeErr = l.Listener.Close()
+		l.wg.Wait()
+		for {
+			select {
+			case q := <-l.queue:
+				_ = q.conn.Close()
+			default:
+				return
+			}
+		}
+	})
+	return l.closeErr
+}
+
+// acceptLoop queues the inner listener's connections for the workers, blocking while the
+// queue is full, and hands its errors to Accept.
+func (l *handshakeListener) acceptLoop() {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil {
+			if !l.deliver(acceptResult{err: err}) {
+				return
+			}
+			continue
+		}
+		select {
+		case l.queue <- queuedConn{conn: conn, at: time.Now()}:
+		case <-l.ctx.Done():
+			_ = conn.Close()
+			return
+		}
+	}
+}
+
+// work handshakes queued connections and hands them to Accept until Close.
+func (l *handshakeListener) work() {
+	for {
+		select {
+		case q := <-l.queue:
+			if conn := l.handshake(q); conn != nil && !l.deliver(acceptResult{conn: conn}) {
+				_ = conn.Close()
+			}
+		case <-l.ctx.Done():
+			return
+		}
+	}
+}
+
+// deliver hands a to Accept, and says false when the listener was closed first.
+func (l *handshakeListener) deliver(a acceptResult) bool {
+	select {
+	case l.accepted <- a:
+		return true
+	case <-l.ctx.Done():
+		return false
+	}
+}
+
+// handshake completes q's TLS handshake within the timeout and returns its connection. When it
+// fails, or q waited longer than the timeout to start it, it closes q's connection (freeing
+// its place under MaxConns) and returns nil.
+func (l *handshakeListener) handshake(q queuedConn) *tls.Conn {
+	if waited := time.Since(q.at); waited > l.timeout {
+		l.fail(q.conn, fmt.Errorf("not started: waited %s for a handshake worker, longer than the handshake timeout %s", waited.Round(time.Millisecond), l.timeout))
+		return nil
+	}
+	l.busy.Add(1)
+	defer l.busy.Add(-1)
+	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+	defer cancel()
+	// Cleared by the config's GetConfigForClient once the ClientHello is read.
+	if err := q.conn.SetReadDeadline(time.Now().Add(l.helloTimeout)); err != nil {
+		l.fail(q.conn, err)
+		return nil
+	}
+	conn := tls.Server(q.conn, l.config)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded): // the only read deadline is the ClientHello's
+			err = fmt.Errorf("no ClientHello within %s: %w", l.helloTimeout, err)
+		case errors.Is(err, context.DeadlineExceeded):
+			err = fmt.Errorf("not completed within %s: %w", l.timeout, err)
+		}
+		l.fail(q.conn, err)
+		return nil
+	}
+	return conn
+}
+
+// fail closes conn, whose handshake failed with err, and logs it as http.Server did, unless
+// the listener is closing.
+func (l *handshakeListener) fail(conn net.Conn, err error) {
+	_ = conn.Close()
+	if l.ctx.Err() == nil {
+		l.errorLog.Printf("http: TLS handshake error from %s: %v", conn.RemoteAddr(), err)
+	}
+}
