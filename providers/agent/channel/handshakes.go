@@ -24,10 +24,11 @@ const handshakeQueueLen = 4096
 
 // handshakeListener completes the TLS server handshakes of its inner listener's connections in
 // a fixed pool of workers, and accepts the handshaken *tls.Conns. http.Server's ServeTLS runs
-// every handshake at once, in its connection's goroutine: handshakes are CPU-bound, so when
-// thousands of agents reconnect together (a controller restart) that completes none sooner, it
-// only holds thousands of handshakes' state in memory (a third of the heap at 5000 nodes) and
-// makes every one slow instead of the early ones fast.
+// every handshake at once, in its connection's goroutine: the processors bound how many
+// handshakes complete a second (a worker's waits for its agent aside, which DefaultMaxHandshakes
+// covers), so when thousands of agents reconnect together (a controller restart) that completes
+// none sooner, it only holds thousands of handshakes' state in memory (a third of the heap at
+// 5000 nodes) and makes every one slow instead of the early ones fast.
 //
 // One goroutine accepts connections into a queue (a channel: a waiting connection holds no
 // goroutine), and the workers take them in turn. A handshake has the timeout, counted from when

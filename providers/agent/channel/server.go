@@ -53,11 +53,8 @@ type ServerOptions struct {
 	// API server, without which it is blind.
 	MaxConns int
 	// MaxHandshakes bounds the TLS handshakes in progress at once; more connections wait,
-	// without a goroutine each, for one to end. 0 means DefaultMaxHandshakes. When every agent
-	// reconnects at once (a controller restart) running thousands together completes none
-	// sooner, since handshakes are CPU-bound, it only holds thousands of handshakes' state in
-	// memory (a third of the heap at 5000 nodes) and makes every one slow instead of the early
-	// ones fast.
+	// without a goroutine each, for one to end (why: handshakeListener). 0 means
+	// DefaultMaxHandshakes.
 	MaxHandshakes int
 	// NoDatagrams turns heartbeat datagrams off (agentwire's "Heartbeat datagrams"): every
 	// heartbeat then comes over HTTPS, on a connection each agent keeps open.
