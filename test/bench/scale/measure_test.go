@@ -187,10 +187,15 @@ func delta(s0, s1 map[string]float64) (string, float64) {
 func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) steadyState {
 	_, _, _ = lat.reset()
 	s0 := p.sample(b)
+	cores0, coresErr := sampleCores()
 	time.Sleep(window)
 	s1 := p.sample(b)
+	cores1, err := sampleCores()
 	p99, count, errs := lat.reset()
 	secs := s1.at.Sub(s0.at).Seconds()
+	if coresErr == nil && err == nil {
+		b.Logf("steady window %s: %s", window, coresBetween(cores0, cores1, secs))
+	}
 	b.Logf("steady window %s: %d heartbeats, %d failed; the controller has %d files open", window, count, errs, s1.openFiles)
 	b.Logf("steady window %s: RSS %s", window, s1.memory())
 	bySeries, requests := delta(s0.requests, s1.requests)

@@ -118,9 +118,14 @@ func measure(b *testing.B, bin string, n int) {
 	proc.profile(b, bin, n)
 	_, _, _ = lat.reset()
 	before := proc.sample(b)
+	cores0, coresErr := sampleCores()
 	rack := rackRelease(ctx, b, c, kube, n)
 	p99, count, errs := lat.reset()
 	after := proc.sample(b)
+	cores1, err := sampleCores()
+	if coresErr == nil && err == nil {
+		b.Logf("during the rack: %s", coresBetween(cores0, cores1, after.at.Sub(before.at).Seconds()))
+	}
 	b.Logf("during the rack: %d heartbeats, %d failed, p99 %s; the controller has %d files open; RSS %s", count, errs, p99, after.openFiles, after.memory())
 	bySeries, requests := delta(before.requests, after.requests)
 	b.Logf("during the rack (%s): %.0f API requests by the controller, by method and code:%s", after.at.Sub(before.at).Round(100*time.Millisecond), requests, bySeries)

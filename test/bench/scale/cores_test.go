@@ -1,0 +1,129 @@
+package scale
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// coresSample is where the machine's CPU time had gone at one moment: the busy and total
+// jiffies of all its cores (/proc/stat), and the CPU ticks of every process this bench started
+// (the test bed's control plane, the controller), by command name, and of the bench itself (the
+// simulated nodes and agents, the polls).
+type coresSample struct {
+	busy, total float64
+	byProcess   map[string]float64
+}
+
+// sampleCores reads the machine's and the bench's processes' CPU time. Processes are this
+// process and its descendants, so that nothing else on the machine is counted by name.
+func sampleCores() (coresSample, error) {
+	s := coresSample{byProcess: map[string]float64{}}
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return s, err
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		s.total += v
+		if i != 3 && i != 4 { // idle, iowait
+			s.busy += v
+		}
+	}
+	type proc struct {
+		comm       string
+		ppid       int
+		utimeStime float64
+	}
+	procs := map[int]proc{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		st := string(b)
+		open, end := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(st[:open]))
+		f := strings.Fields(st[end+2:])
+		if len(f) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		stt, _ := strconv.ParseFloat(f[12], 64)
+		procs[pid] = proc{comm: st[open+1 : end], ppid: ppid, utimeStime: ut + stt}
+	}
+	self := os.Getpid()
+	ours := func(pid int) bool {
+		for n := 0; pid > 1 && n < 64; n++ {
+			if pid == self {
+				return true
+			}
+			pid = procs[pid].ppid
+		}
+		return false
+	}
+	for pid, p := range procs {
+		if !ours(pid) {
+			continue
+		}
+		name := p.comm
+		if pid == self {
+			name = "the bench (simulated nodes and agents)"
+		}
+		s.byProcess[name] += p.utimeStime
+	}
+	return s, nil
+}
+
+// coresBetween says how busy the machine's cores were between s0 and s1, and how much of a
+// core each of the bench's processes used, the largest first. Exited processes' time is lost.
+func coresBetween(s0, s1 coresSample, secs float64) string {
+	cores := float64(len(cpuList()))
+	var out strings.Builder
+	fmt.Fprintf(&out, "the machine's %.0f cores %.0f %% busy", cores, 100*(s1.busy-s0.busy)/(s1.total-s0.total))
+	type use struct {
+		name string
+		pct  float64
+	}
+	var uses []use
+	var ours float64
+	for name, t := range s1.byProcess {
+		if d := t - s0.byProcess[name]; d > 0 {
+			pct := 100 * d / clockTicks / secs
+			uses = append(uses, use{name, pct})
+			ours += pct
+		}
+	}
+	sort.Slice(uses, func(i, j int) bool { return uses[i].pct > uses[j].pct })
+	fmt.Fprintf(&out, " (%.0f %% of a core, the bench's processes %.0f %%):", 100*cores*(s1.busy-s0.busy)/(s1.total-s0.total), ours)
+	for _, u := range uses {
+		if u.pct >= 0.5 {
+			fmt.Fprintf(&out, "\n\t%s: %.0f %% of a core", u.name, u.pct)
+		}
+	}
+	return out.String()
+}
+
+// cpuList is the machine's cores, one "cpuN" line each in /proc/stat.
+func cpuList() []string {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	var cpus []string
+	for _, line := range strings.Split(string(stat), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "cpu") && f[0] != "cpu" {
+			cpus = append(cpus, f[0])
+		}
+	}
+	return cpus
+}
