@@ -1,12 +1,15 @@
 package scale
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // coresSample is where the machine's CPU time had gone at one moment: the busy and total
@@ -126,4 +129,79 @@ func cpuList() []string {
 		}
 	}
 	return cpus
+}
+
+// apiServerLoad is what the API server served, by verb and resource, from its own metrics
+// (apiserver_request_duration_seconds: every client's requests, watches left out): how many
+// requests and their summed latency in seconds.
+type apiServerLoad map[string]struct{ n, secs float64 }
+
+func sampleAPIServer(ctx context.Context, kube kubernetes.Interface) (apiServerLoad, error) {
+	raw, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := apiServerLoad{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		const name = "apiserver_request_duration_seconds_"
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok {
+			continue
+		}
+		kind, labels, ok := strings.Cut(rest, "{")
+		if !ok || kind != "sum" && kind != "count" {
+			continue
+		}
+		labels, value, _ := strings.Cut(labels, "} ")
+		l := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			l[k] = strings.Trim(v, `"`)
+		}
+		if l["verb"] == "WATCH" {
+			continue
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		v, _ := strconv.ParseFloat(value, 64)
+		e := out[key]
+		if kind == "sum" {
+			e.secs += v
+		} else {
+			e.n += v
+		}
+		out[key] = e
+	}
+	return out, nil
+}
+
+// apiServerBetween says how many requests a second the API server served between l0 and l1,
+// and the most served by verb and resource with their mean latency.
+func apiServerBetween(l0, l1 apiServerLoad, secs float64) string {
+	type row struct {
+		key     string
+		n, secs float64
+	}
+	var rows []row
+	var total float64
+	for k, e := range l1 {
+		if d := e.n - l0[k].n; d > 0 {
+			rows = append(rows, row{k, d, e.secs - l0[k].secs})
+			total += d
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		return rows[i].n > rows[j].n || rows[i].n == rows[j].n && rows[i].key < rows[j].key
+	})
+	var out strings.Builder
+	fmt.Fprintf(&out, "the API server served %.0f requests (%.0f a second; every client's, watches left out), the most by verb and resource:", total, total/secs)
+	for i, r := range rows {
+		if i == 8 {
+			break
+		}
+		fmt.Fprintf(&out, "\n\t%s: %.0f (%.0f a second), %.1f ms on average", r.key, r.n, r.n/secs, 1000*r.secs/r.n)
+	}
+	return out.String()
 }

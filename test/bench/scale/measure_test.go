@@ -184,10 +184,11 @@ func delta(s0, s1 map[string]float64) (string, float64) {
 
 // steady measures the controller over window: its RSS at the end, its CPU and API request
 // rate over the window, and the agents' heartbeat round-trip p99 within it.
-func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) steadyState {
+func (p *controller) steady(ctx context.Context, b *testing.B, kube kubernetes.Interface, window time.Duration, lat *latencies) steadyState {
 	_, _, _ = lat.reset()
 	s0 := p.sample(b)
 	cores0, coresErr := sampleCores()
+	api0, apiErr := sampleAPIServer(ctx, kube)
 	time.Sleep(window)
 	s1 := p.sample(b)
 	cores1, err := sampleCores()
@@ -195,6 +196,9 @@ func (p *controller) steady(b *testing.B, window time.Duration, lat *latencies) 
 	secs := s1.at.Sub(s0.at).Seconds()
 	if coresErr == nil && err == nil {
 		b.Logf("steady window %s: %s", window, coresBetween(cores0, cores1, secs))
+	}
+	if api1, err := sampleAPIServer(ctx, kube); apiErr == nil && err == nil {
+		b.Logf("steady window %s: %s", window, apiServerBetween(api0, api1, secs))
 	}
 	b.Logf("steady window %s: %d heartbeats, %d failed; the controller has %d files open", window, count, errs, s1.openFiles)
 	b.Logf("steady window %s: RSS %s", window, s1.memory())

@@ -114,17 +114,23 @@ func measure(b *testing.B, bin string, n int) {
 	b.Logf("every node carries the controller's finalizer %s after the controller started", time.Since(proc.started).Round(time.Second))
 	time.Sleep(steadyWindow / 3)
 	peak.log(b, bin)
-	s := proc.steady(b, steadyWindow, lat)
+	s := proc.steady(ctx, b, kube, steadyWindow, lat)
 	proc.profile(b, bin, n)
 	_, _, _ = lat.reset()
 	before := proc.sample(b)
 	cores0, coresErr := sampleCores()
+	api0, apiErr := sampleAPIServer(ctx, kube)
 	rack := rackRelease(ctx, b, c, kube, n)
 	p99, count, errs := lat.reset()
 	after := proc.sample(b)
 	cores1, err := sampleCores()
 	if coresErr == nil && err == nil {
 		b.Logf("during the rack: %s", coresBetween(cores0, cores1, after.at.Sub(before.at).Seconds()))
+	}
+	if api1, err := sampleAPIServer(ctx, kube); apiErr == nil && err == nil {
+		b.Logf("during the rack: %s", apiServerBetween(api0, api1, after.at.Sub(before.at).Seconds()))
+	} else {
+		b.Logf("during the rack: the API server's metrics: %v, %v", apiErr, err)
 	}
 	b.Logf("during the rack: %d heartbeats, %d failed, p99 %s; the controller has %d files open; RSS %s", count, errs, p99, after.openFiles, after.memory())
 	bySeries, requests := delta(before.requests, after.requests)
