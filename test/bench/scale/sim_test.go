@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -65,7 +66,8 @@ func createNodes(ctx context.Context, kube kubernetes.Interface, n int) error {
 		if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("marking node %s Ready: %w", node.Name, err)
 		}
-		return renewLease(ctx, kube, node.Name, true)
+		_, err = renewLease(ctx, kube, node.Name, true, nil)
+		return err
 	}); err != nil {
 		return err
 	}
@@ -87,27 +89,39 @@ func createNodes(ctx context.Context, kube kubernetes.Interface, n int) error {
 	})
 }
 
-// renewLease creates or renews node's Lease in kube-node-lease, as its kubelet would.
-func renewLease(ctx context.Context, kube kubernetes.Interface, node string, create bool) error {
+// renewLease creates or renews node's Lease in kube-node-lease. A renewal updates last, the
+// copy this node last wrote, as the kubelet's lease controller does
+// (k8s.io/component-helpers/apimachinery/lease: one PUT a renewal, no GET), and reads the Lease
+// again only when that update fails or there is no copy yet. It returns the copy written.
+func renewLease(ctx context.Context, kube kubernetes.Interface, node string, create bool, last *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	leases := kube.CoordinationV1().Leases("kube-node-lease")
 	now := metav1.NewMicroTime(time.Now())
 	secs := int32(40)
 	if create {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, LeaseDurationSeconds: &secs, RenewTime: &now}}
-		if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating lease %s: %w", node, err)
+		out, err := leases.Create(ctx, l, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("creating lease %s: %w", node, err)
 		}
-		return nil
+		return out, nil
+	}
+	if last != nil {
+		l := last.DeepCopy()
+		l.Spec.RenewTime = &now
+		if out, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err == nil {
+			return out, nil
+		}
 	}
 	l, err := leases.Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("reading lease %s: %w", node, err)
+		return nil, fmt.Errorf("reading lease %s: %w", node, err)
 	}
 	l.Spec.RenewTime = &now
-	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("renewing lease %s: %w", node, err)
+	out, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("renewing lease %s: %w", node, err)
 	}
-	return nil
+	return out, nil
 }
 
 // stopped is the set of nodes whose kubelet and agent are silent (the rack that lost power).
@@ -126,8 +140,10 @@ func (s *stopped) add(is ...int) {
 	}
 }
 
-// runLeases renews every node's Lease each leaseInterval, spread evenly over it.
+// runLeases renews every node's Lease each leaseInterval, spread evenly over it, each from the
+// copy it last wrote (renewLease).
 func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopped) {
+	last := make([]atomic.Pointer[coordinationv1.Lease], n)
 	step := leaseInterval / time.Duration(n)
 	t := time.NewTicker(step)
 	defer t.Stop()
@@ -138,7 +154,11 @@ func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopp
 		case <-t.C:
 		}
 		if !off.has(i) {
-			go func(i int) { _ = renewLease(ctx, kube, nodeName(i), false) }(i)
+			go func(i int) {
+				if l, err := renewLease(ctx, kube, nodeName(i), false, last[i].Load()); err == nil {
+					last[i].Store(l)
+				}
+			}(i)
 		}
 	}
 }
