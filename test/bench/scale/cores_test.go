@@ -30,7 +30,9 @@ func sampleCores() (coresSample, error) {
 		return s, err
 	}
 	line, _, _ := strings.Cut(string(stat), "\n")
-	for i, f := range strings.Fields(line)[1:] {
+	fields := strings.Fields(line)[1:]
+	// user nice system idle iowait irq softirq steal; guest time, after them, is in user already.
+	for i, f := range fields[:min(8, len(fields))] {
 		v, _ := strconv.ParseFloat(f, 64)
 		s.total += v
 		if i != 3 && i != 4 { // idle, iowait
@@ -79,6 +81,12 @@ func sampleCores() (coresSample, error) {
 			continue
 		}
 		name := p.comm
+		if len(name) == 15 { // the kernel's comm is cut at 15 bytes: the command's own name
+			if argv, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && len(argv) > 0 {
+				arg0, _, _ := strings.Cut(string(argv), "\x00")
+				name = filepath.Base(arg0)
+			}
+		}
 		if pid == self {
 			name = "the bench (simulated nodes and agents)"
 		}
