@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"testing"
 
 	"k8s.io/client-go/kubernetes"
 )
@@ -212,4 +213,37 @@ func apiServerBetween(l0, l1 apiServerLoad, secs float64) string {
 		fmt.Fprintf(&out, "\n\t%s: %.0f (%.0f a second), %.1f ms on average", r.key, r.n, r.n/secs, 1000*r.secs/r.n)
 	}
 	return out.String()
+}
+
+// queueTimes is the NodeFence controller's work queue so far: how many items waited in it and
+// how long in all (workqueue_queue_duration_seconds), how many were worked on and how long
+// (workqueue_work_duration_seconds).
+type queueTimes struct{ waited, waitedSecs, worked, workedSecs float64 }
+
+func (p *controller) queueTimes(b *testing.B) queueTimes {
+	of := func(metric string) float64 {
+		var sum float64
+		for labels, v := range p.series(b, metric) {
+			if strings.Contains(labels, `name="nodefence"`) {
+				sum += v
+			}
+		}
+		return sum
+	}
+	return queueTimes{
+		waited: of("workqueue_queue_duration_seconds_count"), waitedSecs: of("workqueue_queue_duration_seconds_sum"),
+		worked: of("workqueue_work_duration_seconds_count"), workedSecs: of("workqueue_work_duration_seconds_sum"),
+	}
+}
+
+// queueBetween says how long the items taken from the queue between q0 and q1 waited in it
+// (verify passes among them: every reconcile of a fence is one item) and how long they were
+// worked on, on average.
+func queueBetween(q0, q1 queueTimes) string {
+	waited, worked := q1.waited-q0.waited, q1.worked-q0.worked
+	if waited <= 0 || worked <= 0 {
+		return "no item taken"
+	}
+	return fmt.Sprintf("%.0f items taken, each waited %.1f ms in the queue on average (after its requeue delay) and was worked on %.1f ms",
+		waited, 1000*(q1.waitedSecs-q0.waitedSecs)/waited, 1000*(q1.workedSecs-q0.workedSecs)/worked)
 }

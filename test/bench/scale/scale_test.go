@@ -118,6 +118,7 @@ func measure(b *testing.B, bin string, n int) {
 	proc.profile(b, bin, n)
 	_, _, _ = lat.reset()
 	before := proc.sample(b)
+	queue0 := proc.queueTimes(b)
 	cores0, coresErr := sampleCores()
 	api0, apiErr := sampleAPIServer(ctx, kube)
 	rack := rackRelease(ctx, b, c, kube, n)
@@ -133,6 +134,7 @@ func measure(b *testing.B, bin string, n int) {
 		b.Logf("during the rack: the API server's metrics: %v, %v", apiErr, err)
 	}
 	b.Logf("during the rack: %d heartbeats, %d failed, p99 %s; the controller has %d files open; RSS %s", count, errs, p99, after.openFiles, after.memory())
+	b.Logf("during the rack: the NodeFence work queue: %s", queueBetween(queue0, proc.queueTimes(b)))
 	bySeries, requests := delta(before.requests, after.requests)
 	b.Logf("during the rack (%s): %.0f API requests by the controller, by method and code:%s", after.at.Sub(before.at).Round(100*time.Millisecond), requests, bySeries)
 	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f rack_after_window_s=%.1f rack_from_request_s=%.1f\n",
