@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 // (the test bed's control plane, the controller), by command name, and of the bench itself (the
 // simulated nodes and agents, the polls).
 type coresSample struct {
+	cores       int // the machine's cores: one "cpuN" line each
 	busy, total float64
 	byProcess   map[string]float64
 }
@@ -30,7 +32,12 @@ func sampleCores() (coresSample, error) {
 	if err != nil {
 		return s, err
 	}
-	line, _, _ := strings.Cut(string(stat), "\n")
+	line, rest, _ := strings.Cut(string(stat), "\n")
+	for _, l := range strings.Split(rest, "\n") {
+		if strings.HasPrefix(l, "cpu") {
+			s.cores++
+		}
+	}
 	fields := strings.Fields(line)[1:]
 	// user nice system idle iowait irq softirq steal; guest time, after them, is in user already.
 	for i, f := range fields[:min(8, len(fields))] {
@@ -99,7 +106,7 @@ func sampleCores() (coresSample, error) {
 // coresBetween says how busy the machine's cores were between s0 and s1, and how much of a
 // core each of the bench's processes used, the largest first. Exited processes' time is lost.
 func coresBetween(s0, s1 coresSample, secs float64) string {
-	cores := float64(len(cpuList()))
+	cores := float64(s1.cores)
 	var out strings.Builder
 	fmt.Fprintf(&out, "the machine's %.0f cores %.0f %% busy", cores, 100*(s1.busy-s0.busy)/(s1.total-s0.total))
 	type use struct {
@@ -125,19 +132,34 @@ func coresBetween(s0, s1 coresSample, secs float64) string {
 	return out.String()
 }
 
-// cpuList is the machine's cores, one "cpuN" line each in /proc/stat.
-func cpuList() []string {
-	stat, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return nil
+// machineLoad is where the machine's time had gone and what the API server had served, at one
+// moment; either may be missing, with its error.
+type machineLoad struct {
+	cores            coresSample
+	api              apiServerLoad
+	coresErr, apiErr error
+}
+
+func takeLoad(ctx context.Context, kube kubernetes.Interface) machineLoad {
+	var l machineLoad
+	l.cores, l.coresErr = sampleCores()
+	l.api, l.apiErr = sampleAPIServer(ctx, kube)
+	return l
+}
+
+// loadBetween logs, as "<when>: ...", how busy the cores were and what the API server served
+// between l0 and l1, secs apart, or why it cannot say.
+func loadBetween(b *testing.B, when string, l0, l1 machineLoad, secs float64) {
+	if err := errors.Join(l0.coresErr, l1.coresErr); err != nil {
+		b.Logf("%s: the machine's cores: %v", when, err)
+	} else {
+		b.Logf("%s: %s", when, coresBetween(l0.cores, l1.cores, secs))
 	}
-	var cpus []string
-	for _, line := range strings.Split(string(stat), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "cpu") && f[0] != "cpu" {
-			cpus = append(cpus, f[0])
-		}
+	if err := errors.Join(l0.apiErr, l1.apiErr); err != nil {
+		b.Logf("%s: the API server's metrics: %v", when, err)
+	} else {
+		b.Logf("%s: %s", when, apiServerBetween(l0.api, l1.api, secs))
 	}
-	return cpus
 }
 
 // apiServerLoad is what the API server served, by verb and resource, from its own metrics
@@ -221,15 +243,7 @@ func apiServerBetween(l0, l1 apiServerLoad, secs float64) string {
 type queueTimes struct{ waited, waitedSecs, worked, workedSecs float64 }
 
 func (p *controller) queueTimes(b *testing.B) queueTimes {
-	of := func(metric string) float64 {
-		var sum float64
-		for labels, v := range p.series(b, metric) {
-			if strings.Contains(labels, `name="nodefence"`) {
-				sum += v
-			}
-		}
-		return sum
-	}
+	of := func(metric string) float64 { return p.scrape(b, metric, `name="nodefence"`) }
 	return queueTimes{
 		waited: of("workqueue_queue_duration_seconds_count"), waitedSecs: of("workqueue_queue_duration_seconds_sum"),
 		worked: of("workqueue_work_duration_seconds_count"), workedSecs: of("workqueue_work_duration_seconds_sum"),

@@ -118,11 +118,14 @@ func (s sample) memory() string {
 		s.rssKiB/1024, s.rssFileKiB/1024, s.peakKiB/1024)
 }
 
-// scrape sums every series of metric on the controller's metrics endpoint.
-func (p *controller) scrape(b *testing.B, metric string) float64 {
+// scrape sums the series of metric on the controller's metrics endpoint whose labels hold label
+// ("": every series).
+func (p *controller) scrape(b *testing.B, metric, label string) float64 {
 	var sum float64
-	for _, v := range p.series(b, metric) {
-		sum += v
+	for labels, v := range p.series(b, metric) {
+		if strings.Contains(labels, label) {
+			sum += v
+		}
 	}
 	return sum
 }
@@ -187,19 +190,13 @@ func delta(s0, s1 map[string]float64) (string, float64) {
 func (p *controller) steady(ctx context.Context, b *testing.B, kube kubernetes.Interface, window time.Duration, lat *latencies) steadyState {
 	_, _, _ = lat.reset()
 	s0 := p.sample(b)
-	cores0, coresErr := sampleCores()
-	api0, apiErr := sampleAPIServer(ctx, kube)
+	load0 := takeLoad(ctx, kube)
 	time.Sleep(window)
 	s1 := p.sample(b)
-	cores1, err := sampleCores()
+	load1 := takeLoad(ctx, kube)
 	p99, count, errs := lat.reset()
 	secs := s1.at.Sub(s0.at).Seconds()
-	if coresErr == nil && err == nil {
-		b.Logf("steady window %s: %s", window, coresBetween(cores0, cores1, secs))
-	}
-	if api1, err := sampleAPIServer(ctx, kube); apiErr == nil && err == nil {
-		b.Logf("steady window %s: %s", window, apiServerBetween(api0, api1, secs))
-	}
+	loadBetween(b, "steady window "+window.String(), load0, load1, secs)
 	b.Logf("steady window %s: %d heartbeats, %d failed; the controller has %d files open", window, count, errs, s1.openFiles)
 	b.Logf("steady window %s: RSS %s", window, s1.memory())
 	bySeries, requests := delta(s0.requests, s1.requests)

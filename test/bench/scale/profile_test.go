@@ -27,10 +27,10 @@ func (p *controller) profile(b *testing.B, bin string, n int) {
 	}
 	cpu := p.saveProfile(b, fmt.Sprintf("profile?seconds=%d", cpuProfileSeconds), filepath.Join(dir, fmt.Sprintf("scale-cpu-%d.pprof", n)))
 	heap := p.saveProfile(b, "heap?gc=1", filepath.Join(dir, fmt.Sprintf("scale-heap-%d.pprof", n)))
-	mib := func(metric string) float64 { return p.scrape(b, metric) / (1 << 20) }
+	mib := func(metric string) float64 { return p.scrape(b, metric, "") / (1 << 20) }
 	b.Logf("%d nodes: Go heap in use %.1f MiB (%d objects), stacks %.1f MiB, obtained from the OS %.1f MiB, %d goroutines",
-		n, mib("go_memstats_heap_inuse_bytes"), int(p.scrape(b, "go_memstats_heap_objects")), mib("go_memstats_stack_inuse_bytes"),
-		mib("go_memstats_sys_bytes"), int(p.scrape(b, "go_goroutines")))
+		n, mib("go_memstats_heap_inuse_bytes"), int(p.scrape(b, "go_memstats_heap_objects", "")), mib("go_memstats_stack_inuse_bytes"),
+		mib("go_memstats_sys_bytes"), int(p.scrape(b, "go_goroutines", "")))
 	// The tops go to files: a benchmark's log is cut short after a few lines.
 	b.Logf("%d nodes: CPU over %d s by function in %s, in-use heap by function in %s", n, cpuProfileSeconds,
 		writeTop(b, bin, cpu, "cpu"), writeTop(b, bin, heap, "inuse_space"))

@@ -119,20 +119,11 @@ func measure(b *testing.B, bin string, n int) {
 	_, _, _ = lat.reset()
 	before := proc.sample(b)
 	queue0 := proc.queueTimes(b)
-	cores0, coresErr := sampleCores()
-	api0, apiErr := sampleAPIServer(ctx, kube)
+	load0 := takeLoad(ctx, kube)
 	rack := rackRelease(ctx, b, c, kube, n)
 	p99, count, errs := lat.reset()
 	after := proc.sample(b)
-	cores1, err := sampleCores()
-	if coresErr == nil && err == nil {
-		b.Logf("during the rack: %s", coresBetween(cores0, cores1, after.at.Sub(before.at).Seconds()))
-	}
-	if api1, err := sampleAPIServer(ctx, kube); apiErr == nil && err == nil {
-		b.Logf("during the rack: %s", apiServerBetween(api0, api1, after.at.Sub(before.at).Seconds()))
-	} else {
-		b.Logf("during the rack: the API server's metrics: %v, %v", apiErr, err)
-	}
+	loadBetween(b, "during the rack", load0, takeLoad(ctx, kube), after.at.Sub(before.at).Seconds())
 	b.Logf("during the rack: %d heartbeats, %d failed, p99 %s; the controller has %d files open; RSS %s", count, errs, p99, after.openFiles, after.memory())
 	b.Logf("during the rack: the NodeFence work queue: %s", queueBetween(queue0, proc.queueTimes(b)))
 	bySeries, requests := delta(before.requests, after.requests)
