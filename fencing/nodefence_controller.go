@@ -52,13 +52,10 @@ type NodeFenceReconciler struct {
 	Tokens TokenSource
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
-	// Concurrency is how many NodeFences advance at once (0: DefaultConcurrency); verify passes
-	// have as many workers again, and never wait for the others' releases (lane.go). One fence
+	// Concurrency is how many NodeFences advance at once (0: DefaultConcurrency). One fence
 	// never runs in two workers: the work queue hands a key to one worker at a time.
 	Concurrency int
 
-	// lane bounds the work other than verify passes to Concurrency fences at once (lane.go).
-	lane releaseLane
 	// memory keeps, per fence, this controller's last write of it (ownwrites.go) and the
 	// passes of a verify window not written to the record (quiet.go): memory.go.
 	memory fenceMemory
@@ -98,8 +95,6 @@ func pending(retry time.Duration, reason, format string, args ...any) outcome {
 
 // SetupWithManager registers the reconciler.
 func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	n := workers(r.Concurrency)
-	r.lane = make(releaseLane, n)
 	// Our own status writes must not wake us with a stale cached copy: the reconciler requeues
 	// itself while a step is pending.
 	return ctrl.NewControllerManagedBy(mgr).Named("nodefence").
@@ -108,8 +103,7 @@ func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A released fence's node coming back (Ready, a new boot ID, an unfence request) may
 		// unfence it (recovery.go).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.releasedFenceOf)).
-		// n workers release, n more take the verify passes meanwhile (lane.go).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2 * n}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers(r.Concurrency)}).
 		Complete(r)
 }
 
@@ -126,9 +120,7 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	r.latest(ctx, nf)             // never a record older than this controller's own last write
 	defer fenceStates.observe(nf) // where it stands once this reconcile is done
-	s := &slot{lane: r.lane}
-	defer s.give()
-	res, err := r.reconcileFence(ctx, nf, s)
+	res, err := r.reconcileFence(ctx, nf)
 	// Taken again by priority too (byPriority): a fence whose pods' budgets are at their limit is
 	// not kept waiting behind others' requeues, nor a verify pass behind others' releases.
 	res.Priority = ptr.To(queuePriority(nf))
@@ -136,13 +128,9 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 }
 
 // reconcileFence takes the fence's next steps, finishes its deletion, or recovers its node.
-// Everything but a verify pass is done holding a release slot (lane.go).
-func (r *NodeFenceReconciler) reconcileFence(ctx context.Context, nf *v1alpha1.NodeFence, s *slot) (ctrl.Result, error) {
+func (r *NodeFenceReconciler) reconcileFence(ctx context.Context, nf *v1alpha1.NodeFence) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("Node", klog.KRef("", nf.Spec.NodeName))
 	ctx = ctrl.LoggerInto(ctx, log)
-	if !passing(nf) && !s.take() {
-		return r.slotsTaken(ctx), nil
-	}
 	if !nf.DeletionTimestamp.IsZero() {
 		return r.finishDeletion(ctx, nf)
 	}
@@ -156,22 +144,12 @@ func (r *NodeFenceReconciler) reconcileFence(ctx context.Context, nf *v1alpha1.N
 		return ctrl.Result{}, nil
 	}
 	for range maxStepsPerReconcile {
-		if !passing(nf) && !s.take() { // a pass ended the window: the release waits for a slot
-			return r.slotsTaken(ctx), nil
-		}
 		res, more, err := r.advance(ctx, nf)
 		if err != nil || !more {
 			return res, err
 		}
 	}
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
-}
-
-// slotsTaken is the result of a reconcile that found every release slot taken: nothing done,
-// offered again shortly.
-func (r *NodeFenceReconciler) slotsTaken(ctx context.Context) ctrl.Result {
-	ctrl.LoggerFrom(ctx).V(4).Info("every release slot is taken; waiting", "slots", cap(r.lane))
-	return ctrl.Result{RequeueAfter: laneRetry}
 }
 
 // advance performs the planner's next action; more says whether to go on at once.

@@ -122,16 +122,17 @@ func atLimit(ctx context.Context, reader client.Reader, pods []*corev1.Pod) (int
 // pass is a few reads of the informers' caches, due at a set moment (the window ends only at a
 // pass); the release of another fence (a taint, force deletions, attachments) is many writes.
 // Behind ten workers busy releasing a rack, a pass due in a second waited up to 8 s, and every
-// window so lengthened delayed that fence's own release (bench-scale at 5000 nodes): passes now
-// also have workers of their own (lane.go), and go first among what waits for them.
+// window so lengthened delayed that fence's own release (bench-scale at 5000 nodes).
 const passFirst = 1 << 24 // more pods than any node runs, so urgency still orders within a tier
 
 // queuePriority is the fence's place in the work queue: its urgency, and above every other fence
 // while its verify window is open.
 func queuePriority(nf *v1alpha1.NodeFence) int {
 	p := int(nf.Spec.Urgency)
-	if passing(nf) {
-		p += passFirst
+	if len(nf.Status.Steps) > 0 {
+		if s := lastStep(nf); s.Name == v1alpha1.StepVerifyFenced && s.State == v1alpha1.StepStarted {
+			p += passFirst
+		}
 	}
 	return p
 }
