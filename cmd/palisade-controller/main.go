@@ -54,6 +54,7 @@ func parseFlags() flags {
 	flag.DurationVar(&f.opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "leader-election renew deadline")
 	flag.DurationVar(&f.opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "leader-election retry period")
 	flag.IntVar(&f.opts.FenceConcurrency, "fence-concurrency", fencing.DefaultConcurrency, "how many NodeFences advance at once, and how many nodes are looked at at once (a rack lost at once gets its fences created and released in parallel; each fence takes its own steps in order)")
+	flag.BoolVar(&f.opts.APICompression, "api-compression", false, "ask the API server to gzip its responses, watches included (off: on the cluster's own network gzip costs the API server and the controller CPU for every Lease renewal it sends, and adds latency)")
 	flag.DurationVar(&f.opts.AttachmentForceAge, "attachment-force-after", 30*time.Second, "how long the CSI attacher's detach error on a deleted VolumeAttachment of a fenced node must stand, and the attachment have waited since its deletion, before its finalizer is removed (an attacher that has not acted is waited for)")
 	flag.StringVar(&f.ipmitool, "ipmitool", "ipmitool", "path of the ipmitool binary")
 	flag.DurationVar(&f.providerTimeout, "provider-call-timeout", 15*time.Second, "timeout of one call to a BMC")
