@@ -31,6 +31,11 @@ type Observation struct {
 	Age time.Duration
 	// Deadline is when a Healthy or Suspect node turns failed if nothing new arrives.
 	Deadline time.Time
+	// LeaseExpiry says that Deadline is the expiry of the node's latest Lease renewal (or Ready
+	// heartbeat) and nothing else: the kubelet's next renewals are what move it on. False when
+	// the Deadline is a fresh lease period, the first renewal still awaited, or the agents'
+	// (whose heartbeats and peer reports call for a look at the Deadline itself).
+	LeaseExpiry bool
 	// Reason says why, for events and records.
 	Reason string
 }

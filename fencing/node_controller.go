@@ -168,7 +168,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		// Look again the moment the node would turn failed if nothing new arrives; until then,
 		// a plain renewal of a Healthy node's Lease changes nothing (lease_events.go).
 		r.healthy.set(node.Name, obs.Verdict == detectors.Healthy)
-		return ctrl.Result{RequeueAfter: max(obs.Deadline.Sub(now), 0) + 50*time.Millisecond}, nil
+		return ctrl.Result{RequeueAfter: lookAgain(obs, leaseTimeout(p), now)}, nil
 	}
 	if res, blind := r.blind(ctx, node, obs); blind {
 		return res, nil
@@ -207,6 +207,28 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	nf.Spec.Methods, nf.Spec.Verdict = methods, string(obs.Verdict)
 	nf.Spec.Waiting, nf.Spec.Urgency = wait.listed(), wait.urgency
 	return ctrl.Result{}, r.create(ctx, node, nf, previous, "node failed: "+nf.Spec.Reason)
+}
+
+// lookAgain is how long until a node judged neither failed nor fenced is looked at again:
+// just after its Deadline, the moment it turns failed if nothing new arrives, and when that
+// Deadline is its Lease's expiry, timeout/10 later (2 s at the default 20 s).
+//
+// Why later: a look at the very expiry of renewal R reads R's successor, but rarely the renewal
+// due at that same moment (R + 2 intervals when the timeout is two of the kubelet's 10 s
+// intervals, as by default). That one arrives a little after: the kubelet waits its interval
+// plus up to 4 % jitter after its last renewal ended, and the watch must bring the renewal.
+// Such a look moves the Deadline on by one renewal interval rather than by the timeout, so a
+// node costs a look per renewal instead of one per timeout. Waiting timeout/10 lets the
+// renewal due at the expiry arrive first. The price: a node silent on its Lease alone, with no
+// agent to say more, is fenced up to timeout/10 later. The classifier's fast Dead (agent lost,
+// no peer reaching the node) is not delayed: its Deadline is not a Lease expiry, and the agent
+// loss watch wakes the node the moment its agent is lost.
+func lookAgain(obs detectors.Observation, timeout time.Duration, now time.Time) time.Duration {
+	after := max(obs.Deadline.Sub(now), 0) + 50*time.Millisecond
+	if obs.LeaseExpiry {
+		after += timeout / 10
+	}
+	return after
 }
 
 // forgetAgent drops a deleted node's agent heartbeats, so that its silence is not counted as

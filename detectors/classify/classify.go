@@ -116,6 +116,8 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		Node:     s.Node,
 		LastSeen: latest(lease.LastSeen, s.Agent.LastSeen, peers.lastReached),
 		Deadline: lease.Deadline,
+		// The Lease's own expiry, until an agent signal below sets a nearer look.
+		LeaseExpiry: lease.LeaseExpiry,
 	}
 	if !obs.LastSeen.IsZero() {
 		obs.Age = now.Sub(obs.LastSeen)
@@ -139,11 +141,11 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		}
 		if obs.Verdict != detectors.Dead {
 			// Peer reports keep arriving with the peers' heartbeats: look again in an interval.
-			obs.Deadline = earliest(obs.Deadline, now.Add(hb.interval))
+			obs.Deadline, obs.LeaseExpiry = earliest(obs.Deadline, now.Add(hb.interval)), false
 		}
 	}
 	if obs.Verdict == detectors.Suspect && lease.Verdict.Failed() {
-		obs.Deadline = hb.deadline
+		obs.Deadline, obs.LeaseExpiry = hb.deadline, false
 	}
 	obs.Reason = fmt.Sprintf("%s; API: %s; agent: %s; peers: %s", summary, lease.Reason, hb, peers)
 	return obs

@@ -137,8 +137,14 @@ func TestClassifyTimes(t *testing.T) {
 	})
 	t.Run("healthy deadline is the lease's", func(t *testing.T) {
 		got := Classify(Signals{Lease: freshLease, Agent: agentAged(0, true)}, Config{}, now)
-		if !got.Deadline.Equal(freshLease.Deadline) {
-			t.Errorf("deadline %s, want %s", got.Deadline, freshLease.Deadline)
+		if !got.Deadline.Equal(freshLease.Deadline) || !got.LeaseExpiry {
+			t.Errorf("deadline %s (Lease expiry %v), want %s, the Lease's expiry", got.Deadline, got.LeaseExpiry, freshLease.Deadline)
+		}
+	})
+	t.Run("lost agent deadline is the next peer reports', not the Lease's expiry", func(t *testing.T) {
+		got := Classify(Signals{Lease: freshLease, Agent: lostAgent, LeaseRenewalSeen: now.Add(-10 * time.Second)}, Config{}, now)
+		if got.Verdict.Failed() || got.LeaseExpiry || got.Deadline.After(now.Add(time.Second)) {
+			t.Errorf("%s, deadline in %s (Lease expiry %v), want not failed, within an interval, not the Lease's", got.Verdict, got.Deadline.Sub(now), got.LeaseExpiry)
 		}
 	})
 	t.Run("late agent deadline is when it is lost", func(t *testing.T) {

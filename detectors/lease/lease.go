@@ -28,6 +28,7 @@ func Observe(node *corev1.Node, lease *coordinationv1.Lease, timeout time.Durati
 		return obs
 	}
 	obs.Age = now.Sub(last)
+	obs.LeaseExpiry = true
 	switch {
 	case obs.Age > timeout:
 		obs.Verdict = detectors.Dead
@@ -64,7 +65,7 @@ func ObserveSince(node *corev1.Node, lease *coordinationv1.Lease, timeout time.D
 	if seeing.IsZero() || !obs.Deadline.Before(fresh) || now.After(fresh) {
 		return obs
 	}
-	obs.Deadline = fresh
+	obs.Deadline, obs.LeaseExpiry = fresh, false
 	obs.Verdict = detectors.Healthy
 	if now.Sub(seeing) > timeout/2 {
 		obs.Verdict = detectors.Suspect

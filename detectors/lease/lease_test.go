@@ -56,8 +56,15 @@ func TestObserveDeadline(t *testing.T) {
 	now := time.Now()
 	renew := metav1.NewMicroTime(now.Add(-3 * time.Second))
 	got := Observe(&corev1.Node{}, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, 10*time.Second, now)
-	if want := renew.Add(10 * time.Second); !got.Deadline.Equal(want) {
-		t.Errorf("deadline = %s, want %s", got.Deadline, want)
+	if want := renew.Add(10 * time.Second); !got.Deadline.Equal(want) || !got.LeaseExpiry {
+		t.Errorf("deadline = %s (Lease expiry %v), want %s, the Lease's expiry", got.Deadline, got.LeaseExpiry, want)
+	}
+	fresh := ObserveSince(&corev1.Node{}, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, 10*time.Second, now, now.Add(-time.Second), "APIUnreachable")
+	if want := now.Add(9 * time.Second); !fresh.Deadline.Equal(want) || fresh.LeaseExpiry {
+		t.Errorf("fresh period: deadline = %s (Lease expiry %v), want %s, not the Lease's expiry", fresh.Deadline, fresh.LeaseExpiry, want)
+	}
+	if none := Observe(&corev1.Node{}, nil, 10*time.Second, now); none.LeaseExpiry {
+		t.Error("no renewal yet: the deadline counts from the node's creation, not a Lease's expiry")
 	}
 }
 
