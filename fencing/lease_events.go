@@ -18,37 +18,39 @@ import (
 // Lease events. Every kubelet renews its Lease every 10s: at 5000 nodes, 500 events a second.
 // Each is recorded at once as seen (lease.Renewals: when the controller first saw a renewal is
 // what the classifier orders against an agent's last heartbeat, and where the verify window
-// counts from), but a renewal only wakes its node when it may change the node's verdict.
+// counts from), but a renewal only wakes its node when it may change what the controller does.
 //
-// Why a renewal of a node judged Healthy changes nothing: a renewal makes the Lease fresh, and a
-// fresh Lease is Healthy; seen now, it is after any heartbeat the agent missed, so it cannot
-// make the node Dead either (classify: a renewal seen after the agent's next heartbeat was due
-// keeps the Lease's verdict). What it changes is only when the node would turn failed if
-// nothing else came: later. The reconcile that judged the node Healthy asked to look again at
-// that moment, and that look reads the renewal from the cache and moves the moment on. So a
-// node judged Healthy by its last reconcile is not woken by a plain renewal (only renewTime
-// changed); every other Lease event wakes its node, and so does every renewal of a node judged
-// anything else, or not judged (a fence on record, a manual request, no policy).
+// Why a plain renewal of a node judged neither failed nor fenced changes nothing to act on: a
+// renewal makes the Lease fresh, and a fresh Lease is Healthy; seen now, it is after any
+// heartbeat the agent missed, so it cannot make the node Dead either (classify: a renewal seen
+// after the agent's next heartbeat was due keeps the Lease's verdict). A renewal never turns a
+// node failed; it only turns a late (Suspect) node Healthy, which is not failed either, and
+// moves later the moment the node would turn failed if nothing else came. The reconcile that
+// judged the node not failed asked to look again at that moment (lookAgain), and that look
+// reads the renewal from the cache and moves the moment on. So a node whose latest reconcile
+// judged it not failed is not woken by a plain renewal (only renewTime changed); every other
+// Lease event wakes its node, and so does every renewal of a node judged failed, or not judged
+// (a fence on record, a manual request, no policy).
 
-// healthyNodes are the nodes whose latest reconcile judged them Healthy and asked to look again
-// when that would end.
-type healthyNodes struct{ m sync.Map }
+// lookPending are the nodes whose latest reconcile judged them not failed and asked to look
+// again at their Deadline.
+type lookPending struct{ m sync.Map }
 
-func (h *healthyNodes) set(node string, healthy bool) {
-	if healthy {
+func (h *lookPending) set(node string, pending bool) {
+	if pending {
 		h.m.Store(node, struct{}{})
 		return
 	}
 	h.m.Delete(node)
 }
 
-func (h *healthyNodes) has(node string) bool {
+func (h *lookPending) has(node string) bool {
 	_, ok := h.m.Load(node)
 	return ok
 }
 
 // leaseEvents records every renewal as seen and wakes the Lease's node unless the event is a
-// plain renewal of a node judged Healthy.
+// plain renewal of a node with a look pending.
 func (r *NodeReconciler) leaseEvents() handler.EventHandler {
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: o.GetName()}})
@@ -68,7 +70,7 @@ func (r *NodeReconciler) leaseEvents() handler.EventHandler {
 			if !r.sawLease(e.ObjectNew) {
 				return
 			}
-			if plainRenewal(e.ObjectOld, e.ObjectNew) && r.healthy.has(e.ObjectNew.GetName()) {
+			if plainRenewal(e.ObjectOld, e.ObjectNew) && r.looks.has(e.ObjectNew.GetName()) {
 				return
 			}
 			enqueue(e.ObjectNew, q)

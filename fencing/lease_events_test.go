@@ -28,8 +28,8 @@ func nodeLease(node, holder string, renew time.Time) *coordinationv1.Lease {
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &t}}
 }
 
-// Every Lease event records its renewal as seen at once; a plain renewal of a node that its
-// latest reconcile judged Healthy wakes nothing, and every other Lease event wakes its node.
+// Every Lease event records its renewal as seen at once; a plain renewal of a node whose
+// latest reconcile left a look pending wakes nothing, and every other Lease event wakes its node.
 func TestLeaseEventsWakeOnlyWhatMayChange(t *testing.T) {
 	now := t0
 	r := &NodeReconciler{Observer: observe.Observer{Renewals: lease.NewRenewals()}, Now: func() time.Time { return now }}
@@ -56,13 +56,13 @@ func TestLeaseEventsWakeOnlyWhatMayChange(t *testing.T) {
 		return n
 	}
 	l0 := nodeLease("n1", "n1", t0.Add(-10*time.Second))
-	r.healthy.set("n1", true)
+	r.looks.set("n1", true)
 	tests := []struct {
 		name string
 		send func()
 		want []string
 	}{
-		{"a plain renewal of a Healthy node", func() {
+		{"a plain renewal of a node with a look pending", func() {
 			h.Update(ctx, event.UpdateEvent{ObjectOld: l0, ObjectNew: renewed(l0, 10*time.Second, nil)}, q)
 		}, nil},
 		{"a new holder", func() {
@@ -77,7 +77,7 @@ func TestLeaseEventsWakeOnlyWhatMayChange(t *testing.T) {
 		{"a renewal going back", func() {
 			h.Update(ctx, event.UpdateEvent{ObjectOld: l0, ObjectNew: renewed(l0, -time.Second, nil)}, q)
 		}, []string{"n1"}},
-		{"a renewal of a node not judged Healthy", func() {
+		{"a renewal of a node with no look pending", func() {
 			l := nodeLease("n2", "n2", t0)
 			h.Update(ctx, event.UpdateEvent{ObjectOld: l, ObjectNew: renewed(l, 10*time.Second, nil)}, q)
 		}, []string{"n2"}},
@@ -106,16 +106,17 @@ func TestLeaseEventsWakeOnlyWhatMayChange(t *testing.T) {
 	next := renewed(l0, 20*time.Second, nil)
 	h.Update(ctx, event.UpdateEvent{ObjectOld: l0, ObjectNew: next}, q)
 	if got := woken(); len(got) != 0 {
-		t.Errorf("woke %v for a plain renewal of a Healthy node", got)
+		t.Errorf("woke %v for a plain renewal of a node with a look pending", got)
 	}
 	if seen := r.Observer.Renewals.Seen("n1", next.Spec.RenewTime.Time, t0.Add(time.Minute)); !seen.Equal(now) {
 		t.Errorf("the renewal is on record as seen at %s, want %s (its event)", seen, now)
 	}
 }
 
-// Only a reconcile that judges the node Healthy lets its renewals pass by; every other outcome
-// (failed, late, a fence on record, a manual request, no policy) has its renewals wake it.
-func TestOnlyAHealthyVerdictLetsRenewalsPass(t *testing.T) {
+// Only a reconcile that judges the node not failed (Healthy, or late: Suspect) lets its
+// renewals pass by, its look again pending; every other outcome (failed, a fence on record, a
+// manual request, no policy) has its renewals wake it.
+func TestOnlyANotFailedVerdictLetsRenewalsPass(t *testing.T) {
 	late := func(objs []client.Object) {
 		for _, o := range objs {
 			if l, ok := o.(*coordinationv1.Lease); ok && l.Name == "n1" {
@@ -133,7 +134,7 @@ func TestOnlyAHealthyVerdictLetsRenewalsPass(t *testing.T) {
 		want   bool
 	}{
 		{name: "healthy", state: healthy, policy: true, want: true},
-		{name: "late", state: healthy, edit: late, policy: true},
+		{name: "late", state: healthy, edit: late, policy: true, want: true},
 		{name: "dead", state: dead, policy: true},
 		{name: "partitioned", state: partitioned, policy: true},
 		{name: "healthy without a policy", state: healthy},
@@ -159,13 +160,13 @@ func TestOnlyAHealthyVerdictLetsRenewalsPass(t *testing.T) {
 			}
 			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
 			r := &NodeReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
-			r.healthy.set("n1", !tt.want) // the opposite of what this reconcile must leave
+			r.looks.set("n1", !tt.want) // the opposite of what this reconcile must leave
 			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
 			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
 				t.Fatal(err)
 			}
-			if got := r.healthy.has("n1"); got != tt.want {
-				t.Errorf("judged Healthy (renewals pass by) = %v, want %v", got, tt.want)
+			if got := r.looks.has("n1"); got != tt.want {
+				t.Errorf("look pending (renewals pass by) = %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -21,7 +21,7 @@ import (
 // TestLooksAgainOncePerLeaseTimeout drives the node reconciler over ten simulated minutes of a
 // kubelet renewing its Lease, as the workqueue would: a reconcile at each look the previous one
 // asked for (the earliest pending one wins, as in client-go's delaying queue), and one at each
-// renewal's arrival while the node is not judged Healthy (lease_events.go). A healthy node is
+// renewal's arrival while the node has no look pending (lease_events.go). A healthy node is
 // to cost about one reconcile per lease timeout (20 s), not one per renewal (10 s); then its
 // kubelet dies, and the node must be fenced no sooner than the timeout after its last renewal
 // and no later than lookAgain's timeout/10 after that.
@@ -78,7 +78,7 @@ func TestLooksAgainOncePerLeaseTimeout(t *testing.T) {
 			reconciles, fenced := 0, time.Time{}
 			for fenced.IsZero() && now.Before(t0.Add(run+2*timeout)) {
 				// The next event: the pending look, or a renewal's arrival, which wakes the
-				// node only when its latest reconcile did not judge it Healthy.
+				// node only when it has no look pending.
 				now = look
 				wake := arrived < len(renewals) && !renewals[arrived].arrives.After(look)
 				if wake {
@@ -89,8 +89,8 @@ func TestLooksAgainOncePerLeaseTimeout(t *testing.T) {
 					arrived++
 				}
 				setRenewal(t, c, "n1", cached)
-				if wake && r.healthy.has("n1") {
-					continue // a plain renewal of a Healthy node: the pending look stands
+				if wake && r.looks.has("n1") {
+					continue // a plain renewal of a node with a look pending: that look stands
 				}
 				res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
 				if err != nil {

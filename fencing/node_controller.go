@@ -51,8 +51,9 @@ type NodeReconciler struct {
 	Concurrency int
 
 	blindEvents blindEvents
-	// healthy are the nodes judged Healthy by their latest reconcile (lease_events.go).
-	healthy healthyNodes
+	// looks are the nodes judged not failed by their latest reconcile, with a look again
+	// pending at their Deadline (lease_events.go).
+	looks lookPending
 }
 
 // SetupWithManager watches Nodes, their Leases, policies and NodeFences.
@@ -81,7 +82,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile looks at one node.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	r.healthy.set(req.Name, false) // until detect judges it Healthy again
+	r.looks.set(req.Name, false) // until detect judges it not failed again
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -166,8 +167,8 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	}
 	if !obs.Verdict.Failed() {
 		// Look again the moment the node would turn failed if nothing new arrives; until then,
-		// a plain renewal of a Healthy node's Lease changes nothing (lease_events.go).
-		r.healthy.set(node.Name, obs.Verdict == detectors.Healthy)
+		// a plain renewal of its Lease changes nothing to act on (lease_events.go).
+		r.looks.set(node.Name, true)
 		return ctrl.Result{RequeueAfter: lookAgain(obs, leaseTimeout(p), now)}, nil
 	}
 	if res, blind := r.blind(ctx, node, obs); blind {
