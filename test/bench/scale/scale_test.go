@@ -92,7 +92,8 @@ func measure(b *testing.B, bin string, n int) {
 		b.Fatal(err)
 	}
 	off := &stopped{set: map[int]bool{}}
-	go runLeases(ctx, kube, n, off)
+	gaps := &renewalGaps{}
+	go runLeases(ctx, kube, n, off, gaps)
 
 	pk := issuePKI(b, n)
 	proc := startController(b, c, bin, pk, n)
@@ -114,7 +115,9 @@ func measure(b *testing.B, bin string, n int) {
 	b.Logf("every node carries the controller's finalizer %s after the controller started", time.Since(proc.started).Round(time.Second))
 	time.Sleep(steadyWindow / 3)
 	peak.log(b, bin)
+	gaps.start()
 	s := proc.steady(ctx, b, kube, steadyWindow, lat)
+	b.Logf("steady window %s: the simulated kubelets: %s", steadyWindow, gaps.stop())
 	proc.profile(b, bin, n)
 	_, _, _ = lat.reset()
 	before := proc.sample(b)

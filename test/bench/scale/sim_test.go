@@ -141,8 +141,8 @@ func (s *stopped) add(is ...int) {
 }
 
 // runLeases renews every node's Lease each leaseInterval, spread evenly over it, each from the
-// copy it last wrote (renewLease).
-func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopped) {
+// copy it last wrote (renewLease); gaps records the time between a node's renewals.
+func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopped, gaps *renewalGaps) {
 	last := make([]atomic.Pointer[coordinationv1.Lease], n)
 	step := leaseInterval / time.Duration(n)
 	t := time.NewTicker(step)
@@ -155,12 +155,54 @@ func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopp
 		}
 		if !off.has(i) {
 			go func(i int) {
-				if l, err := renewLease(ctx, kube, nodeName(i), false, last[i].Load()); err == nil {
+				prev := last[i].Load()
+				if l, err := renewLease(ctx, kube, nodeName(i), false, prev); err == nil {
 					last[i].Store(l)
+					if prev != nil && prev.Spec.RenewTime != nil && l.Spec.RenewTime != nil {
+						gaps.add(l.Spec.RenewTime.Sub(prev.Spec.RenewTime.Time))
+					}
 				}
 			}(i)
 		}
 	}
+}
+
+// renewalGaps collects, while on, the time from each simulated node's renewal to its next (the
+// renewTimes written): how evenly the simulated kubelets renew on the busy machine, which
+// decides how often the controller looks at a node again (fencing's lookAgain).
+type renewalGaps struct {
+	mu sync.Mutex
+	on bool
+	d  []time.Duration
+}
+
+func (g *renewalGaps) add(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.on {
+		g.d = append(g.d, d)
+	}
+}
+
+func (g *renewalGaps) start() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.on, g.d = true, nil
+}
+
+// stop ends the collection and says how the gaps spread.
+func (g *renewalGaps) stop() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.on = false
+	if len(g.d) == 0 {
+		return "no renewal"
+	}
+	sort.Slice(g.d, func(i, j int) bool { return g.d[i] < g.d[j] })
+	at := func(q float64) time.Duration { return g.d[int(q*float64(len(g.d)-1))].Round(time.Millisecond) }
+	over := sort.Search(len(g.d), func(i int) bool { return g.d[i] > leaseInterval+leaseInterval/10 })
+	return fmt.Sprintf("%d renewals, the gap since the node's previous: min %s, p50 %s, p90 %s, p99 %s, max %s; %d (%.1f %%) over %s",
+		len(g.d), at(0), at(0.5), at(0.9), at(0.99), at(1), len(g.d)-over, 100*float64(len(g.d)-over)/float64(len(g.d)), leaseInterval+leaseInterval/10)
 }
 
 // latencies collects heartbeat round trips.
