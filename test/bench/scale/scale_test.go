@@ -92,7 +92,7 @@ func measure(b *testing.B, bin string, n int) {
 		b.Fatal(err)
 	}
 	off := &stopped{set: map[int]bool{}}
-	gaps := &renewalGaps{}
+	gaps := &latencies{} // the gaps between each node's renewals
 	go runLeases(ctx, kube, n, off, gaps)
 
 	pk := issuePKI(b, n)
@@ -115,9 +115,10 @@ func measure(b *testing.B, bin string, n int) {
 	b.Logf("every node carries the controller's finalizer %s after the controller started", time.Since(proc.started).Round(time.Second))
 	time.Sleep(steadyWindow / 3)
 	peak.log(b, bin)
-	gaps.start()
+	_, _ = gaps.drain()
 	s := proc.steady(ctx, b, kube, steadyWindow, lat)
-	b.Logf("steady window %s: the simulated kubelets: %s", steadyWindow, gaps.stop())
+	inWindow, _ := gaps.drain()
+	b.Logf("steady window %s: the simulated kubelets: %s", steadyWindow, gapSummary(inWindow))
 	proc.profile(b, bin, n)
 	_, _, _ = lat.reset()
 	before := proc.sample(b)

@@ -142,7 +142,7 @@ func (s *stopped) add(is ...int) {
 
 // runLeases renews every node's Lease each leaseInterval, spread evenly over it, each from the
 // copy it last wrote (renewLease); gaps records the time between a node's renewals.
-func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopped, gaps *renewalGaps) {
+func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopped, gaps *latencies) {
 	last := make([]atomic.Pointer[coordinationv1.Lease], n)
 	step := leaseInterval / time.Duration(n)
 	t := time.NewTicker(step)
@@ -159,7 +159,7 @@ func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopp
 				if l, err := renewLease(ctx, kube, nodeName(i), false, prev); err == nil {
 					last[i].Store(l)
 					if prev != nil && prev.Spec.RenewTime != nil && l.Spec.RenewTime != nil {
-						gaps.add(l.Spec.RenewTime.Sub(prev.Spec.RenewTime.Time))
+						gaps.add(l.Spec.RenewTime.Sub(prev.Spec.RenewTime.Time), nil)
 					}
 				}
 			}(i)
@@ -167,45 +167,20 @@ func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopp
 	}
 }
 
-// renewalGaps collects, while on, the time from each simulated node's renewal to its next (the
-// renewTimes written): how evenly the simulated kubelets renew on the busy machine, which
-// decides how often the controller looks at a node again (fencing's lookAgain).
-type renewalGaps struct {
-	mu sync.Mutex
-	on bool
-	d  []time.Duration
-}
-
-func (g *renewalGaps) add(d time.Duration) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.on {
-		g.d = append(g.d, d)
-	}
-}
-
-func (g *renewalGaps) start() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.on, g.d = true, nil
-}
-
-// stop ends the collection and says how the gaps spread.
-func (g *renewalGaps) stop() string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.on = false
-	if len(g.d) == 0 {
+// gapSummary says how the gaps between the simulated nodes' renewals spread (d sorted): how
+// evenly the simulated kubelets renew on the busy machine, which decides how often the
+// controller looks at a node again (fencing's lookAgain).
+func gapSummary(d []time.Duration) string {
+	if len(d) == 0 {
 		return "no renewal"
 	}
-	sort.Slice(g.d, func(i, j int) bool { return g.d[i] < g.d[j] })
-	at := func(q float64) time.Duration { return g.d[int(q*float64(len(g.d)-1))].Round(time.Millisecond) }
-	over := sort.Search(len(g.d), func(i int) bool { return g.d[i] > leaseInterval+leaseInterval/10 })
+	at := func(q float64) time.Duration { return d[int(q*float64(len(d)-1))].Round(time.Millisecond) }
+	over := sort.Search(len(d), func(i int) bool { return d[i] > leaseInterval+leaseInterval/10 })
 	return fmt.Sprintf("%d renewals, the gap since the node's previous: min %s, p50 %s, p90 %s, p99 %s, max %s; %d (%.1f %%) over %s",
-		len(g.d), at(0), at(0.5), at(0.9), at(0.99), at(1), len(g.d)-over, 100*float64(len(g.d)-over)/float64(len(g.d)), leaseInterval+leaseInterval/10)
+		len(d), at(0), at(0.5), at(0.9), at(0.99), at(1), len(d)-over, 100*float64(len(d)-over)/float64(len(d)), leaseInterval+leaseInterval/10)
 }
 
-// latencies collects heartbeat round trips.
+// latencies collects durations: the heartbeats' round trips, the gaps between renewals.
 type latencies struct {
 	mu     sync.Mutex
 	d      []time.Duration
@@ -222,16 +197,22 @@ func (l *latencies) add(d time.Duration, err error) {
 	l.d = append(l.d, d)
 }
 
-// reset returns the p99 and error count since the last reset.
-func (l *latencies) reset() (time.Duration, int, int) {
+// drain returns the durations since the last drain or reset, sorted, and the error count.
+func (l *latencies) drain() ([]time.Duration, int) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	d, errs := l.d, l.errors
 	l.d, l.errors = nil, 0
+	l.mu.Unlock()
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d, errs
+}
+
+// reset returns the p99, count and error count since the last reset or drain.
+func (l *latencies) reset() (time.Duration, int, int) {
+	d, errs := l.drain()
 	if len(d) == 0 {
 		return 0, 0, errs
 	}
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	return d[len(d)*99/100], len(d), errs
 }
 
