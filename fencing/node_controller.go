@@ -160,8 +160,8 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 
 // detect fences a node whose verdict is failed, unless the storm guard holds.
 func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, previous *v1alpha1.NodeFence) (ctrl.Result, error) {
-	now := r.now()
-	obs, err := r.Observer.Observe(ctx, node, leaseTimeout(p), now)
+	now, timeout := r.now(), leaseTimeout(p)
+	obs, err := r.Observer.Observe(ctx, node, timeout, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -169,7 +169,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		// Look again the moment the node would turn failed if nothing new arrives; until then,
 		// a plain renewal of its Lease changes nothing to act on (lease_events.go).
 		r.looks.set(node.Name, true)
-		return ctrl.Result{RequeueAfter: lookAgain(obs, leaseTimeout(p), now)}, nil
+		return ctrl.Result{RequeueAfter: lookAgain(obs, timeout, now)}, nil
 	}
 	if res, blind := r.blind(ctx, node, obs); blind {
 		return res, nil
