@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -62,13 +63,24 @@ func buildController(b *testing.B) string {
 	return bin
 }
 
+// given are the addresses freeAddr handed out. A port is free when picked but closed again
+// until its user binds it, so a later pick may return it: the agents' address once came back as
+// the controller's pprof address, and the controller exited at its start.
+var given sync.Map
+
+// freeAddr is a loopback address free now and not handed out before in this run.
 func freeAddr(b *testing.B) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+	for {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		addr := lis.Addr().String()
+		_ = lis.Close()
+		if _, taken := given.LoadOrStore(addr, true); !taken {
+			return addr
+		}
 	}
-	defer lis.Close()
-	return lis.Addr().String()
 }
 
 func measure(b *testing.B, bin string, n int) {
