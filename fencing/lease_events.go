@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/detectors/sight"
 )
 
 // Lease events. Every kubelet renews its Lease every 10s: at 5000 nodes, 500 events a second.
@@ -36,16 +37,16 @@ import (
 // again at their Deadline.
 type lookPending struct{ m sync.Map }
 
-func (h *lookPending) set(node string, pending bool) {
+func (p *lookPending) set(node string, pending bool) {
 	if pending {
-		h.m.Store(node, struct{}{})
+		p.m.Store(node, struct{}{})
 		return
 	}
-	h.m.Delete(node)
+	p.m.Delete(node)
 }
 
-func (h *lookPending) has(node string) bool {
-	_, ok := h.m.Load(node)
+func (p *lookPending) has(node string) bool {
+	_, ok := p.m.Load(node)
 	return ok
 }
 
@@ -56,7 +57,7 @@ func (r *NodeReconciler) leaseEvents() handler.EventHandler {
 		q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: o.GetName()}})
 	}
 	wake := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		if o.GetNamespace() == lease.Namespace {
+		if isNodeLease(o) {
 			enqueue(o, q)
 		}
 	}
@@ -84,10 +85,16 @@ func (r *NodeReconciler) leaseEvents() handler.EventHandler {
 	}
 }
 
+// isNodeLease says whether o is a node's Lease: in lease.Namespace, and not the controller's own
+// sight canary there (detectors/sight), which names no node and is renewed every second.
+func isNodeLease(o client.Object) bool {
+	return o.GetNamespace() == lease.Namespace && o.GetName() != sight.CanaryName
+}
+
 // sawLease records the renewal a node Lease carries as seen now; false for another object.
 func (r *NodeReconciler) sawLease(o client.Object) bool {
 	l, ok := o.(*coordinationv1.Lease)
-	if !ok || l.Namespace != lease.Namespace {
+	if !ok || !isNodeLease(l) {
 		return false
 	}
 	if l.Spec.RenewTime != nil {

@@ -19,6 +19,7 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/detectors/observe"
+	"palisade.dev/palisade/detectors/sight"
 )
 
 // nodeLease is node's Lease renewed at renew, held by holder.
@@ -88,6 +89,16 @@ func TestLeaseEventsWakeOnlyWhatMayChange(t *testing.T) {
 			l.Namespace = "palisade-system"
 			h.Update(ctx, event.UpdateEvent{ObjectOld: l, ObjectNew: renewed(l, 10*time.Second, nil)}, q)
 			h.Create(ctx, event.CreateEvent{Object: l}, q)
+		}, nil},
+		{"the controller's sight canary, renewed every second", func() {
+			c := nodeLease(sight.CanaryName, "palisade-controller", t0)
+			h.Create(ctx, event.CreateEvent{Object: c}, q)
+			h.Update(ctx, event.UpdateEvent{ObjectOld: c, ObjectNew: renewed(c, time.Second, nil)}, q)
+			h.Update(ctx, event.UpdateEvent{ObjectOld: c, ObjectNew: renewed(c, time.Second, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("other") })}, q)
+			h.Delete(ctx, event.DeleteEvent{Object: c}, q)
+			if later := t0.Add(time.Hour); !r.Observer.Renewals.Seen(sight.CanaryName, t0, later).Equal(later) {
+				t.Errorf("the canary's renewal is on record as a node's")
+			}
 		}, nil},
 	}
 	for _, tt := range tests {
