@@ -191,7 +191,7 @@ func (p *controller) steady(ctx context.Context, b *testing.B, kube kubernetes.I
 	_, _, _ = lat.reset()
 	s0 := p.sample(b)
 	load0 := takeLoad(ctx, kube)
-	time.Sleep(window)
+	p.wait(b, window)
 	s1 := p.sample(b)
 	load1 := takeLoad(ctx, kube)
 	p99, count, errs := lat.reset()

@@ -120,12 +120,12 @@ func measure(b *testing.B, bin string, n int) {
 		}
 		go runAgent(ctx, cl, i, n, off, lat)
 	}
-	time.Sleep(2 * steadyWindow) // informers synced, every agent heard, caches warm
+	proc.wait(b, 2*steadyWindow) // informers synced, every agent heard, caches warm
 	// The controller's first look at each node adds its finalizer, one API write per node:
 	// at 5000 nodes that outlasts the wait above, and would count in the steady window.
-	waitFinalizers(ctx, b, kube, n)
+	proc.waitFinalizers(ctx, b, kube, n)
 	b.Logf("every node carries the controller's finalizer %s after the controller started", time.Since(proc.started).Round(time.Second))
-	time.Sleep(steadyWindow / 3)
+	proc.wait(b, steadyWindow/3)
 	peak.log(b, bin)
 	_, _ = gaps.drain()
 	s := proc.steady(ctx, b, kube, steadyWindow, lat)
@@ -187,7 +187,9 @@ type controller struct {
 	cmd            *exec.Cmd
 	started        time.Time
 	metrics, pprof string
-	done           chan struct{}
+	logPath        string
+	done           chan struct{} // closed when the process has ended, with err its Wait's error
+	err            error
 }
 
 func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI, n int) *controller {
@@ -207,7 +209,8 @@ func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI, 
 	if logDir == "" {
 		logDir = c.Dir
 	}
-	log, err := os.Create(filepath.Join(logDir, fmt.Sprintf("scale-controller-%d.log", n)))
+	p.logPath = filepath.Join(logDir, fmt.Sprintf("scale-controller-%d.log", n))
+	log, err := os.Create(p.logPath)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -217,8 +220,27 @@ func startController(b *testing.B, c *testbed.Cluster, bin string, pk agentPKI, 
 		b.Fatalf("starting palisade-controller: %v", err)
 	}
 	p.started = time.Now()
-	go func() { _ = p.cmd.Wait(); _ = log.Close(); close(p.done) }()
+	go func() { p.err = p.cmd.Wait(); _ = log.Close(); close(p.done) }()
 	return p
+}
+
+// wait waits d, and fails the bench at once if the controller ends meanwhile: every figure after
+// that would be of no controller (a controller that exited at its start once left the bench
+// waiting 10 minutes for finalizers).
+func (p *controller) wait(b *testing.B, d time.Duration) {
+	select {
+	case <-p.done:
+		p.ended(b)
+	case <-time.After(d):
+	}
+}
+
+// ended fails the bench with how the controller ended and the end of its log.
+func (p *controller) ended(b *testing.B) {
+	out, _ := os.ReadFile(p.logPath)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	b.Fatalf("palisade-controller ended %s after it started (%v); the end of its log %s:\n%s",
+		time.Since(p.started).Round(time.Second), p.err, p.logPath, strings.Join(lines[max(0, len(lines)-5):], "\n"))
 }
 
 func (p *controller) stop() {
@@ -227,7 +249,7 @@ func (p *controller) stop() {
 }
 
 // waitFinalizers waits until all n nodes carry the controller's fence-on-delete finalizer.
-func waitFinalizers(ctx context.Context, b *testing.B, kube kubernetes.Interface, n int) {
+func (p *controller) waitFinalizers(ctx context.Context, b *testing.B, kube kubernetes.Interface, n int) {
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
 		// From the API server's watch cache: a consistent read of every node would load it.
@@ -247,6 +269,6 @@ func waitFinalizers(ctx context.Context, b *testing.B, kube kubernetes.Interface
 		if time.Now().After(deadline) {
 			b.Fatalf("after 10 minutes %d of %d nodes carry the finalizer %s", with, n, v1alpha1.FinalizerFenceOnDelete)
 		}
-		time.Sleep(5 * time.Second)
+		p.wait(b, 5*time.Second)
 	}
 }
