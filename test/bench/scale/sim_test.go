@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"palisade.dev/palisade/config/agentwire"
@@ -140,43 +140,43 @@ func (s *stopped) add(is ...int) {
 	}
 }
 
-// runLeases renews every node's Lease each leaseInterval, each from the copy it last wrote
-// (renewLease), each node on its own schedule: node i at start + i·leaseInterval/n +
-// k·leaseInterval. A schedule that fell behind (the machine busy) catches up at once rather than
-// dropping the renewals it missed, as one ticker for every node does (its ticks are dropped while
-// the loop is late: at 5000 nodes on a busy machine the gaps grew to 11–12 s). A kubelet renews
-// every 10 s plus up to 4 % jitter and its PUT (k8s.io/component-helpers/apimachinery/lease), so a
-// node's renewals here stay leaseInterval apart on average, as a kubelet's. gaps records the time
-// between a node's renewals.
+// runLeases runs every node's lease controller (renewEvery), their first renewals spread
+// evenly over leaseInterval; gaps records the time between a node's renewals.
 func runLeases(ctx context.Context, kube kubernetes.Interface, n int, off *stopped, gaps *latencies) {
-	last := make([]atomic.Pointer[coordinationv1.Lease], n)
 	step := leaseInterval / time.Duration(n)
-	start := time.Now()
-	wait := time.NewTimer(0)
-	defer wait.Stop()
-	for k := 0; ; k++ {
-		if d := time.Until(start.Add(time.Duration(k) * step)); d > 0 {
-			wait.Reset(d)
-			select {
-			case <-ctx.Done():
-				return
-			case <-wait.C:
-			}
-		} else if ctx.Err() != nil {
+	for i := 0; i < n; i++ {
+		go renewEvery(ctx, kube, i, time.Duration(i)*step, off, gaps)
+	}
+}
+
+// renewEvery is node i's kubelet lease controller: first after first, it renews the node's Lease
+// from the copy it last wrote (renewLease) and then waits leaseInterval with up to 4 % jitter from
+// when the renewal returned, as the kubelet does (k8s.io/component-helpers/apimachinery/lease:
+// wait.JitterUntilWithContext(ctx, sync, renewInterval, 0.04, true), sliding). A slow API server
+// slows a node's renewals by its PUT's time, as it does a kubelet's; no renewal is dropped, and
+// none piles up. (One ticker for every node dropped ticks while its loop was late: gaps grew to
+// 11-12 s on a busy machine. A schedule that caught up at once piled thousands of renewals on
+// the API server after a slow spell, until the bench ran out of file descriptors.)
+func renewEvery(ctx context.Context, kube kubernetes.Interface, i int, first time.Duration, off *stopped, gaps *latencies) {
+	t := time.NewTimer(first)
+	defer t.Stop()
+	var last *coordinationv1.Lease
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case <-t.C:
 		}
-		i := k % n
 		if !off.has(i) {
-			go func(i int) {
-				prev := last[i].Load()
-				if l, err := renewLease(ctx, kube, nodeName(i), false, prev); err == nil {
-					last[i].Store(l)
-					if prev != nil && prev.Spec.RenewTime != nil && l.Spec.RenewTime != nil {
-						gaps.add(l.Spec.RenewTime.Sub(prev.Spec.RenewTime.Time), nil)
-					}
+			prev := last
+			if l, err := renewLease(ctx, kube, nodeName(i), false, prev); err == nil {
+				last = l
+				if prev != nil && prev.Spec.RenewTime != nil && l.Spec.RenewTime != nil {
+					gaps.add(l.Spec.RenewTime.Sub(prev.Spec.RenewTime.Time), nil)
 				}
-			}(i)
+			}
 		}
+		t.Reset(wait.Jitter(leaseInterval, 0.04))
 	}
 }
 
