@@ -140,6 +140,7 @@ type machineLoad struct {
 	coresErr, apiErr error
 }
 
+// takeLoad samples the machine's cores and the API server's request counters now.
 func takeLoad(ctx context.Context, kube kubernetes.Interface) machineLoad {
 	var l machineLoad
 	l.cores, l.coresErr = sampleCores()
