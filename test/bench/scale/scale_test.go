@@ -237,10 +237,8 @@ func (p *controller) wait(b *testing.B, d time.Duration) {
 
 // ended fails the bench with how the controller ended and the end of its log.
 func (p *controller) ended(b *testing.B) {
-	out, _ := os.ReadFile(p.logPath)
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	b.Fatalf("palisade-controller ended %s after it started (%v); the end of its log %s:\n%s",
-		time.Since(p.started).Round(time.Second), p.err, p.logPath, strings.Join(lines[max(0, len(lines)-5):], "\n"))
+	b.Fatalf("palisade-controller ended %s after it started (%v):\n%s",
+		time.Since(p.started).Round(time.Second), p.err, testbed.TailFile(p.logPath, 5))
 }
 
 func (p *controller) stop() {
@@ -253,26 +251,23 @@ func (p *controller) waitFinalizers(ctx context.Context, b *testing.B, kube kube
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
 		// From the API server's watch cache: a consistent read of every node would load it.
+		// A list that fails (the API server busy with the controller's first looks) is made again.
 		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil { // the API server busy with the controller's first looks: listed again
-			if time.Now().After(deadline) {
-				b.Fatalf("listing nodes: %v", err)
-			}
-			b.Logf("listing nodes, listing again: %v", err)
-			p.wait(b, 5*time.Second)
-			continue
-		}
 		with := 0
-		for i := range nodes.Items {
-			if slices.Contains(nodes.Items[i].Finalizers, v1alpha1.FinalizerFenceOnDelete) {
-				with++
+		if err != nil {
+			b.Logf("listing nodes, listing again: %v", err)
+		} else {
+			for i := range nodes.Items {
+				if slices.Contains(nodes.Items[i].Finalizers, v1alpha1.FinalizerFenceOnDelete) {
+					with++
+				}
 			}
 		}
 		if with >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("after 10 minutes %d of %d nodes carry the finalizer %s", with, n, v1alpha1.FinalizerFenceOnDelete)
+			b.Fatalf("after 10 minutes %d of %d nodes carry the finalizer %s (the last list's error: %v)", with, n, v1alpha1.FinalizerFenceOnDelete, err)
 		}
 		p.wait(b, 5*time.Second)
 	}
