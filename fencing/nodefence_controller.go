@@ -160,16 +160,10 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		return ctrl.Result{}, false, nil
 	case actFinish:
 		recordFinish(nf, r.now())
-		err := r.saveEnd(ctx, nf, corev1.EventTypeNormal, ReasonReleased,
-			fmt.Sprintf("node %s released: %s deleted, %s released", nf.Spec.NodeName,
-				countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment")))
-		if err != nil {
+		if err := r.saveStatus(ctx, nf); err != nil {
 			return ctrl.Result{}, false, err
 		}
-		observeReleased(nf)
-		// Recovery is judged at once, not at the Node's next change (a powered-off node may not
-		// change again): recovery.powerOn powers it on now, and Recovered says what it waits for.
-		return ctrl.Result{RequeueAfter: time.Millisecond}, false, nil
+		return r.released(ctx, nf), false, nil
 	case actFail:
 		last := lastStep(nf)
 		recordFailure(nf, last.Reason, fmt.Sprintf("every fencing method failed; last: %s: %s", last.Method, last.Message))
@@ -190,6 +184,17 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		}
 	}
 	return r.takeAndRecord(ctx, nf, a)
+}
+
+// released counts and says a fence whose Released record was just saved, once.
+func (r *NodeFenceReconciler) released(ctx context.Context, nf *v1alpha1.NodeFence) ctrl.Result {
+	r.saidEnd(ctx, nf, corev1.EventTypeNormal, ReasonReleased,
+		fmt.Sprintf("node %s released: %s deleted, %s released", nf.Spec.NodeName,
+			countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment")))
+	observeReleased(nf)
+	// Recovery is judged at once, not at the Node's next change (a powered-off node may not
+	// change again): recovery.powerOn powers it on now, and Recovered says what it waits for.
+	return ctrl.Result{RequeueAfter: time.Millisecond}
 }
 
 // drawToken gives the fence its fencing token, saved with the step about to start (before it is
@@ -229,24 +234,56 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		if step.Attempts == 1 || step.Attempts%10 == 0 {
 			r.event(ctx, nf, corev1.EventTypeNormal, ReasonStepRetrying, "%s: %s", step.Name, out.message)
 		}
-		return ctrl.Result{RequeueAfter: out.retry}, false, r.saveCounted(ctx, nf)
+		return ctrl.Result{RequeueAfter: out.retry}, false, r.saveCounted(ctx, nf, nil)
 	}
 	step.Reason = out.reason
 	if out.state == v1alpha1.StepFailed && disproving(out.reason) {
 		step.Method = nf.Status.Method // the method the node's signs of life disproved
 	}
 	recordEnd(nf, out.state, out.message, r.now())
+	taken := len(nf.Status.Steps) - 1
+	next := followOn(nf)
 	// The event only once the step's end is recorded: a step whose record is refused (the
 	// Executor's order, written on the NodeFence, makes this copy stale) is taken again, and
 	// said once.
-	if err := r.saveCounted(ctx, nf); err != nil {
+	if err := r.saveCounted(ctx, nf, func() { r.recordFollowOn(nf, next) }); err != nil {
 		return ctrl.Result{}, false, err
 	}
-	r.eventForEnd(ctx, nf, step)
-	if step.State == v1alpha1.StepFailed && (isFenceStep(step.Name) || disproved(*step)) {
-		r.endMethod(ctx, nf, step.Method) // the chain escalates or the fence fails
+	ended := nf.Status.Steps[taken]
+	r.eventForEnd(ctx, nf, &ended)
+	if next.kind == actFinish {
+		return r.released(ctx, nf), false, nil
+	}
+	if ended.State == v1alpha1.StepFailed && (isFenceStep(ended.Name) || disproved(ended)) {
+		r.endMethod(ctx, nf, ended.Method) // the chain escalates or the fence fails
 	}
 	return ctrl.Result{}, true, nil
+}
+
+// followOn is what is recorded in the same write as a step's end: after a success, the next
+// step's start (taken next as the record's last Started step, actResume) or the fence's release;
+// nothing after a failure (the chain's escalation is decided apart, endMethod) nor before
+// VerifyFenced (the record says Fenced on its own first: the phase people watch for). One
+// write instead of two, and the next step is still recorded before it is taken.
+func followOn(nf *v1alpha1.NodeFence) action {
+	if lastStep(nf).State != v1alpha1.StepSucceeded {
+		return action{kind: actNone}
+	}
+	switch next := plan(nf); {
+	case next.kind == actFinish, next.kind == actStart && next.step != v1alpha1.StepVerifyFenced && nf.Status.Token != 0:
+		return next
+	}
+	return action{kind: actNone}
+}
+
+// recordFollowOn records next (followOn's answer) in the record about to be written.
+func (r *NodeFenceReconciler) recordFollowOn(nf *v1alpha1.NodeFence, next action) {
+	switch next.kind {
+	case actStart:
+		recordStart(nf, next, r.now())
+	case actFinish:
+		recordFinish(nf, r.now())
+	}
 }
 
 func (r *NodeFenceReconciler) eventForEnd(ctx context.Context, nf *v1alpha1.NodeFence, s *v1alpha1.Step) {
@@ -312,13 +349,16 @@ func (r *NodeFenceReconciler) saveStatus(ctx context.Context, nf *v1alpha1.NodeF
 }
 
 // saveCounted persists the record after a pass of its last step, with the step's unwritten
-// passes (quiet.go) counted in its attempts; a refused write keeps them, and this pass, for the
-// next (the step is taken again).
-func (r *NodeFenceReconciler) saveCounted(ctx context.Context, nf *v1alpha1.NodeFence) error {
+// passes (quiet.go) counted in its attempts, and with what then adds to the record (nil:
+// nothing); a refused write keeps the passes, and this pass, for the next (the step is taken
+// again from a fresh read).
+func (r *NodeFenceReconciler) saveCounted(ctx context.Context, nf *v1alpha1.NodeFence, then func()) error {
 	n := r.memory.takePasses(nf)
 	lastStep(nf).Attempts += n
+	if then != nil {
+		then()
+	}
 	if err := r.saveStatus(ctx, nf); err != nil {
-		lastStep(nf).Attempts -= n
 		r.memory.addPasses(nf, n+1)
 		return err
 	}
@@ -330,10 +370,15 @@ func (r *NodeFenceReconciler) saveEnd(ctx context.Context, nf *v1alpha1.NodeFenc
 	if err := r.saveStatus(ctx, nf); err != nil {
 		return err
 	}
+	r.saidEnd(ctx, nf, typ, reason, msg)
+	return nil
+}
+
+// saidEnd counts a fence whose end was just saved and says so.
+func (r *NodeFenceReconciler) saidEnd(ctx context.Context, nf *v1alpha1.NodeFence, typ, reason, msg string) {
 	fencesEnded.WithLabelValues(string(nf.Status.Phase)).Inc()
 	r.endMethods(ctx, nf)
 	r.event(ctx, nf, typ, reason, "%s", msg)
-	return nil
 }
 
 // event records an event on the NodeFence and, for the milestones, on its Node too.

@@ -215,7 +215,7 @@ func TestStepEventOnceItsEndIsRecorded(t *testing.T) {
 	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			if nf, ok := obj.(*v1alpha1.NodeFence); ok && conflicts == 0 {
-				if s := lastStep(nf); s != nil && s.Name == v1alpha1.StepPowerOff && s.State == v1alpha1.StepSucceeded {
+				if s := stepOf(nf, v1alpha1.StepPowerOff); s.State == v1alpha1.StepSucceeded { // with ConfirmOff's start
 					conflicts++
 					return apierrors.NewConflict(schema.GroupResource{Group: "fencing.palisade.dev", Resource: "nodefences"}, nf.Name, errors.New("the object has been modified"))
 				}
@@ -253,5 +253,99 @@ func TestStepEventOnceItsEndIsRecorded(t *testing.T) {
 	}
 	if succeeded != steps {
 		t.Errorf("%d StepSucceeded events for %d succeeded steps (the conflicting PowerOff said twice?): %v", succeeded, steps, rec.recorded())
+	}
+}
+
+// A step's end and the next step's start are one write, and so are the last step's end and the
+// release, but the record still says Fenced on its own before VerifyFenced starts, and every
+// release action (the taint, a force deletion, an attachment's removal) finds its step recorded
+// as Started, after a confirmed fence, in the record as last written.
+func TestStepEndAndNextStartAreOneWrite(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	fence := &v1alpha1.NodeFence{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, fence); err != nil {
+		t.Fatal(err)
+	}
+	spec := fence.Spec
+	var written []v1alpha1.NodeFenceStatus
+	recordAt := func(what string, want v1alpha1.StepName) error {
+		if len(written) == 0 {
+			return fmt.Errorf("%s before any record was written", what)
+		}
+		last := &v1alpha1.NodeFence{Spec: spec, Status: written[len(written)-1]}
+		if s := lastStep(last); s.Name != want || s.State != v1alpha1.StepStarted || !Confirmed(last) {
+			return fmt.Errorf("%s with the record's last step %s %s (a confirmed fence: %t), want %s Started after a confirmed fence",
+				what, s.Name, s.State, Confirmed(last), want)
+		}
+		return nil
+	}
+	var actionErrs []error
+	ic := interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			err := c.SubResource(sub).Update(ctx, obj, opts...)
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok && err == nil {
+				written = append(written, *nf.Status.DeepCopy())
+			}
+			return err
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Node); ok {
+				if err := recordAt("tainted", v1alpha1.StepTaint); err != nil {
+					actionErrs = append(actionErrs, err)
+				}
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			switch obj.(type) {
+			case *corev1.Pod:
+				if err := recordAt("pod deleted", v1alpha1.StepDeletePods); err != nil {
+					actionErrs = append(actionErrs, err)
+				}
+			case *storagev1.VolumeAttachment:
+				if err := recordAt("attachment deleted", v1alpha1.StepReleaseAttachments); err != nil {
+					actionErrs = append(actionErrs, err)
+				}
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+	})
+	w.r.Client, w.r.Attachments = ic, &attach.Releaser{Reader: ic, Writer: ic}
+	nf := w.run(t)
+	checkReleased(t, w, true)
+	for _, err := range actionErrs {
+		t.Error(err)
+	}
+	var shapes []string
+	for _, st := range written {
+		shape := string(st.Phase) + ":"
+		for _, s := range st.Steps {
+			if s.EndTime == nil {
+				shape += " " + string(s.Name)
+			}
+		}
+		if len(shapes) == 0 || shapes[len(shapes)-1] != shape {
+			shapes = append(shapes, shape)
+		}
+	}
+	// One shape a write (repeated passes of one step left out): which steps are open, in what phase.
+	want := []string{
+		"Fencing: PowerOff",
+		"Fencing: ConfirmOff",
+		"Fenced:",
+		"Releasing: VerifyFenced",
+		"Releasing: Taint",
+		"Releasing: DeletePods",
+		"Releasing: ReleaseAttachments",
+		"Released:",
+	}
+	if strings.Join(shapes, " | ") != strings.Join(want, " | ") {
+		t.Errorf("the record's writes:\n got %s\nwant %s", strings.Join(shapes, " | "), strings.Join(want, " | "))
+	}
+	// One write for each step's start, and three more: the Fenced record, VerifyFenced's first
+	// pass (what it waits for) and the last step's end with the release. 9 here; 14 when every
+	// end and every start was a write of its own.
+	if n := len(nf.Status.Steps); len(written) > n+3 {
+		t.Errorf("%d writes for %d steps, want at most %d", len(written), n, n+3)
 	}
 }

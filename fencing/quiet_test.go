@@ -25,7 +25,7 @@ func TestQuietPassesAreCountedNotWritten(t *testing.T) {
 		// kubeletBack: the agent's heartbeats see the kubelet healthy again this long after the
 		// confirmation (0: never), which makes the Executor's window longer.
 		kubeletBack time.Duration
-		// refuseEnd refuses VerifyFenced's first write of its end once.
+		// refuseEnd refuses the first write of VerifyFenced's end (with Taint's start) once.
 		refuseEnd bool
 		// written is how many times the record is written with VerifyFenced not ended: the
 		// step recorded before it is taken, then its passes that changed the record.
@@ -42,8 +42,9 @@ func TestQuietPassesAreCountedNotWritten(t *testing.T) {
 			written, refused := 0, 0
 			w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
 				SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-					if nf, ok := obj.(*v1alpha1.NodeFence); ok && len(nf.Status.Steps) > 0 && lastStep(nf).Name == v1alpha1.StepVerifyFenced {
-						switch s := lastStep(nf); {
+					if nf, ok := obj.(*v1alpha1.NodeFence); ok {
+						switch s := stepOf(nf, v1alpha1.StepVerifyFenced); {
+						case s.Name == "":
 						case s.State == v1alpha1.StepStarted:
 							written++
 						case tt.refuseEnd && refused == 0:
