@@ -152,7 +152,11 @@ func (r *NodeFenceReconciler) podsToDelete(ctx context.Context, node string) ([]
 }
 
 // forceDelete marks the pod Failed with a DisruptionTarget condition (KEP-3329, as PodGC does),
-// then deletes it with grace period 0; deleted says whether this call did the deletion.
+// then deletes it with grace period 0. deleted says whether this call released the pod: it
+// deleted it, or it marked it Failed and found it gone. The second is a race the pod's owner
+// often wins: the StatefulSet controller deletes a Failed pod at once, and the API server removes
+// a terminal pod without a grace period. Either way, a pod is counted by the one call that
+// finished it, so a retry never counts it twice.
 func (r *NodeFenceReconciler) forceDelete(ctx context.Context, nf *v1alpha1.NodeFence, pod *corev1.Pod) (deleted bool, err error) {
 	mark, del := podNeeds(pod)
 	if mark {
@@ -175,7 +179,7 @@ func (r *NodeFenceReconciler) forceDelete(ctx context.Context, nf *v1alpha1.Node
 	}
 	err = r.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return false, nil // gone, or replaced by a new pod of the same name
+		return mark, nil // gone, or replaced by a new pod of the same name: released by this call's mark, if it marked it
 	}
 	if err != nil {
 		return false, fmt.Errorf("force-deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)

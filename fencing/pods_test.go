@@ -58,20 +58,9 @@ func TestPodNeeds(t *testing.T) {
 // A pod kept by a foreign finalizer does not hold the step, and is counted once however often
 // the step runs. The fake client's Delete records the grace period as the API server does.
 func TestDeletePodsFinalizerHeldPod(t *testing.T) {
-	pod := func(name string, finalizers ...string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: name, UID: k8stypes.UID("uid-" + name), Finalizers: finalizers},
-			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	}
-	tolerant := pod("agent-0")
+	tolerant := nodePod("agent-0")
 	tolerant.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).
-		WithObjects(pod("db-0"), pod("held-0", "example.com/hold"), tolerant).
-		WithStatusSubresource(&corev1.Pod{}).
-		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		WithInterceptorFuncs(interceptor.Funcs{Delete: deleteWithGrace}).
-		Build()
-	r := &NodeFenceReconciler{Client: c, APIReader: c, Now: func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }}
-	nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}, Status: v1alpha1.NodeFenceStatus{Method: "ipmi"}}
+	c, r, nf := podScene(t, interceptor.Funcs{Delete: deleteWithGrace}, nodePod("db-0"), nodePod("held-0", "example.com/hold"), tolerant)
 	var outs []outcome
 	for range 3 {
 		outs = append(outs, r.deletePods(context.Background(), nf))
@@ -94,6 +83,73 @@ func TestDeletePodsFinalizerHeldPod(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(tolerant), &corev1.Pod{}); err != nil {
 		t.Errorf("the pod tolerating the taint was deleted: %v", err)
 	}
+}
+
+// A pod whose owner deletes it as soon as Palisade marks it Failed (the StatefulSet controller
+// deletes a Failed pod at once, and the API server removes a terminal pod without a grace
+// period) was released by the fence: it is counted, once, though Palisade's own deletion finds
+// it gone. A pod that vanished before Palisade touched it is not.
+func TestDeletePodsOwnerDeletesMarkedPod(t *testing.T) {
+	var ownerDeleted atomic.Int32
+	c, r, nf := podScene(t, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
+				return err
+			}
+			// The owner of the db pods wins the race to the Failed pod.
+			if p, ok := obj.(*corev1.Pod); ok && strings.HasPrefix(p.Name, "db-") && p.Status.Phase == corev1.PodFailed {
+				ownerDeleted.Add(1)
+				return c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}})
+			}
+			return nil
+		},
+		Delete: deleteWithGrace,
+	}, nodePod("db-0"), nodePod("db-1"), nodePod("web-0"))
+	var outs []outcome
+	for range 3 {
+		outs = append(outs, r.deletePods(context.Background(), nf))
+	}
+	if ownerDeleted.Load() != 2 {
+		t.Fatalf("the owner deleted %d marked pods, want 2 (db-0, db-1)", ownerDeleted.Load())
+	}
+	want := outcome{state: v1alpha1.StepSucceeded, message: "3 pods force-deleted"}
+	if diff := cmp.Diff(want, outs[0], cmp.AllowUnexported(outcome{})); diff != "" {
+		t.Errorf("first outcome (-want +got):\n%s", diff)
+	}
+	if nf.Status.PodsDeleted != 3 {
+		t.Errorf("podsDeleted = %d after three passes, want 3: each pod once, whoever deleted it after the mark", nf.Status.PodsDeleted)
+	}
+	var left corev1.PodList
+	if err := c.List(context.Background(), &left); err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Items) != 0 {
+		t.Errorf("%d pods left after the step succeeded", len(left.Items))
+	}
+
+	// A pod gone before the fence's pass reached it was not released by the fence.
+	if d, err := r.forceDelete(context.Background(), nf, nodePod("gone-0")); err != nil || d {
+		t.Errorf("forceDelete of a pod already gone = %v, %v; want not counted, no error", d, err)
+	}
+}
+
+// podScene is a fake API holding the pods, with their status subresource and the
+// spec.nodeName index, behind funcs; and a reconciler and fence for node n1 over it.
+func podScene(t *testing.T, funcs interceptor.Funcs, pods ...client.Object) (client.WithWatch, *NodeFenceReconciler, *v1alpha1.NodeFence) {
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(pods...).
+		WithStatusSubresource(&corev1.Pod{}).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(funcs).
+		Build()
+	r := &NodeFenceReconciler{Client: c, APIReader: c, Now: func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }}
+	nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}, Status: v1alpha1.NodeFenceStatus{Method: "ipmi"}}
+	return c, r, nf
+}
+
+// nodePod is a Running pod in namespace db on node n1.
+func nodePod(name string, finalizers ...string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: name, UID: k8stypes.UID("uid-" + name), Finalizers: finalizers},
+		Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 }
 
 // deleteWithGrace deletes like the API server: an object kept by finalizers records the

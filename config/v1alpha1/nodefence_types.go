@@ -184,7 +184,8 @@ type NodeFenceStatus struct {
 	// ReleasedTime is when the last release step finished.
 	// +optional
 	ReleasedTime *metav1.Time `json:"releasedTime,omitempty"`
-	// PodsDeleted counts the pods force-deleted.
+	// PodsDeleted counts the pods this fence released: force-deleted, or marked Failed and then
+	// deleted by their owner first (the StatefulSet controller deletes a Failed pod at once).
 	// +optional
 	PodsDeleted int32 `json:"podsDeleted,omitempty"`
 	// AttachmentsReleased counts the VolumeAttachments deleted.
