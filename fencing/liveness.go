@@ -48,9 +48,6 @@ import (
 // margin then suffice, and a kubelet healthy again brings the whole window back.
 
 const (
-	// defaultRenewInterval is the kubelet's Lease renewal interval when its Lease says nothing:
-	// a quarter of its 40s leaseDurationSeconds.
-	defaultRenewInterval = 10 * time.Second
 	// verifyMargin is added to the renewal interval: a renewal just due is not missed.
 	verifyMargin = time.Second
 	// verifyRecheck is how often VerifyFenced looks at the signals.
@@ -152,14 +149,11 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 		return nil, err
 	}
 	now := r.now()
-	window := defaultRenewInterval + verifyMargin
+	window := lease.RenewInterval(l) + verifyMargin
 	lv := &v1alpha1.Liveness{}
 	var seen time.Time // when the controller first saw the Lease's renewal; zero: unknown
 	if l != nil {
 		lv.LeaseRenewTime = l.Spec.RenewTime
-		if d := l.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
-			window = time.Duration(*d)*time.Second/4 + verifyMargin
-		}
 		if l.Spec.RenewTime != nil {
 			seen = r.Renewals.Seen(nf.Spec.NodeName, l.Spec.RenewTime.Time, now)
 		}

@@ -15,6 +15,12 @@ const (
 	DefaultInterval = time.Second
 	// DefaultPeerStaleness is how old a peer report may be before it is ignored.
 	DefaultPeerStaleness = 10 * time.Second
+	// DefaultLeaseRenewInterval is the kubelet's Lease renewal interval assumed when the
+	// signals state none.
+	DefaultLeaseRenewInterval = 10 * time.Second
+	// RenewalMargin is how late past its interval a Lease renewal may be seen before it counts
+	// as missed: the kubelet's jitter (up to 4 %) and the watch's delivery.
+	RenewalMargin = time.Second
 )
 
 // Agent is what the controller knows of a node's agent from its direct heartbeats.
@@ -52,6 +58,9 @@ type Signals struct {
 	// kubelet still reaches the API server, so the node is not dead whatever the agent and
 	// peers say.
 	LeaseRenewalSeen time.Time
+	// LeaseRenewInterval is how often the node's kubelet renews its Lease (a quarter of the
+	// Lease's duration); zero means DefaultLeaseRenewInterval.
+	LeaseRenewInterval time.Duration
 }
 
 // Config holds the thresholds. The zero value means the defaults.
@@ -92,18 +101,23 @@ func (c Config) withDefaults() Config {
 //     Partitioned; no fresh peer report reaching it: Dead;
 //   - a node whose agent never reported: the Lease verdict alone (unless a fresh peer report
 //     reaches it, which makes it Partitioned), and the Reason says so;
-//   - before the Lease expires: Dead at once when every path is silent — the agent lost, no
-//     fresh peer report reaching the node and at least MinPeerReports peers failing to reach it
-//     since the agent's last heartbeat, and no Lease renewal seen after the agent's next
-//     heartbeat was due. A renewal seen later keeps the Lease's verdict: the kubelet still
-//     reaches the API server, the signals disagree, so no blind power-off (invariant 4). While
-//     the agent is lost and the node not Dead, Deadline is at most one heartbeat interval away,
-//     so that the caller looks again as peer reports arrive.
+//   - before the Lease expires: Dead when every path is silent — the agent lost, no fresh peer
+//     report reaching the node and at least MinPeerReports peers failing to reach it since the
+//     agent's last heartbeat, no Lease renewal seen after the agent's next heartbeat was due,
+//     and the kubelet's next renewal missed: none seen RenewalMargin past its interval after the
+//     last. A renewal seen after the silence keeps the Lease's verdict: the kubelet still
+//     reaches the API server, the signals disagree, so no blind power-off (invariant 4). Until
+//     the next renewal is due the Lease has not spoken yet: a node whose agent died and whose
+//     peers are cut from it may well be renewing on time, so it is not Dead either. While the
+//     agent is lost and the node not Dead, Deadline is at most one heartbeat interval away, so
+//     that the caller looks again as peer reports and the renewal's due time arrive.
 //
-// The price of the fast Dead: a node cut off from the controller and from every peer probing
-// it, yet still reaching the API server, counts as Dead after MissedHeartbeats intervals unless
-// its kubelet's next renewal (every 10 s by default) arrives first. It is then fenced by a
-// confirmed power-off: never unsafe, but a fence of a node that one path still reached.
+// So the Dead before the Lease's expiry comes one renewal interval plus RenewalMargin after the
+// last renewal the controller saw (11 s by default, against the Lease's 40 s), and never to a
+// node whose kubelet renews on time. Its price: a node cut off from the controller and from
+// every peer, whose kubelet's renewal is late past the margin while it still reaches the API
+// server, counts as Dead and is fenced by a confirmed power-off: never unsafe, but a fence of a
+// node that one path still reached late.
 func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 	cfg = cfg.withDefaults()
 	lease := s.Lease
@@ -130,10 +144,21 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		// death. A renewal seen later is: the kubelet still reaches the API server.
 		nextDue := s.Agent.LastSeen.Add(hb.interval + hb.interval/2)
 		silentLease := !s.LeaseRenewalSeen.IsZero() && !s.LeaseRenewalSeen.After(nextDue)
+		every := s.LeaseRenewInterval
+		if every <= 0 {
+			every = DefaultLeaseRenewInterval
+		}
+		renewalDue := s.LeaseRenewalSeen.Add(every + RenewalMargin)
+		silentPeers := len(peers.reaching) == 0 && peers.failedSince >= cfg.MinPeerReports
 		switch {
-		case silentLease && len(peers.reaching) == 0 && peers.failedSince >= cfg.MinPeerReports:
+		case silentLease && silentPeers && !now.Before(renewalDue):
 			obs.Verdict = detectors.Dead
-			summary = fmt.Sprintf("dead: agent heartbeat lost, %d peer(s) cannot reach the node since its last heartbeat, none can, and no Lease renewal seen after its next heartbeat was due (Lease not yet expired)", peers.failedSince)
+			summary = fmt.Sprintf("dead: agent heartbeat lost, %d peer(s) cannot reach the node since its last heartbeat, none can, and the kubelet missed its Lease renewal (none seen for %s, renewed every %s; Lease not yet expired)",
+				peers.failedSince, now.Sub(s.LeaseRenewalSeen).Round(time.Millisecond), every)
+		case silentLease && silentPeers:
+			summary += fmt.Sprintf("; agent lost and no peer reaches the node, but the kubelet's next Lease renewal is not due until %s (renewed every %s): waiting for it",
+				renewalDue.UTC().Format(time.RFC3339), every)
+			obs.Deadline, obs.LeaseExpiry = earliest(obs.Deadline, renewalDue), false
 		case silentLease && len(peers.reaching) == 0:
 			summary += fmt.Sprintf("; agent lost: waiting for %d peer report(s) made since its last heartbeat", cfg.MinPeerReports)
 		case !silentLease && !s.LeaseRenewalSeen.IsZero():
