@@ -150,7 +150,8 @@ type Detection struct {
 	// HeartbeatInterval is how often the agents of the policy's nodes send their heartbeats
 	// straight to the controller and probe their peers; the controller tells each agent in
 	// its answers. An agent counts as lost after 3 missed intervals, so this sets how fast a
-	// dead node is found. Default 1s.
+	// dead node's silence is noticed; before its Lease expires, the node is Dead once its peers
+	// cannot reach it either and its kubelet has missed a Lease renewal. Default 1s.
 	// +optional
 	HeartbeatInterval *metav1.Duration `json:"heartbeatInterval,omitempty"`
 }
