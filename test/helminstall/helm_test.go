@@ -320,7 +320,7 @@ func podLogs(c *testbed.Cluster, ns string) string {
 // release powers the machine back on and, once it is back with a new boot ID, unfences it.
 func fencePowerCut(t *testing.T, ctx context.Context, s *realscene.Scene) {
 	s.DeployWitness(t, 1)
-	first, _ := s.WaitWriter(t, realscene.PodName(0), "", time.Minute)
+	first, firstUID := s.WaitWriter(t, realscene.PodName(0), "", time.Minute)
 	time.Sleep(3 * time.Second) // db-0 writes a while before its machine dies
 	bmc := s.BMC(first)
 	cut := time.Now()
@@ -328,7 +328,10 @@ func fencePowerCut(t *testing.T, ctx context.Context, s *realscene.Scene) {
 		t.Fatal(err)
 	}
 	t.Logf("power of %s cut", first)
-	second, _ := s.WaitWriter(t, realscene.PodName(0), first, 4*time.Minute)
+	// The replacement may land on first itself: recovery.powerOn brings it back, rebooted, about
+	// a second after the release, and the taint-eviction controller may delete the replacement
+	// scheduled elsewhere meanwhile (it evicts by name, and the new copy has db-0's name).
+	second, _ := s.WaitNewWriter(t, realscene.PodName(0), firstUID, 4*time.Minute)
 	t.Logf("db-0 writes from %s %s after %s lost its power", second, time.Since(cut).Round(100*time.Millisecond), first)
 	time.Sleep(3 * time.Second) // were two copies running, both would write meanwhile
 	var fence v1alpha1.NodeFence

@@ -70,12 +70,27 @@ func (s *Scene) DeployWitness(t testing.TB, replicas int) {
 // writes, and returns that node and the pod's UID.
 func (s *Scene) WaitWriter(t testing.TB, pod, notOn string, timeout time.Duration) (node, uid string) {
 	t.Helper()
+	return s.waitWriter(t, pod, func(p *corev1.Pod) bool { return p.Spec.NodeName != notOn },
+		fmt.Sprintf("a node other than %q", notOn), timeout)
+}
+
+// WaitNewWriter waits until a copy of pod other than the one with UID old runs, on any node
+// (its own, rebooted and unfenced, too), and the store has accepted its writes; it returns that
+// node and the copy's UID.
+func (s *Scene) WaitNewWriter(t testing.TB, pod, old string, timeout time.Duration) (node, uid string) {
+	t.Helper()
+	return s.waitWriter(t, pod, func(p *corev1.Pod) bool { return string(p.UID) != old },
+		fmt.Sprintf("a copy other than %s", old), timeout)
+}
+
+func (s *Scene) waitWriter(t testing.TB, pod string, wanted func(*corev1.Pod) bool, what string, timeout time.Duration) (node, uid string) {
+	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		p := &corev1.Pod{}
 		if err := s.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: pod}, p); err != nil {
 			return false, nil
 		}
-		if p.Spec.NodeName == "" || p.Spec.NodeName == notOn || p.DeletionTimestamp != nil {
+		if p.Spec.NodeName == "" || !wanted(p) || p.DeletionTimestamp != nil {
 			return false, nil
 		}
 		if _, ok := s.Store.FirstAppend(string(p.UID)); ok {
@@ -85,7 +100,7 @@ func (s *Scene) WaitWriter(t testing.TB, pod, notOn string, timeout time.Duratio
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("waiting for %s to write from a node other than %q: %v", pod, notOn, err)
+		t.Fatalf("waiting for %s to write from %s: %v", pod, what, err)
 	}
 	return node, uid
 }
