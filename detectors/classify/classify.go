@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"palisade.dev/palisade/detectors"
+	kubelease "palisade.dev/palisade/detectors/lease"
 )
 
 const (
@@ -15,9 +16,6 @@ const (
 	DefaultInterval = time.Second
 	// DefaultPeerStaleness is how old a peer report may be before it is ignored.
 	DefaultPeerStaleness = 10 * time.Second
-	// DefaultLeaseRenewInterval is the kubelet's Lease renewal interval assumed when the
-	// signals state none.
-	DefaultLeaseRenewInterval = 10 * time.Second
 	// RenewalMargin is how late past its interval a Lease renewal may be seen before it counts
 	// as missed: the kubelet's jitter (up to 4 %) and the watch's delivery.
 	RenewalMargin = time.Second
@@ -59,7 +57,7 @@ type Signals struct {
 	// peers say.
 	LeaseRenewalSeen time.Time
 	// LeaseRenewInterval is how often the node's kubelet renews its Lease (a quarter of the
-	// Lease's duration); zero means DefaultLeaseRenewInterval.
+	// Lease's duration, lease.RenewInterval); zero means lease.DefaultRenewInterval.
 	LeaseRenewInterval time.Duration
 }
 
@@ -146,7 +144,7 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		silentLease := !s.LeaseRenewalSeen.IsZero() && !s.LeaseRenewalSeen.After(nextDue)
 		every := s.LeaseRenewInterval
 		if every <= 0 {
-			every = DefaultLeaseRenewInterval
+			every = kubelease.DefaultRenewInterval // the local lease is the Lease's observation
 		}
 		renewalDue := s.LeaseRenewalSeen.Add(every + RenewalMargin)
 		silentPeers := len(peers.reaching) == 0 && peers.failedSince >= cfg.MinPeerReports
