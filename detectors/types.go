@@ -18,6 +18,11 @@ const (
 	Dead Verdict = "Dead"
 )
 
+// DefaultLeaseRenewInterval is the kubelet's Lease renewal interval when its Lease says nothing:
+// a quarter of its default 40s leaseDurationSeconds. It lives here, not in package lease, so that
+// classify (which the agent links) needs no Kubernetes API types.
+const DefaultLeaseRenewInterval = 10 * time.Second
+
 // Failed says whether the verdict calls for a fence.
 func (v Verdict) Failed() bool { return v == Dead || v == Partitioned || v == KubeletDown }
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"palisade.dev/palisade/detectors"
-	kubelease "palisade.dev/palisade/detectors/lease"
 )
 
 const (
@@ -57,7 +56,8 @@ type Signals struct {
 	// peers say.
 	LeaseRenewalSeen time.Time
 	// LeaseRenewInterval is how often the node's kubelet renews its Lease (a quarter of the
-	// Lease's duration, lease.RenewInterval); zero means lease.DefaultRenewInterval.
+	// Lease's duration, lease.RenewInterval); zero means
+	// detectors.DefaultLeaseRenewInterval.
 	LeaseRenewInterval time.Duration
 }
 
@@ -144,7 +144,7 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		silentLease := !s.LeaseRenewalSeen.IsZero() && !s.LeaseRenewalSeen.After(nextDue)
 		every := s.LeaseRenewInterval
 		if every <= 0 {
-			every = kubelease.DefaultRenewInterval // the local lease is the Lease's observation
+			every = detectors.DefaultLeaseRenewInterval
 		}
 		renewalDue := s.LeaseRenewalSeen.Add(every + RenewalMargin)
 		silentPeers := len(peers.reaching) == 0 && peers.failedSince >= cfg.MinPeerReports

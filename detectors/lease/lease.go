@@ -79,16 +79,12 @@ func ObserveSince(node *corev1.Node, lease *coordinationv1.Lease, timeout time.D
 	return obs
 }
 
-// DefaultRenewInterval is the kubelet's Lease renewal interval when its Lease says nothing: a
-// quarter of its default 40s leaseDurationSeconds.
-const DefaultRenewInterval = 10 * time.Second
-
 // RenewInterval is how often the node's kubelet renews its Lease: a quarter of the Lease's
-// leaseDurationSeconds, as the kubelet's lease controller does; DefaultRenewInterval when the
-// Lease (nil: none) says nothing.
+// leaseDurationSeconds, as the kubelet's lease controller does;
+// detectors.DefaultLeaseRenewInterval when the Lease (nil: none) says nothing.
 func RenewInterval(l *coordinationv1.Lease) time.Duration {
 	if l != nil && l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
 		return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second / 4
 	}
-	return DefaultRenewInterval
+	return detectors.DefaultLeaseRenewInterval
 }
