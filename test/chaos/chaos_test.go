@@ -24,13 +24,16 @@ const (
 	envRuns    = "PALISADE_CHAOS_RUNS"    // how many runs; default: the fixed seeds
 	envSeed    = "PALISADE_CHAOS_SEED"    // the first seed of PALISADE_CHAOS_RUNS runs (default 1)
 	envVanilla = "PALISADE_CHAOS_VANILLA" // "1": Palisade off, an operator force-deletes at NotReady
+	// envRegression names one of Regressions to run alone (it overrides envRuns).
+	envRegression = "PALISADE_CHAOS_REGRESSION"
 	// envParallel is how many runs go at once, each with its own control plane, machines and
 	// LAN (default 1: one after the other). The runs of a batch share the machine's cores,
 	// which loads each one more than a run alone.
 	envParallel = "PALISADE_CHAOS_PARALLEL"
 )
 
-// fixedSeeds are the runs of make test, chosen so that together they strike every kind:
+// fixedSeeds are the seeded runs of make test (which then runs every one of Regressions),
+// chosen so that together they strike every kind:
 // 10 a power loss and a control-plane cut of one machine while the controllers are cut from
 // the API server (fenced by IPMI); 13 a power loss and the leader killed at PowerOff (fenced by
 // IPMI); 26 a lying BMC, a killed agent and a killed kubelet (fenced by the Executor, the
@@ -54,32 +57,35 @@ const (
 // StatefulSet and two palisade-controller replicas, heals everything, and judges the run with
 // the independent checker. A failing seed prints the command that replays it.
 func TestChaos(t *testing.T) {
-	seeds, vanilla := runsFromEnv(t)
+	schedules, vanilla := schedulesFromEnv(t)
 	parallel := parallelFromEnv(t)
 	var (
 		mu                       sync.Mutex
 		runs, violations, faults int
-		failed                   []uint64
+		failed                   []string
 	)
 	// The batch's line is printed once every run has ended: parallel runs end after this
 	// function returns, before its cleanups.
 	t.Cleanup(func() {
 		first := uint64(0)
-		if len(seeds) > 0 {
-			first = seeds[0]
+		if len(schedules) > 0 {
+			first = schedules[0].Seed
 		}
 		slices.Sort(failed)
 		fmt.Printf("BENCH chaos runs=%d violations=%d faults=%d seed=%d vanilla=%v parallel=%d\n", runs, violations, faults, first, vanilla, parallel)
 		if len(failed) > 0 && !vanilla {
-			t.Errorf("seeds with violations: %v", failed)
+			t.Errorf("runs with violations: %v", failed)
 		}
 		if vanilla && runs > 0 && violations == 0 {
 			t.Error("Palisade switched off and the operator force-deleting at NotReady, yet the checker saw no violation")
 		}
 	})
-	for _, seed := range seeds {
-		s := Plan(seed, Options{Machines: 3, Window: window, MaxFaults: 3, Kinds: activeKinds})
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+	for _, s := range schedules {
+		name := fmt.Sprintf("seed=%d", s.Seed)
+		if s.Name != "" {
+			name = "regression=" + s.Name
+		}
+		t.Run(name, func(t *testing.T) {
 			if parallel > 1 {
 				t.Parallel()
 			}
@@ -88,7 +94,7 @@ func TestChaos(t *testing.T) {
 			mu.Lock()
 			runs, violations, faults = runs+1, violations+len(v), faults+len(s.Faults)
 			if len(v) > 0 {
-				failed = append(failed, seed)
+				failed = append(failed, name)
 			}
 			mu.Unlock()
 			if len(v) > 0 && !vanilla {
@@ -114,11 +120,37 @@ func parallelFromEnv(t *testing.T) int {
 	return n
 }
 
-func runsFromEnv(t *testing.T) ([]uint64, bool) {
+// schedulesFromEnv is what to run: the named regression (envRegression); else envRuns seeds
+// from envSeed; else, for make test, the fixed seeds and every regression.
+func schedulesFromEnv(t *testing.T) ([]Schedule, bool) {
 	vanilla := os.Getenv(envVanilla) == "1"
+	opts := Options{Machines: 3, Window: window, MaxFaults: 3, Kinds: activeKinds}
+	plan := func(seeds []uint64) []Schedule {
+		out := make([]Schedule, len(seeds))
+		for i, seed := range seeds {
+			out[i] = Plan(seed, opts)
+		}
+		return out
+	}
+	regressions := make([]Schedule, len(Regressions))
+	for i, s := range Regressions {
+		s.Options = opts.withDefaults()
+		regressions[i] = s
+	}
+	if name := os.Getenv(envRegression); name != "" {
+		i := slices.IndexFunc(regressions, func(s Schedule) bool { return s.Name == name })
+		if i < 0 {
+			names := make([]string, len(regressions))
+			for j, s := range regressions {
+				names[j] = s.Name
+			}
+			t.Fatalf("%s=%q: no such regression; there are %s", envRegression, name, strings.Join(names, ", "))
+		}
+		return regressions[i : i+1], vanilla
+	}
 	n, err := strconv.Atoi(os.Getenv(envRuns))
 	if os.Getenv(envRuns) == "" {
-		return fixedSeeds, vanilla
+		return append(plan(fixedSeeds), regressions...), vanilla
 	}
 	if err != nil || n < 1 {
 		t.Fatalf("%s=%q: want a positive number of runs", envRuns, os.Getenv(envRuns))
@@ -133,7 +165,7 @@ func runsFromEnv(t *testing.T) ([]uint64, bool) {
 	for i := range seeds {
 		seeds[i] = first + uint64(i)
 	}
-	return seeds, vanilla
+	return plan(seeds), vanilla
 }
 
 // run is one seeded run: scene, faults, settle, heal, check.

@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +155,33 @@ func TestHoldsOverlap(t *testing.T) {
 		if g := got(s.key); g != s.want {
 			t.Errorf("step %d: %s(%s) = %t, want %t", i, s.op, s.key, g, s.want)
 		}
+	}
+}
+
+// A regression strikes only faults that give no right to fence (so any fence it draws is one of
+// a healthy node), in order, under a unique name that its replay command names.
+func TestRegressionsAreWellFormed(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range Regressions {
+		if s.Name == "" || seen[s.Name] {
+			t.Errorf("regression %q: want a unique, non-empty name", s.Name)
+		}
+		seen[s.Name] = true
+		if !slices.IsSortedFunc(s.Faults, func(a, b Fault) int { return int(a.At - b.At) }) {
+			t.Errorf("%s: faults not ordered by At", s)
+		}
+		if got, want := s.Replay(), "make chaos REGRESSION="+s.Name; got != want {
+			t.Errorf("%s: Replay() = %q, want %q", s.Name, got, want)
+		}
+		if !strings.HasPrefix(s.String(), "regression "+s.Name+": ") {
+			t.Errorf("String() = %q, want it to name the regression", s)
+		}
+	}
+	i := slices.IndexFunc(Regressions, func(s Schedule) bool { return s.Name == "agent-lost-peers-cut" })
+	if i < 0 {
+		t.Fatal("no regression agent-lost-peers-cut (seed 1201's agent killed while its peers were cut)")
+	}
+	if got := Regressions[i].MayFence(); len(got) != 0 {
+		t.Errorf("agent-lost-peers-cut: MayFence = %v, want none: the machine stays healthy, its kubelet renewing", got)
 	}
 }
