@@ -134,8 +134,25 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 		return done("no workload container ran again on node %s between the confirmation at %s and %s%s",
 			nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339), r.lastReadBack(nf))
 	}
-	return done("no sign of life from node %s between the confirmation at %s and %s: no Lease renewal, no agent heartbeat, no peer reached it",
-		nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339))
+	return done("no sign of life from node %s %s: no Lease renewal, no agent heartbeat, no peer reached it",
+		nf.Spec.NodeName, watchedSpan(nf, until))
+}
+
+// watchedSpan says over which span VerifyFenced watched a stopped node for life: from the
+// confirmation to until; or, when a verifyWindow of 0 watched nothing after it, the
+// confirmation alone; or, when the default window had already ended at the confirmation (the
+// node was silent a whole renewal interval and more before it, as after a power loss noticed
+// through a missed renewal), the window that ended then.
+func watchedSpan(nf *v1alpha1.NodeFence, until time.Time) string {
+	at := fencedAt(nf)
+	switch w := nf.Spec.Release.VerifyWindow; {
+	case w != nil && w.Duration <= 0:
+		return fmt.Sprintf("at the confirmation at %s (verifyWindow 0s: no watch after it)", at.Format(time.RFC3339))
+	case !until.After(at):
+		return fmt.Sprintf("in its watch window, which had ended at %s, before the confirmation at %s (silent a whole Lease renewal interval and more)",
+			until.Format(time.RFC3339), at.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("between the confirmation at %s and %s", at.Format(time.RFC3339), until.Format(time.RFC3339))
 }
 
 // baseline reads the node's Lease right after the confirmation: later renewTimes are renewals

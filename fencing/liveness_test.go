@@ -387,6 +387,42 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 			t.Errorf("phase %s, watched %s after the confirmation for an agent last heard 30 s before the fence; want Released within 3 s\n%s", nf.Status.Phase, got, goldenTrace(nf))
 		}
 	})
+	// The step's record names the span it watched: a window that had ended by the confirmation
+	// (a node silent a whole renewal interval before it) is not "between the confirmation at T
+	// and T", nor is a verifyWindow of 0.
+	t.Run("the record names the span watched", func(t *testing.T) {
+		for _, tc := range []struct {
+			name     string
+			ago      time.Duration
+			window   *metav1.Duration
+			want     string
+			wantNone string
+		}{
+			{"a window that ends after the confirmation", 9 * time.Second, nil, "between the confirmation at ", "had ended"},
+			{"a window that had ended at the confirmation", 30 * time.Second, nil, "in its watch window, which had ended at ", "between"},
+			{"verifyWindow 0", 9 * time.Second, &metav1.Duration{}, "(verifyWindow 0s: no watch after it)", "between"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				w := start(t, tc.ago, true, false, "ipmi")
+				beating(w, 30*time.Second, "", func() bool { return false })
+				if tc.window != nil {
+					nf := &v1alpha1.NodeFence{}
+					if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+						t.Fatal(err)
+					}
+					nf.Spec.Release.VerifyWindow = tc.window
+					if err := w.c.Update(context.Background(), nf); err != nil {
+						t.Fatal(err)
+					}
+				}
+				nf := w.run(t)
+				msg := stepOf(nf, v1alpha1.StepVerifyFenced).Message
+				if nf.Status.Phase != v1alpha1.PhaseReleased || !strings.Contains(msg, tc.want) || strings.Contains(msg, tc.wantNone) {
+					t.Errorf("phase %s, VerifyFenced %q; want Released, saying %q and not %q", nf.Status.Phase, msg, tc.want, tc.wantNone)
+				}
+			})
+		}
+	})
 	t.Run("a controller that never heard the agent gives it three intervals after the confirmation", func(t *testing.T) {
 		w := start(t, 9*time.Second, true, false, "ipmi")
 		w.r.Heartbeats = heartbeats{}
