@@ -206,8 +206,11 @@ func NoHealthyFenced(evs []Event, mayFence map[string]bool, offs []PowerOff) []V
 	}
 	for _, o := range offs {
 		if !mayFence[o.Node] {
-			v = append(v, Violation{"c NoHealthyFenced", fmt.Sprintf("power-off sent to node %s at %s, which no fault struck",
-				o.Node, o.At.Format("15:04:05.000"))})
+			at := "" // a BMC that counts its power-off commands does not say when
+			if !o.At.IsZero() {
+				at = " at " + o.At.Format("15:04:05.000")
+			}
+			v = append(v, Violation{"c NoHealthyFenced", fmt.Sprintf("power-off sent to node %s%s, which no fault struck", o.Node, at)})
 		}
 	}
 	return v

@@ -149,6 +149,11 @@ func TestNoHealthyFenced(t *testing.T) {
 	if !strings.Contains(v[0].Text, "n2") || !strings.Contains(v[1].Text, "n3") {
 		t.Errorf("violations do not name the healthy nodes: %v", v)
 	}
+	// A BMC that only counts its power-off commands gives no time: none is made up.
+	v = NoHealthyFenced(nil, nil, []PowerOff{{Node: "n3"}})
+	if want := "power-off sent to node n3, which no fault struck"; len(v) != 1 || v[0].Text != want {
+		t.Errorf("a power-off without a time: %v, want %q", v, want)
+	}
 }
 
 func TestFencesEnd(t *testing.T) {
