@@ -59,6 +59,11 @@ type Signals struct {
 	// Lease's duration, lease.RenewInterval); zero means
 	// detectors.DefaultLeaseRenewInterval.
 	LeaseRenewInterval time.Duration
+	// LeaseSeeingSince is since when the controller could see Lease renewals (zero: always).
+	// After it was blind (the API server down, its own access to it cut), a kubelet that could
+	// not renew either gets a whole renewal interval from then before its renewal counts as
+	// missed: the renewal last seen before the blindness says nothing of the time since.
+	LeaseSeeingSince time.Time
 }
 
 // Config holds the thresholds. The zero value means the defaults.
@@ -146,16 +151,23 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		if every <= 0 {
 			every = detectors.DefaultLeaseRenewInterval
 		}
-		renewalDue := s.LeaseRenewalSeen.Add(every + RenewalMargin)
+		// The renewal is due an interval after the one seen last, or after the controller could
+		// see again when that is later.
+		from, since := s.LeaseRenewalSeen, ""
+		if s.LeaseSeeingSince.After(from) {
+			from = s.LeaseSeeingSince
+			since = fmt.Sprintf(", counted from %s when the controller could see renewals again", s.LeaseSeeingSince.UTC().Format(time.RFC3339))
+		}
+		renewalDue := from.Add(every + RenewalMargin)
 		silentPeers := len(peers.reaching) == 0 && peers.failedSince >= cfg.MinPeerReports
 		switch {
 		case silentLease && silentPeers && !now.Before(renewalDue):
 			obs.Verdict = detectors.Dead
-			summary = fmt.Sprintf("dead: agent heartbeat lost, %d peer(s) cannot reach the node since its last heartbeat, none can, and the kubelet missed its Lease renewal (none seen for %s, renewed every %s; Lease not yet expired)",
-				peers.failedSince, now.Sub(s.LeaseRenewalSeen).Round(time.Millisecond), every)
+			summary = fmt.Sprintf("dead: agent heartbeat lost, %d peer(s) cannot reach the node since its last heartbeat, none can, and the kubelet missed its Lease renewal (none seen for %s, renewed every %s%s; Lease not yet expired)",
+				peers.failedSince, now.Sub(s.LeaseRenewalSeen).Round(time.Millisecond), every, since)
 		case silentLease && silentPeers:
-			summary += fmt.Sprintf("; agent lost and no peer reaches the node, but the kubelet's next Lease renewal is not due until %s (renewed every %s): waiting for it",
-				renewalDue.UTC().Format(time.RFC3339), every)
+			summary += fmt.Sprintf("; agent lost and no peer reaches the node, but the kubelet's next Lease renewal is not due until %s (renewed every %s%s): waiting for it",
+				renewalDue.UTC().Format(time.RFC3339), every, since)
 			obs.Deadline, obs.LeaseExpiry = earliest(obs.Deadline, renewalDue), false
 		case silentLease && len(peers.reaching) == 0:
 			summary += fmt.Sprintf("; agent lost: waiting for %d peer report(s) made since its last heartbeat", cfg.MinPeerReports)

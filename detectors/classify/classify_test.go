@@ -171,29 +171,33 @@ func TestFastDead(t *testing.T) {
 		peers   []PeerReport
 		renewal time.Time
 		every   time.Duration // the kubelet's renewal interval; 0: the default 10s
+		seeing  time.Time     // since when the controller could see renewals; zero: always
 		cfg     Config
 		want    detectors.Verdict
 		reason  string
 		recheck bool // Deadline at most one interval away
 	}{
-		{"everything silent since the last heartbeat, a renewal missed", freshLease, lost, n2Fails, before, 0, Config{}, detectors.Dead, "cannot reach the node since its last heartbeat", false},
-		{"late lease, everything silent", lateLease, lost, []PeerReport{peer("n2", false, time.Second), peer("n3", false, 500*time.Millisecond)}, before, 0, Config{}, detectors.Dead, "2 peer(s) cannot reach", false},
-		{"renewal missed by exactly the margin", freshLease, lost, n2Fails, now.Add(-11 * time.Second), 0, Config{}, detectors.Dead, "the kubelet missed its Lease renewal (none seen for 11s, renewed every 10s", false},
-		{"renewal not yet missed: the agent killed and the peers cut, the kubelet renewing on time", freshLease, lost, n2Fails, now.Add(-4600 * time.Millisecond), 0, Config{}, detectors.Healthy, "next Lease renewal is not due until 2026-11-22T10:00:06Z", true},
-		{"renewal a hair short of missed", freshLease, lost, n2Fails, now.Add(-10900 * time.Millisecond), 0, Config{}, detectors.Healthy, "not due until", true},
-		{"the Lease's own interval: renewal seen before the next heartbeat was due, then missed", freshLease, lost, n2Fails, now.Add(-3500 * time.Millisecond), 2 * time.Second, Config{}, detectors.Dead, "renewed every 2s", false},
-		{"Lease renewed after the agent went silent: not dead", freshLease, lost, n2Fails, after, 0, Config{}, detectors.Healthy, "the Lease was renewed since its last heartbeat", true},
-		{"renewal never seen: not dead", freshLease, lost, n2Fails, time.Time{}, 0, Config{}, detectors.Healthy, "Lease fresh", true},
-		{"one peer still reaches it", freshLease, lost, []PeerReport{peer("n2", false, time.Second), peer("n3", true, time.Second)}, before, 0, Config{}, detectors.Healthy, "reached by [n3]", true},
-		{"peer failures older than the silence do not count", freshLease, lost, []PeerReport{peer("n2", false, 5*time.Second)}, before, 0, Config{}, detectors.Healthy, "waiting for 1 peer report", true},
-		{"no peer report yet: look again within an interval", freshLease, lost, nil, before, 0, Config{}, detectors.Healthy, "waiting for 1 peer report", true},
-		{"quorum of peers configurable", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, before, 0, Config{MinPeerReports: 2}, detectors.Healthy, "waiting for 2 peer report", true},
-		{"agent only late: not yet", freshLease, agentAged(2*time.Second, true), []PeerReport{peer("n2", false, time.Second)}, before, 0, Config{}, detectors.Healthy, "Lease fresh", false},
-		{"agent fresh, peers cut off from it: healthy", freshLease, agentAged(0, true), []PeerReport{peer("n2", false, time.Second)}, before, 0, Config{}, detectors.Healthy, "not reached by [n2]", false},
+		{"everything silent since the last heartbeat, a renewal missed", freshLease, lost, n2Fails, before, 0, time.Time{}, Config{}, detectors.Dead, "cannot reach the node since its last heartbeat", false},
+		{"late lease, everything silent", lateLease, lost, []PeerReport{peer("n2", false, time.Second), peer("n3", false, 500*time.Millisecond)}, before, 0, time.Time{}, Config{}, detectors.Dead, "2 peer(s) cannot reach", false},
+		{"renewal missed by exactly the margin", freshLease, lost, n2Fails, now.Add(-11 * time.Second), 0, time.Time{}, Config{}, detectors.Dead, "the kubelet missed its Lease renewal (none seen for 11s, renewed every 10s", false},
+		{"renewal not yet missed: the agent killed and the peers cut, the kubelet renewing on time", freshLease, lost, n2Fails, now.Add(-4600 * time.Millisecond), 0, time.Time{}, Config{}, detectors.Healthy, "next Lease renewal is not due until 2026-11-22T10:00:06Z", true},
+		{"renewal a hair short of missed", freshLease, lost, n2Fails, now.Add(-10900 * time.Millisecond), 0, time.Time{}, Config{}, detectors.Healthy, "not due until", true},
+		{"the Lease's own interval: renewal seen before the next heartbeat was due, then missed", freshLease, lost, n2Fails, now.Add(-3500 * time.Millisecond), 2 * time.Second, time.Time{}, Config{}, detectors.Dead, "renewed every 2s", false},
+		{"Lease renewed after the agent went silent: not dead", freshLease, lost, n2Fails, after, 0, time.Time{}, Config{}, detectors.Healthy, "the Lease was renewed since its last heartbeat", true},
+		{"renewal never seen: not dead", freshLease, lost, n2Fails, time.Time{}, 0, time.Time{}, Config{}, detectors.Healthy, "Lease fresh", true},
+		{"one peer still reaches it", freshLease, lost, []PeerReport{peer("n2", false, time.Second), peer("n3", true, time.Second)}, before, 0, time.Time{}, Config{}, detectors.Healthy, "reached by [n3]", true},
+		{"peer failures older than the silence do not count", freshLease, lost, []PeerReport{peer("n2", false, 5*time.Second)}, before, 0, time.Time{}, Config{}, detectors.Healthy, "waiting for 1 peer report", true},
+		{"no peer report yet: look again within an interval", freshLease, lost, nil, before, 0, time.Time{}, Config{}, detectors.Healthy, "waiting for 1 peer report", true},
+		{"quorum of peers configurable", freshLease, lost, []PeerReport{peer("n2", false, time.Second)}, before, 0, time.Time{}, Config{MinPeerReports: 2}, detectors.Healthy, "waiting for 2 peer report", true},
+		{"agent only late: not yet", freshLease, agentAged(2*time.Second, true), []PeerReport{peer("n2", false, time.Second)}, before, 0, time.Time{}, Config{}, detectors.Healthy, "Lease fresh", false},
+		{"the controller blind until 2s ago: the kubelet, which could not renew either, gets an interval from then", freshLease, lost, n2Fails, before, 0, now.Add(-2 * time.Second), Config{}, detectors.Healthy, "not due until 2026-11-22T10:00:09Z (renewed every 10s, counted from 2026-11-22T09:59:58Z when the controller could see renewals again)", true},
+		{"seeing again for an interval and the margin, no renewal since: dead", freshLease, lost, n2Fails, before, 0, now.Add(-11 * time.Second), Config{}, detectors.Dead, "counted from 2026-11-22T09:59:49Z when the controller could see renewals again", false},
+		{"seeing since before the renewal: the renewal counts", freshLease, lost, n2Fails, before, 0, now.Add(-20 * time.Second), Config{}, detectors.Dead, "renewed every 10s; Lease not yet expired", false},
+		{"agent fresh, peers cut off from it: healthy", freshLease, agentAged(0, true), []PeerReport{peer("n2", false, time.Second)}, before, 0, time.Time{}, Config{}, detectors.Healthy, "not reached by [n2]", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Classify(Signals{Node: "n1", Lease: tt.lease, Agent: tt.agent, Peers: tt.peers, LeaseRenewalSeen: tt.renewal, LeaseRenewInterval: tt.every}, tt.cfg, now)
+			got := Classify(Signals{Node: "n1", Lease: tt.lease, Agent: tt.agent, Peers: tt.peers, LeaseRenewalSeen: tt.renewal, LeaseRenewInterval: tt.every, LeaseSeeingSince: tt.seeing}, tt.cfg, now)
 			if got.Verdict != tt.want || !strings.Contains(got.Reason, tt.reason) {
 				t.Fatalf("got %s %q, want %s with %q", got.Verdict, got.Reason, tt.want, tt.reason)
 			}

@@ -143,7 +143,7 @@ func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseT
 		renewalSeen = o.Renewals.Seen(node.Name, l.Spec.RenewTime.Time, now)
 	}
 	agent, peers := sig(node.Name)
-	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agent, Peers: peers, LeaseRenewalSeen: renewalSeen, LeaseRenewInterval: lease.RenewInterval(l)},
+	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agent, Peers: peers, LeaseRenewalSeen: renewalSeen, LeaseRenewInterval: lease.RenewInterval(l), LeaseSeeingSince: seeing},
 		classify.Config{HeartbeatsSince: laterOf(o.Since, seeing)}, now)
 }
 

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"palisade.dev/palisade/config/agentwire"
@@ -32,18 +33,25 @@ func (noHeartbeats) Latest(string) (agentwire.Heartbeat, []agentwire.Sighting, b
 }
 func (noHeartbeats) EachReceived(func(string, time.Time, time.Duration)) {}
 
-// TestObserveSight: a Lease a minute old is judged from the moment the controller could see
-// renewals again, on the Lease alone and with agents (whose warm-up restarts then too).
-func TestObserveSight(t *testing.T) {
-	now := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
-	renew := metav1.NewMicroTime(now.Add(-time.Minute))
+// nodeWithLease is node n1, an hour old at now, and a client holding it and its Lease, last
+// renewed at renew.
+func nodeWithLease(t *testing.T, now, renew time.Time) (*corev1.Node, client.Reader) {
+	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(node,
-		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: "n1"}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}).Build()
+	rt := metav1.NewMicroTime(renew)
+	return node, fake.NewClientBuilder().WithScheme(s).WithObjects(node,
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: "n1"}, Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}).Build()
+}
+
+// TestObserveSight: a Lease a minute old is judged from the moment the controller could see
+// renewals again, on the Lease alone and with agents (whose warm-up restarts then too).
+func TestObserveSight(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+	node, c := nodeWithLease(t, now, now.Add(-time.Minute))
 	tests := []struct {
 		name string
 		o    Observer
@@ -69,6 +77,50 @@ func TestObserveSight(t *testing.T) {
 			}
 			if !strings.Contains(obs.Reason, tt.in) {
 				t.Errorf("reason %q does not say %q", obs.Reason, tt.in)
+			}
+		})
+	}
+}
+
+// oneSilentNode is the heartbeats of an agent last heard 13s ago, with its kubelet's last Lease
+// renewal, whose peer n2 cannot reach its node since.
+type oneSilentNode time.Time
+
+func (o oneSilentNode) Snapshot() map[string]agentwire.Heartbeat { return nil }
+func (o oneSilentNode) Latest(string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
+	now := time.Time(o)
+	return agentwire.Heartbeat{Node: "n1", Received: now.Add(-13 * time.Second), Interval: time.Second},
+		[]agentwire.Sighting{{From: "n2", Reachable: false, At: now.Add(-time.Second)}}, true
+}
+func (oneSilentNode) EachReceived(func(string, time.Time, time.Duration)) {}
+
+// TestObserveFastDeadAfterBlindness: the agent lost and no peer reaching the node make it Dead
+// before its Lease expires only once the kubelet has missed a renewal the controller could have
+// seen. After the controller was blind (the API server down), the renewal seen last, from before,
+// is no such miss: the kubelet, which could not renew either, gets an interval from then.
+func TestObserveFastDeadAfterBlindness(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+	renew := now.Add(-13 * time.Second)
+	node, c := nodeWithLease(t, now, renew)
+	for _, tt := range []struct {
+		name   string
+		seeing time.Time
+		want   detectors.Verdict
+		in     string
+	}{
+		{"seeing for an hour: the renewal was missed", now.Add(-time.Hour), detectors.Dead, "the kubelet missed its Lease renewal"},
+		{"seeing again for 2s after an outage", now.Add(-2 * time.Second), detectors.Healthy, "counted from 2026-11-23T00:59:58Z when the controller could see renewals again"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			renewals := lease.NewRenewals()
+			renewals.Seen("n1", renew, renew) // seen as it was made, before the outage
+			o := Observer{Reader: c, Heartbeats: oneSilentNode(now), Since: now.Add(-time.Hour), Renewals: renewals, Sight: sightSince(tt.seeing)}
+			obs, err := o.Observe(context.Background(), node, 20*time.Second, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if obs.Verdict != tt.want || !strings.Contains(obs.Reason, tt.in) {
+				t.Errorf("got %s %q, want %s saying %q", obs.Verdict, obs.Reason, tt.want, tt.in)
 			}
 		})
 	}
