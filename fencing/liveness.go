@@ -108,6 +108,14 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 	if out, stop := r.checkLife(ctx, nf); stop {
 		return out
 	}
+	blindNote := ""
+	if !keepsRunning {
+		note, err := r.extendAfterBlindness(ctx, nf)
+		if err != nil {
+			return pending(retryRelease, ReasonAPIError, "reading the node's Lease: %v", err)
+		}
+		blindNote = note
+	}
 	kubelet := "" // for the record of a method that leaves the node running
 	if keepsRunning {
 		_, stopped := r.kubeletStayedStopped(nf)
@@ -127,15 +135,49 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 				nf.Status.Method, nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), kubelet, until.Format(time.RFC3339))
 		}
 		return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
-			"no sign of life since the fence was confirmed at %s; watching the node's Lease, agent heartbeats and peer probes until %s before releasing",
-			fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339))
+			"no sign of life since the fence was confirmed at %s; watching the node's Lease, agent heartbeats and peer probes until %s before releasing%s",
+			fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339), blindNote)
 	}
 	if keepsRunning {
 		return done("no workload container ran again on node %s between the confirmation at %s and %s%s",
 			nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339), r.lastReadBack(nf))
 	}
-	return done("no sign of life from node %s %s: no Lease renewal, no agent heartbeat, no peer reached it",
-		nf.Spec.NodeName, watchedSpan(nf, until))
+	return done("no sign of life from node %s %s: no Lease renewal, no agent heartbeat, no peer reached it%s",
+		nf.Spec.NodeName, watchedSpan(nf, until), blindNote)
+}
+
+// extendAfterBlindness makes the watch window of a stopped node end no sooner than a whole
+// window after the controller saw again, when it began to see only after the confirmation:
+// while the API server was down no kubelet could renew, so the window's time then showed
+// nothing, and a kubelet renews within its back-off (up to 7s) once the API server is back. A
+// controller that started (or won leadership) after the confirmation cannot know whether the
+// API server was down before, and waits the same. The window is the policy's verifyWindow, or
+// one renewal interval of the node's kubelet plus verifyMargin. It returns a note for the
+// record whenever the controller began to see after the confirmation.
+func (r *NodeFenceReconciler) extendAfterBlindness(ctx context.Context, nf *v1alpha1.NodeFence) (string, error) {
+	if r.Sight == nil {
+		return "", nil
+	}
+	since := r.Sight.Since()
+	if !since.After(fencedAt(nf)) {
+		return "", nil
+	}
+	var window time.Duration
+	if w := nf.Spec.Release.VerifyWindow; w != nil {
+		window = w.Duration
+	} else {
+		l, err := r.lease(ctx, nf.Spec.NodeName)
+		if err != nil {
+			return "", err
+		}
+		window = lease.RenewInterval(l) + verifyMargin
+	}
+	end := since.Add(window)
+	if nf.Status.Liveness.WatchUntil.Time.Before(end) {
+		nf.Status.Liveness.WatchUntil = metav1.NewTime(end)
+	}
+	return fmt.Sprintf(" (the controller has seen renewals only since %s, after the confirmation (%s): watched at least until %s)",
+		since.UTC().Format(time.RFC3339), r.Sight.Cause(), end.UTC().Format(time.RFC3339)), nil
 }
 
 // watchedSpan says over which span VerifyFenced watched a stopped node for life: from the

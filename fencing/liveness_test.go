@@ -43,6 +43,12 @@ func (w *world) renewLease(t *testing.T) {
 	}
 }
 
+// sightAt is a sight tracker that has seen since *since (zero: always).
+type sightAt struct{ since *time.Time }
+
+func (s sightAt) Since() time.Time { return *s.since }
+func (s sightAt) Cause() string    { return "APIUnreachable" }
+
 func watching(nf *v1alpha1.NodeFence) bool {
 	n := len(nf.Status.Steps)
 	return n > 0 && nf.Status.Steps[n-1].Name == v1alpha1.StepVerifyFenced
@@ -421,6 +427,46 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 					t.Errorf("phase %s, VerifyFenced %q; want Released, saying %q and not %q", nf.Status.Phase, msg, tc.want, tc.wantNone)
 				}
 			})
+		}
+	})
+	// The controller saw again (the API server back, or its own start) only a second after the
+	// confirmation: the window's time before showed nothing (no kubelet could renew), so it is
+	// watched a whole window from then, and a renewal in it is caught.
+	t.Run("a window the controller could not watch is watched a whole window after it sees again", func(t *testing.T) {
+		for _, renewsAfter := range []time.Duration{0, 7 * time.Second} {
+			w := start(t, 9*time.Second, true, false, "ipmi")
+			beating(w, 30*time.Second, "", func() bool { return false })
+			var since time.Time
+			w.r.Sight = sightAt{&since}
+			inner := w.tick
+			w.tick = func(nf *v1alpha1.NodeFence) {
+				inner(nf)
+				if since.IsZero() && watching(nf) {
+					since = fencedAt(nf).Add(time.Second)
+				}
+				if renewsAfter > 0 && !since.IsZero() && w.now.Equal(since.Add(renewsAfter)) {
+					w.renewLease(t) // the kubelet, its back-off over
+				}
+			}
+			nf := w.run(t)
+			if since.IsZero() {
+				t.Fatal("the fence never reached VerifyFenced: the test did not test")
+			}
+			if renewsAfter > 0 {
+				c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced)
+				if nf.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Reason != v1alpha1.ReasonNodeAliveAfterFence {
+					t.Errorf("renewed %s after the controller saw again: phase %s, Fenced %+v; want Failed with %s\n%s", renewsAfter, nf.Status.Phase, c, v1alpha1.ReasonNodeAliveAfterFence, goldenTrace(nf))
+				}
+				checkReleased(t, w, false)
+				continue
+			}
+			msg := stepOf(nf, v1alpha1.StepVerifyFenced).Message
+			if nf.Status.Phase != v1alpha1.PhaseReleased || !strings.Contains(msg, "has seen renewals only since") {
+				t.Fatalf("phase %s, VerifyFenced %q; want Released, saying when the controller saw again", nf.Status.Phase, msg)
+			}
+			if got, want := watchEnd(t, nf).Sub(since), renewEvery+verifyMargin; got < want {
+				t.Errorf("watched %s after the controller saw again, want at least %s", got, want)
+			}
 		}
 	})
 	t.Run("a controller that never heard the agent gives it three intervals after the confirmation", func(t *testing.T) {

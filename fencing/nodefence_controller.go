@@ -45,6 +45,11 @@ type NodeFenceReconciler struct {
 	// reconciler's); the verify window ends one renewal interval after the last one
 	// (liveness.go). Nil: the whole window from the confirmation.
 	Renewals *lease.Renewals
+	// Sight, when set, says since when the controller has seen without a gap (the observer's
+	// sight tracker): a verify window that the controller could not watch in part — the API
+	// server down, so that no kubelet could renew, or this controller's own start after the
+	// confirmation — ends no sooner than a whole window after it saw again (liveness.go).
+	Sight observe.Sight
 	// Attachments releases a node's VolumeAttachments.
 	Attachments *attach.Releaser
 	// Tokens hands out the fencing tokens recorded on each fence before its first step; no
