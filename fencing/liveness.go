@@ -105,16 +105,13 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 		}
 		nf.Status.Liveness = lv
 	}
-	if out, stop := r.checkLife(ctx, nf); stop {
+	out, l, stop := r.checkLife(ctx, nf)
+	if stop {
 		return out
 	}
 	blindNote := ""
 	if !keepsRunning {
-		note, err := r.extendAfterBlindness(ctx, nf)
-		if err != nil {
-			return pending(retryRelease, ReasonAPIError, "reading the node's Lease: %v", err)
-		}
-		blindNote = note
+		blindNote = r.extendAfterBlindness(nf, l)
 	}
 	kubelet := "" // for the record of a method that leaves the node running
 	if keepsRunning {
@@ -152,32 +149,34 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 // nothing, and a kubelet renews within its back-off (up to 7s) once the API server is back. A
 // controller that started (or won leadership) after the confirmation cannot know whether the
 // API server was down before, and waits the same. The window is the policy's verifyWindow, or
-// one renewal interval of the node's kubelet plus verifyMargin. It returns a note for the
-// record whenever the controller began to see after the confirmation.
-func (r *NodeFenceReconciler) extendAfterBlindness(ctx context.Context, nf *v1alpha1.NodeFence) (string, error) {
+// one renewal interval of the node's kubelet (its Lease l, as this pass read it) plus
+// verifyMargin. It returns a note for the record whenever the controller began to see after the
+// confirmation.
+func (r *NodeFenceReconciler) extendAfterBlindness(nf *v1alpha1.NodeFence, l *coordinationv1.Lease) string {
 	if r.Sight == nil {
-		return "", nil
+		return ""
 	}
 	since := r.Sight.Since()
 	if !since.After(fencedAt(nf)) {
-		return "", nil
+		return ""
 	}
-	var window time.Duration
+	window := defaultWindow(l)
 	if w := nf.Spec.Release.VerifyWindow; w != nil {
 		window = w.Duration
-	} else {
-		l, err := r.lease(ctx, nf.Spec.NodeName)
-		if err != nil {
-			return "", err
-		}
-		window = lease.RenewInterval(l) + verifyMargin
 	}
 	end := since.Add(window)
 	if nf.Status.Liveness.WatchUntil.Time.Before(end) {
 		nf.Status.Liveness.WatchUntil = metav1.NewTime(end)
 	}
 	return fmt.Sprintf(" (the controller has seen renewals only since %s, after the confirmation (%s): watched at least until %s)",
-		since.UTC().Format(time.RFC3339), r.Sight.Cause(), end.UTC().Format(time.RFC3339)), nil
+		since.UTC().Format(time.RFC3339), r.Sight.Cause(), end.UTC().Format(time.RFC3339))
+}
+
+// defaultWindow is the watch window when the policy sets no verifyWindow: one renewal interval
+// of the node's kubelet (from its Lease l; the default when there is none) plus verifyMargin, so
+// that the next renewal of a kubelet that still renews is never missed.
+func defaultWindow(l *coordinationv1.Lease) time.Duration {
+	return lease.RenewInterval(l) + verifyMargin
 }
 
 // watchedSpan says over which span VerifyFenced watched a stopped node for life: from the
@@ -208,7 +207,7 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 		return nil, err
 	}
 	now := r.now()
-	window := lease.RenewInterval(l) + verifyMargin
+	window := defaultWindow(l)
 	lv := &v1alpha1.Liveness{}
 	var seen time.Time // when the controller first saw the Lease's renewal; zero: unknown
 	if l != nil {
@@ -325,18 +324,20 @@ func (r *NodeFenceReconciler) agentsUntil(nf *v1alpha1.NodeFence) time.Time {
 }
 
 // checkLife looks for a sign of life after the confirmation. stop says the step ends here: the
-// method failed (the node lives) or the signals could not be read (retry).
-func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFence) (outcome, bool) {
-	sign, err := r.signOfLife(ctx, nf)
+// method failed (the node lives) or the signals could not be read (retry). It returns the
+// node's Lease as it read it (nil when it had none, or read none: a method that leaves the node
+// running is checked by its workload).
+func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFence) (outcome, *coordinationv1.Lease, bool) {
+	sign, l, err := r.signOfLife(ctx, nf)
 	if err != nil {
-		return pending(retryRelease, ReasonAPIError, "reading the node's signals before releasing: %v", err), true
+		return pending(retryRelease, ReasonAPIError, "reading the node's signals before releasing: %v", err), nil, true
 	}
 	if sign == nil {
-		return outcome{}, false
+		return outcome{}, l, false
 	}
 	untainted, err := r.untaint(ctx, nf)
 	if err != nil {
-		return pending(retryRelease, ReasonAPIError, "node %s showed life (%s) and its out-of-service taint must go: %v", nf.Spec.NodeName, sign.message, err), true
+		return pending(retryRelease, ReasonAPIError, "node %s showed life (%s) and its out-of-service taint must go: %v", nf.Spec.NodeName, sign.message, err), l, true
 	}
 	fencesDisproved.WithLabelValues(nf.Status.Method, sign.signal).Inc()
 	if sign.signal == signalWorkload {
@@ -345,25 +346,26 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 		if untainted {
 			msg += "; the out-of-service taint was removed again"
 		}
-		return failed(v1alpha1.ReasonWorkloadRunningAfterFence, "%s", msg), true
+		return failed(v1alpha1.ReasonWorkloadRunningAfterFence, "%s", msg), l, true
 	}
 	msg := fmt.Sprintf("node %s is alive: %s, after method %s confirmed its fence at %s; the fence hit another machine or the read-back is wrong (check the method's target, e.g. the node's BMC address). Releasing nothing",
 		nf.Spec.NodeName, sign.message, nf.Status.Method, fencedAt(nf).Format(time.RFC3339))
 	if untainted {
 		msg += "; the out-of-service taint was removed again"
 	}
-	return failed(v1alpha1.ReasonNodeAliveAfterFence, "%s", msg), true
+	return failed(v1alpha1.ReasonNodeAliveAfterFence, "%s", msg), l, true
 }
 
-// signOfLife is the first signal from the node after its confirmation, nil when there is none.
-func (r *NodeFenceReconciler) signOfLife(ctx context.Context, nf *v1alpha1.NodeFence) (*lifeSign, error) {
+// signOfLife is the first signal from the node after its confirmation, nil when there is none,
+// and the node's Lease as it read it.
+func (r *NodeFenceReconciler) signOfLife(ctx context.Context, nf *v1alpha1.NodeFence) (*lifeSign, *coordinationv1.Lease, error) {
 	if !checksLiveness(nf) {
-		return r.workloadBack(nf), nil
+		return r.workloadBack(nf), nil, nil
 	}
 	at := fencedAt(nf)
 	l, err := r.lease(ctx, nf.Spec.NodeName)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if l != nil && l.Spec.RenewTime != nil {
 		var base *metav1.MicroTime
@@ -372,25 +374,25 @@ func (r *NodeFenceReconciler) signOfLife(ctx context.Context, nf *v1alpha1.NodeF
 		}
 		if base == nil || l.Spec.RenewTime.After(base.Time) {
 			return &lifeSign{signalLease, fmt.Sprintf("its Lease was renewed (renewTime %s, was %s)",
-				l.Spec.RenewTime.Format(time.RFC3339Nano), microOrNone(base))}, nil
+				l.Spec.RenewTime.Format(time.RFC3339Nano), microOrNone(base))}, l, nil
 		}
 	}
 	if r.Heartbeats == nil {
-		return nil, nil
+		return nil, l, nil
 	}
 	// Only what came after the second the confirmation was recorded in is surely after it (a
 	// live agent heartbeats again within the window).
 	at = afterConfirmation(nf)
 	hb, about, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
 	if ok && hb.Received.After(at) {
-		return &lifeSign{signalHeartbeat, fmt.Sprintf("its agent heartbeated at %s (boot ID %s)", hb.Received.Format(time.RFC3339Nano), hb.BootID)}, nil
+		return &lifeSign{signalHeartbeat, fmt.Sprintf("its agent heartbeated at %s (boot ID %s)", hb.Received.Format(time.RFC3339Nano), hb.BootID)}, l, nil
 	}
 	for _, p := range about {
 		if p.Reachable && p.At.After(at) {
-			return &lifeSign{signalPeer, fmt.Sprintf("peer %s reached it at %s", p.From, p.At.Format(time.RFC3339Nano))}, nil
+			return &lifeSign{signalPeer, fmt.Sprintf("peer %s reached it at %s", p.From, p.At.Format(time.RFC3339Nano))}, l, nil
 		}
 	}
-	return nil, nil
+	return nil, l, nil
 }
 
 // afterConfirmation is the first instant surely after the confirmation: the record keeps its

@@ -214,7 +214,7 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 		if ours {
 			nf.Status.Steps = append(nf.Status.Steps, st(v1alpha1.StepTaint, "", v1alpha1.StepSucceeded))
 		}
-		out, stop := w.r.checkLife(ctx, nf)
+		out, _, stop := w.r.checkLife(ctx, nf)
 		if !stop || out.state != v1alpha1.StepFailed || out.reason != v1alpha1.ReasonNodeAliveAfterFence {
 			t.Fatalf("ours=%t: checkLife = %+v, %t; want failed %s", ours, out, stop, v1alpha1.ReasonNodeAliveAfterFence)
 		}

@@ -315,7 +315,7 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 	if a.step == v1alpha1.StepVerifyFenced {
 		return r.verifyFenced(ctx, nf)
 	}
-	if out, stop := r.checkLife(ctx, nf); stop {
+	if out, _, stop := r.checkLife(ctx, nf); stop {
 		return out
 	}
 	switch a.step {
