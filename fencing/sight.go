@@ -101,7 +101,10 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 }
 
 // blindCondition is the policy's ControllerBlind condition: True while the controller is
-// blind or inside the fresh lease period it gives every node after it sees again.
+// blind or inside the fresh lease period it gives every node's Lease after it sees again. The
+// period holds back the Lease's expiry, not the Dead of a node silent on every path (its agent
+// lost, its peers failing to reach it): that one waits for the kubelet's next renewal, missed,
+// counted from the moment the controller sees again (classify), and the message says so.
 func blindCondition(st sight.Status, p *v1alpha1.FencingPolicy, now time.Time) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionControllerBlind, ObservedGeneration: p.Generation}
 	until := st.Since.Add(leaseTimeout(p))
@@ -109,12 +112,12 @@ func blindCondition(st sight.Status, p *v1alpha1.FencingPolicy, now time.Time) m
 	switch {
 	case st.Blind:
 		c.Status, c.Reason = metav1.ConditionTrue, string(st.Cause)
-		c.Message = fmt.Sprintf("the controller is blind since %s (%s): %s; nothing is fenced automatically until it sees its canary Lease again and a lease period (%s) has passed",
+		c.Message = fmt.Sprintf("the controller is blind since %s (%s): %s; nothing is fenced automatically until it sees its canary Lease again; then no node's Lease counts as expired before a lease period (%s) has passed, and a node whose agent and peers are silent too counts as Dead no sooner than its kubelet's next renewal, missed, counted from then",
 			lost, st.Cause, st.Message, leaseTimeout(p))
 	case now.Before(until):
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonFreshLeasePeriod
-		c.Message = fmt.Sprintf("the controller could not see renewals from %s (%s: %s) and sees again since %s: every node gets a fresh lease period; nothing is fenced automatically until %s",
-			lost, st.Cause, st.Message, st.Since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
+		c.Message = fmt.Sprintf("the controller could not see renewals from %s (%s: %s) and sees again since %s: every node gets a fresh lease period, so no node's Lease counts as expired before %s; a node whose agent and peers are silent too counts as Dead no sooner than its kubelet's next renewal, missed, counted from %s (one renewal interval and 1s)",
+			lost, st.Cause, st.Message, st.Since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), st.Since.UTC().Format(time.RFC3339))
 	default:
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonSeeing
 		c.Message = fmt.Sprintf("the controller sees fresh renewals since %s (last lost at %s: %s)", st.Since.UTC().Format(time.RFC3339), lost, st.Cause)

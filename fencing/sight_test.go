@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,12 +146,20 @@ func TestPolicyBlindCondition(t *testing.T) {
 		sight      sight.Status
 		want       cond
 		wantEvents []eventSeen
+		// msgHas are parts the message must hold: what is held back, and until when.
+		msgHas []string
 	}{
-		{"seeing", seeingLong, cond{metav1.ConditionFalse, v1alpha1.ReasonSeeing}, nil},
-		{"blind", blindNow, cond{metav1.ConditionTrue, v1alpha1.ReasonAPIUnreachable}, []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, ReasonControllerBlind}}},
-		{"seeing again, inside the fresh period", seeingAgain, cond{metav1.ConditionTrue, v1alpha1.ReasonFreshLeasePeriod}, nil},
+		{"seeing", seeingLong, cond{metav1.ConditionFalse, v1alpha1.ReasonSeeing}, nil, nil},
+		{"blind", blindNow, cond{metav1.ConditionTrue, v1alpha1.ReasonAPIUnreachable}, []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, ReasonControllerBlind}},
+			[]string{"nothing is fenced automatically until it sees its canary Lease again", "a node whose agent and peers are silent too counts as Dead no sooner than its kubelet's next renewal"}},
+		{"seeing again, inside the fresh period", seeingAgain, cond{metav1.ConditionTrue, v1alpha1.ReasonFreshLeasePeriod}, nil,
+			// The fresh period holds back the Lease's expiry only: the Dead of a node silent on
+			// every path comes a renewal interval after sight returned (classify), and the
+			// message must not promise that nothing is fenced until the period's end.
+			[]string{"no node's Lease counts as expired before " + seeingAgain.Since.Add(20*time.Second).UTC().Format(time.RFC3339),
+				"counts as Dead no sooner than its kubelet's next renewal, missed, counted from " + seeingAgain.Since.UTC().Format(time.RFC3339)}},
 		{"a lease period later", sight.Status{Cause: sight.APIUnreachable, Since: t0.Add(-21 * time.Second), LastLost: t0.Add(-time.Minute)},
-			cond{metav1.ConditionFalse, v1alpha1.ReasonSeeing}, []eventSeen{{"FencingPolicy/pool", corev1.EventTypeNormal, ReasonControllerSeeing}}},
+			cond{metav1.ConditionFalse, v1alpha1.ReasonSeeing}, []eventSeen{{"FencingPolicy/pool", corev1.EventTypeNormal, ReasonControllerSeeing}}, nil},
 	}
 	objs, _ := cluster(map[string]string{"n1": healthy})
 	c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...)).
@@ -169,10 +178,19 @@ func TestPolicyBlindCondition(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got cond
+			var msg string
 			for _, pc := range p.Status.Conditions {
 				if pc.Type == v1alpha1.ConditionControllerBlind {
-					got = cond{pc.Status, pc.Reason}
+					got, msg = cond{pc.Status, pc.Reason}, pc.Message
 				}
+			}
+			for _, part := range step.msgHas {
+				if !strings.Contains(msg, part) {
+					t.Errorf("ControllerBlind message %q: want it to say %q", msg, part)
+				}
+			}
+			if strings.Contains(msg, "nothing is fenced automatically until 2") {
+				t.Errorf("ControllerBlind message %q promises that nothing is fenced until the fresh period's end; the Dead of a node silent on every path comes sooner", msg)
 			}
 			if diff := cmp.Diff(step.want, got); diff != "" {
 				t.Errorf("ControllerBlind condition (-want +got):\n%s", diff)

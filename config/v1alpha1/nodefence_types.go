@@ -292,8 +292,8 @@ const (
 	ConditionRecovered        = "Recovered"
 	ConditionStormGuardActive = "StormGuardActive"
 	// ConditionControllerBlind (on FencingPolicy) is True while the controller cannot see
-	// fresh renewals, or could see them again too recently to judge a Lease: nothing is fenced
-	// automatically (invariant 3).
+	// fresh renewals (nothing is fenced automatically, invariant 3), or could see them again
+	// too recently to judge a Lease (no Lease counts as expired; see ReasonFreshLeasePeriod).
 	ConditionControllerBlind = "ControllerBlind"
 	// ConditionInsecureTLS (on FencingPolicy) is True while one of its methods skips the
 	// verification of the certificates of the BMCs it talks to (redfish.insecureSkipVerify).
@@ -323,7 +323,9 @@ const (
 	// ReasonClockJumped: the controller's wall clock jumped against its monotonic clock.
 	ReasonClockJumped = "ClockJumped"
 	// ReasonFreshLeasePeriod (ControllerBlind=True): the controller sees again, and gives
-	// every node a full lease period from that moment before anything is fenced.
+	// every node a full lease period from that moment before its Lease counts as expired; a
+	// node silent on every path (agent lost, no peer reaching it) counts as Dead once its
+	// kubelet's next renewal, counted from that moment, is missed.
 	ReasonFreshLeasePeriod = "FreshLeasePeriod"
 )
 

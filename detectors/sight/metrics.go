@@ -9,7 +9,7 @@ var (
 	})
 	seeingSince = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "palisade_controller_seeing_since_timestamp_seconds",
-		Help: "When the controller last began to see fresh signals (Unix time); nothing is fenced automatically before a policy's lease timeout has passed since.",
+		Help: "When the controller last began to see fresh signals (Unix time); no node's Lease counts as expired before a policy's lease timeout has passed since, and a node silent on every path counts as Dead no sooner than one kubelet renewal interval after it.",
 	})
 	sightLost = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "palisade_controller_sight_lost_total",
