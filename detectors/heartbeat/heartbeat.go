@@ -58,9 +58,21 @@ type Prober interface {
 	AnyReachable(within time.Duration) bool
 }
 
-// Reachability is what one heartbeat round found reachable from this node.
+// Reachability is what one heartbeat round found reachable from this node, counted as the
+// controller would see it: the self-fencer relies on it being isolated exactly when the
+// controller hears nothing from the node on any path (the SelfFence method confirms on that
+// silence).
 type Reachability struct {
 	Controller, API, Peers bool
+}
+
+// reachability is one round's Reachability. The controller counts as reached only by a
+// heartbeat it accepted (one it refused, a bad or expired certificate, is no signal there). The
+// API server counts only while the kubelet answers healthy: the controller hears the node
+// through the API server by the kubelet's Lease renewals, not by the agent's probe, so a node
+// whose kubelet is down is silent on that path however well its agent reaches the API server.
+func reachability(sent, apiReachable, kubeletHealthy, peers bool) Reachability {
+	return Reachability{Controller: sent, API: apiReachable && kubeletHealthy, Peers: peers}
 }
 
 // Fencer watches the node's reachability (the self-fencer).
@@ -151,10 +163,9 @@ func (h *Heartbeater) beat(ctx context.Context) {
 		return // stopping: the interrupted heartbeat is not news
 	}
 	h.logSend(err)
-	_, refused := refusal(err)
 	peersReachable := h.peers != nil && h.peers.AnyReachable(2*h.interval)
 	if h.fence != nil {
-		h.fence.Observe(ctx, Reachability{Controller: err == nil || refused, API: <-apiReachable, Peers: peersReachable}, time.Now())
+		h.fence.Observe(ctx, reachability(err == nil, <-apiReachable, healthy, peersReachable), time.Now())
 	}
 	h.log.V(1).Info("heartbeat", "seq", h.seq, "kubeletHealthy", healthy, "sent", err == nil, "executor", status)
 	if cmd != nil {

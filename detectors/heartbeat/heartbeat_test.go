@@ -86,8 +86,11 @@ func TestBeat(t *testing.T) {
 		{"interval out of range ignored", agentwire.Response{IntervalMillis: 10}, nil,
 			outcome{Interval: time.Second, Seen: []Reachability{{Controller: true}}}},
 		// An error comes without an answer, as from channel.Client.
-		{"refused: the controller was reached", agentwire.Response{}, fmt.Errorf("sending: %w", refusal403{}),
-			outcome{Interval: time.Second, Seen: []Reachability{{Controller: true}}}},
+		// A refused heartbeat (a bad or expired certificate) is no signal at the controller, so
+		// it does not count as reaching it: else a node whose kubelet is down and whose peers
+		// are cut would never fence itself while the controller, hearing nothing, relies on it.
+		{"refused: no signal at the controller", agentwire.Response{}, fmt.Errorf("sending: %w", refusal403{}),
+			outcome{Interval: time.Second, Seen: []Reachability{{}}}},
 		{"unreachable", agentwire.Response{}, errors.New("connection refused"),
 			outcome{Interval: time.Second, Seen: []Reachability{{}}}},
 	} {
@@ -108,5 +111,26 @@ func TestBeat(t *testing.T) {
 				t.Errorf("report %+v", r)
 			}
 		})
+	}
+}
+
+// The self-fencer's reachability is what the controller hears: the API server counts only with
+// a healthy kubelet (whose Lease renewals are the controller's signal on that path).
+func TestReachabilityIsWhatTheControllerHears(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		sent, api, kubelet, peers bool
+		want                      Reachability
+	}{
+		{"everything", true, true, true, true, Reachability{Controller: true, API: true, Peers: true}},
+		{"API server answers, kubelet down: silent on the API path", false, true, false, false, Reachability{}},
+		{"API server answers, kubelet healthy", false, true, true, false, Reachability{API: true}},
+		{"kubelet healthy, API server unreachable", false, false, true, false, Reachability{}},
+		{"controller accepted the heartbeat", true, false, false, false, Reachability{Controller: true}},
+		{"a peer only", false, false, false, true, Reachability{Peers: true}},
+	} {
+		if got := reachability(tc.sent, tc.api, tc.kubelet, tc.peers); got != tc.want {
+			t.Errorf("%s: reachability = %+v, want %+v", tc.name, got, tc.want)
+		}
 	}
 }
