@@ -19,8 +19,15 @@ type Signals interface {
 
 // SelfFence is the SelfFence method: it relies on the node's agent fencing itself once cut off
 // from everything, and confirms when the node has sent no signal on any path for the method's
-// safeAfter, counted from the last signal (or from the wait's start when none is known). A
-// signal newer than the wait's start means the node is back and cannot be relied on.
+// safeAfter, counted from the wait's start. A signal newer than the wait's start means the node
+// is back and cannot be relied on.
+//
+// Not from the last signal the controller knows: it keeps only each peer's latest report, so
+// once the node's peers fail to reach it, the moments they still reached it are forgotten. A
+// node that was Partitioned (cut from the controller and the API server, its peers reaching it)
+// for minutes and then lost its peers has its last known signal minutes back, while its agent,
+// which reached those peers until then, has only just begun to count its isolation. The wait
+// starts after the node was judged silent on every path, so after the last reach by a peer.
 type SelfFence struct {
 	signals Signals
 }
@@ -33,13 +40,13 @@ func NewSelfFence(signals Signals) *SelfFence { return &SelfFence{signals: signa
 // Name is "self-fence".
 func (s *SelfFence) Name() string { return SelfFenceName }
 
-// Fence notes the node's last signal: the safe time counts from it.
+// Fence notes the node's last signal; the safe time counts from the wait's start (Check).
 func (s *SelfFence) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
 	settings, last, err := s.lastSignal(ctx, req)
 	if err != nil {
 		return providers.Status{}, err
 	}
-	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("relying on the node's self-fence: last signal at %s; safe %s after it",
+	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("relying on the node's self-fence: last signal at %s; safe %s after the wait for its isolation begins",
 		last.UTC().Format(time.RFC3339), settings.SafeAfter.Duration)}, nil
 }
 
@@ -67,20 +74,23 @@ func (s *SelfFence) Check(ctx context.Context, req providers.Request) (providers
 		return providers.Status{State: providers.Failed, Reason: providers.ReasonNodeReachable,
 			Message: fmt.Sprintf("node %s sent a signal at %s after the self-fence wait began: it cannot be relied on to have fenced itself", req.Node(), last.UTC().Format(time.RFC3339))}, nil
 	}
-	if last.IsZero() {
-		last = started // no signal known at all: count the safe time from the wait's start
+	safe, silent := settings.SafeAfter.Duration, req.Now.Sub(started)
+	lastSeen := "no signal from it known"
+	if !last.IsZero() {
+		lastSeen = "its last known signal at " + last.UTC().Format(time.RFC3339)
 	}
-	safe, silent := settings.SafeAfter.Duration, req.Now.Sub(last)
 	if silent >= safe {
 		return providers.Status{State: providers.Confirmed,
-			Message: fmt.Sprintf("relied on the node's self-fence: no signal from it on any path for %s (safeAfter %s)", silent.Round(100*time.Millisecond), safe)}, nil
+			Message: fmt.Sprintf("relied on the node's self-fence: no signal from it on any path for %s since the wait began at %s (safeAfter %s; %s)",
+				silent.Round(100*time.Millisecond), started.UTC().Format(time.RFC3339), safe, lastSeen)}, nil
 	}
 	if req.Expired {
 		return providers.Status{State: providers.Failed, Reason: providers.ReasonTimedOut,
 			Message: fmt.Sprintf("the self-fence's safe time %s did not pass within the method's timeout", safe)}, nil
 	}
 	return providers.Status{State: providers.InProgress, Reason: providers.ReasonWaitingForSafeTime, RetryAfter: min(safe-silent, time.Second),
-		Message: fmt.Sprintf("no signal for %s of the %s safe time", silent.Round(100*time.Millisecond), safe)}, nil
+		Message: fmt.Sprintf("no signal for %s of the %s safe time, counted from the wait's start at %s (%s)",
+			silent.Round(100*time.Millisecond), safe, started.UTC().Format(time.RFC3339), lastSeen)}, nil
 }
 
 // End does nothing: the node's agent fences itself on its own.

@@ -17,8 +17,10 @@ func (l lastSignal) LastSignal(context.Context, string, time.Time) (time.Time, e
 	return time.Time(l), nil
 }
 
-// The self-fence is confirmed only once the node has been silent for safeAfter; a signal after
-// the wait began, or the method's time running out, fails it.
+// The self-fence is confirmed only once the node has been silent for safeAfter since the wait
+// began (not since its last known signal: a peer's earlier reach of it is forgotten once the
+// peer fails to reach it, while the node's agent counts its isolation only from then); a signal
+// after the wait began, or the method's time running out, fails it.
 func TestSelfFenceCheck(t *testing.T) {
 	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	tests := []struct {
@@ -30,7 +32,12 @@ func TestSelfFenceCheck(t *testing.T) {
 		reason  providers.Reason
 	}{
 		{"silent for less than safeAfter", start.Add(-time.Second), start.Add(2 * time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime},
-		{"silent for safeAfter", start.Add(-time.Second), start.Add(4 * time.Second), false, providers.Confirmed, ""},
+		{"silent for safeAfter counted from the last signal, not from the wait's start", start.Add(-time.Second), start.Add(4 * time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime},
+		{"silent for safeAfter since the wait began", start.Add(-time.Second), start.Add(5 * time.Second), false, providers.Confirmed, ""},
+		// Partitioned for minutes (its peers reached it; the controller kept only their latest
+		// reports), then its peers lost it: the last known signal is minutes old, but its agent
+		// began to count its isolation only when the peers were lost, just before the wait.
+		{"last known signal long before the wait", start.Add(-2 * time.Minute), start.Add(time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime},
 		{"no signal known: counted from the wait's start", time.Time{}, start.Add(5 * time.Second), false, providers.Confirmed, ""},
 		{"a signal after the wait began", start.Add(time.Second), start.Add(10 * time.Second), false, providers.Failed, providers.ReasonNodeReachable},
 		{"time is up", start.Add(-time.Second), start.Add(2 * time.Second), true, providers.Failed, providers.ReasonTimedOut},
