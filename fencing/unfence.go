@@ -39,7 +39,8 @@ const (
 	ReasonLifting = "Lifting"
 	// ReasonStorageFenceLifted (event): every storage fence of the NodeFence was lifted.
 	ReasonStorageFenceLifted = "StorageFenceLifted"
-	// ReasonStorageFenceKept (event): the node no longer exists and its storage fence stays.
+	// ReasonStorageFenceKept (event): the node no longer exists, or its fence failed after it had
+	// released pods or attachments, and its storage fence stays.
 	ReasonStorageFenceKept = "StorageFenceKept"
 	// ConditionStorageFenceLifted says, on a NodeFence being deleted, how the lifting of its
 	// storage fences goes.
@@ -77,6 +78,12 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonStorageFenceKept,
 			"node %s no longer exists: its storage fence stays (%s), since its machine may still run with those addresses; delete it at the storage once the machine is wiped",
 			nf.Spec.NodeName, strings.Join(r.storageFences(nf), ", "))
+		return ctrl.Result{}, r.letGoOfFence(ctx, nf)
+	}
+	if releasedThenDisproved(nf) {
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonStorageFenceKept,
+			"node %s showed life after its fence had released its workload (%s): its storage fence stays (%s), since a replacement may write beside the original; lift it at the storage once you have made sure only one of them runs",
+			nf.Spec.NodeName, releasedCounts(nf), strings.Join(r.storageFences(nf), ", "))
 		return ctrl.Result{}, r.letGoOfFence(ctx, nf)
 	}
 	if OutOfService(node) {
@@ -195,4 +202,17 @@ func OutOfService(node *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// releasedThenDisproved says whether the fence failed after it had released the node's workload:
+// its node showed life between two release steps (liveness.go), and Palisade took its
+// out-of-service taint back. The missing taint then says nothing of a repair, and the storage
+// fence may be all that keeps the original from writing beside its replacement.
+func releasedThenDisproved(nf *v1alpha1.NodeFence) bool {
+	return nf.Status.Phase == v1alpha1.PhaseFailed && (nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0)
+}
+
+// releasedCounts is "2 pods force-deleted, 1 attachment released".
+func releasedCounts(nf *v1alpha1.NodeFence) string {
+	return fmt.Sprintf("%s force-deleted, %s released", countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment"))
 }

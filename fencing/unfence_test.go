@@ -216,6 +216,30 @@ func TestFailedStorageFenceLiftedAtOnce(t *testing.T) {
 	}
 }
 
+// TestStorageFenceKeptAfterAReleaseTheNodeDisproved: a fence that force-deleted pods and then
+// failed (its node showed life; Palisade took the taint back) keeps its storage fence when its
+// NodeFence is deleted: the missing taint is no repair, and the storage fence may be all that
+// keeps the original from writing beside its replacement. The NodeFence goes with a warning.
+func TestStorageFenceKeptAfterAReleaseTheNodeDisproved(t *testing.T) {
+	s := &storage{answers: []providers.Status{{State: providers.Confirmed}}}
+	w, rec := storageWorld(t, s, storageMethod)
+	nf := w.run(t)
+	nf.Status.Phase, nf.Status.PodsDeleted = v1alpha1.PhaseFailed, 2
+	if err := w.c.Status().Update(context.Background(), nf); err != nil {
+		t.Fatal(err)
+	}
+	w.removeTaint(t)
+	if nf := w.deleteFence(t, 1); nf != nil {
+		t.Fatalf("the NodeFence stays: %+v", nf.Status.Conditions)
+	}
+	if s.lifts != 0 {
+		t.Errorf("the storage fence of a node that showed life after its pods were force-deleted was lifted (%d calls)", s.lifts)
+	}
+	if !slices.Contains(reasonsOf(rec), ReasonStorageFenceKept) {
+		t.Errorf("no %s event: %v", ReasonStorageFenceKept, reasonsOf(rec))
+	}
+}
+
 // TestPowerFenceHoldsNoFinalizer: a chain without a storage fence puts no finalizer on its
 // NodeFence: deleting it (to try again) is immediate, as before.
 func TestPowerFenceHoldsNoFinalizer(t *testing.T) {
