@@ -341,14 +341,14 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 	}
 	fencesDisproved.WithLabelValues(nf.Status.Method, sign.signal).Inc()
 	if sign.signal == signalWorkload {
-		msg := fmt.Sprintf("the workload of node %s runs again: %s, after method %s confirmed it stopped at %s; something started it again — on a node whose kubelet runs, the agent must stop the kubelet first (the agent's --kubelet-stop-command, the chart's agent.kubeletStopCommand). Releasing nothing",
+		msg := fmt.Sprintf("the workload of node %s runs again: %s, after method %s confirmed it stopped at %s; something started it again — on a node whose kubelet runs, the agent must stop the kubelet first (the agent's --kubelet-stop-command, the chart's agent.kubeletStopCommand). Releasing nothing more",
 			nf.Spec.NodeName, sign.message, nf.Status.Method, fencedAt(nf).Format(time.RFC3339))
 		if untainted {
 			msg += "; the out-of-service taint was removed again"
 		}
 		return failed(v1alpha1.ReasonWorkloadRunningAfterFence, "%s", msg), l, true
 	}
-	msg := fmt.Sprintf("node %s is alive: %s, after method %s confirmed its fence at %s; the fence hit another machine or the read-back is wrong (check the method's target, e.g. the node's BMC address). Releasing nothing",
+	msg := fmt.Sprintf("node %s is alive: %s, after method %s confirmed its fence at %s; the fence hit another machine or the read-back is wrong (check the method's target, e.g. the node's BMC address). Releasing nothing more",
 		nf.Spec.NodeName, sign.message, nf.Status.Method, fencedAt(nf).Format(time.RFC3339))
 	if untainted {
 		msg += "; the out-of-service taint was removed again"

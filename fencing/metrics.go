@@ -20,7 +20,7 @@ var (
 	}, []string{"policy"})
 	policyUnhealthyNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "palisade_policy_unhealthy_nodes",
-		Help: "Nodes of a policy whose verdict is failed.",
+		Help: "Nodes of a policy that look failed (verdict Dead, Partitioned or KubeletDown) or late (Suspect): the storm guard's count.",
 	}, []string{"policy"})
 	fencesCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "palisade_fences_created_total",
@@ -36,7 +36,7 @@ var (
 	}, []string{"how"})
 	fencesDisproved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "palisade_fences_disproved_total",
-		Help: "Confirmed fences whose node showed life afterwards (Lease, AgentHeartbeat, PeerProbe): nothing was released and the chain escalated.",
+		Help: "Confirmed fences whose node showed life afterwards (Lease, AgentHeartbeat, PeerProbe): nothing more was released (pods or attachments released before it stay so; the NodeFence says which) and the chain escalated.",
 	}, []string{"method", "signal"})
 )
 

@@ -19,7 +19,7 @@ const (
 	// actResume takes the last step again: it was recorded but not finished (a restart, or a
 	// step that is still in progress).
 	actResume
-	// actFail ends the fence as Failed: every method failed, nothing is released.
+	// actFail ends the fence as Failed: every method failed, nothing more is released.
 	actFail
 	// actFinish ends the fence as Released.
 	actFinish

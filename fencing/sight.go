@@ -23,9 +23,11 @@ import (
 )
 
 // blindRecheck is how often a node held back because the controller is blind is looked at
-// again. Looking sooner gains nothing: once the controller sees again, every node gets a fresh
-// lease period (at least 2 s, the shortest leaseTimeout) before anything is fenced; and while
-// blind, in a large cluster, every held-back node's look costs the controller a reconcile.
+// again. Looking sooner gains little: once the controller sees again, no Lease counts as
+// expired before a fresh lease period (at least 2 s, the shortest leaseTimeout), and a node
+// silent on every path is Dead no sooner than its kubelet's next renewal counted from then (one
+// renewal interval and 1 s); and while blind, in a large cluster, every held-back node's look
+// costs the controller a reconcile.
 const blindRecheck = 2 * time.Second
 
 // maxBlindNodeEvents is how many nodes get a ControllerBlind Event of their own in one blind
@@ -93,7 +95,7 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 	evented := r.blindEvents.allow(node.Name, st.LastLost)
 	if evented {
 		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonControllerBlind, "Detect",
-			"not fencing node %s (%s): the controller is blind since %s (%s: %s); every node gets a fresh lease period once it sees again",
+			"not fencing node %s (%s): the controller is blind since %s (%s: %s); once it sees again, every node's Lease gets a fresh lease period, and a node silent on every path counts as Dead once its kubelet's next renewal, counted from then, is missed",
 			node.Name, obs.Verdict, st.LastLost.UTC().Format(time.RFC3339), st.Cause, st.Message)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("controller blind: not fencing", "cause", st.Cause, "verdict", obs.Verdict, "reason", obs.Reason, "event", evented)

@@ -93,7 +93,7 @@ func setCondition(nf *v1alpha1.NodeFence, typ string, status metav1.ConditionSta
 func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
 	pods, atts := int(nf.Status.PodsDeleted), int(nf.Status.AttachmentsReleased)
 	if pods == 0 && atts == 0 {
-		return "nothing was released: no fencing method was confirmed"
+		return "nothing was released"
 	}
 	return fmt.Sprintf("%s force-deleted and %s released before the node showed life after its fence was confirmed "+
 		"(the out-of-service taint was taken back): a replacement may run beside the original; check node %s at once",

@@ -258,7 +258,8 @@ type NetworkFenceMethod struct {
 type SelfFenceMethod struct {
 	// SafeAfter is how long after the last signal from the node, on any path, its agent has
 	// surely terminated its workload: more than the agents' --self-fence-after plus the longest
-	// grace period of its pods.
+	// grace period of its pods. The method's timeout (default 60s, counted from the wait's
+	// start) must exceed safeAfter, or the method fails with MethodTimedOut.
 	SafeAfter metav1.Duration `json:"safeAfter"`
 }
 
@@ -397,9 +398,13 @@ type Release struct {
 	// signal in that time fails the method and nothing is released. Counted from the
 	// confirmation. Default: until one Lease renewal interval of the node's kubelet (a quarter
 	// of the Lease's leaseDurationSeconds, 10s for the kubelet's default) plus 1s after the
-	// controller first saw the node's last renewal, at least three of its agent's heartbeat
-	// intervals plus 1s and at most the interval plus 1s after the confirmation. 0 checks
-	// once, without waiting.
+	// controller first saw the node's last renewal, and at least three of its agent's
+	// heartbeat intervals plus 1s after the controller last heard the agent or a peer reach
+	// the node (or after the confirmation, when that is earlier or the agent was never heard);
+	// at most the renewal interval plus 1s after the confirmation. For a node silent on every
+	// path long enough before its fence, the default window may have ended before the
+	// confirmation: its signals are then checked once, at the confirmation. 0 checks once,
+	// without waiting.
 	// +optional
 	VerifyWindow *metav1.Duration `json:"verifyWindow,omitempty"`
 }
@@ -412,7 +417,7 @@ type FencingPolicyStatus struct {
 	// Nodes is how many nodes the policy covers.
 	// +optional
 	Nodes int32 `json:"nodes"`
-	// UnhealthyNodes is how many of them look failed now.
+	// UnhealthyNodes is how many of them look failed or late (Suspect) now.
 	// +optional
 	UnhealthyNodes int32 `json:"unhealthyNodes"`
 	// Unhealthy lists the nodes that look failed or late, with the detectors' verdict and why

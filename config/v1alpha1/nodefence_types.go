@@ -92,7 +92,7 @@ const (
 	PhaseFenced    Phase = "Fenced"    // a method is confirmed by read-back
 	PhaseReleasing Phase = "Releasing" // taint, pods and attachments are being released
 	PhaseReleased  Phase = "Released"  // done: the node's workload may run elsewhere
-	PhaseFailed    Phase = "Failed"    // every method failed; nothing was released
+	PhaseFailed    Phase = "Failed"    // every method failed; nothing more is released (the Released condition says what was)
 	PhaseRecovered Phase = "Recovered" // the released node came back clean and was unfenced
 )
 
@@ -178,7 +178,7 @@ type NodeFenceStatus struct {
 	FencedTime *metav1.Time `json:"fencedTime,omitempty"`
 	// Liveness is what the node's own signals showed when the current method's fence was
 	// confirmed; a Lease renewal, an agent heartbeat or a peer reaching the node after it means
-	// the fence hit another machine, and nothing is released.
+	// the fence hit another machine, and nothing more is released.
 	// +optional
 	Liveness *Liveness `json:"liveness,omitempty"`
 	// ReleasedTime is when the last release step finished.
@@ -359,7 +359,9 @@ const (
 	ReasonWorkloadRunningAfterFence = "WorkloadRunningAfterFence"
 	// ReasonReleased (Released=True): the release steps the policy asked for are done.
 	ReasonReleased = "Released"
-	// ReasonNotFenced (Released=False): every method failed; nothing was released.
+	// ReasonNotFenced (Released=False): every method failed; nothing more is released. If the
+	// node showed life between two release steps, the message says what was already released
+	// (pods force-deleted, attachments released): a replacement may run beside the original.
 	ReasonNotFenced = "NotFenced"
 	// ReasonWithinLimit (StormGuardActive=False): few enough nodes look failed to fence.
 	ReasonWithinLimit = "WithinLimit"
