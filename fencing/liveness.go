@@ -443,7 +443,8 @@ func (r *NodeFenceReconciler) lease(ctx context.Context, node string) (*coordina
 // untaint removes the out-of-service taint from a node that showed life after this fence added
 // it: the taint is a release, and a release needs a fence. It says whether it removed one.
 func (r *NodeFenceReconciler) untaint(ctx context.Context, nf *v1alpha1.NodeFence) (bool, error) {
-	if !taintedSinceConfirmation(nf) {
+	since, ok := taintedSinceConfirmation(nf)
+	if !ok {
 		return false, nil
 	}
 	node := &corev1.Node{}
@@ -453,7 +454,7 @@ func (r *NodeFenceReconciler) untaint(ctx context.Context, nf *v1alpha1.NodeFenc
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	kept := node.Spec.Taints[:0]
 	for _, t := range node.Spec.Taints {
-		if t.Key != v1alpha1.TaintOutOfService || t.Effect != corev1.TaintEffectNoExecute {
+		if t.Key != v1alpha1.TaintOutOfService || t.Effect != corev1.TaintEffectNoExecute || !addedBy(t, since) {
 			kept = append(kept, t)
 		}
 	}
@@ -467,19 +468,29 @@ func (r *NodeFenceReconciler) untaint(ctx context.Context, nf *v1alpha1.NodeFenc
 	return true, nil
 }
 
-// taintedSinceConfirmation says whether this fence added the taint after its current
-// confirmation (a taint someone else added stays).
-func taintedSinceConfirmation(nf *v1alpha1.NodeFence) bool {
+// taintedSinceConfirmation says whether this fence's Taint step succeeded after its current
+// confirmation, and when that step began.
+func taintedSinceConfirmation(nf *v1alpha1.NodeFence) (time.Time, bool) {
 	for i := len(nf.Status.Steps) - 1; i >= 0; i-- {
 		s := nf.Status.Steps[i]
 		if isConfirmStep(s.Name) {
-			return false
+			return time.Time{}, false
 		}
 		if s.Name == v1alpha1.StepTaint && s.State == v1alpha1.StepSucceeded {
-			return true
+			return s.StartTime.Time, true
 		}
 	}
-	return false
+	return time.Time{}, false
+}
+
+// addedBy says whether the out-of-service taint t is the one a Taint step begun at start added:
+// the step stamps its taint's timeAdded with the controller's clock, so a taint without one, or
+// stamped before the step began, was there already (an operator's, or another controller's) and
+// stays when the node shows life. The step succeeds on a taint already present, so its success
+// alone does not say whose the taint is. Both times are kept to the second; the same second
+// counts as the step's (a retry after a crash finds its own taint).
+func addedBy(t corev1.Taint, start time.Time) bool {
+	return t.TimeAdded != nil && !t.TimeAdded.Time.Before(start.Truncate(time.Second))
 }
 
 // fencedAt is when the current confirmation was recorded (zero if none).

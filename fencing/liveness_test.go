@@ -189,41 +189,68 @@ func stepOf(nf *v1alpha1.NodeFence, name v1alpha1.StepName) v1alpha1.Step {
 }
 
 // A node that shows life after this fence tainted it loses the taint again (a release needs a
-// fence); a taint someone else added stays.
+// fence); a taint someone else added stays, also when this fence's Taint step found it present
+// and succeeded on it.
 func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
-	for _, ours := range []bool{true, false} {
-		w := newWorld(t, "ipmi")
-		ctx := context.Background()
-		w.renewLease(t)
-		node := &corev1.Node{}
-		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
-			t.Fatal(err)
-		}
-		node.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}}
-		if err := w.c.Update(ctx, node); err != nil {
-			t.Fatal(err)
-		}
-		nf := &v1alpha1.NodeFence{}
-		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
-			t.Fatal(err)
-		}
-		fenced := metav1.NewTime(w.now.Add(-time.Minute))
-		nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
-		nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
-		nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded)}
-		if ours {
-			nf.Status.Steps = append(nf.Status.Steps, st(v1alpha1.StepTaint, "", v1alpha1.StepSucceeded))
-		}
-		out, _, stop := w.r.checkLife(ctx, nf)
-		if !stop || out.state != v1alpha1.StepFailed || out.reason != v1alpha1.ReasonNodeAliveAfterFence {
-			t.Fatalf("ours=%t: checkLife = %+v, %t; want failed %s", ours, out, stop, v1alpha1.ReasonNodeAliveAfterFence)
-		}
-		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
-			t.Fatal(err)
-		}
-		if tainted := len(node.Spec.Taints) == 1; tainted == ours {
-			t.Errorf("ours=%t: tainted after the node showed life = %t (%s)", ours, tainted, out.message)
-		}
+	for _, tc := range []struct {
+		name string
+		// taintAdded is the node's taint's timeAdded, relative to the Taint step's start; nil:
+		// none (not stamped by Palisade).
+		taintAdded *time.Duration
+		taintStep  bool
+		wantGone   bool
+	}{
+		{"added by this fence's Taint step", ptr.To(time.Second), true, true},
+		{"added in the step's second (a retry after a crash found its own)", ptr.To(time.Duration(0)), true, true},
+		{"there before the Taint step, which found it present", ptr.To(-time.Minute), true, false},
+		{"someone else's, without timeAdded", nil, true, false},
+		{"no Taint step since the confirmation", ptr.To(time.Second), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, "ipmi")
+			ctx := context.Background()
+			w.renewLease(t)
+			stepStart := w.now.Add(-30 * time.Second)
+			node := &corev1.Node{}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+				t.Fatal(err)
+			}
+			taint := corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}
+			if tc.taintAdded != nil {
+				added := metav1.NewTime(stepStart.Add(*tc.taintAdded))
+				taint.TimeAdded = &added
+			}
+			node.Spec.Taints = []corev1.Taint{taint}
+			if err := w.c.Update(ctx, node); err != nil {
+				t.Fatal(err)
+			}
+			nf := &v1alpha1.NodeFence{}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+				t.Fatal(err)
+			}
+			fenced := metav1.NewTime(w.now.Add(-time.Minute))
+			nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
+			nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
+			nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded)}
+			if tc.taintStep {
+				step := st(v1alpha1.StepTaint, "", v1alpha1.StepSucceeded)
+				step.StartTime = metav1.NewTime(stepStart)
+				nf.Status.Steps = append(nf.Status.Steps, step)
+			}
+			out, _, stop := w.r.checkLife(ctx, nf)
+			if !stop || out.state != v1alpha1.StepFailed || out.reason != v1alpha1.ReasonNodeAliveAfterFence {
+				t.Fatalf("checkLife = %+v, %t; want failed %s", out, stop, v1alpha1.ReasonNodeAliveAfterFence)
+			}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+				t.Fatal(err)
+			}
+			if gone := len(node.Spec.Taints) == 0; gone != tc.wantGone {
+				t.Errorf("taint gone after the node showed life = %t, want %t (%s)", gone, tc.wantGone, out.message)
+			}
+			if said := strings.Contains(out.message, "the out-of-service taint was removed again"); said != tc.wantGone {
+				t.Errorf("message says the taint was removed = %t, want %t: %s", said, tc.wantGone, out.message)
+			}
+		})
 	}
 }
 
