@@ -43,6 +43,10 @@ const (
 	ReasonWaitingForSafeTime Reason = "WaitingForSafeTime"
 	// ReasonNodeReachable: a node expected to have fenced itself sent a signal again.
 	ReasonNodeReachable Reason = "NodeReachableAgain"
+	// ReasonOtherAgentsSilent: a self-fence cannot be relied on while another node's agent is
+	// silent too: the two may reach each other (an island cut off together), and an agent that
+	// reaches a peer does not count itself isolated, so it does not fence itself.
+	ReasonOtherAgentsSilent Reason = "OtherAgentsSilent"
 	// ReasonCloudAuthFailed: the cloud refused the credentials or the permission (AuthFailure,
 	// UnauthorizedOperation). Not retryable until the credentials or the role change.
 	ReasonCloudAuthFailed Reason = "CloudAuthFailed"

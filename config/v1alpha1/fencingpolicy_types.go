@@ -30,10 +30,12 @@ const (
 	// It needs a reachable agent, so it is skipped for a node with no signal on any path (Dead).
 	MethodExecutor MethodType = "Executor"
 	// MethodSelfFence relies on the node's agent fencing itself: an agent cut off from the
-	// controller and the API server for longer than its --self-fence-after terminates its
-	// workload (and reboots through its watchdog when configured). The controller counts the
-	// node fenced only once it has had no signal from it on any path for safeAfter, and records
-	// that it relied on it.
+	// controller, the API server (counted reachable only while its kubelet is healthy) and every
+	// peer for longer than its --self-fence-after terminates its workload (and reboots through
+	// its watchdog when configured). The controller counts the node fenced only once it has had
+	// no signal from it on any path for safeAfter since the wait began, and no other node's
+	// agent is silent too (nodes cut off together may reach each other, and then do not fence
+	// themselves: OtherAgentsSilent), and records that it relied on it.
 	MethodSelfFence MethodType = "SelfFence"
 	// MethodNetworkFence fences the node at its storage through csi-addons: a NetworkFence
 	// (csiaddons.openshift.io/v1alpha1) for the node's addresses with the method's
@@ -256,9 +258,9 @@ type NetworkFenceMethod struct {
 // SelfFenceMethod configures reliance on the agents' self-fencing.
 // +kubebuilder:validation:XValidation:rule="duration(self.safeAfter) >= duration('1s')",message="selfFence.safeAfter must be at least 1s, and should exceed the agents' --self-fence-after plus the longest grace period"
 type SelfFenceMethod struct {
-	// SafeAfter is how long after the last signal from the node, on any path, its agent has
-	// surely terminated its workload: more than the agents' --self-fence-after plus the longest
-	// grace period of its pods. The method's timeout (default 60s, counted from the wait's
+	// SafeAfter is how long after the wait for the node's isolation began (the node silent on
+	// every path) its agent has surely terminated its workload: more than the agents'
+	// --self-fence-after plus two heartbeat intervals plus the longest grace period of its pods. The method's timeout (default 60s, counted from the wait's
 	// start) must exceed safeAfter, or the method fails with MethodTimedOut.
 	SafeAfter metav1.Duration `json:"safeAfter"`
 }

@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -112,6 +113,26 @@ func (o Observer) LastSignal(ctx context.Context, name string, now time.Time) (t
 	// The lease timeout does not move the freshest signal; any value will do.
 	obs, err := o.Observe(ctx, node, time.Minute, now)
 	return obs.LastSeen, err
+}
+
+// SilentAgents names, sorted, the nodes other than node whose agent the controller has heard
+// but lost: no heartbeat for classify.DefaultMissedHeartbeats of its intervals, at now. Nodes
+// whose agent it never heard are not named. Empty without agents.
+func (o Observer) SilentAgents(node string, now time.Time) []string {
+	if o.Heartbeats == nil {
+		return nil
+	}
+	var out []string
+	o.Heartbeats.EachReceived(func(n string, received time.Time, interval time.Duration) {
+		if interval <= 0 {
+			interval = classify.DefaultInterval
+		}
+		if n != node && !received.IsZero() && now.Sub(received) > time.Duration(classify.DefaultMissedHeartbeats)*interval {
+			out = append(out, n)
+		}
+	})
+	slices.Sort(out)
+	return out
 }
 
 // signalsOf gives a node's classifier inputs from the agents: its own heartbeat and its peers'

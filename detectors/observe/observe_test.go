@@ -125,3 +125,38 @@ func TestObserveFastDeadAfterBlindness(t *testing.T) {
 		})
 	}
 }
+
+// received is the heartbeats' arrival times and intervals, by node.
+type received map[string][2]time.Time
+
+func (received) Snapshot() map[string]agentwire.Heartbeat { return nil }
+func (received) Latest(string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
+	return agentwire.Heartbeat{}, nil, false
+}
+func (r received) EachReceived(fn func(string, time.Time, time.Duration)) {
+	for n, v := range r {
+		fn(n, v[0], v[1].Sub(time.Time{}))
+	}
+}
+
+// SilentAgents names the other nodes whose agent was heard and then lost (three of its own
+// intervals without a heartbeat), never the node asked about, nor a node never heard.
+func TestSilentAgents(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	every := func(d time.Duration) time.Time { return time.Time{}.Add(d) }
+	o := Observer{Heartbeats: received{
+		"self":       {now.Add(-time.Minute), every(time.Second)},         // the node asked about
+		"fresh":      {now.Add(-2 * time.Second), every(time.Second)},     // within 3 intervals
+		"lost":       {now.Add(-4 * time.Second), every(time.Second)},     // 4 s, 3 intervals of 1 s
+		"slow-fresh": {now.Add(-8 * time.Second), every(5 * time.Second)}, // within 3 intervals of 5 s
+		"slow-lost":  {now.Add(-16 * time.Second), every(5 * time.Second)},
+		"default":    {now.Add(-4 * time.Second), time.Time{}}, // no interval stated: 1 s
+		"never":      {time.Time{}, every(time.Second)},
+	}}
+	if diff := cmp.Diff([]string{"default", "lost", "slow-lost"}, o.SilentAgents("self", now)); diff != "" {
+		t.Errorf("SilentAgents (-want +got):\n%s", diff)
+	}
+	if got := (Observer{}).SilentAgents("self", now); len(got) != 0 {
+		t.Errorf("without agents: %v, want none", got)
+	}
+}

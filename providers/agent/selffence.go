@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -12,9 +13,13 @@ import (
 // SelfFenceName is the self-fence provider's name.
 const SelfFenceName = "self-fence"
 
-// Signals tells when a node last sent a signal on any path (detectors/observe.Observer).
+// Signals tells when a node last sent a signal on any path, and which other nodes' agents are
+// silent (detectors/observe.Observer).
 type Signals interface {
 	LastSignal(ctx context.Context, node string, now time.Time) (time.Time, error)
+	// SilentAgents names the nodes other than node whose agent the controller heard but has
+	// lost (missed heartbeats), at now.
+	SilentAgents(node string, now time.Time) []string
 }
 
 // SelfFence is the SelfFence method: it relies on the node's agent fencing itself once cut off
@@ -80,6 +85,15 @@ func (s *SelfFence) Check(ctx context.Context, req providers.Request) (providers
 		lastSeen = "its last known signal at " + last.UTC().Format(time.RFC3339)
 	}
 	if silent >= safe {
+		// An island: nodes cut off together from the controller and the API server, reaching
+		// each other. Their agents each reach a peer, so none counts itself isolated or fences
+		// itself, while the controller hears none of them. Another silent agent may be such a
+		// peer: then the silence says nothing of a self-fence.
+		if others := s.signals.SilentAgents(req.Node(), req.Now); len(others) > 0 {
+			return providers.Status{State: providers.Failed, Reason: providers.ReasonOtherAgentsSilent,
+				Message: fmt.Sprintf("node %s has been silent for %s (safeAfter %s), but the agents of %s are silent too: nodes cut off together may reach each other, and an agent that reaches a peer does not fence itself, so the silence does not show a self-fence; the chain goes on (a power or storage method can fence it)",
+					req.Node(), silent.Round(100*time.Millisecond), safe, namesOf(others))}, nil
+		}
 		return providers.Status{State: providers.Confirmed,
 			Message: fmt.Sprintf("relied on the node's self-fence: no signal from it on any path for %s since the wait began at %s (safeAfter %s; %s)",
 				silent.Round(100*time.Millisecond), started.UTC().Format(time.RFC3339), safe, lastSeen)}, nil
@@ -105,4 +119,18 @@ func awaitStart(nf *v1alpha1.NodeFence) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// maxNamed is how many nodes a message names.
+const maxNamed = 3
+
+// namesOf is "node a", "nodes a, b" or "nodes a, b, c and 4 more".
+func namesOf(nodes []string) string {
+	if len(nodes) == 1 {
+		return "node " + nodes[0]
+	}
+	if len(nodes) <= maxNamed {
+		return "nodes " + strings.Join(nodes, ", ")
+	}
+	return fmt.Sprintf("nodes %s and %d more", strings.Join(nodes[:maxNamed], ", "), len(nodes)-maxNamed)
 }

@@ -11,11 +11,17 @@ import (
 	"palisade.dev/palisade/providers"
 )
 
-type lastSignal time.Time
-
-func (l lastSignal) LastSignal(context.Context, string, time.Time) (time.Time, error) {
-	return time.Time(l), nil
+// signals is a node's last signal and the other nodes whose agents are silent.
+type signals struct {
+	last   time.Time
+	silent []string
 }
+
+func (s signals) LastSignal(context.Context, string, time.Time) (time.Time, error) {
+	return s.last, nil
+}
+
+func (s signals) SilentAgents(string, time.Time) []string { return s.silent }
 
 // The self-fence is confirmed only once the node has been silent for safeAfter since the wait
 // began (not since its last known signal: a peer's earlier reach of it is forgotten once the
@@ -30,17 +36,22 @@ func TestSelfFenceCheck(t *testing.T) {
 		expired bool
 		want    providers.State
 		reason  providers.Reason
+		silent  []string // other nodes' agents silent too
 	}{
-		{"silent for less than safeAfter", start.Add(-time.Second), start.Add(2 * time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime},
-		{"silent for safeAfter counted from the last signal, not from the wait's start", start.Add(-time.Second), start.Add(4 * time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime},
-		{"silent for safeAfter since the wait began", start.Add(-time.Second), start.Add(5 * time.Second), false, providers.Confirmed, ""},
+		{"silent for less than safeAfter", start.Add(-time.Second), start.Add(2 * time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime, nil},
+		{"silent for safeAfter counted from the last signal, not from the wait's start", start.Add(-time.Second), start.Add(4 * time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime, nil},
+		{"silent for safeAfter since the wait began", start.Add(-time.Second), start.Add(5 * time.Second), false, providers.Confirmed, "", nil},
 		// Partitioned for minutes (its peers reached it; the controller kept only their latest
 		// reports), then its peers lost it: the last known signal is minutes old, but its agent
 		// began to count its isolation only when the peers were lost, just before the wait.
-		{"last known signal long before the wait", start.Add(-2 * time.Minute), start.Add(time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime},
-		{"no signal known: counted from the wait's start", time.Time{}, start.Add(5 * time.Second), false, providers.Confirmed, ""},
-		{"a signal after the wait began", start.Add(time.Second), start.Add(10 * time.Second), false, providers.Failed, providers.ReasonNodeReachable},
-		{"time is up", start.Add(-time.Second), start.Add(2 * time.Second), true, providers.Failed, providers.ReasonTimedOut},
+		{"last known signal long before the wait", start.Add(-2 * time.Minute), start.Add(time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime, nil},
+		{"no signal known: counted from the wait's start", time.Time{}, start.Add(5 * time.Second), false, providers.Confirmed, "", nil},
+		{"a signal after the wait began", start.Add(time.Second), start.Add(10 * time.Second), false, providers.Failed, providers.ReasonNodeReachable, nil},
+		{"time is up", start.Add(-time.Second), start.Add(2 * time.Second), true, providers.Failed, providers.ReasonTimedOut, nil},
+		// An island: n1 and n2 cut off together reach each other, so neither agent counts itself
+		// isolated, and the controller hears neither.
+		{"another agent silent too", start.Add(-time.Second), start.Add(5 * time.Second), false, providers.Failed, providers.ReasonOtherAgentsSilent, []string{"n2"}},
+		{"other agents silent, still waiting", start.Add(-time.Second), start.Add(2 * time.Second), false, providers.InProgress, providers.ReasonWaitingForSafeTime, []string{"n2", "n3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,7 +59,7 @@ func TestSelfFenceCheck(t *testing.T) {
 			nf.Status.Steps = []v1alpha1.Step{{Name: v1alpha1.StepAwaitIsolation, State: v1alpha1.StepSucceeded, StartTime: metav1.NewTime(start)}}
 			req := providers.Request{Fence: nf, Now: tt.now, Expired: tt.expired, Method: v1alpha1.Method{Name: "self",
 				Type: v1alpha1.MethodSelfFence, SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 5 * time.Second}}}}
-			got, err := NewSelfFence(lastSignal(tt.last)).Check(context.Background(), req)
+			got, err := NewSelfFence(signals{tt.last, tt.silent}).Check(context.Background(), req)
 			if err != nil || got.State != tt.want || got.Reason != tt.reason {
 				t.Errorf("Check = %+v, %v; want %s %s", got, err, tt.want, tt.reason)
 			}
