@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,9 +51,12 @@ func (f *fakeProber) SetTargets(ts []agentwire.PeerTarget) {
 func (f *fakeProber) SetInterval(d time.Duration)     { f.interval = d }
 func (f *fakeProber) AnyReachable(time.Duration) bool { return false }
 
-type fakeFencer struct{ seen []Reachability }
+type fakeFencer struct {
+	seen []Reachability
+	api  bool // what ProbeAPIServer answers
+}
 
-func (f *fakeFencer) ProbeAPIServer(context.Context) bool { return false }
+func (f *fakeFencer) ProbeAPIServer(context.Context) bool { return f.api }
 func (f *fakeFencer) Observe(_ context.Context, r Reachability, _ time.Time) {
 	f.seen = append(f.seen, r)
 }
@@ -64,7 +68,7 @@ func (refusal403) StatusCode() int { return http.StatusForbidden }
 
 // TestBeat: one heartbeat round hands the controller's answer on (the interval only within
 // 100ms..1m, the peers, the command), and tells the self-fencer that the controller was reached
-// when it answered, even with a refusal.
+// only when it accepted the heartbeat.
 func TestBeat(t *testing.T) {
 	kubelet := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer kubelet.Close()
@@ -131,6 +135,27 @@ func TestReachabilityIsWhatTheControllerHears(t *testing.T) {
 	} {
 		if got := reachability(tc.sent, tc.api, tc.kubelet, tc.peers); got != tc.want {
 			t.Errorf("%s: reachability = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A round in which the API server answers the agent's probe but the kubelet does not answer
+// healthy tells the self-fencer that the API server is not reached: the controller hears that
+// path only by the kubelet's Lease renewals.
+func TestBeatAPIServerCountsOnlyWithAHealthyKubelet(t *testing.T) {
+	for _, healthy := range []bool{true, false} {
+		kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if !healthy {
+				w.WriteHeader(http.StatusInternalServerError)
+			}
+		}))
+		x, f := &fakeExchanger{err: errors.New("connection refused")}, &fakeFencer{api: true}
+		h := New(Config{Node: "a", BootID: "boot", Interval: time.Second, CallTimeout: time.Second, KubeletHealthz: kubelet.URL},
+			x, &fakeOrders{}, f, &fakeProber{}, logr.Discard())
+		h.beat(t.Context())
+		kubelet.Close()
+		if want := []Reachability{{API: healthy}}; !slices.Equal(f.seen, want) {
+			t.Errorf("kubelet healthy %t: the self-fencer saw %+v, want %+v", healthy, f.seen, want)
 		}
 	}
 }
