@@ -188,7 +188,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		return ctrl.Result{}, err
 	}
 	if h.Blocked() {
-		msg := fmt.Sprintf("not fencing node %s (%s): %d of %d nodes of policy %s look failed, more than the storm guard's %d; the controller may be the one cut off",
+		msg := fmt.Sprintf("not fencing node %s (%s): %d of %d nodes of policy %s look failed or late (Suspect), more than the storm guard's %d; the controller may be the one cut off",
 			node.Name, obs.Reason, h.Unhealthy, h.Nodes, p.Name, h.MaxUnhealthy)
 		r.Recorder.Eventf(node, p, corev1.EventTypeWarning, ReasonStormGuard, "Detect", msg)
 		ctrl.LoggerFrom(ctx).Info("storm guard holds", "unhealthy", h.Unhealthy, "nodes", h.Nodes, "maxUnhealthy", h.MaxUnhealthy)

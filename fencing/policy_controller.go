@@ -57,10 +57,10 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	p.Status.Nodes, p.Status.UnhealthyNodes, p.Status.Unhealthy = int32(h.Nodes), int32(h.Unhealthy), h.Listed
 	guard := metav1.Condition{Type: v1alpha1.ConditionStormGuardActive, Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonWithinLimit, ObservedGeneration: p.Generation,
-		Message: fmt.Sprintf("%d of %d nodes look failed; fencing allowed up to %d", h.Unhealthy, h.Nodes, h.MaxUnhealthy)}
+		Message: fmt.Sprintf("%d of %d nodes look failed or late (Suspect); fencing allowed up to %d", h.Unhealthy, h.Nodes, h.MaxUnhealthy)}
 	if h.Blocked() {
 		guard.Status, guard.Reason = metav1.ConditionTrue, v1alpha1.ReasonTooManyUnhealthy
-		guard.Message = fmt.Sprintf("%d of %d nodes look failed, more than %d: automatic fencing is stopped; the controller or the API server may be the one cut off", h.Unhealthy, h.Nodes, h.MaxUnhealthy)
+		guard.Message = fmt.Sprintf("%d of %d nodes look failed or late (Suspect), more than %d: automatic fencing is stopped; the controller or the API server may be the one cut off", h.Unhealthy, h.Nodes, h.MaxUnhealthy)
 	}
 	policyUnhealthyNodes.WithLabelValues(p.Name).Set(float64(h.Unhealthy))
 	stormGuardActive.WithLabelValues(p.Name).Set(map[bool]float64{true: 1}[h.Blocked()])

@@ -75,8 +75,8 @@ type FencingPolicySpec struct {
 	// +listType=atomic
 	Methods []Method `json:"methods"`
 
-	// StormGuard stops all automatic fencing when too many of the policy's nodes look failed at
-	// once: then the controller is more likely the one cut off than the nodes.
+	// StormGuard stops all automatic fencing when too many of the policy's nodes look failed or
+	// late (Suspect) at once: then the controller is more likely the one cut off than the nodes.
 	// +optional
 	StormGuard StormGuard `json:"stormGuard,omitempty"`
 
@@ -374,8 +374,9 @@ type SecretReference struct {
 // StormGuard bounds automatic fencing.
 // +kubebuilder:validation:XValidation:rule="!has(self.maxUnhealthy) || (type(self.maxUnhealthy) == int ? self.maxUnhealthy >= 0 : self.maxUnhealthy.matches('^(100|[1-9]?[0-9])%$'))",message="spec.stormGuard.maxUnhealthy must be a count (0 or more) or a percentage from 0% to 100%"
 type StormGuard struct {
-	// MaxUnhealthy is the most nodes of the policy that may look failed at once (a count, or a
-	// percentage of the policy's nodes, rounded down but at least one) for fencing to go on.
+	// MaxUnhealthy is the most nodes of the policy that may look failed or late (Suspect) at
+	// once (a count, or a percentage of the policy's nodes, rounded down but at least one) for
+	// fencing to go on.
 	// Default "40%".
 	// +kubebuilder:validation:XIntOrString
 	// +optional

@@ -363,9 +363,9 @@ const (
 	// node showed life between two release steps, the message says what was already released
 	// (pods force-deleted, attachments released): a replacement may run beside the original.
 	ReasonNotFenced = "NotFenced"
-	// ReasonWithinLimit (StormGuardActive=False): few enough nodes look failed to fence.
+	// ReasonWithinLimit (StormGuardActive=False): few enough nodes look failed or late to fence.
 	ReasonWithinLimit = "WithinLimit"
-	// ReasonTooManyUnhealthy (StormGuardActive=True): too many nodes look failed; automatic
-	// fencing is stopped.
+	// ReasonTooManyUnhealthy (StormGuardActive=True): too many nodes look failed or late
+	// (Suspect); automatic fencing is stopped.
 	ReasonTooManyUnhealthy = "TooManyUnhealthy"
 )
