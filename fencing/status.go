@@ -91,11 +91,20 @@ func setCondition(nf *v1alpha1.NodeFence, typ string, status metav1.ConditionSta
 // attachments released — then the operator must look at once: a replacement may run beside
 // the original.
 func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
-	pods, atts := int(nf.Status.PodsDeleted), int(nf.Status.AttachmentsReleased)
-	if pods == 0 && atts == 0 {
+	if !releasedAny(nf) {
 		return "nothing was released"
 	}
-	return fmt.Sprintf("%s force-deleted and %s released before the node showed life after its fence was confirmed "+
+	return fmt.Sprintf("%s before the node showed life after its fence was confirmed "+
 		"(the out-of-service taint was taken back): a replacement may run beside the original; check node %s at once",
-		countOf(pods, "pod"), countOf(atts, "attachment"), nf.Spec.NodeName)
+		releasedCounts(nf), nf.Spec.NodeName)
+}
+
+// releasedAny says whether the fence force-deleted pods or released attachments.
+func releasedAny(nf *v1alpha1.NodeFence) bool {
+	return nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0
+}
+
+// releasedCounts is "2 pods force-deleted and 1 attachment released".
+func releasedCounts(nf *v1alpha1.NodeFence) string {
+	return fmt.Sprintf("%s force-deleted and %s released", countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment"))
 }

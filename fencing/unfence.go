@@ -209,10 +209,5 @@ func OutOfService(node *corev1.Node) bool {
 // out-of-service taint back. The missing taint then says nothing of a repair, and the storage
 // fence may be all that keeps the original from writing beside its replacement.
 func releasedThenDisproved(nf *v1alpha1.NodeFence) bool {
-	return nf.Status.Phase == v1alpha1.PhaseFailed && (nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0)
-}
-
-// releasedCounts is "2 pods force-deleted, 1 attachment released".
-func releasedCounts(nf *v1alpha1.NodeFence) string {
-	return fmt.Sprintf("%s force-deleted, %s released", countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment"))
+	return nf.Status.Phase == v1alpha1.PhaseFailed && releasedAny(nf)
 }

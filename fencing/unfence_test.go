@@ -185,15 +185,7 @@ func TestStorageFenceKeptForAGoneNode(t *testing.T) {
 	if err := w.c.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if nf := w.deleteFence(t, 1); nf != nil {
-		t.Fatalf("the NodeFence of a gone node stays: %+v", nf.Status.Conditions)
-	}
-	if s.lifts != 0 {
-		t.Errorf("the storage fence of a gone node was lifted (%d calls)", s.lifts)
-	}
-	if !slices.Contains(reasonsOf(rec), ReasonStorageFenceKept) {
-		t.Errorf("no %s event: %v", ReasonStorageFenceKept, reasonsOf(rec))
-	}
+	checkStorageFenceKept(t, w, s, rec, "a gone node")
 }
 
 // TestFailedStorageFenceLiftedAtOnce: a fence that released nothing (its storage fence never
@@ -229,11 +221,18 @@ func TestStorageFenceKeptAfterAReleaseTheNodeDisproved(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.removeTaint(t)
+	checkStorageFenceKept(t, w, s, rec, "a node that showed life after its pods were force-deleted")
+}
+
+// checkStorageFenceKept deletes the NodeFence and checks that it goes at once, its storage
+// fence not lifted, with a StorageFenceKept event; whose names the node in failures.
+func checkStorageFenceKept(t *testing.T, w *world, s *storage, rec *recorder, whose string) {
+	t.Helper()
 	if nf := w.deleteFence(t, 1); nf != nil {
-		t.Fatalf("the NodeFence stays: %+v", nf.Status.Conditions)
+		t.Fatalf("the NodeFence of %s stays: %+v", whose, nf.Status.Conditions)
 	}
 	if s.lifts != 0 {
-		t.Errorf("the storage fence of a node that showed life after its pods were force-deleted was lifted (%d calls)", s.lifts)
+		t.Errorf("the storage fence of %s was lifted (%d calls)", whose, s.lifts)
 	}
 	if !slices.Contains(reasonsOf(rec), ReasonStorageFenceKept) {
 		t.Errorf("no %s event: %v", ReasonStorageFenceKept, reasonsOf(rec))
