@@ -26,12 +26,22 @@ type heartbeat struct {
 	kubeletHealthy bool
 }
 
-func (c Config) heartbeat(a Agent, now time.Time) heartbeat {
-	interval := a.Interval
+// LostAfter is how long an agent that heartbeats every interval (0: DefaultInterval) may be
+// silent before it counts as lost: MissedHeartbeats of its intervals (0: the default).
+func (c Config) LostAfter(interval time.Duration) time.Duration {
+	return time.Duration(c.withDefaults().MissedHeartbeats) * orDefaultInterval(interval)
+}
+
+func orDefaultInterval(interval time.Duration) time.Duration {
 	if interval <= 0 {
-		interval = DefaultInterval
+		return DefaultInterval
 	}
-	hb := heartbeat{timeout: time.Duration(c.MissedHeartbeats) * interval, interval: interval, kubeletHealthy: a.KubeletHealthy}
+	return interval
+}
+
+func (c Config) heartbeat(a Agent, now time.Time) heartbeat {
+	interval := orDefaultInterval(a.Interval)
+	hb := heartbeat{timeout: c.LostAfter(interval), interval: interval, kubeletHealthy: a.KubeletHealthy}
 	if a.LastSeen.IsZero() {
 		hb.state = never
 		if !c.HeartbeatsSince.IsZero() && now.Sub(c.HeartbeatsSince) <= hb.timeout {

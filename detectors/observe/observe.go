@@ -116,18 +116,16 @@ func (o Observer) LastSignal(ctx context.Context, name string, now time.Time) (t
 }
 
 // SilentAgents names, sorted, the nodes other than node whose agent the controller has heard
-// but lost: no heartbeat for classify.DefaultMissedHeartbeats of its intervals, at now. Nodes
-// whose agent it never heard are not named. Empty without agents.
+// but lost, at now, by the classifier's rule (classify.Config.LostAfter). Nodes whose agent it
+// never heard are not named. Empty without agents.
 func (o Observer) SilentAgents(node string, now time.Time) []string {
 	if o.Heartbeats == nil {
 		return nil
 	}
 	var out []string
+	lost := classify.Config{}
 	o.Heartbeats.EachReceived(func(n string, received time.Time, interval time.Duration) {
-		if interval <= 0 {
-			interval = classify.DefaultInterval
-		}
-		if n != node && !received.IsZero() && now.Sub(received) > time.Duration(classify.DefaultMissedHeartbeats)*interval {
+		if n != node && !received.IsZero() && now.Sub(received) > lost.LostAfter(interval) {
 			out = append(out, n)
 		}
 	})
