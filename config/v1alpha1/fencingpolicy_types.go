@@ -53,9 +53,13 @@ const (
 	MethodStorageGateway MethodType = "StorageGateway"
 )
 
+// The SelfFence timeout rule sits on the policy, not on Method, which NodeFence copies: a
+// NodeFence copied from a policy stored before the rule must still be created.
+
 // FencingPolicySpec says which nodes a policy covers, when one counts as failed, how it is
 // fenced and what is released once the fence is confirmed.
 // +kubebuilder:validation:XValidation:rule="self.methods.map(m, m.name).all(n, self.methods.filter(m, m.name == n).size() == 1)",message="spec.methods: every method needs a unique name"
+// +kubebuilder:validation:XValidation:rule="self.methods.all(m, m.type != 'SelfFence' || !has(m.selfFence) || duration(m.selfFence.safeAfter) < (has(m.timeout) ? duration(m.timeout) : duration('60s')))",message="spec.methods: a SelfFence method's timeout (default 60s, counted from the wait's start) must exceed selfFence.safeAfter, or the method can only time out (MethodTimedOut): raise timeout or lower safeAfter"
 type FencingPolicySpec struct {
 	// NodeSelector picks the nodes this policy covers. Empty selects every node.
 	// +optional
@@ -261,7 +265,7 @@ type SelfFenceMethod struct {
 	// SafeAfter is how long after the wait for the node's isolation began (the node silent on
 	// every path) its agent has surely terminated its workload: more than the agents'
 	// --self-fence-after plus two heartbeat intervals plus the longest grace period of its pods. The method's timeout (default 60s, counted from the wait's
-	// start) must exceed safeAfter, or the method fails with MethodTimedOut.
+	// start) must exceed safeAfter: the API server refuses a policy where it does not.
 	SafeAfter metav1.Duration `json:"safeAfter"`
 }
 

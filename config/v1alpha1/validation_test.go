@@ -34,6 +34,16 @@ func leveled(levels ...string) []v1alpha1.Method {
 	return out
 }
 
+// selfFence makes p's method a SelfFence with safeAfter, and timeout when not zero.
+func selfFence(p *v1alpha1.FencingPolicy, safeAfter, timeout time.Duration) {
+	m := &p.Spec.Methods[0]
+	m.Type, m.IPMI = v1alpha1.MethodSelfFence, nil
+	m.SelfFence = &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: safeAfter}}
+	if timeout != 0 {
+		m.Timeout = &metav1.Duration{Duration: timeout}
+	}
+}
+
 // The API server itself refuses a bad FencingPolicy, with a message a person understands.
 func TestFencingPolicyValidation(t *testing.T) {
 	cluster := testbed.StartT(t, testbed.Options{})
@@ -143,6 +153,26 @@ func TestFencingPolicyValidation(t *testing.T) {
 		{"method timeout too long", func(p *v1alpha1.FencingPolicy) {
 			p.Spec.Methods[0].Timeout = &metav1.Duration{Duration: time.Hour}
 		}, []string{"a method's timeout must be between 1s and 30m"}},
+		{"SelfFence without its settings", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodSelfFence, nil
+		}, []string{"a method of type SelfFence needs selfFence.safeAfter"}},
+		{"SelfFence safe after under 1s", func(p *v1alpha1.FencingPolicy) {
+			selfFence(p, 500*time.Millisecond, 0)
+		}, []string{"selfFence.safeAfter must be at least 1s"}},
+		{"SelfFence within the default timeout", func(p *v1alpha1.FencingPolicy) { selfFence(p, 45*time.Second, 0) }, nil},
+		{"SelfFence safe after equal to the default timeout", func(p *v1alpha1.FencingPolicy) {
+			selfFence(p, time.Minute, 0)
+		}, []string{"a SelfFence method's timeout (default 60s, counted from the wait's start) must exceed selfFence.safeAfter"}},
+		{"SelfFence safe after beyond the default timeout", func(p *v1alpha1.FencingPolicy) {
+			selfFence(p, 90*time.Second, 0)
+		}, []string{"must exceed selfFence.safeAfter", "raise timeout or lower safeAfter"}},
+		{"SelfFence within its own timeout", func(p *v1alpha1.FencingPolicy) { selfFence(p, 90*time.Second, 3*time.Minute) }, nil},
+		{"SelfFence beyond its own timeout", func(p *v1alpha1.FencingPolicy) {
+			selfFence(p, 90*time.Second, 80*time.Second)
+		}, []string{"must exceed selfFence.safeAfter"}},
+		{"SelfFence timeout only just above safe after", func(p *v1alpha1.FencingPolicy) {
+			selfFence(p, 90*time.Second, 91*time.Second)
+		}, nil},
 		{"storm guard over 100%", func(p *v1alpha1.FencingPolicy) { p.Spec.StormGuard.MaxUnhealthy = pct("150%") },
 			[]string{"spec.stormGuard.maxUnhealthy must be a count (0 or more) or a percentage from 0% to 100%"}},
 		{"storm guard not a percentage", func(p *v1alpha1.FencingPolicy) { p.Spec.StormGuard.MaxUnhealthy = pct("many") },
