@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -46,9 +47,30 @@ func waitPeerView(t *testing.T, e *env, node string, reachable bool, reporters [
 	}
 }
 
+// waitProbedBy waits until node's latest heartbeat names exactly probers as the peers whose
+// probes it acknowledged.
+func waitProbedBy(t *testing.T, e *env, node string, probers []string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var got []string
+		for _, p := range e.server.Snapshot()[node].ProbedBy {
+			got = append(got, p.Node)
+		}
+		slices.Sort(got)
+		if slices.Equal(got, probers) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s, %s acknowledged the probes of %v, want %v", within, node, got, probers)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestPeersProbeEachOther runs three real agents against a real Server: the Server assigns each
 // the other two as peers (the ring with k=3 and n=3), the agents probe each other's probe ports
-// and report it. An agent killed is reported unreachable within a few intervals; a node whose
+// and report it, and each acknowledges its probers and reports them too. An agent killed is reported unreachable within a few intervals; a node whose
 // agent is dead but whose kubelet port still accepts counts as reachable (not dead).
 func TestPeersProbeEachOther(t *testing.T) {
 	const interval = 500 * time.Millisecond
@@ -83,6 +105,9 @@ func TestPeersProbeEachOther(t *testing.T) {
 	// With n=4 and k=3 every node probes, and is probed by, the three others.
 	waitPeerView(t, e, "node-d", true, []string{"node-a", "node-b", "node-c"}, 5*time.Second)
 	waitPeerView(t, e, "node-c", true, []string{"node-a", "node-b", "node-d"}, 5*time.Second)
+	// Each agent acknowledges its probers' probes and says so: the controller's sight of the
+	// paths their agents count for their self-fence.
+	waitProbedBy(t, e, "node-a", []string{"node-b", "node-c", "node-d"}, 5*time.Second)
 	hb := e.server.Snapshot()["node-a"]
 	if len(hb.ProbeAddresses) != 1 || len(hb.Peers) != 3 {
 		t.Fatalf("node-a: probe addresses %v (want its probe port only: --kubelet-port 0), %d peer reports (want 3)", hb.ProbeAddresses, len(hb.Peers))
@@ -93,6 +118,7 @@ func TestPeersProbeEachOther(t *testing.T) {
 	<-procs["node-d"].done
 	waitPeerView(t, e, "node-d", false, []string{"node-a", "node-b", "node-c"}, 4*interval+time.Second)
 	t.Logf("a killed agent was reported unreachable by all its peers after %s", time.Since(start).Round(10*time.Millisecond))
+	waitProbedBy(t, e, "node-a", []string{"node-b", "node-c"}, 4*interval+time.Second)
 	for _, r := range []string{"node-a", "node-b", "node-c"} {
 		for _, p := range e.server.Snapshot()[r].Peers {
 			if p.Node == "node-d" && !p.At.After(start) {

@@ -92,14 +92,14 @@ func probePeers(ctx context.Context, o options, log logr.Logger) (heartbeat.Prob
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("loading the CA for probes: %w", err)
 	}
-	probes, err := peers.ListenProbes(o.probeAddress, cert.Current, log)
+	probes, err := peers.ListenProbes(o.probeAddress, cert.Current, pool.Current, log)
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("listening for peer probes on --probe-address %s: %w", o.probeAddress, err)
 	}
 	go probes.Serve()
-	p := peers.NewProber(peers.Config{Interval: o.interval}, log.WithName("peers"), peers.NewProbeDialer(pool.Current).Probe)
+	p := peers.NewProber(peers.Config{Interval: o.interval}, log.WithName("peers"), peers.NewProbeDialer(pool.Current, cert.Current).Probe)
 	go p.Run(ctx)
-	return p, probes.Port(), probes.Close, nil
+	return peers.Peers{Prober: p, ProbeServer: probes}, probes.Port(), probes.Close, nil
 }
 
 // logStart says how the agent runs, and warns of flags that contradict each other.

@@ -30,6 +30,10 @@ type Report struct {
 	KubeletHealthy bool `json:"kubeletHealthy"`
 	// Peers are the agent's latest probes of its peers.
 	Peers []PeerReport `json:"peers"`
+	// ProbedBy are the peers whose probes of this node its agent acknowledged lately, each
+	// with the time of its latest (Reachable true): the controller's only sight of a path from
+	// such a peer to this node, which the peer's agent counts as one (at most MaxPeers).
+	ProbedBy []PeerReport `json:"probedBy,omitempty"`
 	// IntervalMillis is the agent's heartbeat interval; 0 means the classifier's default.
 	IntervalMillis int64 `json:"intervalMillis,omitempty"`
 	// SentAt is the agent's clock when sending; the server uses it to move the peers' times
@@ -75,6 +79,9 @@ type Heartbeat struct {
 	// Peers are the node's probes of its peers, their times on the server's clock. The slice
 	// is never modified after it is recorded.
 	Peers []PeerReport
+	// ProbedBy are the peers whose probes the node's agent acknowledged (Report's), their
+	// times on the server's clock; never modified after it is recorded.
+	ProbedBy []PeerReport
 	// Received is when the server accepted it, on the server's clock.
 	Received time.Time
 	// CertNotAfter is when the agent's client certificate expires.

@@ -9,6 +9,20 @@ type Sighting struct {
 	Reachable bool
 	// At is when the peer probed, on the server's clock.
 	At time.Time
+	// Inbound says the node probed From rather than From the node: From's agent acknowledged
+	// the node's probe at At (Reachable is true). The node's agent counts that as a path.
+	Inbound bool
+}
+
+// Sightings calls fn with every report hb makes about another node (about): its probes of its
+// peers, then the probes by peers that it acknowledged (Inbound).
+func (hb Heartbeat) Sightings(fn func(about string, s Sighting)) {
+	for _, p := range hb.Peers {
+		fn(p.Node, Sighting{From: hb.Node, Reachable: p.Reachable, At: p.At})
+	}
+	for _, p := range hb.ProbedBy {
+		fn(p.Node, Sighting{From: hb.Node, Reachable: true, At: p.At, Inbound: true})
+	}
 }
 
 // LatestOf is what a heartbeat source's Latest returns, computed from a full Snapshot: node's
@@ -18,11 +32,12 @@ type Sighting struct {
 func LatestOf(snapshot map[string]Heartbeat, node string) (hb Heartbeat, about []Sighting, ok bool) {
 	hb, ok = snapshot[node]
 	for from, other := range snapshot {
-		for _, p := range other.Peers {
-			if p.Node == node {
-				about = append(about, Sighting{From: from, Reachable: p.Reachable, At: p.At})
+		other.Node = from
+		other.Sightings(func(n string, s Sighting) {
+			if n == node {
+				about = append(about, s)
 			}
-		}
+		})
 	}
 	return hb, about, ok
 }

@@ -39,6 +39,11 @@ type PeerReport struct {
 	Reachable bool
 	// At is when the peer probed, on the controller's clock.
 	At time.Time
+	// Inbound says the node probed the peer instead, and the peer's agent acknowledged at At
+	// (Reachable is true): the node is alive and reaches that peer, and its agent counts that
+	// path, so the controller must count it too (a self-fence is not relied on while it holds).
+	// The latest report counts per peer and direction.
+	Inbound bool
 }
 
 // Signals are the independent views of one node at one moment.

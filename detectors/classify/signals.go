@@ -90,8 +90,13 @@ type peerView struct {
 func (c Config) peers(reports []PeerReport, now, since time.Time) peerView {
 	latestOf := make(map[string]PeerReport, len(reports))
 	for _, r := range reports {
-		if cur, ok := latestOf[r.From]; !ok || r.At.After(cur.At) {
-			latestOf[r.From] = r
+		key := r.From
+		if r.Inbound {
+			// The node's probe of the peer: a path of its own, apart from the peer's probes.
+			key += " (the node's probe)"
+		}
+		if cur, ok := latestOf[key]; !ok || r.At.After(cur.At) {
+			latestOf[key] = r
 		}
 	}
 	var v peerView

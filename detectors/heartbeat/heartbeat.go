@@ -54,8 +54,12 @@ type Prober interface {
 	Reports() []agentwire.PeerReport
 	SetTargets(targets []agentwire.PeerTarget)
 	SetInterval(d time.Duration)
-	// AnyReachable says whether a probe younger than within reached a peer.
-	AnyReachable(within time.Duration) bool
+	// AnyAcknowledged says whether a peer's agent acknowledged a probe younger than within: a
+	// path the controller sees, through that peer's ProbedBy.
+	AnyAcknowledged(within time.Duration) bool
+	// ProbedBy are the peers whose probes of this node the agent acknowledged within the last
+	// within, each with the latest time (peers.ProbeServer).
+	ProbedBy(within time.Duration) []agentwire.PeerReport
 }
 
 // Reachability is what one heartbeat round found reachable from this node, counted as the
@@ -71,9 +75,18 @@ type Reachability struct {
 // API server counts only while the kubelet answers healthy: the controller hears the node
 // through the API server by the kubelet's Lease renewals, not by the agent's probe, so a node
 // whose kubelet is down is silent on that path however well its agent reaches the API server.
+// A peer counts only when its agent acknowledged a probe (peers is Prober.AnyAcknowledged): the
+// controller hears of that path only through the peer's heartbeats (ProbedBy), not through the
+// node's own probe reports nor a peer's kubelet port answering.
 func reachability(sent, apiReachable, kubeletHealthy, peers bool) Reachability {
 	return Reachability{Controller: sent, API: apiReachable && kubeletHealthy, Peers: peers}
 }
+
+// pathWindow is how many intervals a peer path counts after its last acknowledged probe, on
+// both sides: the agent that probed counts itself connected that long, and the agent that
+// acknowledged reports the probe in its heartbeats that long, so that at least one of them
+// reaches the controller while the prober still counts the path.
+const pathWindow = 2
 
 // Fencer watches the node's reachability (the self-fencer).
 type Fencer interface {
@@ -142,13 +155,13 @@ func (h *Heartbeater) beat(ctx context.Context) {
 	sendCtx, cancel := context.WithTimeout(ctx, min(h.opts.CallTimeout, h.interval))
 	defer cancel()
 	status := h.cmds.Status()
-	peers := []agentwire.PeerReport{}
+	peers, probedBy := []agentwire.PeerReport{}, []agentwire.PeerReport(nil)
 	if h.peers != nil {
-		peers = h.peers.Reports()
+		peers, probedBy = h.peers.Reports(), h.peers.ProbedBy(pathWindow*h.interval)
 	}
 	resp, err := h.client.Exchange(sendCtx, agentwire.Report{
 		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, KubeletHealthy: healthy,
-		Peers: peers, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
+		Peers: peers, ProbedBy: probedBy, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
 		Executor: status, RunningContainers: h.cmds.ReadBack(sendCtx),
 		ProbePort: h.opts.ProbePort, ProbeHost: h.opts.ProbeHost, KubeletPort: h.opts.KubeletPort,
 	})
@@ -163,7 +176,7 @@ func (h *Heartbeater) beat(ctx context.Context) {
 		return // stopping: the interrupted heartbeat is not news
 	}
 	h.logSend(err)
-	peersReachable := h.peers != nil && h.peers.AnyReachable(2*h.interval)
+	peersReachable := h.peers != nil && h.peers.AnyAcknowledged(pathWindow*h.interval)
 	if h.fence != nil {
 		h.fence.Observe(ctx, reachability(err == nil, <-apiReachable, healthy, peersReachable), time.Now())
 	}

@@ -39,6 +39,11 @@ func (f *fakeOrders) Changed() <-chan struct{} { return nil }
 type fakeProber struct {
 	targets  []string
 	interval time.Duration
+	// acknowledged is what AnyAcknowledged answers; probedBy what ProbedBy returns, and
+	// probedByWithin the window it was last asked for.
+	acknowledged   bool
+	probedBy       []agentwire.PeerReport
+	probedByWithin time.Duration
 }
 
 func (f *fakeProber) Reports() []agentwire.PeerReport { return []agentwire.PeerReport{} }
@@ -48,8 +53,12 @@ func (f *fakeProber) SetTargets(ts []agentwire.PeerTarget) {
 		f.targets = append(f.targets, t.Node)
 	}
 }
-func (f *fakeProber) SetInterval(d time.Duration)     { f.interval = d }
-func (f *fakeProber) AnyReachable(time.Duration) bool { return false }
+func (f *fakeProber) SetInterval(d time.Duration)        { f.interval = d }
+func (f *fakeProber) AnyAcknowledged(time.Duration) bool { return f.acknowledged }
+func (f *fakeProber) ProbedBy(within time.Duration) []agentwire.PeerReport {
+	f.probedByWithin = within
+	return f.probedBy
+}
 
 type fakeFencer struct {
 	seen []Reachability
@@ -156,6 +165,31 @@ func TestBeatAPIServerCountsOnlyWithAHealthyKubelet(t *testing.T) {
 		kubelet.Close()
 		if want := []Reachability{{API: healthy}}; !slices.Equal(f.seen, want) {
 			t.Errorf("kubelet healthy %t: the self-fencer saw %+v, want %+v", healthy, f.seen, want)
+		}
+	}
+}
+
+// A heartbeat tells the controller which peers' probes the agent acknowledged (the controller's
+// only sight of those paths), over the same window in which those peers count this node as a
+// path; and a peer counts as a path for the self-fencer only when its agent acknowledged.
+func TestBeatCarriesThePeersItAnswered(t *testing.T) {
+	kubelet := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer kubelet.Close()
+	at := time.Date(2026, 11, 27, 16, 0, 0, 0, time.UTC)
+	for _, acknowledged := range []bool{true, false} {
+		x, f := &fakeExchanger{err: errors.New("connection refused")}, &fakeFencer{}
+		p := &fakeProber{acknowledged: acknowledged, probedBy: []agentwire.PeerReport{{Node: "c", Reachable: true, At: at}}}
+		h := New(Config{Node: "a", BootID: "boot", Interval: time.Second, CallTimeout: time.Second, KubeletHealthz: kubelet.URL},
+			x, &fakeOrders{}, f, p, logr.Discard())
+		h.beat(t.Context())
+		if want := []Reachability{{Peers: acknowledged}}; !slices.Equal(f.seen, want) {
+			t.Errorf("a peer's agent acknowledged: %t: the self-fencer saw %+v, want %+v", acknowledged, f.seen, want)
+		}
+		if len(x.sent) != 1 || !slices.Equal(x.sent[0].ProbedBy, p.probedBy) {
+			t.Errorf("reports %+v, want one carrying probedBy %+v", x.sent, p.probedBy)
+		}
+		if p.probedByWithin != pathWindow*time.Second {
+			t.Errorf("probes answered within %s reported, want %d intervals", p.probedByWithin, pathWindow)
 		}
 	}
 }

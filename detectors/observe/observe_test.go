@@ -160,3 +160,39 @@ func TestSilentAgents(t *testing.T) {
 		t.Errorf("without agents: %v, want none", got)
 	}
 }
+
+// snapshot is a heartbeat source over fixed heartbeats, answering as agentwire's reference
+// functions do.
+type snapshot map[string]agentwire.Heartbeat
+
+func (s snapshot) Snapshot() map[string]agentwire.Heartbeat { return s }
+func (s snapshot) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
+	return agentwire.LatestOf(s, node)
+}
+func (s snapshot) EachReceived(fn func(string, time.Time, time.Duration)) {
+	agentwire.EachReceivedOf(s, fn)
+}
+
+// A node that reached a peer (the peer's agent acknowledged its probe, and says so in its
+// heartbeat) sent a signal then, though its own heartbeats are lost and the peer's own probes
+// of it fail: its agent counts that path, so the SelfFence method must see it (LastSignal), on
+// one node's look and on a pass over all nodes alike.
+func TestLastSignalCountsTheNodesProbesOfItsPeers(t *testing.T) {
+	now := time.Date(2026, 11, 27, 16, 0, 0, 0, time.UTC)
+	node, c := nodeWithLease(t, now, now.Add(-time.Minute))
+	probed := now.Add(-2 * time.Second)
+	o := Observer{Reader: c, Since: now.Add(-time.Hour), Heartbeats: snapshot{
+		"n1": {Node: "n1", Received: now.Add(-30 * time.Second), Interval: time.Second, KubeletHealthy: true},
+		"n2": {Node: "n2", Received: now, Interval: time.Second,
+			Peers:    []agentwire.PeerReport{{Node: "n1", Reachable: false, At: now.Add(-time.Second)}},
+			ProbedBy: []agentwire.PeerReport{{Node: "n1", Reachable: true, At: probed}}},
+	}}
+	last, err := o.LastSignal(context.Background(), "n1", now)
+	if err != nil || !last.Equal(probed) {
+		t.Errorf("LastSignal = %s, %v; want %s, when n2 acknowledged n1's probe", last, err, probed)
+	}
+	all, err := o.ObserveAll(context.Background(), []corev1.Node{*node}, 20*time.Second, now)
+	if err != nil || len(all) != 1 || !all[0].LastSeen.Equal(probed) || all[0].Verdict != detectors.Partitioned {
+		t.Errorf("ObserveAll = %+v, %v; want n1 Partitioned, last seen %s", all, err, probed)
+	}
+}

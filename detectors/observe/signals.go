@@ -6,15 +6,15 @@ import (
 )
 
 // Signals turns a Snapshot into the classifier's inputs: each node's own heartbeat, and the
-// reports about each node made by its peers. O(nodes × peers).
+// reports about each node made by its peers (their probes of it, and its probes of them that
+// they acknowledged). O(nodes × peers).
 func Signals(snapshot map[string]agentwire.Heartbeat) (map[string]classify.Agent, map[string][]classify.PeerReport) {
 	agents := make(map[string]classify.Agent, len(snapshot))
 	peers := make(map[string][]classify.PeerReport, len(snapshot))
 	for node, hb := range snapshot {
 		agents[node] = agentOf(hb)
-		for _, p := range hb.Peers {
-			peers[p.Node] = append(peers[p.Node], classify.PeerReport{From: node, Reachable: p.Reachable, At: p.At})
-		}
+		hb.Node = node
+		hb.Sightings(func(about string, s agentwire.Sighting) { peers[about] = append(peers[about], peerReport(s)) })
 	}
 	return agents, peers
 }
@@ -31,7 +31,11 @@ func sightings(about []agentwire.Sighting) []classify.PeerReport {
 	}
 	out := make([]classify.PeerReport, len(about))
 	for i, s := range about {
-		out[i] = classify.PeerReport{From: s.From, Reachable: s.Reachable, At: s.At}
+		out[i] = peerReport(s)
 	}
 	return out
+}
+
+func peerReport(s agentwire.Sighting) classify.PeerReport {
+	return classify.PeerReport{From: s.From, Reachable: s.Reachable, At: s.At, Inbound: s.Inbound}
 }

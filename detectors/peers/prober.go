@@ -2,6 +2,7 @@ package peers
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -28,7 +29,10 @@ type Prober struct {
 	mu      sync.Mutex
 	targets []agentwire.PeerTarget
 	results map[string]agentwire.PeerReport
-	wake    chan struct{}
+	// acked is when each peer's agent last acknowledged a probe (it recorded this agent's
+	// visit for the controller).
+	acked map[string]time.Time
+	wake  chan struct{}
 }
 
 // Config is how often to probe.
@@ -41,7 +45,7 @@ type Config struct {
 // enough) and by TCP at the others.
 func NewProber(cfg Config, log logr.Logger, agentProbe func(ctx context.Context, addr, node string) error) *Prober {
 	d := &net.Dialer{}
-	return &Prober{interval: cfg.Interval, log: log, dial: d.DialContext, agentProbe: agentProbe, results: map[string]agentwire.PeerReport{}, wake: make(chan struct{}, 1)}
+	return &Prober{interval: cfg.Interval, log: log, dial: d.DialContext, agentProbe: agentProbe, results: map[string]agentwire.PeerReport{}, acked: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 }
 
 // SetTargets replaces the peers to probe; a changed set is probed at once.
@@ -52,13 +56,16 @@ func (p *Prober) SetTargets(targets []agentwire.PeerTarget) {
 		return
 	}
 	p.targets = targets
-	keep := make(map[string]agentwire.PeerReport, len(targets))
+	keep, acked := make(map[string]agentwire.PeerReport, len(targets)), make(map[string]time.Time, len(targets))
 	for _, t := range targets {
 		if r, ok := p.results[t.Node]; ok {
 			keep[t.Node] = r
 		}
+		if at, ok := p.acked[t.Node]; ok {
+			acked[t.Node] = at
+		}
 	}
-	p.results = keep
+	p.results, p.acked = keep, acked
 	p.log.Info("peers to probe", "peers", targetNames(targets))
 	select {
 	case p.wake <- struct{}{}:
@@ -66,15 +73,19 @@ func (p *Prober) SetTargets(targets []agentwire.PeerTarget) {
 	}
 }
 
-// AnyReachable says whether a probe younger than within reached a peer (false for nil).
-func (p *Prober) AnyReachable(within time.Duration) bool {
+// AnyAcknowledged says whether a peer's agent acknowledged a probe younger than within (false
+// for nil): a path from this node that the controller sees, through that peer's heartbeats
+// (ProbeServer.ProbedBy). A peer reached only at its kubelet's port, or whose agent did not
+// acknowledge, is reported reachable to the controller but is no such path: the controller
+// never learns that this node reached it.
+func (p *Prober) AnyAcknowledged(within time.Duration) bool {
 	if p == nil {
 		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, r := range p.results {
-		if r.Reachable && time.Since(r.At) <= within {
+	for _, at := range p.acked {
+		if time.Since(at) <= within {
 			return true
 		}
 	}
@@ -132,12 +143,14 @@ func (p *Prober) probeAll(ctx context.Context) {
 	targets := p.targets
 	p.mu.Unlock()
 	var wg sync.WaitGroup
-	results := make([]agentwire.PeerReport, len(targets))
+	results, acked := make([]agentwire.PeerReport, len(targets)), make([]bool, len(targets))
 	for i, t := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = agentwire.PeerReport{Node: t.Node, Reachable: p.probe(ctx, t), At: time.Now()}
+			var reachable bool
+			reachable, acked[i] = p.probe(ctx, t)
+			results[i] = agentwire.PeerReport{Node: t.Node, Reachable: reachable, At: time.Now()}
 		}()
 	}
 	wg.Wait()
@@ -146,41 +159,48 @@ func (p *Prober) probeAll(ctx context.Context) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, r := range results {
+	for i, r := range results {
 		prev, had := p.results[r.Node]
 		if !had || prev.Reachable != r.Reachable {
-			p.log.Info("peer reachability", "peer", r.Node, "reachable", r.Reachable)
+			p.log.Info("peer reachability", "peer", r.Node, "reachable", r.Reachable, "agentAcknowledged", acked[i])
 		}
 		if sameTargetSet(p.targets, r.Node) {
 			p.results[r.Node] = r
+			if acked[i] {
+				p.acked[r.Node] = r.At
+			}
 		}
 	}
 }
 
-// probe tries every address of t at once and reports whether any answered.
-func (p *Prober) probe(parent context.Context, t agentwire.PeerTarget) bool {
+// probe tries every address of t at once and reports whether any answered, and whether the
+// peer's agent acknowledged (its address is the first, probed with agentProbe).
+func (p *Prober) probe(parent context.Context, t agentwire.PeerTarget) (reachable, acked bool) {
 	ctx, cancel := context.WithTimeout(parent, p.currentInterval()/2)
 	defer cancel()
-	ok := make(chan bool, len(t.Addresses))
+	type answer struct{ ok, agent bool }
+	answers := make(chan answer, len(t.Addresses))
 	for i, a := range t.Addresses {
 		go func() {
 			if i == 0 && p.agentProbe != nil {
-				ok <- p.agentProbe(ctx, a, t.Node) == nil
+				err := p.agentProbe(ctx, a, t.Node)
+				answers <- answer{ok: err == nil || errors.Is(err, ErrNotAcknowledged), agent: err == nil}
 				return
 			}
 			conn, err := p.dial(ctx, "tcp", a)
 			if err == nil {
 				_ = conn.Close()
 			}
-			ok <- err == nil
+			answers <- answer{ok: err == nil}
 		}()
 	}
+	// Every answer is awaited (each ends by the timeout): the agent's acknowledgement may come
+	// after the kubelet's port answered.
 	for range t.Addresses {
-		if <-ok {
-			return true
-		}
+		a := <-answers
+		reachable, acked = reachable || a.ok, acked || a.agent
 	}
-	return false
+	return reachable, acked
 }
 
 func sameTargetSet(targets []agentwire.PeerTarget, node string) bool {
@@ -215,4 +235,11 @@ func targetNames(ts []agentwire.PeerTarget) []string {
 		out[i] = t.Node
 	}
 	return out
+}
+
+// Peers is a node's two sides of peer probing, as its heartbeats need them: the probes it makes
+// (Prober) and the probes it answers (ProbeServer).
+type Peers struct {
+	*Prober
+	*ProbeServer
 }

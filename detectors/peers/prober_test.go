@@ -1,6 +1,10 @@
 package peers
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -31,5 +35,54 @@ func TestProberReports(t *testing.T) {
 	p.SetTargets(targets[:1])
 	if got := p.Reports(); len(got) != 1 || got[0].Node != "n0" {
 		t.Fatalf("after narrowing the targets: %+v, want n0 only", got)
+	}
+}
+
+// A peer whose kubelet's port answers is reachable in the reports, but only a probe its agent
+// acknowledged makes it a path for the self-fencer (AnyAcknowledged): the controller hears of
+// no other.
+func TestProberCountsOnlyAcknowledgedProbesAsAPath(t *testing.T) {
+	kubelet, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Close()
+	go func() {
+		for {
+			c, err := kubelet.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	for _, tc := range []struct {
+		name      string
+		agent     error
+		reachable bool
+	}{
+		{"the agent acknowledged", nil, true},
+		{"the agent did not acknowledge, the kubelet's port answered", fmt.Errorf("%w: an old agent", ErrNotAcknowledged), true},
+		{"the agent answered nothing, the kubelet's port answered", errors.New("connection refused"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			agentProbe := func(context.Context, string, string) error { return tc.agent }
+			p := NewProber(Config{Interval: time.Second}, logr.Discard(), agentProbe)
+			p.SetTargets([]agentwire.PeerTarget{{Node: "b", Addresses: []string{"127.0.0.1:9444", kubelet.Addr().String()}}})
+			p.probeAll(t.Context())
+			if r := p.Reports(); len(r) != 1 || r[0].Reachable != tc.reachable {
+				t.Errorf("reports %+v, want b reachable %t", r, tc.reachable)
+			}
+			if got, want := p.AnyAcknowledged(time.Minute), tc.agent == nil; got != want {
+				t.Errorf("AnyAcknowledged = %t, want %t", got, want)
+			}
+			if p.AnyAcknowledged(0) {
+				t.Error("AnyAcknowledged within 0s: the window bounds the path")
+			}
+		})
+	}
+	var none *Prober
+	if none.AnyAcknowledged(time.Minute) {
+		t.Error("a node that probes no peers has a path")
 	}
 }

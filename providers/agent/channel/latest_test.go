@@ -15,7 +15,7 @@ import (
 
 // TestLatestMatchesSnapshot: after every heartbeat and every Forget of a random history (peers
 // that come and go, a node reporting the same peer twice, reports about nodes that never
-// heartbeat), the index Latest reads gives what a full Snapshot gives for every node, and
+// heartbeat, probes by peers the nodes acknowledged), the index Latest reads gives what a full Snapshot gives for every node, and
 // EachReceived visits exactly the snapshot's nodes with their arrival times and intervals.
 func TestLatestMatchesSnapshot(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -24,7 +24,7 @@ func TestLatestMatchesSnapshot(t *testing.T) {
 		names[i] = fmt.Sprintf("n%d", i)
 	}
 	s := &Server{log: logr.Discard(), dg: newDatagramState(), nodes: map[string]agentwire.Heartbeat{}, commands: map[string]agentwire.Command{},
-		statuses: map[string]agentwire.ExecutorStatus{}, about: map[string]map[string][]agentwire.PeerReport{}, peers: newPeerBook(3)}
+		statuses: map[string]agentwire.ExecutorStatus{}, about: map[string]map[string][]agentwire.Sighting{}, peers: newPeerBook(3)}
 	for step := range 2000 {
 		node := names[rng.IntN(len(names))]
 		if rng.IntN(10) == 0 {
@@ -35,6 +35,10 @@ func TestLatestMatchesSnapshot(t *testing.T) {
 			for range rng.IntN(5) {
 				peer := names[rng.IntN(len(names))] + []string{"", "-gone"}[rng.IntN(2)]
 				hb.Peers = append(hb.Peers, agentwire.PeerReport{Node: peer, Reachable: rng.IntN(2) == 0, At: hb.Received})
+			}
+			for range rng.IntN(3) {
+				prober := names[rng.IntN(len(names))] + []string{"", "-gone"}[rng.IntN(2)]
+				hb.ProbedBy = append(hb.ProbedBy, agentwire.PeerReport{Node: prober, Reachable: true, At: hb.Received.Add(-time.Millisecond)})
 			}
 			s.record(hb)
 		}
@@ -79,7 +83,37 @@ func sorted(about []agentwire.Sighting) []agentwire.Sighting {
 		if a.Reachable != b.Reachable {
 			return !a.Reachable
 		}
+		if a.Inbound != b.Inbound {
+			return !a.Inbound
+		}
 		return a.At.Before(b.At)
 	})
 	return about
+}
+
+// A node's report of the probes it acknowledged is a sighting of each prober, inbound, on the
+// server's clock: the prober's only path the controller sees when the prober itself is silent.
+func TestProbedByIsASightingOfTheProber(t *testing.T) {
+	s := &Server{log: logr.Discard(), dg: newDatagramState(), nodes: map[string]agentwire.Heartbeat{}, commands: map[string]agentwire.Command{},
+		statuses: map[string]agentwire.ExecutorStatus{}, about: map[string]map[string][]agentwire.Sighting{}, peers: newPeerBook(3)}
+	skew := 3 * time.Second // n2's clock is 3 s behind the server's
+	rep := agentwire.Report{Node: "n2", SentAt: t0.Add(-skew),
+		Peers:    []agentwire.PeerReport{{Node: "n1", Reachable: false, At: t0.Add(-skew - 200*time.Millisecond)}},
+		ProbedBy: []agentwire.PeerReport{{Node: "n1", Reachable: true, At: t0.Add(-skew - 500*time.Millisecond)}}}
+	if err := validate(rep); err != nil {
+		t.Fatal(err)
+	}
+	s.record(toHeartbeat(rep, t0, t0.Add(time.Hour)))
+	_, about, ok := s.Latest("n1")
+	want := []agentwire.Sighting{
+		{From: "n2", Reachable: false, At: t0.Add(-200 * time.Millisecond)},
+		{From: "n2", Reachable: true, At: t0.Add(-500 * time.Millisecond), Inbound: true},
+	}
+	if diff := cmp.Diff(want, sorted(about)); ok || diff != "" {
+		t.Errorf("about n1 (no heartbeat of its own: %t) (-want +got):\n%s", !ok, diff)
+	}
+	s.record(toHeartbeat(agentwire.Report{Node: "n2", SentAt: t0.Add(time.Second)}, t0.Add(time.Second), t0.Add(time.Hour)))
+	if _, about, _ := s.Latest("n1"); len(about) != 0 {
+		t.Errorf("about n1 after n2's next heartbeat without it: %+v, want nothing", about)
+	}
 }

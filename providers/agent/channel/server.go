@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,9 +106,9 @@ type Server struct {
 	// commands are the pending commands by node; statuses the latest executor status by node.
 	commands map[string]agentwire.Command
 	statuses map[string]agentwire.ExecutorStatus
-	// about indexes the latest heartbeats' peer reports by the node they are about, then by
-	// the reporting node, so that Latest reads one node's signals in O(peers).
-	about map[string]map[string][]agentwire.PeerReport
+	// about indexes the latest heartbeats' reports about other nodes (Heartbeat.Sightings) by
+	// the node they are about, then by reporting node, so that Latest reads one node's in O(peers).
+	about map[string]map[string][]agentwire.Sighting
 	peers *peerBook
 	// dg is the heartbeat datagrams' socket and keys (its conn nil with NoDatagrams).
 	dg *datagramState
@@ -133,7 +134,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	s := &Server{
 		opts: opts, log: opts.Logger, nodes: map[string]agentwire.Heartbeat{},
 		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{},
-		about: map[string]map[string][]agentwire.PeerReport{}, peers: newPeerBook(opts.ProbePeers),
+		about: map[string]map[string][]agentwire.Sighting{}, peers: newPeerBook(opts.ProbePeers),
 		dg: newDatagramState(),
 	}
 	cert, err := pki.KeyPairSource(opts.CertFile, opts.KeyFile, s.log)
@@ -277,33 +278,32 @@ func (s *Server) Latest(node string) (hb agentwire.Heartbeat, about []agentwire.
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	hb, ok = s.nodes[node]
-	for from, reports := range s.about[node] {
-		for _, p := range reports {
-			about = append(about, agentwire.Sighting{From: from, Reachable: p.Reachable, At: p.At})
-		}
+	for _, reports := range s.about[node] {
+		about = append(about, reports...)
 	}
 	return hb, about, ok
 }
 
-// reindex replaces the reports of node (its previous heartbeat's, old) by those of its new
-// one in the index by target; s.mu must be held for writing.
-func (s *Server) reindex(node string, old, reports []agentwire.PeerReport) {
-	for _, p := range old {
-		if m := s.about[p.Node]; m != nil {
-			delete(m, node)
+// reindex replaces the reports about other nodes of old (the reporting node's previous
+// heartbeat, zero for none) by those of hb in the index by the node they are about; s.mu must
+// be held for writing.
+func (s *Server) reindex(old, hb agentwire.Heartbeat) {
+	old.Sightings(func(about string, _ agentwire.Sighting) {
+		if m := s.about[about]; m != nil {
+			delete(m, old.Node)
 			if len(m) == 0 {
-				delete(s.about, p.Node)
+				delete(s.about, about)
 			}
 		}
-	}
-	for _, p := range reports {
-		m := s.about[p.Node]
+	})
+	hb.Sightings(func(about string, sg agentwire.Sighting) {
+		m := s.about[about]
 		if m == nil {
-			m = map[string][]agentwire.PeerReport{}
-			s.about[p.Node] = m
+			m = map[string][]agentwire.Sighting{}
+			s.about[about] = m
 		}
-		m[node] = append(m[node], p)
-	}
+		m[hb.Node] = append(m[hb.Node], sg)
+	})
 }
 
 // Forget drops a node's heartbeat, its pending command and its executor status, for a node
@@ -311,7 +311,7 @@ func (s *Server) reindex(node string, old, reports []agentwire.PeerReport) {
 func (s *Server) Forget(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.reindex(node, s.nodes[node].Peers, nil)
+	s.reindex(s.nodes[node], agentwire.Heartbeat{})
 	delete(s.nodes, node)
 	delete(s.commands, node)
 	delete(s.statuses, node)
@@ -445,7 +445,10 @@ func validate(rep agentwire.Report) error {
 	if len(rep.Peers) > agentwire.MaxPeers {
 		return fmt.Errorf("%d peer reports, at most %d", len(rep.Peers), agentwire.MaxPeers)
 	}
-	for _, p := range rep.Peers {
+	if len(rep.ProbedBy) > agentwire.MaxPeers {
+		return fmt.Errorf("%d probing peers, at most %d", len(rep.ProbedBy), agentwire.MaxPeers)
+	}
+	for _, p := range slices.Concat(rep.Peers, rep.ProbedBy) {
 		if p.Node == "" || p.At.IsZero() {
 			return errors.New("a peer report without node or time")
 		}
@@ -473,18 +476,26 @@ func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartb
 	hb := agentwire.Heartbeat{
 		Node: rep.Node, BootID: rep.BootID, Seq: rep.Seq, KubeletHealthy: rep.KubeletHealthy,
 		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, CertNotAfter: notAfter,
-		Peers: make([]agentwire.PeerReport, len(rep.Peers)), Executor: rep.Executor, RunningContainers: rep.RunningContainers,
+		Executor: rep.Executor, RunningContainers: rep.RunningContainers,
 	}
 	var skew time.Duration
 	if !rep.SentAt.IsZero() {
 		skew = now.Sub(rep.SentAt)
 	}
-	for i, p := range rep.Peers {
-		p.At = p.At.Add(skew)
-		if p.At.After(now) {
-			p.At = now
+	onServerClock := func(reports []agentwire.PeerReport) []agentwire.PeerReport {
+		out := make([]agentwire.PeerReport, len(reports))
+		for i, p := range reports {
+			p.At = p.At.Add(skew)
+			if p.At.After(now) {
+				p.At = now
+			}
+			out[i] = p
 		}
-		hb.Peers[i] = p
+		return out
+	}
+	hb.Peers = onServerClock(rep.Peers)
+	if len(rep.ProbedBy) > 0 {
+		hb.ProbedBy = onServerClock(rep.ProbedBy)
 	}
 	return hb
 }
@@ -494,7 +505,7 @@ func (s *Server) record(hb agentwire.Heartbeat) (agentwire.Command, bool) {
 	s.mu.Lock()
 	prev, seen := s.nodes[hb.Node]
 	s.nodes[hb.Node] = hb
-	s.reindex(hb.Node, prev.Peers, hb.Peers)
+	s.reindex(prev, hb)
 	prevStatus, hadStatus := s.statuses[hb.Node]
 	if hb.Executor != nil {
 		s.statuses[hb.Node] = *hb.Executor

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,8 +15,8 @@ import (
 
 // FuzzHeartbeatBody checks what the server does with a heartbeat body an agent sends: decoded
 // as the server decodes it, a report validate accepts becomes a heartbeat within the documented
-// bounds (ports in range, at most MaxPeers peers, a non-negative interval, no peer time after
-// its receipt); a refused one says why; the verdict is the same every time.
+// bounds (ports in range, at most MaxPeers peers and probing peers, a non-negative interval, no
+// peer time after its receipt); a refused one says why; the verdict is the same every time.
 func FuzzHeartbeatBody(f *testing.F) {
 	for _, s := range []string{
 		`{"node":"n1","bootID":"b","seq":1,"kubeletHealthy":true,"intervalMillis":1000,"sentAt":"2026-01-02T03:04:05Z"}`,
@@ -28,6 +29,8 @@ func FuzzHeartbeatBody(f *testing.F) {
 		`{"node":"n1","probeHost":"example.com"}`,
 		`{"node":"n1","runningContainers":-3}`,
 		`{"node":"n1","sentAt":"0001-01-01T00:00:01Z","peers":[{"node":"n2","at":"9999-12-31T23:59:59Z"}]}`,
+		`{"node":"n1","sentAt":"2026-01-02T03:04:05Z","probedBy":[{"node":"n3","reachable":true,"at":"2026-01-02T03:04:06Z"}]}`,
+		`{"node":"n1","probedBy":[{"node":"","at":"2026-01-02T03:04:04Z"}]}`,
 		`null`, ``, `{`,
 	} {
 		f.Add([]byte(s))
@@ -55,10 +58,10 @@ func FuzzHeartbeatBody(f *testing.F) {
 		if hb.RunningContainers != nil && *hb.RunningContainers < 0 {
 			t.Fatalf("an accepted report gives %d running containers: %s", *hb.RunningContainers, body)
 		}
-		if len(hb.Peers) > agentwire.MaxPeers || rep.ProbePort < 0 || rep.ProbePort > 65535 || rep.KubeletPort < 0 || rep.KubeletPort > 65535 {
+		if len(hb.Peers) > agentwire.MaxPeers || len(hb.ProbedBy) > agentwire.MaxPeers || rep.ProbePort < 0 || rep.ProbePort > 65535 || rep.KubeletPort < 0 || rep.KubeletPort > 65535 {
 			t.Fatalf("an accepted report is out of bounds: %s", body)
 		}
-		for _, p := range hb.Peers {
+		for _, p := range append(slices.Clone(hb.Peers), hb.ProbedBy...) {
 			if p.Node == "" || p.At.After(now) {
 				t.Fatalf("peer %+v of an accepted report is unnamed or after its receipt: %s", p, body)
 			}

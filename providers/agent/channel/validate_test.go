@@ -18,6 +18,9 @@ func TestValidateRefusesOverflowAndNegativeCounts(t *testing.T) {
 		{"interval overflowing a duration", agentwire.Report{Node: "n1", IntervalMillis: 9223372036854775807}},
 		{"interval above the bound", agentwire.Report{Node: "n1", IntervalMillis: agentwire.MaxIntervalMillis + 1}},
 		{"negative running containers", agentwire.Report{Node: "n1", RunningContainers: &minus}},
+		{"a probing peer without a name", agentwire.Report{Node: "n1", ProbedBy: []agentwire.PeerReport{{Reachable: true, At: t0}}}},
+		{"a probing peer without a time", agentwire.Report{Node: "n1", ProbedBy: []agentwire.PeerReport{{Node: "n2", Reachable: true}}}},
+		{"more probing peers than MaxPeers", agentwire.Report{Node: "n1", ProbedBy: make([]agentwire.PeerReport, agentwire.MaxPeers+1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := validate(tc.rep); err == nil {
