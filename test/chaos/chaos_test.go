@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -44,6 +46,14 @@ var fixedSeeds = []uint64{10, 13, 26, 40, 56}
 
 // activeKinds are the faults the runner strikes: all of them.
 var activeKinds = Kinds
+
+const (
+	// selfFenceAfter is the agents' --self-fence-after in a SelfFence run, selfFenceSafeAfter
+	// its policy's safeAfter: more than selfFenceAfter, two heartbeat intervals and the
+	// witness pods' 5s grace period.
+	selfFenceAfter     = 10 * time.Second
+	selfFenceSafeAfter = 30 * time.Second
+)
 
 const (
 	replicas = 3
@@ -172,10 +182,14 @@ func schedulesFromEnv(t *testing.T) ([]Schedule, bool) {
 func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	// Palisade runs as deployed: a palisade-agent on every machine, two controller replicas.
 	begin := time.Now()
-	sc := realscene.Start(t, realscene.Options{Machines: s.Options.Machines, Agents: !vanilla, Volumes: true})
+	o, policy := realscene.Options{Machines: s.Options.Machines, Agents: !vanilla, Volumes: true}, realscene.ExecutorFirst
+	if s.SelfFence {
+		o.SelfFenceAfter, policy = selfFenceAfter, selfFenceFirst
+	}
+	sc := realscene.Start(t, o)
 	st := &striker{t: t, sc: sc}
 	if !vanilla {
-		sc.CreatePolicy(t, 20*time.Second, realscene.ExecutorFirst)
+		sc.CreatePolicy(t, 20*time.Second, policy)
 		st.ctrls = sc.StartControllers(t, 2)
 	}
 	t.Logf("scene: controllers started at %s", time.Since(begin).Round(100*time.Millisecond))
@@ -197,6 +211,9 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	settleFrom := time.Now()
 	st.settle(3 * time.Minute)
 	st.logFences()
+	if !vanilla {
+		st.checkFenced(s.Fenced)
+	}
 	cancel()
 	st.wg.Wait()
 	healFrom := time.Now()
@@ -213,6 +230,17 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 		History: sc.History(t), Audit: sc.Audit(t), Releasers: []string{realscene.ControllerUser},
 		MayFence: st.mayFence(s), PowerOffs: st.powerOffs(s), End: time.Now(), Pods: pods, Healed: healed,
 	})
+}
+
+// selfFenceFirst is the policy of a SelfFence run: SelfFence first (a minute), then the
+// Executor and IPMI. Its storm guard lets two of the three nodes be fenced at once, so that
+// an island of two gets fenced rather than held back.
+func selfFenceFirst(p *v1alpha1.FencingPolicy) {
+	realscene.ExecutorFirst(p)
+	p.Spec.Methods = append([]v1alpha1.Method{{Name: "self-fence", Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: time.Minute},
+		SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: selfFenceSafeAfter}}}}, p.Spec.Methods...)
+	two := intstr.FromInt32(2)
+	p.Spec.StormGuard.MaxUnhealthy = &two
 }
 
 // striker strikes and heals faults on the scene.
@@ -399,6 +427,37 @@ func (st *striker) logFences() {
 		ends = append(ends, fmt.Sprintf("%s %s (%s)", nf.Spec.NodeName, nf.Status.Phase, reason))
 	}
 	st.t.Logf("fences: %d %v", len(ends), ends)
+}
+
+// checkFenced fails the run unless every machine of want has a fence released after the named
+// method confirmed it, and no other machine has one (a regression's path, Schedule.Fenced).
+func (st *striker) checkFenced(want map[int]string) {
+	if want == nil {
+		return
+	}
+	var list v1alpha1.NodeFenceList
+	if err := st.sc.Cluster.Client.List(context.Background(), &list); err != nil {
+		st.t.Errorf("listing NodeFences: %v", err)
+		return
+	}
+	got := map[string]string{}
+	for _, nf := range list.Items {
+		got[nf.Spec.NodeName] = fmt.Sprintf("%s by %q", nf.Status.Phase, nf.Status.Method)
+	}
+	for i := 1; i <= len(st.sc.Machines); i++ {
+		name, w := realscene.NodeName(i), "no fence"
+		if m, ok := want[i]; ok {
+			w = fmt.Sprintf("%s by %q", v1alpha1.PhaseReleased, m)
+		}
+		g, ok := got[name]
+		if !ok {
+			g = "no fence"
+		}
+		// Recovered comes after Released (the machine rebooted and was unfenced).
+		if g != w && g != strings.Replace(w, string(v1alpha1.PhaseReleased), string(v1alpha1.PhaseRecovered), 1) {
+			st.t.Errorf("%s: fence %s, want %s: the run did not take the path it was written for", name, g, w)
+		}
+	}
 }
 
 // healAll undoes every fault: BMCs honest and powered on, links back, kubelets and controllers

@@ -124,6 +124,13 @@ type Schedule struct {
 	Name    string
 	Options Options
 	Faults  []Fault // ordered by At
+	// SelfFence runs the agents with --self-fence-after and puts a SelfFence method first in
+	// the policy (selfFenceFirst).
+	SelfFence bool
+	// Fenced is, for a regression, how each machine's fence must end: released after the
+	// named method confirmed it. It shows the run took the path it was written for; the checker
+	// judges the run whatever it says.
+	Fenced map[int]string
 }
 
 // Regressions are fault combinations that once broke an invariant in a random batch, written
@@ -140,6 +147,32 @@ var Regressions = []Schedule{{
 		{Kind: PeerCut, Machine: 3, Peer: 2, At: 5 * time.Second},
 		{Kind: AgentKill, Machine: 3, At: 6 * time.Second},
 	},
+}, {
+	// A machine cut off from the control plane and from both peers, its pods still writing to
+	// the store: its agent fences itself, and the controller relies on it after safeAfter of
+	// silence on every path, with no power-off.
+	Name:      "self-fence-isolated",
+	SelfFence: true,
+	Faults: []Fault{
+		{Kind: ControlPlaneCut, Machine: 2, At: 5 * time.Second},
+		{Kind: PeerCut, Machine: 2, Peer: 1, At: 5 * time.Second},
+		{Kind: PeerCut, Machine: 2, Peer: 3, At: 5 * time.Second},
+	},
+	Fenced: map[int]string{2: "self-fence"},
+}, {
+	// Two machines cut off together from the control plane and from the third, reaching each
+	// other: neither agent fences itself (each reaches a peer), so their silence shows no
+	// self-fence. Relying on it would release pods that still write (3518c2e): SelfFence fails
+	// with OtherAgentsSilent and the power method fences both.
+	Name:      "self-fence-island",
+	SelfFence: true,
+	Faults: []Fault{
+		{Kind: ControlPlaneCut, Machine: 1, At: 5 * time.Second},
+		{Kind: ControlPlaneCut, Machine: 2, At: 5 * time.Second},
+		{Kind: PeerCut, Machine: 1, Peer: 3, At: 5 * time.Second},
+		{Kind: PeerCut, Machine: 2, Peer: 3, At: 5 * time.Second},
+	},
+	Fenced: map[int]string{1: "ipmi", 2: "ipmi"},
 }}
 
 // Plan draws the schedule of the run with this seed.
@@ -237,6 +270,9 @@ func (s Schedule) String() string {
 	parts := make([]string, len(s.Faults))
 	for i, f := range s.Faults {
 		parts[i] = f.String()
+	}
+	if s.SelfFence {
+		parts = append(parts, "agents fence themselves, SelfFence first")
 	}
 	if s.Name != "" {
 		return fmt.Sprintf("regression %s: %s", s.Name, strings.Join(parts, "; "))

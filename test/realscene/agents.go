@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,8 @@ type agents struct {
 	api   []string // the flags of the agents' API access
 	// kubeletStop is the agents' kubelet-stop command, "" for none.
 	kubeletStop string
+	// selfFence are the agents' self-fence flags, none when they do not fence themselves.
+	selfFence []string
 	// Heartbeat is the LAN address the agents send to: a relay to the leading controller's
 	// heartbeat server, standing in for the Service that follows the leader's pod label
 	// (no kube-proxy runs here).
@@ -41,7 +44,7 @@ type agents struct {
 }
 
 // setupAgents builds the agent, issues the certificates and opens the heartbeat relay.
-func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool) *agents {
+func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool, selfFenceAfter time.Duration) *agents {
 	t.Helper()
 	dir := t.TempDir()
 	bins, err := gobin.BuildAll(nil, "cmd/palisade-agent", "cmd/palisade-executor")
@@ -51,6 +54,9 @@ func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool) *agents {
 	a := &agents{bin: filepath.Join(bins, "palisade-agent"), files: map[string]string{}, kubeletStop: "pkill -KILL -x kubelet; true"}
 	if kubeletLeftRunning {
 		a.kubeletStop = ""
+	}
+	if selfFenceAfter > 0 {
+		a.selfFence = []string{"--self-fence-after", selfFenceAfter.String(), "--api-server-healthz", "https://" + s.Relay + "/readyz"}
 	}
 	ca, err := pki.NewCA()
 	if err != nil {
@@ -86,7 +92,8 @@ func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool) *agents {
 // peers probed on the LAN, the machine's kubelet and containerd for orders, which come in
 // heartbeat answers or, for a node whose kubelet is down, through the API server (a
 // ServiceAccount token, as in a pod); its kubelet-stop command kills the machine's kubelet
-// (whose PID namespace is the agent's own) unless the scene leaves the kubelet running.
+// (whose PID namespace is the agent's own) unless the scene leaves the kubelet running; it
+// fences its node itself when the scene says so (Options.SelfFenceAfter).
 func (a *agents) daemon(i int) machine.Daemon {
 	node := NodeName(i)
 	return machine.Daemon{Name: AgentDaemon, Path: a.bin, Args: append([]string{
@@ -95,7 +102,7 @@ func (a *agents) daemon(i int) machine.Daemon {
 		"--interval", AgentInterval, "--kubelet-healthz", "http://127.0.0.1:10248/healthz",
 		"--probe-address", "$(NODE_IP):9444", "--probe-advertise-host", "$(NODE_IP)", "--kubelet-port", "10250",
 		"--cri-endpoint", "$(CONTAINERD_SOCKET)", "--kubelet-stop-command", a.kubeletStop, "--state-dir", "$(STATE_DIR)",
-	}, a.api...)}
+	}, slices.Concat(a.selfFence, a.api)...)}
 }
 
 // controllerArgs are a controller replica's flags for its heartbeat server at addr.

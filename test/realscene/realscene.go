@@ -52,6 +52,10 @@ type Options struct {
 	// might by mistake: the Executor kills the pods of a node whose kubelet runs, and the
 	// kubelet starts them again.
 	KubeletLeftRunning bool
+	// SelfFenceAfter, when not zero, runs the agents with --self-fence-after: an agent that
+	// hears neither the controller, the API server (its /readyz through the LAN's relay, while
+	// the kubelet answers healthy) nor a peer for longer fences its node itself.
+	SelfFenceAfter time.Duration
 	// Volumes gives the witness StatefulSet RWO CSI volumes: the test bed's CSI driver (its
 	// controller plugin behind the real external-attacher) and a CSI node plugin on every
 	// machine, registered with its kubelet.
@@ -135,7 +139,7 @@ func Start(t testing.TB, o Options) *Scene {
 	}
 	s.Relay = s.LAN.Relay(t, u.Host)
 	if o.Agents {
-		s.agents = s.setupAgents(t, o.KubeletLeftRunning)
+		s.agents = s.setupAgents(t, o.KubeletLeftRunning, o.SelfFenceAfter)
 	}
 	if o.Volumes {
 		s.volumes = setupVolumes(t)
