@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -11,14 +12,17 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/checker"
 	"palisade.dev/palisade/test/realscene"
 	"palisade.dev/palisade/test/testbed/machine"
+	"palisade.dev/palisade/test/testbed/netns"
 )
 
 // Environment of a chaos run (make chaos sets them).
@@ -61,6 +65,9 @@ const (
 	// detectAfter is how long after it strikes or ends a fault may still be detected: the policy's
 	// Lease timeout (20s), a kubelet renewal interval (10s) and some more.
 	detectAfter = 40 * time.Second
+	// holdFor is how long the faults are held, once the fences ended, for the replicas' current
+	// copies to write before the heal (holdFaults).
+	holdFor = 30 * time.Second
 )
 
 // TestChaos runs seeded fault schedules on three real machines running a 3-replica witness
@@ -214,6 +221,7 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	if !vanilla {
 		st.checkFenced(s.Fenced)
 	}
+	st.holdFaults(holdFor)
 	cancel()
 	st.wg.Wait()
 	healFrom := time.Now()
@@ -223,7 +231,7 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 		pods[i] = realscene.PodName(i)
 		st.waitWrite(pods[i], healed, 3*time.Minute)
 	}
-	t.Logf("phases: scene %s, faults and detection %s, fences ending %s, heal %s, replicas writing again %s",
+	t.Logf("phases: scene %s, faults and detection %s, fences ending and faults held %s, heal %s, replicas writing again %s",
 		start.Sub(begin).Round(time.Second), settleFrom.Sub(start).Round(time.Second), healFrom.Sub(settleFrom).Round(time.Second),
 		healed.Sub(healFrom).Round(time.Second), time.Since(healed).Round(time.Second))
 	return checker.Check(checker.Input{
@@ -341,6 +349,27 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 		st.check(bmc.SetIgnoreOff(true))
 	case SlowBMC:
 		st.check(bmc.SetDelay(f.Delay))
+	case ProbesInCut:
+		// The cuts live in the other machines' namespaces: there, traffic to the machine's
+		// probe and kubelet ports is dropped, and the replies from them; the machine's own
+		// connections to their ports come from its ephemeral ports and pass.
+		var others []*machine.Machine
+		for i := 1; i <= len(st.sc.Machines); i++ {
+			if i != f.Machine {
+				others = append(others, st.sc.Machine(realscene.NodeName(i)))
+			}
+		}
+		ip := m.Net().IP()
+		for _, o := range others {
+			st.check(o.Net().Cut(netns.Endpoint{IP: ip, Port: realscene.AgentProbePort}, netns.Endpoint{IP: ip, Port: realscene.KubeletPort}))
+		}
+		return func() error {
+			var errs []error
+			for _, o := range others {
+				errs = append(errs, o.Net().Heal()) // every cut of o: regressions strike this alone
+			}
+			return errors.Join(errs...)
+		}
 	case ControllerAPICut:
 		if st.ctrls == nil {
 			return nil // vanilla: no controller to cut
@@ -407,6 +436,30 @@ func (st *striker) settle(timeout time.Duration) {
 		}
 		return true, nil
 	})
+}
+
+// holdFaults keeps the faults in place until the current copy of every replica (the pod the API
+// server holds under its name) writes, for at most d: a released pod's replacement then starts
+// while its old node is still cut off, powered off or lying, so that a release made too early
+// shows as two writers in the store rather than being healed away first (the old copy dies when
+// its kubelet hears of the deletion at the heal).
+func (st *striker) holdFaults(d time.Duration) {
+	from := time.Now()
+	writing := 0
+	_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, d, true, func(ctx context.Context) (bool, error) {
+		writing = 0
+		for i := range replicas {
+			p := &corev1.Pod{}
+			if err := st.sc.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: realscene.PodName(i)}, p); err != nil || p.DeletionTimestamp != nil {
+				continue
+			}
+			if _, ok := st.sc.Store.FirstAppend(string(p.UID)); ok {
+				writing++
+			}
+		}
+		return writing == replicas, nil
+	})
+	st.t.Logf("faults held %s after the fences ended: the current copies of %d of %d replicas writing", time.Since(from).Round(time.Second), writing, replicas)
 }
 
 // logFences says how each fence of the run ended.

@@ -37,6 +37,11 @@ const (
 	SlowBMC Kind = "slow-bmc"
 	// ControllerAPICut drops the controller replicas' traffic to the API server.
 	ControllerAPICut Kind = "controller-api-cut"
+	// ProbesInCut drops, at every other machine, its probes of the machine (its agent's probe
+	// port and its kubelet's port), while the machine's own probes of them pass: a firewall
+	// passing one direction. Regressions only: not in Kinds, so that the seeds' draws stay as
+	// they were.
+	ProbesInCut Kind = "probes-in-cut"
 )
 
 // Kinds is every kind, in a fixed order (the draw depends on it).
@@ -128,8 +133,9 @@ type Schedule struct {
 	// the policy (selfFenceFirst).
 	SelfFence bool
 	// Fenced is, for a regression, how each machine's fence must end: released after the
-	// named method confirmed it. It shows the run took the path it was written for; the checker
-	// judges the run whatever it says.
+	// named method confirmed it; a machine not named must have no fence (nil: not checked). It
+	// shows the run took the path it was written for; the checker judges the run whatever it
+	// says.
 	Fenced map[int]string
 }
 
@@ -173,6 +179,20 @@ var Regressions = []Schedule{{
 		{Kind: PeerCut, Machine: 2, Peer: 3, At: 5 * time.Second},
 	},
 	Fenced: map[int]string{1: "ipmi", 2: "ipmi"},
+}, {
+	// A machine cut off from the control plane whose peers cannot probe it, while it still
+	// probes them: its agent reaches its peers, so it does not fence itself, and its pods go on
+	// writing. The controller hears of that path only through the peers' acknowledgements of its
+	// probes (8850401): without them it counted the node silent (Dead) and relied on a
+	// self-fence that never happened. Now it sees the node alive (Partitioned) and, its chain
+	// not starting with the Executor, fences nothing (AliveNotFencing): no blind power-off.
+	Name:      "self-fence-one-way",
+	SelfFence: true,
+	Faults: []Fault{
+		{Kind: ControlPlaneCut, Machine: 2, At: 5 * time.Second},
+		{Kind: ProbesInCut, Machine: 2, At: 5 * time.Second},
+	},
+	Fenced: map[int]string{},
 }}
 
 // Plan draws the schedule of the run with this seed.

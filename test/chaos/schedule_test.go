@@ -176,6 +176,12 @@ func TestRegressionsAreWellFormed(t *testing.T) {
 		if !strings.HasPrefix(s.String(), "regression "+s.Name+": ") {
 			t.Errorf("String() = %q, want it to name the regression", s)
 		}
+		// A path written for a regression fences only machines its faults give a right to.
+		for m := range s.Fenced {
+			if !s.MayFence()[m] {
+				t.Errorf("%s: wants machine-%d fenced, which none of its faults allows (MayFence %v)", s.Name, m, s.MayFence())
+			}
+		}
 	}
 	i := slices.IndexFunc(Regressions, func(s Schedule) bool { return s.Name == "agent-lost-peers-cut" })
 	if i < 0 {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,13 @@ import (
 
 // AgentDaemon is the name of the machines' palisade-agent daemon (machine.KillDaemon).
 const AgentDaemon = "palisade-agent"
+
+// AgentProbePort is the port the agents accept their peers' probes on, KubeletPort the
+// kubelet's port, which peers probe too.
+const (
+	AgentProbePort = 9444
+	KubeletPort    = 10250
+)
 
 // AgentInterval is the agents' heartbeat interval, the product's default.
 const AgentInterval = "1s"
@@ -100,7 +108,7 @@ func (a *agents) daemon(i int) machine.Daemon {
 		"--controller-address", a.heartbeat, "--node-name", node,
 		"--cert", a.files[node+".crt"], "--key", a.files[node+".key"], "--ca", a.files["ca.crt"],
 		"--interval", AgentInterval, "--kubelet-healthz", "http://127.0.0.1:10248/healthz",
-		"--probe-address", "$(NODE_IP):9444", "--probe-advertise-host", "$(NODE_IP)", "--kubelet-port", "10250",
+		"--probe-address", "$(NODE_IP):" + strconv.Itoa(AgentProbePort), "--probe-advertise-host", "$(NODE_IP)", "--kubelet-port", strconv.Itoa(KubeletPort),
 		"--cri-endpoint", "$(CONTAINERD_SOCKET)", "--kubelet-stop-command", a.kubeletStop, "--state-dir", "$(STATE_DIR)",
 	}, slices.Concat(a.selfFence, a.api)...)}
 }
