@@ -105,8 +105,9 @@ func (c Config) withDefaults() Config {
 //   - a stale Lease and fresh agent heartbeats: KubeletDown when the agent reports its kubelet
 //     unhealthy, else Partitioned (alive, cut off from the control plane);
 //   - a stale Lease and late agent heartbeats: Suspect until the agent counts as lost;
-//   - a stale Lease, no agent heartbeat, and a fresh peer report that reaches the node:
-//     Partitioned; no fresh peer report reaching it: Dead;
+//   - a stale Lease, no agent heartbeat, and a fresh peer report that reaches the node (a peer's
+//     probe of it, or its probe of a peer that the peer's agent acknowledged): Partitioned; no
+//     fresh peer report reaching it: Dead;
 //   - a node whose agent never reported: the Lease verdict alone (unless a fresh peer report
 //     reaches it, which makes it Partitioned), and the Reason says so;
 //   - before the Lease expires: Dead when every path is silent — the agent lost, no fresh peer
@@ -164,7 +165,7 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 			since = fmt.Sprintf(", counted from %s when the controller could see renewals again", s.LeaseSeeingSince.UTC().Format(time.RFC3339))
 		}
 		renewalDue := from.Add(every + RenewalMargin)
-		silentPeers := len(peers.reaching) == 0 && peers.failedSince >= cfg.MinPeerReports
+		silentPeers := !peers.alive() && peers.failedSince >= cfg.MinPeerReports
 		switch {
 		case silentLease && silentPeers && !now.Before(renewalDue):
 			obs.Verdict = detectors.Dead
@@ -174,7 +175,7 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 			summary += fmt.Sprintf("; agent lost and no peer reaches the node, but the kubelet's next Lease renewal is not due until %s (renewed every %s%s): waiting for it",
 				renewalDue.UTC().Format(time.RFC3339), every, since)
 			obs.Deadline, obs.LeaseExpiry = earliest(obs.Deadline, renewalDue), false
-		case silentLease && len(peers.reaching) == 0:
+		case silentLease && !peers.alive():
 			summary += fmt.Sprintf("; agent lost: waiting for %d peer report(s) made since its last heartbeat", cfg.MinPeerReports)
 		case !silentLease && !s.LeaseRenewalSeen.IsZero():
 			summary += "; agent lost, but the Lease was renewed since its last heartbeat: the kubelet reaches the API server"
@@ -206,8 +207,8 @@ func decide(api detectors.Verdict, hb heartbeat, p peerView) (detectors.Verdict,
 		return detectors.Partitioned, "partitioned: Lease expired but agent heartbeats fresh and kubelet healthy (alive, cut off from the API server)"
 	case hb.state == late:
 		return detectors.Suspect, "Lease expired, agent heartbeat late"
-	case len(p.reaching) > 0:
-		return detectors.Partitioned, "partitioned: Lease expired and no agent heartbeat, but peers reach the node (alive, cut off from the API server and the controller)"
+	case p.alive():
+		return detectors.Partitioned, "partitioned: Lease expired and no agent heartbeat, but peers reach the node or it reaches them (alive, cut off from the API server and the controller)"
 	case hb.state == warmingUp:
 		return detectors.Suspect, "Lease expired, controller still waiting for the first agent heartbeats"
 	case hb.state == never:

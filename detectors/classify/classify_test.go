@@ -70,7 +70,7 @@ func TestClassify(t *testing.T) {
 		{"a peer's latest report counts", staleLease, lostAgent, []PeerReport{peer("n2", true, 3*time.Second), peer("n2", false, time.Second)}, Config{}, detectors.Dead, []string{"not reached by [n2]"}},
 		// The node's own probe of n2, acknowledged by n2's agent, is a path of its own: n2's
 		// later failure to probe the node (a firewall passing one direction) does not hide it.
-		{"the node reached a peer that cannot reach it", staleLease, lostAgent, []PeerReport{inbound("n2", 2*time.Second), peer("n2", false, time.Second)}, Config{}, detectors.Partitioned, []string{"peers reach the node", "reached by [n2 (the node's probe)]", "not reached by [n2]"}},
+		{"the node reached a peer that cannot reach it", staleLease, lostAgent, []PeerReport{inbound("n2", 2*time.Second), peer("n2", false, time.Second)}, Config{}, detectors.Partitioned, []string{"peers reach the node or it reaches them", "not reached by [n2], reaches [n2]"}},
 		{"the node's probe of a peer goes stale", staleLease, lostAgent, []PeerReport{inbound("n2", 30*time.Second), peer("n2", false, time.Second)}, Config{}, detectors.Dead, []string{"1 stale ignored"}},
 		{"never an agent, fresh lease", freshLease, noAgent, nil, Config{}, detectors.Healthy, []string{"verdict from the Lease alone", "no heartbeat ever received"}},
 		{"never an agent, late lease", lateLease, noAgent, nil, Config{}, detectors.Suspect, []string{"verdict from the Lease alone"}},
@@ -200,7 +200,7 @@ func TestFastDead(t *testing.T) {
 		{"the Lease's own interval: renewal seen before the next heartbeat was due, then missed", freshLease, lost, n2Fails, now.Add(-3500 * time.Millisecond), 2 * time.Second, time.Time{}, Config{}, detectors.Dead, "renewed every 2s", false},
 		{"Lease renewed after the agent went silent: not dead", freshLease, lost, n2Fails, after, 0, time.Time{}, Config{}, detectors.Healthy, "the Lease was renewed since its last heartbeat", true},
 		{"renewal never seen: not dead", freshLease, lost, n2Fails, time.Time{}, 0, time.Time{}, Config{}, detectors.Healthy, "Lease fresh", true},
-		{"the node's acknowledged probe of a peer since the silence: not dead", freshLease, lost, []PeerReport{peer("n2", false, time.Second), inbound("n2", 500*time.Millisecond)}, before, 0, time.Time{}, Config{}, detectors.Healthy, "reached by [n2 (the node's probe)]", true},
+		{"the node's acknowledged probe of a peer since the silence: not dead", freshLease, lost, []PeerReport{peer("n2", false, time.Second), inbound("n2", 500*time.Millisecond)}, before, 0, time.Time{}, Config{}, detectors.Healthy, "not reached by [n2], reaches [n2]", true},
 		{"one peer still reaches it", freshLease, lost, []PeerReport{peer("n2", false, time.Second), peer("n3", true, time.Second)}, before, 0, time.Time{}, Config{}, detectors.Healthy, "reached by [n3]", true},
 		{"peer failures older than the silence do not count", freshLease, lost, []PeerReport{peer("n2", false, 5*time.Second)}, before, 0, time.Time{}, Config{}, detectors.Healthy, "waiting for 1 peer report", true},
 		{"no peer report yet: look again within an interval", freshLease, lost, nil, before, 0, time.Time{}, Config{}, detectors.Healthy, "waiting for 1 peer report", true},

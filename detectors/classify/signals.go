@@ -80,30 +80,38 @@ func (hb heartbeat) String() string {
 // peerView is the latest fresh report of every peer.
 type peerView struct {
 	reaching, notReaching []string
-	stale                 int
-	lastReached           time.Time
+	// reaches are the peers whose agents acknowledged the node's own probes: it reaches them.
+	reaches     []string
+	stale       int
+	lastReached time.Time
 	// failedSince counts the peers whose latest fresh report, made after the time given to
 	// peers (the agent's last heartbeat), failed to reach the node.
 	failedSince int
 }
 
 func (c Config) peers(reports []PeerReport, now, since time.Time) peerView {
-	latestOf := make(map[string]PeerReport, len(reports))
+	// The latest report counts per peer and direction: the node's probe of a peer is a path of
+	// its own, apart from the peer's probes of the node.
+	type key struct {
+		from    string
+		inbound bool
+	}
+	latestOf := make(map[key]PeerReport, len(reports))
 	for _, r := range reports {
-		key := r.From
-		if r.Inbound {
-			// The node's probe of the peer: a path of its own, apart from the peer's probes.
-			key += " (the node's probe)"
-		}
-		if cur, ok := latestOf[key]; !ok || r.At.After(cur.At) {
-			latestOf[key] = r
+		k := key{r.From, r.Inbound}
+		if cur, ok := latestOf[k]; !ok || r.At.After(cur.At) {
+			latestOf[k] = r
 		}
 	}
 	var v peerView
-	for from, r := range latestOf {
+	for k, r := range latestOf {
+		from := k.from
 		switch {
 		case now.Sub(r.At) > c.PeerStaleness:
 			v.stale++
+		case r.Inbound:
+			v.reaches = append(v.reaches, from)
+			v.lastReached = latest(v.lastReached, r.At)
 		case r.Reachable:
 			v.reaching = append(v.reaching, from)
 			v.lastReached = latest(v.lastReached, r.At)
@@ -116,8 +124,13 @@ func (c Config) peers(reports []PeerReport, now, since time.Time) peerView {
 	}
 	sort.Strings(v.reaching)
 	sort.Strings(v.notReaching)
+	sort.Strings(v.reaches)
 	return v
 }
+
+// alive says whether a fresh report shows the node alive on a path: a peer reached it, or it
+// reached a peer.
+func (v peerView) alive() bool { return len(v.reaching) > 0 || len(v.reaches) > 0 }
 
 func (v peerView) String() string {
 	var parts []string
@@ -126,6 +139,9 @@ func (v peerView) String() string {
 	}
 	if len(v.notReaching) > 0 {
 		parts = append(parts, "not reached by ["+strings.Join(v.notReaching, " ")+"]")
+	}
+	if len(v.reaches) > 0 {
+		parts = append(parts, "reaches ["+strings.Join(v.reaches, " ")+"]")
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "no fresh report")
