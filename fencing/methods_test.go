@@ -121,6 +121,10 @@ func (c *channel) EachReceived(fn func(string, time.Time, time.Duration)) {
 	agentwire.EachReceivedOf(c.Snapshot(), fn)
 }
 
+func (c *channel) LastReached(node string) time.Time {
+	return agentwire.LastReachedOf(c.Snapshot(), node)
+}
+
 // served is the order a heartbeat of node would be answered with.
 func (c *channel) served(node string) (agentwire.Command, bool) {
 	c.mu.Lock()

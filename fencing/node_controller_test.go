@@ -52,6 +52,7 @@ func (h heartbeats) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighti
 func (h heartbeats) EachReceived(fn func(string, time.Time, time.Duration)) {
 	agentwire.EachReceivedOf(h, fn)
 }
+func (h heartbeats) LastReached(node string) time.Time { return agentwire.LastReachedOf(h, node) }
 
 func (h heartbeats) Forget(node string) { delete(h, node) }
 

@@ -42,6 +42,21 @@ func LatestOf(snapshot map[string]Heartbeat, node string) (hb Heartbeat, about [
 	return hb, about, ok
 }
 
+// LastReachedOf is the latest acknowledgement of node's probe that the heartbeats of snapshot
+// report (zero for none): the least a heartbeat source's LastReached returns, which also keeps
+// those its nodes' earlier heartbeats reported.
+func LastReachedOf(snapshot map[string]Heartbeat, node string) time.Time {
+	var last time.Time
+	for _, hb := range snapshot {
+		for _, p := range hb.ProbedBy {
+			if p.Node == node && p.At.After(last) {
+				last = p.At
+			}
+		}
+	}
+	return last
+}
+
 // EachReceivedOf is what a heartbeat source's EachReceived does, over a full Snapshot.
 func EachReceivedOf(snapshot map[string]Heartbeat, fn func(node string, received time.Time, interval time.Duration)) {
 	for n, hb := range snapshot {

@@ -31,7 +31,8 @@ const (
 	MethodExecutor MethodType = "Executor"
 	// MethodSelfFence relies on the node's agent fencing itself: an agent cut off from the
 	// controller, the API server (counted reachable only while its kubelet is healthy) and every
-	// peer for longer than its --self-fence-after terminates its workload (and reboots through
+	// peer (counted reachable only when the peer's agent acknowledges its probe, which the peer
+	// reports) for longer than its --self-fence-after terminates its workload (and reboots through
 	// its watchdog when configured). The controller counts the node fenced only once it has had
 	// no signal from it on any path for safeAfter since the wait began, and no other node's
 	// agent is silent too (nodes cut off together may reach each other, and then do not fence
@@ -260,12 +261,14 @@ type NetworkFenceMethod struct {
 }
 
 // SelfFenceMethod configures reliance on the agents' self-fencing.
-// +kubebuilder:validation:XValidation:rule="duration(self.safeAfter) >= duration('1s')",message="selfFence.safeAfter must be at least 1s, and should exceed the agents' --self-fence-after plus the longest grace period"
+// +kubebuilder:validation:XValidation:rule="duration(self.safeAfter) >= duration('1s')",message="selfFence.safeAfter must be at least 1s, and should exceed the agents' --self-fence-after plus four heartbeat intervals plus the longest grace period"
 type SelfFenceMethod struct {
 	// SafeAfter is how long after the wait for the node's isolation began (the node silent on
 	// every path) its agent has surely terminated its workload: more than the agents'
-	// --self-fence-after plus two heartbeat intervals plus the longest grace period of its pods. The method's timeout (default 60s, counted from the wait's
-	// start) must exceed safeAfter: the API server refuses a policy where it does not.
+	// --self-fence-after plus four heartbeat intervals (an acknowledged peer probe counts as a
+	// path for two, the agent looks once per interval, a peer reports once per interval) plus
+	// the longest grace period of its pods. The method's timeout (default 60s, counted from the
+	// wait's start) must exceed safeAfter: the API server refuses a policy where it does not.
 	SafeAfter metav1.Duration `json:"safeAfter"`
 }
 

@@ -32,6 +32,13 @@ func (c Config) LostAfter(interval time.Duration) time.Duration {
 	return time.Duration(c.withDefaults().MissedHeartbeats) * orDefaultInterval(interval)
 }
 
+// LateAfter is how long an agent that heartbeats every interval (0: DefaultInterval) may be
+// silent before its heartbeat counts as late: one interval and half of one.
+func (c Config) LateAfter(interval time.Duration) time.Duration {
+	interval = orDefaultInterval(interval)
+	return interval + interval/2
+}
+
 func orDefaultInterval(interval time.Duration) time.Duration {
 	if interval <= 0 {
 		return DefaultInterval
@@ -53,7 +60,7 @@ func (c Config) heartbeat(a Agent, now time.Time) heartbeat {
 	switch {
 	case hb.age > hb.timeout:
 		hb.state = lost
-	case hb.age > interval+interval/2:
+	case hb.age > c.LateAfter(interval):
 		hb.state = late
 	default:
 		hb.state = fresh

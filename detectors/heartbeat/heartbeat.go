@@ -85,7 +85,11 @@ func reachability(sent, apiReachable, kubeletHealthy, peers bool) Reachability {
 // pathWindow is how many intervals a peer path counts after its last acknowledged probe, on
 // both sides: the agent that probed counts itself connected that long, and the agent that
 // acknowledged reports the probe in its heartbeats that long, so that at least one of them
-// reaches the controller while the prober still counts the path.
+// carries it to the controller (which keeps the latest acknowledgement of each node's probes
+// beyond the heartbeats that carried it: observe.Observer.LastSignal). Counted from the probe's
+// sending, the prober's window never outlasts the moment the peer recorded plus two of the
+// prober's intervals; the SelfFence method's safeAfter covers them (with the agent's own
+// delays: four intervals in all).
 const pathWindow = 2
 
 // Fencer watches the node's reachability (the self-fencer).

@@ -29,6 +29,9 @@ type Heartbeats interface {
 	// without copying the heartbeats, for a frequent look at all nodes; fn must be quick and
 	// must not call back into the source.
 	EachReceived(fn func(node string, received time.Time, interval time.Duration))
+	// LastReached is the latest moment a peer's agent reported acknowledging the node's probe,
+	// over every heartbeat received, not only the latest ones (zero for none).
+	LastReached(node string) time.Time
 }
 
 // Observer asks the detectors about a node: the lease detector always, and the classifier
@@ -101,7 +104,13 @@ func (o Observer) ObserveAll(ctx context.Context, nodes []corev1.Node, leaseTime
 }
 
 // LastSignal is the time of the freshest signal from the node on any path the controller has
-// (Lease, agent heartbeat, peer reports); zero when there is none.
+// (Lease, agent heartbeat, fresh peer reports, and the latest acknowledgement of the node's
+// probe by a peer ever reported); zero when there is none. The last is kept beyond the peers'
+// latest heartbeats: the node's agent counts an acknowledged probe as a path for two of its
+// intervals, whatever the peer's interval and however soon the peer stops reporting it.
+//
+// A signal still in flight when the SelfFence method confirms is not seen: its safeAfter must
+// leave room for a peer's heartbeat interval besides the node's own delays.
 func (o Observer) LastSignal(ctx context.Context, name string, now time.Time) (time.Time, error) {
 	node := &corev1.Node{}
 	if err := o.Reader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
@@ -112,20 +121,29 @@ func (o Observer) LastSignal(ctx context.Context, name string, now time.Time) (t
 	}
 	// The lease timeout does not move the freshest signal; any value will do.
 	obs, err := o.Observe(ctx, node, time.Minute, now)
-	return obs.LastSeen, err
+	last := obs.LastSeen
+	if o.Heartbeats != nil {
+		if r := o.Heartbeats.LastReached(name); r.After(last) {
+			last = r
+		}
+	}
+	return last, err
 }
 
 // SilentAgents names, sorted, the nodes other than node whose agent the controller has heard
-// but lost, at now, by the classifier's rule (classify.Config.LostAfter). Nodes whose agent it
-// never heard are not named. Empty without agents.
+// but whose heartbeat is now late or lost, at now, by the classifier's rule
+// (classify.Config.LateAfter: more than one and a half of its intervals): not lost only, which
+// takes three intervals, up to 3 minutes at the longest interval, while an agent of an island
+// may go on acknowledging its neighbours' probes unheard. Nodes whose agent it never heard are
+// not named. Empty without agents.
 func (o Observer) SilentAgents(node string, now time.Time) []string {
 	if o.Heartbeats == nil {
 		return nil
 	}
 	var out []string
-	lost := classify.Config{}
+	late := classify.Config{}
 	o.Heartbeats.EachReceived(func(n string, received time.Time, interval time.Duration) {
-		if n != node && !received.IsZero() && now.Sub(received) > lost.LostAfter(interval) {
+		if n != node && !received.IsZero() && now.Sub(received) > late.LateAfter(interval) {
 			out = append(out, n)
 		}
 	})

@@ -32,6 +32,7 @@ func (noHeartbeats) Latest(string) (agentwire.Heartbeat, []agentwire.Sighting, b
 	return agentwire.Heartbeat{}, nil, false
 }
 func (noHeartbeats) EachReceived(func(string, time.Time, time.Duration)) {}
+func (noHeartbeats) LastReached(string) time.Time                        { return time.Time{} }
 
 // nodeWithLease is node n1, an hour old at now, and a client holding it and its Lease, last
 // renewed at renew.
@@ -93,6 +94,7 @@ func (o oneSilentNode) Latest(string) (agentwire.Heartbeat, []agentwire.Sighting
 		[]agentwire.Sighting{{From: "n2", Reachable: false, At: now.Add(-time.Second)}}, true
 }
 func (oneSilentNode) EachReceived(func(string, time.Time, time.Duration)) {}
+func (oneSilentNode) LastReached(string) time.Time                        { return time.Time{} }
 
 // TestObserveFastDeadAfterBlindness: the agent lost and no peer reaching the node make it Dead
 // before its Lease expires only once the kubelet has missed a renewal the controller could have
@@ -133,27 +135,30 @@ func (received) Snapshot() map[string]agentwire.Heartbeat { return nil }
 func (received) Latest(string) (agentwire.Heartbeat, []agentwire.Sighting, bool) {
 	return agentwire.Heartbeat{}, nil, false
 }
+func (received) LastReached(string) time.Time { return time.Time{} }
 func (r received) EachReceived(fn func(string, time.Time, time.Duration)) {
 	for n, v := range r {
 		fn(n, v[0], v[1].Sub(time.Time{}))
 	}
 }
 
-// SilentAgents names the other nodes whose agent was heard and then lost (three of its own
-// intervals without a heartbeat), never the node asked about, nor a node never heard.
+// SilentAgents names the other nodes whose agent was heard and is now late or lost (more than
+// one and a half of its own intervals without a heartbeat), never the node asked about, nor a
+// node never heard.
 func TestSilentAgents(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	every := func(d time.Duration) time.Time { return time.Time{}.Add(d) }
 	o := Observer{Heartbeats: received{
-		"self":       {now.Add(-time.Minute), every(time.Second)},         // the node asked about
-		"fresh":      {now.Add(-2 * time.Second), every(time.Second)},     // within 3 intervals
-		"lost":       {now.Add(-4 * time.Second), every(time.Second)},     // 4 s, 3 intervals of 1 s
-		"slow-fresh": {now.Add(-8 * time.Second), every(5 * time.Second)}, // within 3 intervals of 5 s
-		"slow-lost":  {now.Add(-16 * time.Second), every(5 * time.Second)},
-		"default":    {now.Add(-4 * time.Second), time.Time{}}, // no interval stated: 1 s
+		"self":       {now.Add(-time.Minute), every(time.Second)},             // the node asked about
+		"fresh":      {now.Add(-1500 * time.Millisecond), every(time.Second)}, // within 1.5 intervals
+		"late":       {now.Add(-1600 * time.Millisecond), every(time.Second)}, // past 1.5, not yet lost
+		"lost":       {now.Add(-4 * time.Second), every(time.Second)},         // 4 s, 3 intervals of 1 s
+		"slow-fresh": {now.Add(-7 * time.Second), every(5 * time.Second)},     // within 1.5 intervals of 5 s
+		"slow-late":  {now.Add(-8 * time.Second), every(5 * time.Second)},     // past them, far from lost (15 s)
+		"default":    {now.Add(-2 * time.Second), time.Time{}},                // no interval stated: 1 s
 		"never":      {time.Time{}, every(time.Second)},
 	}}
-	if diff := cmp.Diff([]string{"default", "lost", "slow-lost"}, o.SilentAgents("self", now)); diff != "" {
+	if diff := cmp.Diff([]string{"default", "late", "lost", "slow-late"}, o.SilentAgents("self", now)); diff != "" {
 		t.Errorf("SilentAgents (-want +got):\n%s", diff)
 	}
 	if got := (Observer{}).SilentAgents("self", now); len(got) != 0 {
@@ -172,6 +177,7 @@ func (s snapshot) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighting
 func (s snapshot) EachReceived(fn func(string, time.Time, time.Duration)) {
 	agentwire.EachReceivedOf(s, fn)
 }
+func (s snapshot) LastReached(node string) time.Time { return agentwire.LastReachedOf(s, node) }
 
 // A node that reached a peer (the peer's agent acknowledged its probe, and says so in its
 // heartbeat) sent a signal then, though its own heartbeats are lost and the peer's own probes
@@ -195,4 +201,23 @@ func TestLastSignalCountsTheNodesProbesOfItsPeers(t *testing.T) {
 	if err != nil || len(all) != 1 || !all[0].LastSeen.Equal(probed) || all[0].Verdict != detectors.Partitioned {
 		t.Errorf("ObserveAll = %+v, %v; want n1 Partitioned, last seen %s", all, err, probed)
 	}
+	// n2's latest heartbeat no longer lists the probe (past its window), and n2's report is long
+	// stale: the acknowledgement the source remembers still counts.
+	o.Heartbeats = remembered{snapshot{"n2": {Node: "n2", Received: now.Add(-50 * time.Second), Interval: 15 * time.Second}}, probed}
+	if last, err := o.LastSignal(context.Background(), "n1", now); err != nil || !last.Equal(probed) {
+		t.Errorf("LastSignal = %s, %v; want %s, the acknowledgement remembered", last, err, probed)
+	}
+}
+
+// remembered is a heartbeat source that remembers an acknowledgement of n1's probe at its time.
+type remembered struct {
+	snapshot
+	at time.Time
+}
+
+func (r remembered) LastReached(node string) time.Time {
+	if node == "n1" {
+		return r.at
+	}
+	return time.Time{}
 }

@@ -38,7 +38,7 @@ const maxProbers = 4 * agentwire.MaxPeers
 // A prober that presents its own agent certificate of the CA is recorded (ProbedBy) and
 // answered with an acknowledgement: its heartbeats then tell the controller that the prober
 // reached this node, which is the controller's only sight of that path. An agent counts itself
-// connected to a peer only through acknowledged probes (Prober.AnyReachable), so that it never
+// connected to a peer only through acknowledged probes (Prober.AnyAcknowledged), so that it never
 // holds back its self-fence on a path the controller cannot see (the peers that probe a node
 // are not the ones it probes, and a firewall may pass one direction only).
 type ProbeServer struct {
@@ -198,7 +198,12 @@ func (d *ProbeDialer) Probe(ctx context.Context, addr, node string) error {
 			return verifyAgent(raw, pool, node)
 		},
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return d.cert()
+			if c, err := d.cert(); err == nil {
+				return c, nil
+			}
+			// Without its own certificate the agent still learns whether the peer is alive: the
+			// probe is answered, not acknowledged (ErrNotAcknowledged).
+			return &tls.Certificate{}, nil
 		},
 	}
 	tc := tls.Client(conn, cfg)

@@ -143,7 +143,7 @@ func (p *Prober) probeAll(ctx context.Context) {
 	targets := p.targets
 	p.mu.Unlock()
 	var wg sync.WaitGroup
-	results, acked := make([]agentwire.PeerReport, len(targets)), make([]bool, len(targets))
+	results, acked := make([]agentwire.PeerReport, len(targets)), make([]time.Time, len(targets))
 	for i, t := range targets {
 		wg.Add(1)
 		go func() {
@@ -162,29 +162,42 @@ func (p *Prober) probeAll(ctx context.Context) {
 	for i, r := range results {
 		prev, had := p.results[r.Node]
 		if !had || prev.Reachable != r.Reachable {
-			p.log.Info("peer reachability", "peer", r.Node, "reachable", r.Reachable, "agentAcknowledged", acked[i])
+			p.log.Info("peer reachability", "peer", r.Node, "reachable", r.Reachable, "agentAcknowledged", !acked[i].IsZero())
 		}
 		if sameTargetSet(p.targets, r.Node) {
 			p.results[r.Node] = r
-			if acked[i] {
-				p.acked[r.Node] = r.At
+			if !acked[i].IsZero() {
+				p.acked[r.Node] = acked[i]
 			}
 		}
 	}
 }
 
-// probe tries every address of t at once and reports whether any answered, and whether the
-// peer's agent acknowledged (its address is the first, probed with agentProbe).
-func (p *Prober) probe(parent context.Context, t agentwire.PeerTarget) (reachable, acked bool) {
+// probe tries every address of t at once and reports whether any answered, and when the peer's
+// agent acknowledged (its address is the first, probed with agentProbe; zero: it did not). The
+// moment is the acknowledgement's own, not the end of the round: the path counts for a while
+// after it, and the peer reports the probe from then.
+func (p *Prober) probe(parent context.Context, t agentwire.PeerTarget) (reachable bool, acked time.Time) {
 	ctx, cancel := context.WithTimeout(parent, p.currentInterval()/2)
 	defer cancel()
-	type answer struct{ ok, agent bool }
+	type answer struct {
+		ok    bool
+		agent time.Time
+	}
 	answers := make(chan answer, len(t.Addresses))
 	for i, a := range t.Addresses {
 		go func() {
 			if i == 0 && p.agentProbe != nil {
+				sent := time.Now()
 				err := p.agentProbe(ctx, a, t.Node)
-				answers <- answer{ok: err == nil || errors.Is(err, ErrNotAcknowledged), agent: err == nil}
+				var at time.Time
+				if err == nil {
+					// The peer recorded the probe between sending it and reading the answer: the
+					// earlier bound, so that this agent never counts the path longer than the peer
+					// reports it.
+					at = sent
+				}
+				answers <- answer{ok: err == nil || errors.Is(err, ErrNotAcknowledged), agent: at}
 				return
 			}
 			conn, err := p.dial(ctx, "tcp", a)
@@ -198,7 +211,10 @@ func (p *Prober) probe(parent context.Context, t agentwire.PeerTarget) (reachabl
 	// after the kubelet's port answered.
 	for range t.Addresses {
 		a := <-answers
-		reachable, acked = reachable || a.ok, acked || a.agent
+		reachable = reachable || a.ok
+		if a.agent.After(acked) {
+			acked = a.agent
+		}
 	}
 	return reachable, acked
 }

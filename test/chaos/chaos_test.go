@@ -53,7 +53,7 @@ var activeKinds = Kinds
 
 const (
 	// selfFenceAfter is the agents' --self-fence-after in a SelfFence run, selfFenceSafeAfter
-	// its policy's safeAfter: more than selfFenceAfter, two heartbeat intervals and the
+	// its policy's safeAfter: more than selfFenceAfter, four heartbeat intervals and the
 	// witness pods' 5s grace period.
 	selfFenceAfter     = 10 * time.Second
 	selfFenceSafeAfter = 30 * time.Second

@@ -54,6 +54,9 @@ func TestLatestMatchesSnapshot(t *testing.T) {
 			t.Fatalf("step %d: EachReceived differs from the snapshot's (-want +got):\n%s", step, diff)
 		}
 		for _, n := range append(names, "n3-gone", "nowhere") {
+			if got, least := s.LastReached(n), agentwire.LastReachedOf(snap, n); got.Before(least) {
+				t.Fatalf("step %d, node %s: LastReached %s, before the snapshot's latest acknowledgement %s", step, n, got, least)
+			}
 			wantHB, wantAbout, wantOK := agentwire.LatestOf(snap, n)
 			gotHB, gotAbout, gotOK := s.Latest(n)
 			if diff := cmp.Diff(struct {
@@ -112,8 +115,26 @@ func TestProbedByIsASightingOfTheProber(t *testing.T) {
 	if diff := cmp.Diff(want, sorted(about)); ok || diff != "" {
 		t.Errorf("about n1 (no heartbeat of its own: %t) (-want +got):\n%s", !ok, diff)
 	}
+	if got := s.LastReached("n1"); !got.Equal(t0.Add(-500 * time.Millisecond)) {
+		t.Errorf("LastReached(n1) = %s, want the acknowledgement on the server's clock", got)
+	}
 	s.record(toHeartbeat(agentwire.Report{Node: "n2", SentAt: t0.Add(time.Second)}, t0.Add(time.Second), t0.Add(time.Hour)))
 	if _, about, _ := s.Latest("n1"); len(about) != 0 {
 		t.Errorf("about n1 after n2's next heartbeat without it: %+v, want nothing", about)
+	}
+	// The acknowledgement is remembered past the heartbeats that carried it: n1's agent counts
+	// it as a path for two of its own intervals, whatever n2's.
+	if got := s.LastReached("n1"); !got.Equal(t0.Add(-500 * time.Millisecond)) {
+		t.Errorf("LastReached(n1) after n2 stopped reporting it = %s, want it kept", got)
+	}
+	s.opts.Now = func() time.Time { return t0.Add(59 * time.Minute) }
+	s.Forget("n3")
+	if got := s.LastReached("n1"); got.IsZero() {
+		t.Error("LastReached(n1) dropped by a Forget less than an hour after it")
+	}
+	s.opts.Now = func() time.Time { return t0.Add(time.Hour + time.Second) }
+	s.Forget("n3")
+	if got := s.LastReached("n1"); !got.IsZero() {
+		t.Errorf("LastReached(n1) = %s after a Forget more than an hour after it, want it dropped", got)
 	}
 }

@@ -109,7 +109,11 @@ type Server struct {
 	// about indexes the latest heartbeats' reports about other nodes (Heartbeat.Sightings) by
 	// the node they are about, then by reporting node, so that Latest reads one node's in O(peers).
 	about map[string]map[string][]agentwire.Sighting
-	peers *peerBook
+	// reached is, by node, the latest moment a peer's agent reported acknowledging the node's
+	// probe, on the server's clock, from any heartbeat since (not only the latest ones, which
+	// drop an acknowledgement after two of the peer's intervals): LastReached.
+	reached map[string]time.Time
+	peers   *peerBook
 	// dg is the heartbeat datagrams' socket and keys (its conn nil with NoDatagrams).
 	dg *datagramState
 	// handshaking counts the TLS handshakes in progress (at most MaxHandshakes).
@@ -284,6 +288,16 @@ func (s *Server) Latest(node string) (hb agentwire.Heartbeat, about []agentwire.
 	return hb, about, ok
 }
 
+// LastReached is the latest moment a peer's agent reported acknowledging node's probe (its
+// ProbedBy), on the server's clock, over every heartbeat the server accepted (Forget drops
+// those older than an hour); zero for none. The node's agent counts such a probe as a path for a while
+// after it, so the SelfFence method must not miss one however briefly the peer reported it.
+func (s *Server) LastReached(node string) time.Time {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.reached[node]
+}
+
 // reindex replaces the reports about other nodes of old (the reporting node's previous
 // heartbeat, zero for none) by those of hb in the index by the node they are about; s.mu must
 // be held for writing.
@@ -297,6 +311,12 @@ func (s *Server) reindex(old, hb agentwire.Heartbeat) {
 		}
 	})
 	hb.Sightings(func(about string, sg agentwire.Sighting) {
+		if sg.Inbound && sg.At.After(s.reached[about]) {
+			if s.reached == nil {
+				s.reached = map[string]time.Time{}
+			}
+			s.reached[about] = sg.At
+		}
 		m := s.about[about]
 		if m == nil {
 			m = map[string][]agentwire.Sighting{}
@@ -313,6 +333,16 @@ func (s *Server) Forget(node string) {
 	defer s.mu.Unlock()
 	s.reindex(s.nodes[node], agentwire.Heartbeat{})
 	delete(s.nodes, node)
+	// The node's own acknowledgements go only once old: a peer's heartbeat from before the
+	// Forget may still name it (the index by target keeps those too), and a node of the same
+	// name may come back. Older than an hour, none can matter to a fence any more.
+	if s.opts.Now != nil {
+		for n, at := range s.reached {
+			if s.opts.Now().Sub(at) > time.Hour {
+				delete(s.reached, n)
+			}
+		}
+	}
 	delete(s.commands, node)
 	delete(s.statuses, node)
 	s.forgetKey(node)

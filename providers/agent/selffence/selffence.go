@@ -20,12 +20,12 @@ import (
 // Fencer fences its own node, when self-fencing is on (Config.After > 0), once the node is
 // isolated: for longer than Config.After,
 //
-//	(a) the controller accepted none of its heartbeats (a heartbeat the controller answers with
-//	    a refusal also counts as the controller being reachable: it is not isolation),
+//	(a) the controller accepted none of its heartbeats (a refused one is no signal there),
 //	(b) the API server's healthz (--api-server-healthz, probed every interval alongside the
-//	    kubelet check) has not answered 200, and
-//	(c) no peer it probes (--probe-address) answered within two intervals, so that a node cut
-//	    off from the control plane only, but not from its peers, does not fence itself.
+//	    kubelet check) has not answered 200 while the kubelet answered healthy, and
+//	(c) no peer's agent acknowledged one of its probes (--probe-address) within two intervals,
+//	    so that a node cut off from the control plane only, but not from its peers, does not
+//	    fence itself: each is a path the controller hears (detectors/heartbeat.Reachability).
 //
 // Once per isolation (it is re-armed only when the controller, the API server or a peer is
 // reached again), the agent then runs the same executor path as a Terminate command, with the ID
@@ -41,7 +41,7 @@ type Fencer struct {
 	log  logr.Logger
 	api  *http.Client
 
-	lastReachable time.Time // when the controller or the API server was last reached
+	lastReachable time.Time // when the controller, the API server or a peer was last reached
 	fenced        bool      // a self-fence was started in this isolation
 	apiReachable  *bool     // nil until the first probe, for logging changes
 }
