@@ -30,6 +30,8 @@ const (
 	envRuns    = "PALISADE_CHAOS_RUNS"    // how many runs; default: the fixed seeds
 	envSeed    = "PALISADE_CHAOS_SEED"    // the first seed of PALISADE_CHAOS_RUNS runs (default 1)
 	envVanilla = "PALISADE_CHAOS_VANILLA" // "1": Palisade off, an operator force-deletes at NotReady
+	// envSelfFence "1" makes every seeded run a SelfFence run (Schedule.SelfFence).
+	envSelfFence = "PALISADE_CHAOS_SELF_FENCE"
 	// envRegression names one of Regressions to run alone (it overrides envRuns).
 	envRegression = "PALISADE_CHAOS_REGRESSION"
 	// envParallel is how many runs go at once, each with its own control plane, machines and
@@ -146,6 +148,7 @@ func schedulesFromEnv(t *testing.T) ([]Schedule, bool) {
 		out := make([]Schedule, len(seeds))
 		for i, seed := range seeds {
 			out[i] = Plan(seed, opts)
+			out[i].SelfFence = os.Getenv(envSelfFence) == "1"
 		}
 		return out
 	}

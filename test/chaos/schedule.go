@@ -283,6 +283,9 @@ func (s Schedule) Replay() string {
 	if s.Name != "" {
 		return fmt.Sprintf("make chaos REGRESSION=%s", s.Name)
 	}
+	if s.SelfFence {
+		return fmt.Sprintf("make chaos RUNS=1 SEED=%d SELF_FENCE=1", s.Seed)
+	}
 	return fmt.Sprintf("make chaos RUNS=1 SEED=%d", s.Seed)
 }
 

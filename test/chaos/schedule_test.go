@@ -112,6 +112,13 @@ func TestScheduleReadsAndReplays(t *testing.T) {
 	if got, want := s.Replay(), "make chaos RUNS=1 SEED=42"; got != want {
 		t.Errorf("Replay() = %q, want %q", got, want)
 	}
+	s.SelfFence = true
+	if got, want := s.String(), want+"; agents fence themselves, SelfFence first"; got != want {
+		t.Errorf("String() of a SelfFence run =\n%s\nwant\n%s", got, want)
+	}
+	if got, want := s.Replay(), "make chaos RUNS=1 SEED=42 SELF_FENCE=1"; got != want {
+		t.Errorf("Replay() of a SelfFence run = %q, want %q", got, want)
+	}
 }
 
 // Quiet is the latest moment a fault strikes or ends, whichever faults last until the heal.
