@@ -12,16 +12,18 @@ type Sighting struct {
 	// Inbound says the node probed From rather than From the node: From's agent acknowledged
 	// the node's probe at At (Reachable is true). The node's agent counts that as a path.
 	Inbound bool
+	// Interval is From's heartbeat interval (0: unknown): its reports come that far apart.
+	Interval time.Duration
 }
 
 // Sightings calls fn with every report hb makes about another node (about): its probes of its
 // peers, then the probes by peers that it acknowledged (Inbound).
 func (hb Heartbeat) Sightings(fn func(about string, s Sighting)) {
 	for _, p := range hb.Peers {
-		fn(p.Node, Sighting{From: hb.Node, Reachable: p.Reachable, At: p.At})
+		fn(p.Node, Sighting{From: hb.Node, Reachable: p.Reachable, At: p.At, Interval: hb.Interval})
 	}
 	for _, p := range hb.ProbedBy {
-		fn(p.Node, Sighting{From: hb.Node, Reachable: true, At: p.At, Inbound: true})
+		fn(p.Node, Sighting{From: hb.Node, Reachable: true, At: p.At, Inbound: true, Interval: hb.Interval})
 	}
 }
 

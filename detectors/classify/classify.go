@@ -44,6 +44,9 @@ type PeerReport struct {
 	// path, so the controller must count it too (a self-fence is not relied on while it holds).
 	// The latest report counts per peer and direction.
 	Inbound bool
+	// Interval is the reporting peer's heartbeat interval (0: DefaultInterval): with the
+	// node's own, it sets how old a report may grow before it is stale (Config.PeerStaleness).
+	Interval time.Duration
 }
 
 // Signals are the independent views of one node at one moment.
@@ -75,7 +78,10 @@ type Signals struct {
 type Config struct {
 	// MissedHeartbeats is how many heartbeat intervals may pass before the agent is lost.
 	MissedHeartbeats int
-	// PeerStaleness is how old a peer report may be before it is ignored.
+	// PeerStaleness is how old a peer report may be before it is ignored; never less than
+	// MissedHeartbeats of the longer of the reporter's interval and the node's, which is how
+	// far apart the reports of a path may come (the peer probes and reports once per its
+	// interval, the node probes once per its own).
 	PeerStaleness time.Duration
 	// HeartbeatsSince is when the controller began receiving heartbeats. Until one heartbeat
 	// timeout has passed since, an agent it has not heard from may just not have reported yet,
@@ -134,7 +140,7 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		lease.Verdict, lease.Reason = detectors.Suspect, "no Lease observation"
 	}
 	hb := cfg.heartbeat(s.Agent, now)
-	peers := cfg.peers(s.Peers, now, s.Agent.LastSeen)
+	peers := cfg.peers(s.Peers, now, s.Agent.LastSeen, s.Agent.Interval)
 	obs := detectors.Observation{
 		Node:     s.Node,
 		LastSeen: latest(lease.LastSeen, s.Agent.LastSeen, peers.lastReached),

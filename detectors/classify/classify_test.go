@@ -38,6 +38,12 @@ func inbound(from string, age time.Duration) PeerReport {
 	return PeerReport{From: from, Reachable: true, At: now.Add(-age), Inbound: true}
 }
 
+// slow is r made by a peer that heartbeats every interval.
+func slow(r PeerReport, interval time.Duration) PeerReport {
+	r.Interval = interval
+	return r
+}
+
 var (
 	freshLease = leaseAged(time.Second)
 	lateLease  = leaseAged(15 * time.Second)
@@ -72,6 +78,12 @@ func TestClassify(t *testing.T) {
 		// later failure to probe the node (a firewall passing one direction) does not hide it.
 		{"the node reached a peer that cannot reach it", staleLease, lostAgent, []PeerReport{inbound("n2", 2*time.Second), peer("n2", false, time.Second)}, Config{}, detectors.Partitioned, []string{"peers reach the node or it reaches them", "not reached by [n2], reaches [n2]"}},
 		{"the node's probe of a peer goes stale", staleLease, lostAgent, []PeerReport{inbound("n2", 30*time.Second), peer("n2", false, time.Second)}, Config{}, detectors.Dead, []string{"1 stale ignored"}},
+		// A peer that heartbeats every 15 s reports that far apart: its report of 30 s ago is
+		// its latest but one, not stale (3 of its intervals, 45 s); at 50 s it is.
+		{"a slow peer's report lasts three of its intervals", staleLease, lostAgent, []PeerReport{slow(peer("n2", true, 30*time.Second), 15*time.Second)}, Config{}, detectors.Partitioned, []string{"reached by [n2]"}},
+		{"a slow peer's report goes stale after three of its intervals", staleLease, lostAgent, []PeerReport{slow(peer("n2", true, 50*time.Second), 15*time.Second)}, Config{}, detectors.Dead, []string{"1 stale ignored"}},
+		{"the node probing every 15 s: its acknowledged probe lasts three of its intervals", staleLease, Agent{LastSeen: now.Add(-50 * time.Second), Interval: 15 * time.Second, KubeletHealthy: true}, []PeerReport{inbound("n2", 30*time.Second)}, Config{}, detectors.Partitioned, []string{"reaches [n2]"}},
+		{"fast peers keep the configured staleness", staleLease, lostAgent, []PeerReport{slow(peer("n2", true, 11*time.Second), 2*time.Second)}, Config{}, detectors.Dead, []string{"1 stale ignored"}},
 		{"never an agent, fresh lease", freshLease, noAgent, nil, Config{}, detectors.Healthy, []string{"verdict from the Lease alone", "no heartbeat ever received"}},
 		{"never an agent, late lease", lateLease, noAgent, nil, Config{}, detectors.Suspect, []string{"verdict from the Lease alone"}},
 		{"never an agent, stale lease", staleLease, noAgent, nil, Config{}, detectors.Dead, []string{"verdict from the Lease alone"}},

@@ -96,7 +96,13 @@ type peerView struct {
 	failedSince int
 }
 
-func (c Config) peers(reports []PeerReport, now, since time.Time) peerView {
+// staleAfter is how old a report of a peer heartbeating every reporter may grow, about a node
+// heartbeating every own (0s: DefaultInterval), before it is stale.
+func (c Config) staleAfter(reporter, own time.Duration) time.Duration {
+	return max(c.PeerStaleness, c.LostAfter(max(orDefaultInterval(reporter), orDefaultInterval(own))))
+}
+
+func (c Config) peers(reports []PeerReport, now, since time.Time, own time.Duration) peerView {
 	// The latest report counts per peer and direction: the node's probe of a peer is a path of
 	// its own, apart from the peer's probes of the node.
 	type key struct {
@@ -114,7 +120,7 @@ func (c Config) peers(reports []PeerReport, now, since time.Time) peerView {
 	for k, r := range latestOf {
 		from := k.from
 		switch {
-		case now.Sub(r.At) > c.PeerStaleness:
+		case now.Sub(r.At) > c.staleAfter(r.Interval, own):
 			v.stale++
 		case r.Inbound:
 			v.reaches = append(v.reaches, from)

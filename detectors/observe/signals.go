@@ -37,5 +37,5 @@ func sightings(about []agentwire.Sighting) []classify.PeerReport {
 }
 
 func peerReport(s agentwire.Sighting) classify.PeerReport {
-	return classify.PeerReport{From: s.From, Reachable: s.Reachable, At: s.At, Inbound: s.Inbound}
+	return classify.PeerReport{From: s.From, Reachable: s.Reachable, At: s.At, Inbound: s.Inbound, Interval: s.Interval}
 }

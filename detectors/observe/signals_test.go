@@ -28,8 +28,8 @@ func TestSignals(t *testing.T) {
 		t.Errorf("agents (-want +got):\n%s", diff)
 	}
 	wantPeers := map[string][]classify.PeerReport{
-		"b": {{From: "a", Reachable: true, At: t0}},
-		"c": {{From: "a", At: t0}, {From: "b", Reachable: true, At: t0.Add(-time.Minute)}},
+		"b": {{From: "a", Reachable: true, At: t0, Interval: time.Second}},
+		"c": {{From: "a", At: t0, Interval: time.Second}, {From: "b", Reachable: true, At: t0.Add(-time.Minute)}},
 	}
 	sortReports := cmpopts.SortSlices(func(a, b classify.PeerReport) bool { return a.From < b.From })
 	if diff := cmp.Diff(wantPeers, peers, sortReports); diff != "" {
