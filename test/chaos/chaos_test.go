@@ -220,9 +220,9 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	time.Sleep(time.Until(start.Add(s.Quiet() + detectAfter)))
 	settleFrom := time.Now()
 	st.settle(3 * time.Minute)
-	st.logFences()
+	fences, err := st.logFences()
 	if !vanilla {
-		st.checkFenced(s.Fenced)
+		st.checkFenced(fences, err, s.Fenced)
 	}
 	st.holdFaults(holdFor)
 	cancel()
@@ -465,12 +465,13 @@ func (st *striker) holdFaults(d time.Duration) {
 	st.t.Logf("faults held %s after the fences ended: the current copies of %d of %d replicas writing", time.Since(from).Round(time.Second), writing, replicas)
 }
 
-// logFences says how each fence of the run ended.
-func (st *striker) logFences() {
+// logFences says how each fence of the run ended, and returns the fences (or why it could not
+// list them).
+func (st *striker) logFences() ([]v1alpha1.NodeFence, error) {
 	var list v1alpha1.NodeFenceList
 	if err := st.sc.Cluster.Client.List(context.Background(), &list); err != nil {
 		st.t.Logf("listing NodeFences: %v", err)
-		return
+		return nil, err
 	}
 	var ends []string
 	for _, nf := range list.Items {
@@ -483,36 +484,41 @@ func (st *striker) logFences() {
 		ends = append(ends, fmt.Sprintf("%s %s (%s)", nf.Spec.NodeName, nf.Status.Phase, reason))
 	}
 	st.t.Logf("fences: %d %v", len(ends), ends)
+	return list.Items, nil
 }
 
-// checkFenced fails the run unless every machine of want has a fence released after the named
-// method confirmed it, and no other machine has one (a regression's path, Schedule.Fenced).
-func (st *striker) checkFenced(want map[int]string) {
+// checkFenced fails the run unless every machine of want has one of fences (listed with
+// err) released after the named method confirmed it, and no other machine has one (a
+// regression's path, Schedule.Fenced).
+func (st *striker) checkFenced(fences []v1alpha1.NodeFence, err error, want map[int]string) {
 	if want == nil {
 		return
 	}
-	var list v1alpha1.NodeFenceList
-	if err := st.sc.Cluster.Client.List(context.Background(), &list); err != nil {
+	if err != nil {
 		st.t.Errorf("listing NodeFences: %v", err)
 		return
 	}
-	got := map[string]string{}
-	for _, nf := range list.Items {
-		got[nf.Spec.NodeName] = fmt.Sprintf("%s by %q", nf.Status.Phase, nf.Status.Method)
+	byNode := map[string]*v1alpha1.NodeFence{}
+	for i := range fences {
+		byNode[fences[i].Spec.NodeName] = &fences[i]
 	}
 	for i := 1; i <= len(st.sc.Machines); i++ {
-		name, w := realscene.NodeName(i), "no fence"
-		if m, ok := want[i]; ok {
-			w = fmt.Sprintf("%s by %q", v1alpha1.PhaseReleased, m)
-		}
-		g, ok := got[name]
-		if !ok {
-			g = "no fence"
-		}
+		name, nf := realscene.NodeName(i), byNode[realscene.NodeName(i)]
+		method, wanted := want[i]
 		// Recovered comes after Released (the machine rebooted and was unfenced).
-		if g != w && g != strings.Replace(w, string(v1alpha1.PhaseReleased), string(v1alpha1.PhaseRecovered), 1) {
-			st.t.Errorf("%s: fence %s, want %s: the run did not take the path it was written for", name, g, w)
+		ok := nf == nil && !wanted || nf != nil && wanted && nf.Status.Method == method &&
+			(nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseRecovered)
+		if ok {
+			continue
 		}
+		got, w := "no fence", "no fence"
+		if nf != nil {
+			got = fmt.Sprintf("%s by %q", nf.Status.Phase, nf.Status.Method)
+		}
+		if wanted {
+			w = fmt.Sprintf("%s by %q", v1alpha1.PhaseReleased, method)
+		}
+		st.t.Errorf("%s: fence %s, want %s: the run did not take the path it was written for", name, got, w)
 	}
 }
 
