@@ -47,6 +47,8 @@ func BenchmarkAgentCost(b *testing.B) {
 	}
 	if hb := e.server.Snapshot()[testNode]; len(hb.Peers) != 3 || !hb.Peers[0].Reachable || !hb.Peers[1].Reachable || !hb.Peers[2].Reachable {
 		b.Fatalf("the measured agent's peer reports %+v, want 3 peers reachable", hb.Peers)
+	} else if len(hb.ProbedBy) != 3 {
+		b.Fatalf("the measured agent acknowledged the probes of %+v, want its 3 peers' (the cost measured includes verifying and answering them)", hb.ProbedBy)
 	}
 	rss := rssKiB(b, pid)
 	mem := smapsRollup(b, pid)
