@@ -48,11 +48,18 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if r.Now != nil {
 		now = r.Now()
 	}
-	h, err := policyHealth(ctx, r.Observer, p, now)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 	patch := client.MergeFrom(p.DeepCopy())
+	invalid := invalidSpecCondition(p)
+	if meta.SetStatusCondition(&p.Status.Conditions, invalid) && invalid.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec, "Validate", invalid.Message)
+	}
+	var h health // a selector that does not parse covers no node (policyFor skips the policy)
+	if invalid.Reason != v1alpha1.ReasonNodeSelectorInvalid {
+		var err error
+		if h, err = policyHealth(ctx, r.Observer, p, now); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	p.Status.ObservedGeneration = p.Generation
 	p.Status.Nodes, p.Status.UnhealthyNodes, p.Status.Unhealthy = int32(h.Nodes), int32(h.Unhealthy), h.Listed
 	guard := metav1.Condition{Type: v1alpha1.ConditionStormGuardActive, Status: metav1.ConditionFalse,
@@ -107,4 +114,36 @@ func insecureTLSCondition(p *v1alpha1.FencingPolicy) (c metav1.Condition, ok boo
 			strings.Join(insecure, ", "))
 	}
 	return c, ok
+}
+
+// invalidSpecCondition is the policy's InvalidSpec condition: True, naming every problem and
+// what to change, while the controller cannot use the spec as written. The CRD's rules refuse
+// most of these at the API server; a policy stored before a rule was added, or a node selector
+// whose label keys no rule of the CRD checks, still reaches the controller.
+func invalidSpecCondition(p *v1alpha1.FencingPolicy) metav1.Condition {
+	var reasons, problems []string
+	if _, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector); err != nil {
+		reasons = append(reasons, v1alpha1.ReasonNodeSelectorInvalid)
+		problems = append(problems, fmt.Sprintf("spec.nodeSelector does not parse (%v): the policy covers no node until it is fixed, and its nodes fall to the next policy that selects them, by name, or to none", err))
+	}
+	if _, err := v1alpha1.NewWorkloadRule(p.Spec.Workloads); err != nil {
+		reasons = append(reasons, v1alpha1.ReasonPodSelectorInvalid)
+		problems = append(problems, fmt.Sprintf("spec.%v: no failed node of the policy is fenced automatically until it is fixed (fence requests and node deletions still are)", err))
+	}
+	for _, m := range p.Spec.Methods {
+		if m.Type != v1alpha1.MethodSelfFence || m.SelfFence == nil {
+			continue
+		}
+		if timeout := methodTimeout(m); timeout <= m.SelfFence.SafeAfter.Duration {
+			reasons = append(reasons, v1alpha1.ReasonSelfFenceTimeoutTooShort)
+			problems = append(problems, fmt.Sprintf("method %s: its timeout (%s) does not exceed selfFence.safeAfter (%s), so it can only time out (MethodTimedOut) and every fence moves on to the next method: raise timeout or lower safeAfter",
+				m.Name, timeout, m.SelfFence.SafeAfter.Duration))
+		}
+	}
+	c := metav1.Condition{Type: v1alpha1.ConditionInvalidSpec, Status: metav1.ConditionFalse, ObservedGeneration: p.Generation,
+		Reason: v1alpha1.ReasonSpecUsable, Message: "the controller can use the policy as written"}
+	if len(problems) > 0 {
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, reasons[0], truncate(strings.Join(problems, "; "), 32768)
+	}
+	return c
 }

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,8 +21,26 @@ import (
 // TestPolicyReconcile reconciles policy "pool" and checks its status and events.
 func TestPolicyReconcile(t *testing.T) {
 	verdict := func(node, v string) v1alpha1.NodeVerdict { return v1alpha1.NodeVerdict{Node: node, Verdict: v} }
-	guard := func(status metav1.ConditionStatus, reason string) []metav1.Condition {
-		return []metav1.Condition{{Type: v1alpha1.ConditionStormGuardActive, Status: status, Reason: reason}}
+	usable := metav1.Condition{Type: v1alpha1.ConditionInvalidSpec, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSpecUsable}
+	guard := func(status metav1.ConditionStatus, reason string, spec ...metav1.Condition) []metav1.Condition {
+		if len(spec) == 0 {
+			spec = []metav1.Condition{usable}
+		}
+		return append(spec, metav1.Condition{Type: v1alpha1.ConditionStormGuardActive, Status: status, Reason: reason})
+	}
+	invalid := func(reason string) metav1.Condition {
+		return metav1.Condition{Type: v1alpha1.ConditionInvalidSpec, Status: metav1.ConditionTrue, Reason: reason}
+	}
+	badSelector := poolPolicy(ipmiMethod)
+	badSelector.Spec.NodeSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "pool", Operator: "Equals", Values: []string{"a"}}}
+	badKey := poolPolicy(ipmiMethod)
+	badKey.Spec.NodeSelector.MatchLabels = map[string]string{"pool a": "a"}
+	selfFence := func(timeout, safeAfter time.Duration) *v1alpha1.FencingPolicy {
+		m := v1alpha1.Method{Name: "self", Type: v1alpha1.MethodSelfFence, SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: safeAfter}}}
+		if timeout > 0 {
+			m.Timeout = &metav1.Duration{Duration: timeout}
+		}
+		return poolPolicy(m, ipmiMethod)
 	}
 	tests := []struct {
 		name       string
@@ -53,6 +72,33 @@ func TestPolicyReconcile(t *testing.T) {
 			want: v1alpha1.FencingPolicyStatus{Nodes: 3, UnhealthyNodes: 2, Unhealthy: []v1alpha1.NodeVerdict{verdict("n1", "Dead"), verdict("n2", "KubeletDown")},
 				Conditions: guard(metav1.ConditionTrue, "TooManyUnhealthy")},
 			wantEvents: []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, ReasonStormGuard}},
+		},
+		{
+			// Stored before the CRD's rule on operators, or through a path that skipped it: the
+			// policy covers no node, says why, and fences nothing (nothing is observed).
+			name: "a node selector that does not parse: InvalidSpec, once, and no node covered", policy: badSelector,
+			nodes: map[string]string{"n1": dead, "n2": healthy}, reconciles: 2,
+			want:       v1alpha1.FencingPolicyStatus{Conditions: guard(metav1.ConditionFalse, "WithinLimit", invalid(v1alpha1.ReasonNodeSelectorInvalid))},
+			wantEvents: []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec}},
+		},
+		{
+			name: "a label key no CRD rule checks", policy: badKey, nodes: map[string]string{"n1": healthy},
+			want:       v1alpha1.FencingPolicyStatus{Conditions: guard(metav1.ConditionFalse, "WithinLimit", invalid(v1alpha1.ReasonNodeSelectorInvalid))},
+			wantEvents: []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec}},
+		},
+		{
+			// Stored before the CEL rule of effda44: the method can only time out. The nodes are
+			// still covered and counted; the chain goes on past the method.
+			name: "a SelfFence method whose default timeout does not exceed safeAfter", policy: selfFence(0, DefaultMethodTimeout),
+			nodes: map[string]string{"n1": dead, "n2": healthy, "n3": healthy}, reconciles: 2,
+			want: v1alpha1.FencingPolicyStatus{Nodes: 3, UnhealthyNodes: 1, Unhealthy: []v1alpha1.NodeVerdict{verdict("n1", "Dead")},
+				Conditions: guard(metav1.ConditionFalse, "WithinLimit", invalid(v1alpha1.ReasonSelfFenceTimeoutTooShort))},
+			wantEvents: []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec}},
+		},
+		{
+			name: "a SelfFence method whose timeout exceeds safeAfter", policy: selfFence(90*time.Second, 60*time.Second),
+			nodes: map[string]string{"n1": healthy},
+			want:  v1alpha1.FencingPolicyStatus{Nodes: 1, Conditions: guard(metav1.ConditionFalse, "WithinLimit")},
 		},
 	}
 	for _, tt := range tests {
@@ -90,6 +136,7 @@ func TestPolicyReconcile(t *testing.T) {
 				cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime", "Message"),
 				cmpopts.IgnoreFields(v1alpha1.NodeVerdict{}, "Reason"),
 				cmpopts.EquateEmpty(),
+				cmpopts.SortSlices(func(a, b metav1.Condition) bool { return a.Type < b.Type }),
 			}
 			if diff := cmp.Diff(want, got.Status, opts); diff != "" {
 				t.Errorf("policy status (-want +got):\n%s", diff)
@@ -103,5 +150,30 @@ func TestPolicyReconcile(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestInvalidSpecMessage: the condition names every problem, the method it is in and what to
+// change, and its reason is the first problem's.
+func TestInvalidSpecMessage(t *testing.T) {
+	p := poolPolicy(
+		v1alpha1.Method{Name: "self-a", Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: 30 * time.Second},
+			SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 30 * time.Second}}},
+		v1alpha1.Method{Name: "self-b", Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: 31 * time.Second},
+			SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 30 * time.Second}}},
+		ipmiMethod)
+	p.Spec.NodeSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "pool", Operator: metav1.LabelSelectorOpIn}}
+	p.Spec.Workloads = &v1alpha1.Workloads{PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Exists", Values: []string{"data"}}}}}
+	c := invalidSpecCondition(p)
+	if c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonNodeSelectorInvalid {
+		t.Fatalf("condition = %+v, want True with %s first", c, v1alpha1.ReasonNodeSelectorInvalid)
+	}
+	for _, want := range []string{"spec.nodeSelector does not parse", "covers no node", "spec.workloads.podSelector", "no failed node of the policy is fenced automatically", "method self-a", "30s", "raise timeout or lower safeAfter"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q lacks %q", c.Message, want)
+		}
+	}
+	if strings.Contains(c.Message, "self-b") {
+		t.Errorf("message %q names method self-b, whose timeout exceeds its safeAfter", c.Message)
 	}
 }

@@ -253,6 +253,9 @@ func writePolicy(w io.Writer, e *explanation) {
 	}
 	fmt.Fprintf(w, "  Dry run:          %s\n", dry)
 	fmt.Fprintf(w, "  Methods:          %s\n", methodList(p.Spec.Methods))
+	if c := conditionTrue(p.Status.Conditions, v1alpha1.ConditionInvalidSpec); c != nil {
+		fmt.Fprintf(w, "  INVALID SPEC:     %s: %s\n", c.Reason, c.Message)
+	}
 	if wl := p.Spec.Workloads; wl != nil {
 		fmt.Fprintf(w, "  Workloads:        a failed node is fenced only for %s (a fence request or the node's deletion is fenced whatever it holds)\n", wl.Describe())
 		writePods(w, e.name, p, e.pods)

@@ -65,6 +65,7 @@ func TestExplain(t *testing.T) {
 			"but is not fenced: policy explain-dry is a dry run, so the controller only records a dry-run fence",
 			"explain-dry [dry run]  nodeSelector",
 			"Dry run:          YES: decisions are recorded, no fencing or release step is taken",
+			"INVALID SPEC:     SelfFenceTimeoutTooShort: method self: its timeout (1m0s) does not exceed selfFence.safeAfter (1m0s)",
 			"at most 3 may be (maxUnhealthy 3)",
 			"Ready:            no Ready condition",
 		}},
@@ -225,7 +226,12 @@ func explainScenarios(t *testing.T, c client.Client) string {
 	makePolicy(t, c, "explain-dry", label("dry"), func(s *v1alpha1.FencingPolicySpec) {
 		s.DryRun = true
 		s.StormGuard.MaxUnhealthy = ptrIntOrString(intstr.FromInt32(3))
-	}, dead("explain-dry"))
+	}, func() *v1alpha1.FencingPolicyStatus {
+		s := dead("explain-dry")
+		s.Conditions = []metav1.Condition{condition(v1alpha1.ConditionInvalidSpec, metav1.ConditionTrue, v1alpha1.ReasonSelfFenceTimeoutTooShort,
+			"method self: its timeout (1m0s) does not exceed selfFence.safeAfter (1m0s)")}
+		return s
+	}())
 	makeNode(t, c, nodeSpec{name: "explain-dry", labels: label("dry")})
 
 	// workloads: listed Dead under a policy that fences only for StatefulSet pods and pods on

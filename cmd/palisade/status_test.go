@@ -22,6 +22,12 @@ func TestRender(t *testing.T) {
 		Status: v1alpha1.FencingPolicyStatus{Nodes: 3, UnhealthyNodes: 2, Unhealthy: []v1alpha1.NodeVerdict{
 			{Node: "n1", Verdict: "Dead", Reason: "no path"}, {Node: "n3", Verdict: "Suspect", Reason: "Lease late"}}, Conditions: []metav1.Condition{{
 			Type: v1alpha1.ConditionStormGuardActive, Status: "True", Message: "2 of 3 nodes look failed"}}},
+	}, {
+		ObjectMeta: metav1.ObjectMeta{Name: "zones"},
+		Spec:       v1alpha1.FencingPolicySpec{Methods: []v1alpha1.Method{{Name: "ipmi", Type: v1alpha1.MethodIPMI}}},
+		Status: v1alpha1.FencingPolicyStatus{Conditions: []metav1.Condition{
+			{Type: v1alpha1.ConditionStormGuardActive, Status: "False", Message: "0 of 0 nodes look failed"},
+			{Type: v1alpha1.ConditionInvalidSpec, Status: "True", Reason: v1alpha1.ReasonNodeSelectorInvalid, Message: "spec.nodeSelector does not parse"}}},
 	}}
 	fences := []v1alpha1.NodeFence{
 		{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(now.Add(-90 * time.Second))},
@@ -36,8 +42,9 @@ func TestRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "" +
-		"POLICY   NODES  UNHEALTHY  STORM GUARD                       METHODS\n" +
-		"workers  3      2          ACTIVE: 2 of 3 nodes look failed  stop(Executor) + power(IPMI) → ipmi(IPMI)\n" +
+		"POLICY   NODES  UNHEALTHY  STORM GUARD                                                   METHODS\n" +
+		"workers  3      2          ACTIVE: 2 of 3 nodes look failed                              stop(Executor) + power(IPMI) → ipmi(IPMI)\n" +
+		"zones    0      0          INVALID SPEC (NodeSelectorInvalid, see palisade explain): ok  ipmi(IPMI)\n" +
 		"\n" +
 		"UNHEALTHY NODE  POLICY   VERDICT  WHY\n" +
 		"n1              workers  Dead     no path\n" +

@@ -60,6 +60,7 @@ const (
 // FencingPolicySpec says which nodes a policy covers, when one counts as failed, how it is
 // fenced and what is released once the fence is confirmed.
 // +kubebuilder:validation:XValidation:rule="self.methods.map(m, m.name).all(n, self.methods.filter(m, m.name == n).size() == 1)",message="spec.methods: every method needs a unique name"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeSelector) || !has(self.nodeSelector.matchExpressions) || self.nodeSelector.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? (has(e.values) && size(e.values) > 0) : (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))",message="spec.nodeSelector.matchExpressions: each operator must be In or NotIn with at least one value, or Exists or DoesNotExist with none"
 // +kubebuilder:validation:XValidation:rule="self.methods.all(m, m.type != 'SelfFence' || !has(m.selfFence) || duration(m.selfFence.safeAfter) < (has(m.timeout) ? duration(m.timeout) : duration('60s')))",message="spec.methods: a SelfFence method's timeout (default 60s, counted from the wait's start) must exceed selfFence.safeAfter, or the method can only time out (MethodTimedOut): raise timeout or lower safeAfter"
 type FencingPolicySpec struct {
 	// NodeSelector picks the nodes this policy covers. Empty selects every node.
@@ -110,6 +111,7 @@ type FencingPolicySpec struct {
 // Kubernetes, which replaces such pods once the node is NotReady, and Palisade says so in an
 // event. Manual requests and node deletions are fenced whatever it says.
 // +kubebuilder:validation:XValidation:rule="self.rwoVolumes || self.statefulSets || has(self.podSelector)",message="workloads needs at least one of rwoVolumes, statefulSets, podSelector (or leave workloads out to fence every failed node)"
+// +kubebuilder:validation:XValidation:rule="!has(self.podSelector) || !has(self.podSelector.matchExpressions) || self.podSelector.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? (has(e.values) && size(e.values) > 0) : (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))",message="workloads.podSelector.matchExpressions: each operator must be In or NotIn with at least one value, or Exists or DoesNotExist with none"
 type Workloads struct {
 	// RWOVolumes: pods with a PersistentVolumeClaim that only one node may attach
 	// (ReadWriteOnce or ReadWriteOncePod): its volume stays attached to the failed node.
@@ -436,7 +438,7 @@ type FencingPolicyStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=50
 	Unhealthy []NodeVerdict `json:"unhealthy,omitempty"`
-	// Conditions: StormGuardActive, ControllerBlind.
+	// Conditions: StormGuardActive, ControllerBlind, InsecureTLS, InvalidSpec.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

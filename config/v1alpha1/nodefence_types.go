@@ -298,6 +298,28 @@ const (
 	// ConditionInsecureTLS (on FencingPolicy) is True while one of its methods skips the
 	// verification of the certificates of the BMCs it talks to (redfish.insecureSkipVerify).
 	ConditionInsecureTLS = "InsecureTLS"
+	// ConditionInvalidSpec (on FencingPolicy) is True while the controller cannot use the
+	// policy as written: a spec the API server stored before a validation rule that now refuses
+	// it, or one no rule of the CRD can check (a node selector's label keys). The message names
+	// every problem and what to change.
+	ConditionInvalidSpec = "InvalidSpec"
+)
+
+// InvalidSpec reasons: the first problem found (True), or SpecUsable (False).
+const (
+	// ReasonNodeSelectorInvalid (InvalidSpec=True): the node selector does not parse; the
+	// policy covers no node until it is fixed (its nodes fall to the next policy that selects
+	// them, by name, or to none).
+	ReasonNodeSelectorInvalid = "NodeSelectorInvalid"
+	// ReasonPodSelectorInvalid (InvalidSpec=True): workloads.podSelector does not parse; no
+	// failed node of the policy is fenced automatically until it is fixed (fence requests and
+	// node deletions still are, since they are fenced whatever the node holds).
+	ReasonPodSelectorInvalid = "PodSelectorInvalid"
+	// ReasonSelfFenceTimeoutTooShort (InvalidSpec=True): a SelfFence method's timeout does not
+	// exceed its safeAfter, so it can only time out (MethodTimedOut) and the chain moves on.
+	ReasonSelfFenceTimeoutTooShort = "SelfFenceTimeoutTooShort"
+	// ReasonSpecUsable (InvalidSpec=False): the controller can use the policy as written.
+	ReasonSpecUsable = "SpecUsable"
 )
 
 // InsecureTLS reasons.

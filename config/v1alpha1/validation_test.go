@@ -170,6 +170,26 @@ func TestFencingPolicyValidation(t *testing.T) {
 		{"SelfFence beyond its own timeout", func(p *v1alpha1.FencingPolicy) {
 			selfFence(p, 90*time.Second, 80*time.Second)
 		}, []string{"must exceed selfFence.safeAfter"}},
+		{"node selector with every operator", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.NodeSelector.MatchExpressions = []metav1.LabelSelectorRequirement{
+				{Key: "a", Operator: metav1.LabelSelectorOpIn, Values: []string{"x"}}, {Key: "b", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"y", "z"}},
+				{Key: "c", Operator: metav1.LabelSelectorOpExists}, {Key: "d", Operator: metav1.LabelSelectorOpDoesNotExist}}
+		}, nil},
+		{"node selector with an unknown operator", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.NodeSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Equals", Values: []string{"x"}}}
+		}, []string{"spec.nodeSelector.matchExpressions: each operator must be In or NotIn with at least one value"}},
+		{"node selector In without values", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.NodeSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "a", Operator: metav1.LabelSelectorOpIn}}
+		}, []string{"spec.nodeSelector.matchExpressions"}},
+		{"node selector Exists with values", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.NodeSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "a", Operator: metav1.LabelSelectorOpExists, Values: []string{"x"}}}
+		}, []string{"spec.nodeSelector.matchExpressions"}},
+		{"pod selector with an unknown operator", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Workloads = &v1alpha1.Workloads{PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "exists"}}}}
+		}, []string{"workloads.podSelector.matchExpressions: each operator must be"}},
+		{"pod selector DoesNotExist", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Workloads = &v1alpha1.Workloads{PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "DoesNotExist"}}}}
+		}, nil},
 		{"SelfFence timeout only just above safe after", func(p *v1alpha1.FencingPolicy) {
 			selfFence(p, 90*time.Second, 91*time.Second)
 		}, nil},
