@@ -29,6 +29,9 @@ const (
 	ReasonNodeDeleted               = "NodeDeleted"
 	ReasonDeletionHeld              = "NodeDeletionHeld"
 	ReasonDeletionReleased          = "NodeDeletionReleased"
+	// ReasonStaleUnfenceRequest: a node carried an unfence request from before its fence began;
+	// it was removed before the fence's first step.
+	ReasonStaleUnfenceRequest = "StaleUnfenceRequest"
 )
 
 // Step reasons the controller itself gives (a step's reason may also be a provider's: see

@@ -181,7 +181,11 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 			}
 		}
 		if len(nf.Status.Steps) == 0 {
-			nf.Status.BootID = r.bootID(ctx, nf.Spec.NodeName)
+			boot, err := r.firstLook(ctx, nf)
+			if err != nil {
+				return ctrl.Result{}, false, err
+			}
+			nf.Status.BootID = boot
 		}
 		recordStart(nf, a, r.now())
 		if err := r.saveStatus(ctx, nf); err != nil {
@@ -404,12 +408,40 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 }
 
 // bootID is the node's boot ID now, "" when unknown.
-func (r *NodeFenceReconciler) bootID(ctx context.Context, name string) string {
+// firstLook reads the node before the fence's first step: its boot ID, which recovery compares
+// with the one it comes back with ("" when the node cannot be read), and any unfence request it
+// still carries, which it removes. Such a request was made before this fence began (one is
+// honoured only on a released fence, and the fence's recovery removes it): left, it would give
+// the node back the moment this fence is released, without the reboot the boot ID would prove.
+// The fence takes no step until it is gone.
+func (r *NodeFenceReconciler) firstLook(ctx context.Context, nf *v1alpha1.NodeFence) (string, error) {
 	node := &corev1.Node{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-		return ""
+	if err := r.reader().Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
+		return "", client.IgnoreNotFound(err)
 	}
-	return node.Status.NodeInfo.BootID
+	text, present := node.Annotations[v1alpha1.AnnotationUnfenceRequest]
+	by, byPresent := node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]
+	if (!present && !byPresent) || nf.Spec.DryRun {
+		return node.Status.NodeInfo.BootID, nil // a dry run changes nothing, and never recovers
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	delete(node.Annotations, v1alpha1.AnnotationUnfenceRequest)
+	delete(node.Annotations, v1alpha1.AnnotationUnfenceRequestedBy)
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		return "", fmt.Errorf("removing the unfence request node %s carried from before its fence (no step is taken until it is gone): %w", nf.Spec.NodeName, err)
+	}
+	r.event(ctx, nf, corev1.EventTypeWarning, ReasonStaleUnfenceRequest,
+		"node %s carried an unfence request from before this fence (%s=%q, requested by %q): removed, since it was not about this fence; once this fence is released, confirm the node clean again if it is",
+		nf.Spec.NodeName, v1alpha1.AnnotationUnfenceRequest, truncate(text, 256), by)
+	return node.Status.NodeInfo.BootID, nil
+}
+
+// reader reads what must not be stale: the API server when the reconciler has its reader.
+func (r *NodeFenceReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 func (r *NodeFenceReconciler) now() time.Time {

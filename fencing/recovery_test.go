@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,6 +211,36 @@ func TestRecoveryConfirmedClean(t *testing.T) {
 	if r := nf.Status.Recovery; r.RequestedBy != "alice@example.com" || r.Reason != "reinstalled from the golden image, ticket 4711" {
 		t.Errorf("recovery record %+v: want alice's words", r)
 	}
+}
+
+// An unfence request left on the node from before its fence (a fence deleted before its
+// recovery, a request on a node that had none) is not this fence's: it is removed before the
+// fence's first step, so that the node, its Ready still the stale True of a fast fence and its
+// boot ID unchanged, is held when released rather than given back at once.
+func TestStaleUnfenceRequestIsNotHonoured(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	rec := &recorder{}
+	w.r.Recorder = rec
+	w.setNode(t, back(bootAtFence))
+	w.setNode(t, confirmedClean("alice", "wiped last spring"))
+	if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("fence ended %s, want Released (held)", nf.Status.Phase)
+	}
+	nf, node := w.reconcile(t)
+	wantHeld(t, nf, node, ReasonBootIDUnchanged)
+	if _, ok := node.Annotations[v1alpha1.AnnotationUnfenceRequest]; ok {
+		t.Errorf("the stale unfence request is still on the node: %v", node.Annotations)
+	}
+	if _, ok := node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]; ok {
+		t.Errorf("the stale unfence requester is still on the node: %v", node.Annotations)
+	}
+	if !slices.ContainsFunc(rec.recorded(), func(e eventSeen) bool { return e.Reason == ReasonStaleUnfenceRequest }) {
+		t.Errorf("no %s event: %v", ReasonStaleUnfenceRequest, rec.recorded())
+	}
+	// A request made after the release is honoured.
+	w.setNode(t, confirmedClean("alice", "checked after the fence"))
+	nf, node = w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
 }
 
 // A node that is not back is not unfenced, even with a confirmation.
