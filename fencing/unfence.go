@@ -39,8 +39,8 @@ const (
 	ReasonLifting = "Lifting"
 	// ReasonStorageFenceLifted (event): every storage fence of the NodeFence was lifted.
 	ReasonStorageFenceLifted = "StorageFenceLifted"
-	// ReasonStorageFenceKept (event): the node no longer exists, or its fence failed after it had
-	// released pods or attachments, and its storage fence stays.
+	// ReasonStorageFenceKept (event): the node no longer exists, or its fence's release began and
+	// the node then showed life, or it released without the taint; its storage fence stays.
 	ReasonStorageFenceKept = "StorageFenceKept"
 	// ConditionStorageFenceLifted says, on a NodeFence being deleted, how the lifting of its
 	// storage fences goes.
@@ -80,10 +80,10 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 			nf.Spec.NodeName, strings.Join(r.storageFences(nf), ", "))
 		return ctrl.Result{}, r.letGoOfFence(ctx, nf)
 	}
-	if releasedThenDisproved(nf) {
+	if why, keep := untaintedAfterRelease(nf); keep {
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonStorageFenceKept,
-			"node %s showed life after its fence had released its workload (%s): its storage fence stays (%s), since a replacement may write beside the original; lift it at the storage once you have made sure only one of them runs",
-			nf.Spec.NodeName, releasedCounts(nf), strings.Join(r.storageFences(nf), ", "))
+			"node %s: %s (%s so far): its storage fence stays (%s), since a replacement may write beside the original and no taint's removal by a person can say the node was repaired; lift it at the storage once you have made sure only one of them runs",
+			nf.Spec.NodeName, why, releasedCounts(nf), strings.Join(r.storageFences(nf), ", "))
 		return ctrl.Result{}, r.letGoOfFence(ctx, nf)
 	}
 	if OutOfService(node) {
@@ -204,10 +204,45 @@ func OutOfService(node *corev1.Node) bool {
 	return false
 }
 
-// releasedThenDisproved says whether the fence failed after it had released the node's workload:
-// its node showed life between two release steps (liveness.go), and Palisade took its
-// out-of-service taint back. The missing taint then says nothing of a repair, and the storage
-// fence may be all that keeps the original from writing beside its replacement.
-func releasedThenDisproved(nf *v1alpha1.NodeFence) bool {
-	return nf.Status.Phase == v1alpha1.PhaseFailed && releasedAny(nf)
+// untaintedAfterRelease says, from the fence's step record (each step is recorded before it is
+// taken, so a release step on record may have acted, whatever the counters say), whether its
+// release began and the node has not carried the fence's out-of-service taint since it last
+// could: the release began without a Taint step (release.outOfServiceTaint off), or the node
+// showed life after a release step and Palisade took its taint back (liveness.go), whether the
+// fence then failed or went on to its next method. A missing taint then says nothing of a
+// repair, and the storage fence may be all that keeps the original from writing beside its
+// replacement. A Taint step that succeeded after the last such sign of life puts it back in
+// a person's hands: the taint's removal again means the node was repaired.
+func untaintedAfterRelease(nf *v1alpha1.NodeFence) (why string, keep bool) {
+	released, tainted := false, false
+	for _, s := range nf.Status.Steps {
+		// A sign of life found between release steps fails the release step it was found in.
+		switch {
+		case disproved(s) && (released || releaseStep(s.Name)):
+			released, tainted = true, false
+			why = fmt.Sprintf("it showed life after its fence had begun releasing its workload (%s, step %s of %s), and Palisade took its out-of-service taint back",
+				s.Reason, s.Name, s.StartTime.Format(time.RFC3339))
+		case releaseStep(s.Name):
+			released = true
+			if s.Name == v1alpha1.StepTaint && s.State == v1alpha1.StepSucceeded {
+				tainted, why = true, ""
+			}
+		}
+	}
+	if !released || tainted {
+		return "", false
+	}
+	if why == "" {
+		why = "its fence began releasing its workload without the out-of-service taint (release.outOfServiceTaint off)"
+	}
+	return why, true
+}
+
+// releaseStep says whether a step releases the node's workload or volumes.
+func releaseStep(n v1alpha1.StepName) bool {
+	switch n {
+	case v1alpha1.StepTaint, v1alpha1.StepDeletePods, v1alpha1.StepDetachVolumes, v1alpha1.StepReleaseAttachments:
+		return true
+	}
+	return false
 }

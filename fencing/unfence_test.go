@@ -208,20 +208,62 @@ func TestFailedStorageFenceLiftedAtOnce(t *testing.T) {
 	}
 }
 
-// TestStorageFenceKeptAfterAReleaseTheNodeDisproved: a fence that force-deleted pods and then
-// failed (its node showed life; Palisade took the taint back) keeps its storage fence when its
-// NodeFence is deleted: the missing taint is no repair, and the storage fence may be all that
-// keeps the original from writing beside its replacement. The NodeFence goes with a warning.
+// TestStorageFenceKeptAfterAReleaseTheNodeDisproved: a fence whose release began and whose node
+// then showed life (Palisade took the taint back) keeps its storage fence when its NodeFence is
+// deleted, whatever its phase (failed, or escalating to its next method) and whatever its
+// counters say (a crash may leave them short): the missing taint is no repair, and the storage
+// fence may be all that keeps the original from writing beside its replacement. So does a
+// release without the taint. The NodeFence goes with a warning. A Taint that succeeded after
+// the sign of life gives the decision back to the taint's removal.
 func TestStorageFenceKeptAfterAReleaseTheNodeDisproved(t *testing.T) {
-	s := &storage{answers: []providers.Status{{State: providers.Confirmed}}}
-	w, rec := storageWorld(t, s, storageMethod)
-	nf := w.run(t)
-	nf.Status.Phase, nf.Status.PodsDeleted = v1alpha1.PhaseFailed, 2
-	if err := w.c.Status().Update(context.Background(), nf); err != nil {
-		t.Fatal(err)
+	alive := func(step v1alpha1.StepName) v1alpha1.Step {
+		return v1alpha1.Step{Name: step, State: v1alpha1.StepFailed, Reason: v1alpha1.ReasonNodeAliveAfterFence}
 	}
-	w.removeTaint(t)
-	checkStorageFenceKept(t, w, s, rec, "a node that showed life after its pods were force-deleted")
+	for _, tc := range []struct {
+		name string
+		edit func(*v1alpha1.NodeFence)
+		kept bool
+	}{
+		{"failed after force-deleting pods", func(nf *v1alpha1.NodeFence) {
+			nf.Status.Phase, nf.Status.PodsDeleted = v1alpha1.PhaseFailed, 2
+			nf.Status.Steps = append(nf.Status.Steps, alive(v1alpha1.StepReleaseAttachments))
+		}, true},
+		{"failed, its counters short after a crash", func(nf *v1alpha1.NodeFence) {
+			nf.Status.Phase, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased = v1alpha1.PhaseFailed, 0, 0
+			nf.Status.Steps = append(nf.Status.Steps, alive(v1alpha1.StepDeletePods))
+		}, true},
+		{"escalating to its next method", func(nf *v1alpha1.NodeFence) {
+			nf.Status.Phase = v1alpha1.PhaseFencing
+			nf.Status.Steps = append(nf.Status.Steps, alive(v1alpha1.StepReleaseAttachments),
+				v1alpha1.Step{Name: v1alpha1.StepPowerOff, Method: "ipmi", State: v1alpha1.StepStarted, Reason: "BMCUnreachable"})
+		}, true},
+		{"released without the taint", func(nf *v1alpha1.NodeFence) {
+			nf.Status.Steps = slices.DeleteFunc(nf.Status.Steps, func(s v1alpha1.Step) bool { return s.Name == v1alpha1.StepTaint })
+		}, true},
+		{"tainted again after the sign of life, by the next method's release", func(nf *v1alpha1.NodeFence) {
+			nf.Status.Steps = append(nf.Status.Steps, alive(v1alpha1.StepReleaseAttachments),
+				v1alpha1.Step{Name: v1alpha1.StepConfirmOff, Method: "ipmi", State: v1alpha1.StepSucceeded},
+				v1alpha1.Step{Name: v1alpha1.StepTaint, State: v1alpha1.StepSucceeded})
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &storage{answers: []providers.Status{{State: providers.Confirmed}}}
+			w, rec := storageWorld(t, s, storageMethod)
+			nf := w.run(t)
+			tc.edit(nf)
+			if err := w.c.Status().Update(context.Background(), nf); err != nil {
+				t.Fatal(err)
+			}
+			w.removeTaint(t)
+			if tc.kept {
+				checkStorageFenceKept(t, w, s, rec, "a node "+tc.name)
+				return
+			}
+			if nf := w.deleteFence(t, 1); nf != nil || s.lifts != 1 {
+				t.Errorf("NodeFence %v, %d lifts: want it gone and its storage fence lifted once the taint was removed", nf, s.lifts)
+			}
+		})
+	}
 }
 
 // checkStorageFenceKept deletes the NodeFence and checks that it goes at once, its storage
