@@ -65,6 +65,9 @@ const (
 	// signalWorkload: for a method that leaves the node running, workload containers read back
 	// running again by the node's agent.
 	signalWorkload = "WorkloadRunning"
+	// signalBootID: after its release, the node of a power fence posted its status with the
+	// boot ID it had when fenced (recovery's PowerOffDisproved).
+	signalBootID = "SameBootID"
 )
 
 // lifeSign is a signal from the node after its fence was confirmed.

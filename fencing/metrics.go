@@ -36,7 +36,7 @@ var (
 	}, []string{"how"})
 	fencesDisproved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "palisade_fences_disproved_total",
-		Help: "Confirmed fences whose node showed life afterwards (Lease, AgentHeartbeat, PeerProbe): nothing more was released (pods or attachments released before it stay so; the NodeFence says which) and the chain escalated.",
+		Help: "Confirmed fences whose node showed life afterwards (Lease, AgentHeartbeat, PeerProbe, WorkloadRunning): nothing more was released (pods or attachments released before it stay so; the NodeFence says which) and the chain escalated; SameBootID: after its release, a power fence's node posted its status with the boot ID it had when fenced (Recovered=False PowerOffDisproved: check the node at once).",
 	}, []string{"method", "signal"})
 )
 

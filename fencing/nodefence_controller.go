@@ -398,7 +398,7 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 	r.Recorder.Eventf(nf, nil, typ, reason, "Fence", format, args...)
 	switch reason {
 	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence, ReasonWorkloadRunningAfterFence,
-		ReasonUnfenced, ReasonBootIDUnchanged, ReasonBootIDUnknown, ReasonFlapping, ReasonAutomaticRecoveryOff, ReasonInvalidUnfenceRequest,
+		ReasonUnfenced, ReasonBootIDUnchanged, ReasonPowerOffDisproved, ReasonBootIDUnknown, ReasonFlapping, ReasonAutomaticRecoveryOff, ReasonInvalidUnfenceRequest,
 		ReasonPoweredOn, ReasonPowerOnFailed:
 		node := &corev1.Node{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err == nil {

@@ -45,6 +45,10 @@ const (
 	ReasonNodeGone = "NodeGone"
 	// ReasonBootIDUnchanged: the node is back with the boot ID it had when it was fenced.
 	ReasonBootIDUnchanged = "BootIDUnchanged"
+	// ReasonPowerOffDisproved: after a power method confirmed the machine off, the node posted
+	// its status with the boot ID it had when fenced: the machine never lost power, and its
+	// workload may run beside its replacements.
+	ReasonPowerOffDisproved = "PowerOffDisproved"
 	// ReasonBootIDUnknown: a boot ID is missing, then or now, so a reboot cannot be proven.
 	ReasonBootIDUnknown = "BootIDUnknown"
 	// ReasonFlapping: the node was fenced again within the flap window of its last recovery.
@@ -202,6 +206,12 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 	if nf.Status.BootID == "" || bootID == "" {
 		return nil, ReasonBootIDUnknown, fmt.Sprintf("node %s is back, but its boot ID was not known when it was fenced or is not reported now, so a reboot cannot be proven: reboot it and make sure its kubelet reports its boot ID, or %s", name, confirm)
 	}
+	if bootID == nf.Status.BootID && poweredOff(nf) {
+		if posted, ok := readyPostedAfter(node, nf.Status.FencedTime); ok {
+			return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off at %s: the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
+				name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
+		}
+	}
 	if bootID == nf.Status.BootID {
 		return nil, ReasonBootIDUnchanged, fmt.Sprintf("node %s is back but has not rebooted since it was fenced (boot ID %s): the processes of its workload may have outlived the fence. Reboot it, or %s", name, bootID, confirm)
 	}
@@ -234,6 +244,9 @@ func (r *NodeFenceReconciler) hold(ctx context.Context, nf *v1alpha1.NodeFence, 
 	setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, reason, msg)
 	if err := r.saveStatus(ctx, nf); err != nil {
 		return err
+	}
+	if was != reason && reason == ReasonPowerOffDisproved {
+		fencesDisproved.WithLabelValues(nf.Status.Method, signalBootID).Inc()
 	}
 	if was != reason {
 		typ := corev1.EventTypeWarning
@@ -276,6 +289,31 @@ func (r *NodeFenceReconciler) unTaint(ctx context.Context, node *corev1.Node) er
 }
 
 // nodeReady says whether the Node's Ready condition is True.
+// poweredOff says whether the fence was confirmed by a method that cuts the machine's power, so
+// that the machine can only come back with a new boot ID.
+func poweredOff(nf *v1alpha1.NodeFence) bool {
+	for _, m := range nf.Spec.Methods {
+		if m.Name == nf.Status.Method {
+			return methodKinds[m.Type].fence == v1alpha1.StepPowerOff
+		}
+	}
+	return false
+}
+
+// readyPostedAfter is when the node's kubelet last posted its Ready condition, if that was
+// after t: a Ready condition that merely has not been marked stale yet is from before.
+func readyPostedAfter(node *corev1.Node, t *metav1.Time) (time.Time, bool) {
+	if t == nil {
+		return time.Time{}, false
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.LastHeartbeatTime.After(t.Time) {
+			return c.LastHeartbeatTime.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
 func nodeReady(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -194,6 +195,63 @@ func TestRecoveryAfterReboot(t *testing.T) {
 	if nf2, node2 := w.reconcile(t); nf2.Status.Phase != v1alpha1.PhaseRecovered || tainted(node2) {
 		t.Errorf("a recovered fence acted again: phase %s, tainted %v", nf2.Status.Phase, tainted(node2))
 	}
+}
+
+// A power fence's node whose kubelet posts its status after the confirmed power-off with the
+// boot ID it had when fenced never lost power: held as PowerOffDisproved (once, counted as a
+// disproved fence), not as a node that merely did not reboot. A Ready condition posted before
+// the confirmation (not yet marked stale) is no such evidence, and neither is an Executor
+// fence's node, which keeps its power.
+func TestPowerOffDisproved(t *testing.T) {
+	posted := func(at time.Time) func(*corev1.Node) {
+		return func(n *corev1.Node) {
+			back(bootAtFence)(n)
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(at)
+		}
+	}
+	t.Run("status posted after the power-off", func(t *testing.T) {
+		w, rec := releasedWorld(t, nil)
+		nf, _ := w.reconcile(t)
+		before := testutil.ToFloat64(fencesDisproved.WithLabelValues("ipmi", signalBootID))
+		w.setNode(t, posted(nf.Status.FencedTime.Add(30*time.Second)))
+		nf, node := w.reconcile(t)
+		wantHeld(t, nf, node, ReasonPowerOffDisproved)
+		w.setNode(t, posted(nf.Status.FencedTime.Add(40*time.Second)))
+		nf, node = w.reconcile(t)
+		wantHeld(t, nf, node, ReasonPowerOffDisproved)
+		c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
+		for _, want := range []string{"never lost power", "boot ID it had when fenced (" + bootAtFence + ")", "method ipmi", "power it off by hand"} {
+			if !strings.Contains(c.Message, want) {
+				t.Errorf("message %q lacks %q", c.Message, want)
+			}
+		}
+		if got := testutil.ToFloat64(fencesDisproved.WithLabelValues("ipmi", signalBootID)) - before; got != 1 {
+			t.Errorf("palisade_fences_disproved_total{signal=%q} rose by %v, want 1", signalBootID, got)
+		}
+		if n := countOfReason(rec, ReasonPowerOffDisproved); n != 2 { // the fence and the node, once each
+			t.Errorf("%d %s events, want 2: %v", n, ReasonPowerOffDisproved, rec.recorded())
+		}
+	})
+	t.Run("Ready from before the power-off", func(t *testing.T) {
+		w, _ := releasedWorld(t, nil)
+		nf, _ := w.reconcile(t)
+		w.setNode(t, posted(nf.Status.FencedTime.Add(-30*time.Second)))
+		nf, node := w.reconcile(t)
+		wantHeld(t, nf, node, ReasonBootIDUnchanged)
+	})
+	t.Run("an Executor fence keeps the power on", func(t *testing.T) {
+		w, _ := releasedWorld(t, nil)
+		nf, _ := w.reconcile(t)
+		for i := range nf.Spec.Methods {
+			nf.Spec.Methods[i].Type, nf.Spec.Methods[i].IPMI = v1alpha1.MethodExecutor, nil
+		}
+		if err := w.c.Update(context.Background(), nf); err != nil {
+			t.Fatal(err)
+		}
+		w.setNode(t, posted(nf.Status.FencedTime.Add(30*time.Second)))
+		nf, node := w.reconcile(t)
+		wantHeld(t, nf, node, ReasonBootIDUnchanged)
+	})
 }
 
 // An operator's confirmation unfences a node that did not reboot, recording who and why; a

@@ -199,9 +199,10 @@ func alertsOf(t *testing.T, ms []manifest) map[string]rule {
 func checkAlerts(t *testing.T, alerts map[string]rule, runbookBase string) {
 	t.Helper()
 	want := map[string]struct{ expr, hold, severity string }{
-		"PalisadeFenceFailed":      {`increase(palisade_fences_ended_total{phase="Failed"}[10m]) > 0`, "", "critical"},
-		"PalisadeFenceStuck":       {`max(palisade_fence_oldest_in_progress_seconds) > 1800`, "", "warning"},
-		"PalisadeStormGuardActive": {`max by (policy) (palisade_storm_guard_active) == 1`, "2m", "critical"},
+		"PalisadeFenceFailed":       {`increase(palisade_fences_ended_total{phase="Failed"}[10m]) > 0`, "", "critical"},
+		"PalisadeFenceStuck":        {`max(palisade_fence_oldest_in_progress_seconds) > 1800`, "", "warning"},
+		"PalisadeStormGuardActive":  {`max by (policy) (palisade_storm_guard_active) == 1`, "2m", "critical"},
+		"PalisadePowerOffDisproved": {`sum(palisade_nodes_fenced{reason="PowerOffDisproved"}) > 0`, "", "critical"},
 		"PalisadeNodeUnfenceable": {`sum by (reason) (palisade_nodes_fenced{reason!~"NodeNotBack|NodeGone|Released|PoweredOn|Recovering"}) > 0`,
 			"15m", "warning"},
 		"PalisadeAgentHeartbeatsMissing": {"", "5m", "warning"},

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/pem"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +13,11 @@ import (
 	vimtypes "github.com/vmware/govmomi/vim25/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/providers/power"
 	"palisade.dev/palisade/providers/redfish"
@@ -209,3 +213,63 @@ func TestEveryPowerMethodChecksLifeBeforeRelease(t *testing.T) {
 type powerOf func() bool
 
 func (p powerOf) PoweredOn() (bool, error) { return p(), nil }
+
+// A power-off that reached another machine while the node was cut off from the control plane:
+// the verify window cannot see the node, so its pods are released (the price of a wrong BMC
+// address with a partition on top). When the node comes back it posts its status with the boot
+// ID it had when fenced, which a machine that lost power cannot do: its NodeFence says
+// PowerOffDisproved (not the routine BootIDUnchanged), with a Warning on the Node, and the node
+// stays tainted.
+func TestPowerOffDisprovedWhenTheNodeComesBack(t *testing.T) {
+	env := startScene(t, scenario.Options{})
+	startController(t, env)
+	n1, n3 := env.Node(1), env.Node(3)
+	boot := n1.BootID()
+	n1.PauseHeartbeats()
+	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationBMCAddress: n3.BMC.Address()})
+	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: "e2e: fence node 1 through a swapped BMC address while it is cut off"})
+	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, fenceEnded)
+	if nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("the fence ended %s, want Released (the window cannot see a cut-off node): %v", nf.Status.Phase, trace(nf))
+	}
+	if on, err := n3.BMC.PoweredOn(); err != nil || on {
+		t.Fatalf("node 3's power on = %t (%v): the swapped address did not power off the other machine, the test did not test", on, err)
+	}
+	released := nf.Status.ReleasedTime
+
+	// Back: once its Ready is no longer what it posted before (node lifecycle marked it), or its
+	// last post is older than the simulated kubelet's report interval, it posts again.
+	ctx := context.Background()
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 70*time.Second, true, func(ctx context.Context) (bool, error) {
+		node := &corev1.Node{}
+		if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: n1.Name()}, node); err != nil {
+			return false, err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status != corev1.ConditionTrue || time.Since(c.LastHeartbeatTime.Time) > time.Minute, nil
+			}
+		}
+		return false, nil
+	})
+	n1.ResumeHeartbeats()
+	nf = waitFence(t, env.Cluster, n1.Name(), time.Minute, func(nf *v1alpha1.NodeFence) bool {
+		_, reason, _ := condition(nf, v1alpha1.ConditionRecovered)
+		return reason == "PowerOffDisproved" || nf.Status.Phase == v1alpha1.PhaseRecovered
+	})
+	st, reason, msg := condition(nf, v1alpha1.ConditionRecovered)
+	t.Logf("released %s; Recovered=%s (%s): %s", released, st, reason, msg)
+	if nf.Status.Phase != v1alpha1.PhaseReleased || st != "False" || !strings.Contains(msg, "never lost power") || !strings.Contains(msg, boot) {
+		t.Errorf("phase %s, Recovered=%s (%s): %s; want Released and held as PowerOffDisproved naming boot ID %s", nf.Status.Phase, st, reason, msg, boot)
+	}
+	node := &corev1.Node{}
+	if err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: n1.Name()}, node); err != nil {
+		t.Fatal(err)
+	}
+	if !fencing.OutOfService(node) {
+		t.Errorf("node 1 lost its out-of-service taint while it runs its released workload: %v", node.Spec.Taints)
+	}
+	if !hasEvent(eventsFor(t, env, "Node", n1.Name()), "PowerOffDisproved") {
+		t.Errorf("no PowerOffDisproved event on node %s: %v", n1.Name(), eventsFor(t, env, "Node", n1.Name()))
+	}
+}
