@@ -63,9 +63,15 @@ type (
 		} `json:"spec"`
 	}
 	podObj struct {
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
 		Spec struct {
 			NodeName string `json:"nodeName"`
 		} `json:"spec"`
+		Status struct {
+			Phase string `json:"phase"`
+		} `json:"status"`
 	}
 	deleteOptions struct {
 		GracePeriodSeconds *int64 `json:"gracePeriodSeconds"`

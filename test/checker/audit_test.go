@@ -14,6 +14,7 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/checker"
 	"palisade.dev/palisade/test/testbed"
+	"palisade.dev/palisade/test/witness"
 )
 
 // On the real API server's audit log: a Node tainted out-of-service and its pod force-deleted
@@ -26,6 +27,7 @@ func TestNoEarlyReleaseReadsTheAPIServersAuditLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
+	uids := map[string]string{}
 	for _, n := range []string{"bare", "fenced"} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
 		if err := c.Client.Create(ctx, node); err != nil {
@@ -36,6 +38,7 @@ func TestNoEarlyReleaseReadsTheAPIServersAuditLog(t *testing.T) {
 		if err := c.Client.Create(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
+		uids[n] = string(pod.UID)
 	}
 	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "fenced"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "fenced", Trigger: v1alpha1.TriggerManual,
 		Methods: []v1alpha1.Method{{Name: "ipmi", Type: v1alpha1.MethodIPMI,
@@ -76,6 +79,20 @@ func TestNoEarlyReleaseReadsTheAPIServersAuditLog(t *testing.T) {
 		if !contains(x.Text, "node bare") {
 			t.Errorf("violation of another node: %s", x)
 		}
+	}
+
+	// The same log read for the copies' side: db-fenced's copy wrote after its force deletion
+	// (2 s later, past the 1 s for writes in flight), db-bare's stopped before it.
+	deleted := evs[len(evs)-1].StageTimestamp
+	rec := func(node string, at time.Duration) witness.Record {
+		return witness.Record{Kind: witness.KindAppend, Session: node, Arrival: deleted.Add(at),
+			Identity: witness.Identity{Pod: "db-" + node, PodUID: uids[node], Node: node}}
+	}
+	h := []witness.Record{rec("bare", -time.Second), rec("fenced", -time.Second), rec("fenced", 2*time.Second)}
+	w := checker.NoWriteAfterRemoval(h, evs, time.Second)
+	t.Logf("%s", checker.Report(w))
+	if len(w) != 1 || !contains(w[0].Text, "db-fenced") || !contains(w[0].Text, uids["fenced"]) {
+		t.Errorf("NoWriteAfterRemoval on the real audit log = %v, want one violation naming db-fenced (UID %s)", w, uids["fenced"])
 	}
 }
 

@@ -50,6 +50,7 @@ func Check(in Input) []Violation {
 	}
 	var v []Violation
 	v = append(v, OneCopy(in.History, in.Overlap)...)
+	v = append(v, NoWriteAfterRemoval(in.History, in.Audit, time.Second)...)
 	v = append(v, NoEarlyRelease(in.Audit, in.Releasers)...)
 	v = append(v, NoHealthyFenced(in.Audit, in.MayFence, in.PowerOffs)...)
 	v = append(v, FencesEnd(in.Audit, in.FenceBound, in.End)...)

@@ -61,6 +61,46 @@ func TestOneCopy(t *testing.T) {
 	}
 }
 
+// TestNoWriteAfterRemoval: a copy that writes after its pod's object was force-deleted (or
+// deleted once marked Failed) outlived its release, even with no replacement writing beside it.
+func TestNoWriteAfterRemoval(t *testing.T) {
+	removal := func(at int, user, grace, phase string) Event {
+		req := ""
+		if grace != "" {
+			req = `{"gracePeriodSeconds":` + grace + `}`
+		}
+		return ev(at, "delete", user, "", "pods", "db-0", req,
+			fmt.Sprintf(`{"metadata":{"uid":"a"},"spec":{"nodeName":"node-a"},"status":{"phase":%q}}`, phase))
+	}
+	for name, tc := range map[string]struct {
+		history []witness.Record
+		evs     []Event
+		want    []string
+	}{
+		"dead before its force deletion":      {trail("s1", "db-0", "a", 0, 1000), []Event{removal(1500, controller, "0", "Failed")}, nil},
+		"a write in flight at the deletion":   {trail("s1", "db-0", "a", 0, 1900), []Event{removal(1000, controller, "0", "Running")}, nil},
+		"writing on after its force deletion": {trail("s1", "db-0", "a", 0, 5000), []Event{removal(1000, controller, "0", "Running")}, []string{"a NoWriteAfterRemoval"}},
+		"an operator's force deletion":        {trail("s1", "db-0", "a", 0, 5000), []Event{removal(1000, "kubernetes-admin", "0", "Running")}, []string{"a NoWriteAfterRemoval"}},
+		"deleted once marked Failed, by the StatefulSet controller": {trail("s1", "db-0", "a", 0, 5000),
+			[]Event{removal(1000, "system:serviceaccount:kube-system:statefulset-controller", "", "Failed")}, []string{"a NoWriteAfterRemoval"}},
+		"a graceful deletion":               {trail("s1", "db-0", "a", 0, 5000), []Event{removal(1000, controller, "30", "Running")}, nil},
+		"the kubelet's own final delete":    {trail("s1", "db-0", "a", 0, 5000), []Event{removal(1000, "system:node:node-a", "0", "Running")}, nil},
+		"another copy of the name after it": {append(trail("s1", "db-0", "a", 0, 1000), trail("s2", "db-0", "b", 2000, 5000)...), []Event{removal(1000, controller, "0", "Failed")}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v := NoWriteAfterRemoval(tc.history, tc.evs, time.Second)
+			if diff := cmp.Diff(tc.want, checks(v)); diff != "" {
+				t.Errorf("NoWriteAfterRemoval (-want +got):\n%s\n%v", diff, v)
+			}
+			for _, x := range v {
+				if !strings.Contains(x.Text, "UID a") || !strings.Contains(x.Text, "released while it ran") {
+					t.Errorf("violation %q does not name the copy and what it means", x.Text)
+				}
+			}
+		})
+	}
+}
+
 func TestReplicasReturn(t *testing.T) {
 	h := append(trail("s1", "db-0", "a", 0, 5000), trail("s2", "db-1", "b", 0, 2000)...)
 	v := ReplicasReturn(h, []string{"db-0", "db-1", "db-2"}, ms(3000))

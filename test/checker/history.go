@@ -76,6 +76,72 @@ func OneCopy(h []witness.Record, tolerance time.Duration) []Violation {
 	return v
 }
 
+// NoWriteAfterRemoval is check (a) from the other side: a pod's API object removed while the
+// pod may still run (force-deleted, or deleted once marked Failed, by anyone but its node's
+// kubelet) must have no copy left writing. A write of that pod UID accepted more than slack
+// after the removal is a copy that outlived its release, whether or not its replacement wrote
+// beside it yet: OneCopy sees only the overlaps, and a copy that dies at the heal before its
+// replacement writes leaves none. Writes in flight at the removal arrive within slack.
+func NoWriteAfterRemoval(h []witness.Record, evs []Event, slack time.Duration) []Violation {
+	type removal struct {
+		at   time.Time
+		what string
+	}
+	removed := map[string]removal{} // pod UID → its first removal
+	for _, e := range evs {
+		if !e.is("", "pods") || e.Verb != "delete" || e.ObjectRef.Subresource != "" {
+			continue
+		}
+		var opts deleteOptions
+		var p podObj
+		if !decode(e.ResponseObject, &p) || p.Metadata.UID == "" || e.User.Username == "system:node:"+p.Spec.NodeName {
+			continue
+		}
+		force := decode(e.RequestObject, &opts) && opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds == 0
+		if !force && p.Status.Phase != "Failed" {
+			continue // a graceful deletion: the kubelet stops the pod before the object goes
+		}
+		if _, seen := removed[p.Metadata.UID]; !seen {
+			removed[p.Metadata.UID] = removal{e.StageTimestamp, fmt.Sprintf("pod %s/%s (UID %s) on %s removed by %s at %s",
+				e.ObjectRef.Namespace, e.ObjectRef.Name, p.Metadata.UID, p.Spec.NodeName, e.User.Username, e.at())}
+		}
+	}
+	type late struct {
+		n           int
+		first, last time.Time
+	}
+	after := map[string]*late{}
+	var order []string
+	for _, r := range h {
+		rm, ok := removed[r.PodUID]
+		if !ok || r.Kind != witness.KindAppend || !r.Arrival.After(rm.at.Add(slack)) {
+			continue
+		}
+		l := after[r.PodUID]
+		if l == nil {
+			l = &late{first: r.Arrival}
+			after[r.PodUID] = l
+			order = append(order, r.PodUID)
+		}
+		l.n++
+		l.last = maxTime(l.last, r.Arrival)
+	}
+	var v []Violation
+	for _, uid := range order {
+		l, rm := after[uid], removed[uid]
+		v = append(v, Violation{"a NoWriteAfterRemoval", fmt.Sprintf("%s, but that copy wrote %d times after it, %s…%s: it was released while it ran",
+			rm.what, l.n, l.first.Format("15:04:05.000"), l.last.Format("15:04:05.000"))})
+	}
+	return v
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // ReplicasReturn is check (e): each pod wrote after healed.
 func ReplicasReturn(h []witness.Record, pods []string, healed time.Time) []Violation {
 	last := map[string]time.Time{}
