@@ -315,12 +315,14 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 	case PowerLoss:
 		st.check(bmc.SetPower(false))
 		return func() error { return bmc.SetPower(true) }
+	// A cut's heal takes back that cut alone: another fault's cut of the machine stays.
 	case ControlPlaneCut:
 		st.check(st.sc.CutFromControlPlane(m))
-		return m.Net().Heal
+		return func() error { return st.sc.UncutFromControlPlane(m) }
 	case PeerCut:
-		st.check(m.Net().CutNodes(st.sc.Machine(realscene.NodeName(f.Peer)).Net()))
-		return m.Net().Heal
+		peer := st.sc.Machine(realscene.NodeName(f.Peer)).Net()
+		st.check(m.Net().CutNodes(peer))
+		return func() error { return m.Net().UncutNodes(peer) }
 	case EtcdCut:
 		down := f.For
 		if down == 0 {

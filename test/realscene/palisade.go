@@ -128,6 +128,24 @@ func (s *Scene) CutControllersFromAPI() error {
 // controllers and their heartbeat relay (everything on the host's LAN address and in the
 // controllers' namespace). Its pods keep running, and its peers stay reachable.
 func (s *Scene) CutFromControlPlane(m *machine.Machine) error {
+	peers, err := s.controlPlane()
+	if err != nil {
+		return err
+	}
+	return m.Net().Cut(peers...)
+}
+
+// UncutFromControlPlane takes back one CutFromControlPlane, leaving the machine's other cuts.
+func (s *Scene) UncutFromControlPlane(m *machine.Machine) error {
+	peers, err := s.controlPlane()
+	if err != nil {
+		return err
+	}
+	return m.Net().Uncut(peers...)
+}
+
+// controlPlane is what CutFromControlPlane cuts: the host (API server) and the controllers.
+func (s *Scene) controlPlane() ([]netns.Endpoint, error) {
 	eps := []string{s.LAN.HostIP()}
 	if s.controllerNet != nil {
 		eps = append(eps, s.controllerNet.IP())
@@ -136,11 +154,11 @@ func (s *Scene) CutFromControlPlane(m *machine.Machine) error {
 	for _, e := range eps {
 		p, err := netns.ParseEndpoint(e)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		peers = append(peers, p)
 	}
-	return m.Net().Cut(peers...)
+	return peers, nil
 }
 
 // HealControllers undoes CutControllersFromAPI.

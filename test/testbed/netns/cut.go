@@ -63,7 +63,8 @@ func (e Endpoint) validate() error {
 // broken link: a datagram the node itself sends to a cut peer fails at once with EPERM, as
 // the kernel reports a drop in the output hook to the sending socket, where on a broken link
 // it would vanish (TCP does not notice: it retransmits as after a loss). Datagrams from a cut
-// peer, and those of the pods the node routes for, are lost silently. Cuts add up until Heal.
+// peer, and those of the pods the node routes for, are lost silently. Cuts add up until Heal,
+// or until Uncut takes each back: an endpoint cut twice (two faults) stays cut until both are.
 func (n *Node) Cut(peers ...Endpoint) error {
 	for _, p := range peers {
 		if err := p.validate(); err != nil {
@@ -73,20 +74,47 @@ func (n *Node) Cut(peers ...Endpoint) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, p := range peers {
-		n.cuts[p] = true
+		n.cuts[p]++
 	}
 	return n.apply()
+}
+
+// Uncut takes back one Cut of each peer, leaving the node's other cuts in force: a fault that
+// ends heals only what it cut. A peer not cut is an error (a heal without its cut).
+func (n *Node) Uncut(peers ...Endpoint) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range peers {
+		if n.cuts[p] == 0 {
+			return fmt.Errorf("uncutting node %s from %s: not cut", n.name, p)
+		}
+	}
+	for _, p := range peers {
+		if n.cuts[p]--; n.cuts[p] == 0 {
+			delete(n.cuts, p)
+		}
+	}
+	return n.apply()
+}
+
+// UncutNodes takes back one CutNodes of the other nodes.
+func (n *Node) UncutNodes(others ...*Node) error {
+	return n.Uncut(endpointsOf(others)...)
 }
 
 // CutNodes cuts the node off from the other nodes (every packet, both directions), leaving its
 // link to the root namespace and to the remaining nodes. The rules live in this node's
 // namespace: n.Heal, not other.Heal, removes them.
 func (n *Node) CutNodes(others ...*Node) error {
-	peers := make([]Endpoint, 0, len(others))
-	for _, o := range others {
+	return n.Cut(endpointsOf(others)...)
+}
+
+func endpointsOf(nodes []*Node) []Endpoint {
+	peers := make([]Endpoint, 0, len(nodes))
+	for _, o := range nodes {
 		peers = append(peers, Endpoint{IP: o.ip})
 	}
-	return n.Cut(peers...)
+	return peers
 }
 
 // CutAll drops every packet that does not stay on the node's loopback: the node is cut off

@@ -133,6 +133,33 @@ func TestCutNodes(t *testing.T) {
 	mustReach(t, b, atA, "after Heal")
 }
 
+// Uncut takes back one cut and leaves the others: two faults on one node (a cut from the host
+// and one from a peer) heal one at a time, and an endpoint cut twice stays cut until both are
+// taken back. Taking back a cut never made is an error.
+func TestUncutLeavesTheOtherCuts(t *testing.T) {
+	t.Parallel()
+	lan := netns.New(t)
+	a, b := lan.AddNode("a"), lan.AddNode("b")
+	atB := echoIn(t, b, b.IP())
+	host := echoOnHost(t, lan.HostIP())
+	hostIP := netns.Endpoint{IP: lan.HostIP()}
+
+	must(t, a.Cut(hostIP))
+	must(t, a.CutNodes(b))
+	must(t, a.UncutNodes(b))
+	mustReach(t, a, atB, "a → b after its cut was taken back")
+	mustNotReach(t, a, host, "a → root while its own cut stays")
+
+	must(t, a.Cut(hostIP)) // a second fault on the same endpoint
+	must(t, a.Uncut(hostIP))
+	mustNotReach(t, a, host, "a → root, cut twice and taken back once")
+	must(t, a.Uncut(hostIP))
+	mustReach(t, a, host, "a → root, both cuts taken back")
+	if err := a.Uncut(hostIP); err == nil {
+		t.Error("Uncut of an endpoint not cut: no error")
+	}
+}
+
 // CutAll leaves only loopback.
 func TestCutAll(t *testing.T) {
 	t.Parallel()

@@ -28,7 +28,7 @@ type Node struct {
 	lanEnd string
 
 	mu   sync.Mutex
-	cuts map[Endpoint]bool
+	cuts map[Endpoint]int // each cut endpoint, with how many cuts in force name it
 	all  bool
 }
 
@@ -54,7 +54,7 @@ func (l *LAN) AddNode(name string) *Node {
 		ns:     l.prefix + "-n" + strconv.Itoa(i),
 		ip:     l.ip(firstNodeOctet + i),
 		lanEnd: "n" + strconv.Itoa(i),
-		cuts:   map[Endpoint]bool{},
+		cuts:   map[Endpoint]int{},
 	}
 	l.nodes = append(l.nodes, n)
 	l.mu.Unlock()
