@@ -110,15 +110,22 @@ func (r *NodeFenceReconciler) lift(ctx context.Context, nf *v1alpha1.NodeFence) 
 		return nil, nil
 	}
 	// A lift carries a token newer than the fence's, so that whoever carries it out refuses a
-	// late copy of the fence's commands afterwards.
-	var liftToken int64
-	if r.Tokens != nil {
+	// late copy of the fence's commands afterwards. It is recorded before the first lift is
+	// sent, like a fence's own token, and reused: a controller holding a stale copy of the
+	// record (a lost leader that resumes after the node was fenced again) cannot record one,
+	// and one drawn for an older lift is older than any later fence of the node.
+	if nf.Status.LiftToken == 0 && r.Tokens != nil {
 		tok, err := r.Tokens.Next(ctx)
 		if err != nil {
 			return nil, &liftWait{ReasonTokenUnavailable, fmt.Sprintf("no fencing token for lifting the storage fence: %v", err)}
 		}
-		liftToken = tok
+		nf.Status.LiftToken = tok
+		if err := r.saveStatus(ctx, nf); err != nil {
+			nf.Status.LiftToken = 0
+			return nil, &liftWait{ReasonAPIError, fmt.Sprintf("recording the lift's fencing token before lifting the storage fence (nothing is lifted until it is recorded): %v", err)}
+		}
 	}
+	liftToken := nf.Status.LiftToken
 	for _, m := range nf.Spec.Methods {
 		if !methodKinds[m.Type].lifted || !methodTaken(nf, m.Name) {
 			continue

@@ -30,6 +30,8 @@ type storage struct {
 	lifts          int
 	fenceCalls     int
 	heldAtFirstCmd bool
+	liftTokens     []int64 // each lift's token
+	unrecorded     int     // lifts whose token the stored NodeFence did not hold when sent
 }
 
 func (s *storage) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
@@ -46,6 +48,11 @@ func (s *storage) Unfence(_ context.Context, req providers.Request) (providers.S
 	if req.LiftToken <= req.Fence.Status.Token {
 		return providers.Status{}, fmt.Errorf("lift token %d is not newer than the fence's %d", req.LiftToken, req.Fence.Status.Token)
 	}
+	nf := &v1alpha1.NodeFence{}
+	if err := s.c.Get(context.Background(), client.ObjectKey{Name: req.Fence.Name}, nf); err != nil || nf.Status.LiftToken != req.LiftToken {
+		s.unrecorded++
+	}
+	s.liftTokens = append(s.liftTokens, req.LiftToken)
 	i := min(s.lifts, len(s.answers)-1)
 	s.lifts++
 	return s.answers[i], nil
@@ -160,8 +167,40 @@ func TestStorageFenceLiftedOnlyAfterRepair(t *testing.T) {
 	if s.lifts != 3 {
 		t.Errorf("%d lifts, want 3", s.lifts)
 	}
+	// One lift token, recorded before the first lift and carried by every retry.
+	if s.unrecorded != 0 || len(s.liftTokens) != 3 || s.liftTokens[0] != s.liftTokens[1] || s.liftTokens[1] != s.liftTokens[2] {
+		t.Errorf("lift tokens %v, %d sent before the NodeFence recorded them: want one token, recorded before the first lift", s.liftTokens, s.unrecorded)
+	}
 	if !slices.Contains(reasonsOf(rec), ReasonStorageFenceLifted) {
 		t.Errorf("no %s event: %v", ReasonStorageFenceLifted, reasonsOf(rec))
+	}
+}
+
+// TestStaleCopyLiftsNothing: a controller that reads a released fence, stalls (a lost leader
+// that does not know it yet) and resumes after the record moved on cannot record a lift token
+// on its stale copy, so it sends no lift: the lift of a storage fence is addressed by node, and
+// a fresh token would outrank a newer fence of the same node.
+func TestStaleCopyLiftsNothing(t *testing.T) {
+	s := &storage{answers: []providers.Status{{State: providers.Confirmed, Message: "lifted"}}}
+	w, _ := storageWorld(t, s, storageMethod)
+	w.run(t)
+	w.removeTaint(t)
+	ctx := context.Background()
+	stale := &v1alpha1.NodeFence{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, stale); err != nil {
+		t.Fatal(err)
+	}
+	// The record moves on under it (here: the live leader's write of the same fence).
+	fresh := stale.DeepCopy()
+	fresh.Status.Conditions = append(fresh.Status.Conditions, metav1.Condition{Type: "Seen", Status: metav1.ConditionTrue, Reason: "ByTheLeader", LastTransitionTime: metav1.Now()})
+	if err := w.c.Status().Update(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if _, wait := w.r.lift(ctx, stale); wait == nil || wait.reason != ReasonAPIError {
+		t.Fatalf("lift from a stale copy = %+v, want a wait with reason %s", wait, ReasonAPIError)
+	}
+	if s.lifts != 0 {
+		t.Errorf("%d lifts sent from a stale copy of the record (tokens %v), want none", s.lifts, s.liftTokens)
 	}
 }
 

@@ -150,6 +150,7 @@ type Step struct {
 
 // NodeFenceStatus is the durable record of a fence.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.token) || (has(self.token) && self.token == oldSelf.token)",message="status.token cannot be changed once recorded"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.liftToken) || (has(self.liftToken) && self.liftToken == oldSelf.liftToken)",message="status.liftToken cannot be changed once recorded"
 type NodeFenceStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -161,6 +162,15 @@ type NodeFenceStatus struct {
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	Token int64 `json:"token,omitempty"`
+	// LiftToken is the fencing token of the lift of the fence's storage fences (recovery, or
+	// the NodeFence's deletion), drawn from the same counter and recorded before the first lift
+	// is sent; every retry carries it. A controller working from a stale copy of the record
+	// cannot record one (its write is refused), so it sends no lift, and a lift recorded
+	// before a newer fence of the node carries a token older than that fence's, which the
+	// storage refuses. It cannot change once recorded.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	LiftToken int64 `json:"liftToken,omitempty"`
 	// Phase is where the fence stands.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
