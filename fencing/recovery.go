@@ -200,17 +200,17 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 		return &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryConfirmedClean, Time: metav1.NewTime(now), BootID: bootID,
 			RequestedBy: strings.TrimSpace(node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]), Reason: text}, "", ""
 	}
+	if bootID != "" && bootID == nf.Status.BootID && poweredOff(nf) {
+		if posted, ok := readyPostedAfter(node, nf.Status.FencedTime); ok {
+			return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off at %s: the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
+				name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
+		}
+	}
 	if a := nf.Spec.Recovery.Automatic; a != nil && !*a {
 		return nil, ReasonAutomaticRecoveryOff, fmt.Sprintf("node %s is back; policy %s unfences only on request: %s", name, nf.Spec.PolicyName, confirm)
 	}
 	if nf.Status.BootID == "" || bootID == "" {
 		return nil, ReasonBootIDUnknown, fmt.Sprintf("node %s is back, but its boot ID was not known when it was fenced or is not reported now, so a reboot cannot be proven: reboot it and make sure its kubelet reports its boot ID, or %s", name, confirm)
-	}
-	if bootID == nf.Status.BootID && poweredOff(nf) {
-		if posted, ok := readyPostedAfter(node, nf.Status.FencedTime); ok {
-			return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off at %s: the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
-				name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
-		}
 	}
 	if bootID == nf.Status.BootID {
 		return nil, ReasonBootIDUnchanged, fmt.Sprintf("node %s is back but has not rebooted since it was fenced (boot ID %s): the processes of its workload may have outlived the fence. Reboot it, or %s", name, bootID, confirm)
@@ -300,14 +300,21 @@ func poweredOff(nf *v1alpha1.NodeFence) bool {
 	return false
 }
 
+// clockSkewMargin is how far a kubelet's clock may run ahead of the controller's before a
+// status it posted before a fence's confirmation reads as one posted after it.
+const clockSkewMargin = 30 * time.Second
+
 // readyPostedAfter is when the node's kubelet last posted its Ready condition, if that was
-// after t: a Ready condition that merely has not been marked stale yet is from before.
+// more than clockSkewMargin after t (the heartbeat is the kubelet's clock, t the controller's):
+// a Ready condition that merely has not been marked stale yet is from before. A kubelet back
+// after a partition posts at once when node lifecycle marked it NotReady meanwhile, within its
+// status report frequency (5 min by default) otherwise.
 func readyPostedAfter(node *corev1.Node, t *metav1.Time) (time.Time, bool) {
 	if t == nil {
 		return time.Time{}, false
 	}
 	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.LastHeartbeatTime.After(t.Time) {
+		if c.Type == corev1.NodeReady && c.LastHeartbeatTime.After(t.Add(clockSkewMargin)) {
 			return c.LastHeartbeatTime.Time, true
 		}
 	}

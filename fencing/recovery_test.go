@@ -213,10 +213,10 @@ func TestPowerOffDisproved(t *testing.T) {
 		w, rec := releasedWorld(t, nil)
 		nf, _ := w.reconcile(t)
 		before := testutil.ToFloat64(fencesDisproved.WithLabelValues("ipmi", signalBootID))
-		w.setNode(t, posted(nf.Status.FencedTime.Add(30*time.Second)))
+		w.setNode(t, posted(nf.Status.FencedTime.Add(40*time.Second)))
 		nf, node := w.reconcile(t)
 		wantHeld(t, nf, node, ReasonPowerOffDisproved)
-		w.setNode(t, posted(nf.Status.FencedTime.Add(40*time.Second)))
+		w.setNode(t, posted(nf.Status.FencedTime.Add(50*time.Second)))
 		nf, node = w.reconcile(t)
 		wantHeld(t, nf, node, ReasonPowerOffDisproved)
 		c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
@@ -239,6 +239,21 @@ func TestPowerOffDisproved(t *testing.T) {
 		nf, node := w.reconcile(t)
 		wantHeld(t, nf, node, ReasonBootIDUnchanged)
 	})
+	t.Run("Ready from before the power-off, the kubelet's clock 25s ahead", func(t *testing.T) {
+		w, _ := releasedWorld(t, nil)
+		nf, _ := w.reconcile(t)
+		w.setNode(t, posted(nf.Status.FencedTime.Add(-5*time.Second+25*time.Second)))
+		nf, node := w.reconcile(t)
+		wantHeld(t, nf, node, ReasonBootIDUnchanged)
+	})
+	t.Run("under a policy that unfences only on request", func(t *testing.T) {
+		off := false
+		w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Recovery.Automatic = &off })
+		nf, _ := w.reconcile(t)
+		w.setNode(t, posted(nf.Status.FencedTime.Add(time.Minute)))
+		nf, node := w.reconcile(t)
+		wantHeld(t, nf, node, ReasonPowerOffDisproved)
+	})
 	t.Run("an Executor fence keeps the power on", func(t *testing.T) {
 		w, _ := releasedWorld(t, nil)
 		nf, _ := w.reconcile(t)
@@ -248,7 +263,7 @@ func TestPowerOffDisproved(t *testing.T) {
 		if err := w.c.Update(context.Background(), nf); err != nil {
 			t.Fatal(err)
 		}
-		w.setNode(t, posted(nf.Status.FencedTime.Add(30*time.Second)))
+		w.setNode(t, posted(nf.Status.FencedTime.Add(time.Minute)))
 		nf, node := w.reconcile(t)
 		wantHeld(t, nf, node, ReasonBootIDUnchanged)
 	})

@@ -224,12 +224,15 @@ func untaintedAfterRelease(nf *v1alpha1.NodeFence) (why string, keep bool) {
 	released, tainted := false, false
 	for _, s := range nf.Status.Steps {
 		// A sign of life found between release steps fails the release step it was found in.
+		// The step looks for one before it acts (take), so a step stopped by one at its first
+		// attempt did nothing; at a later attempt, its earlier ones may have.
+		acted := !(disproved(s) && s.Attempts <= 1)
 		switch {
-		case disproved(s) && (released || releaseStep(s.Name)):
+		case disproved(s) && (released || (releaseStep(s.Name) && acted)):
 			released, tainted = true, false
 			why = fmt.Sprintf("it showed life after its fence had begun releasing its workload (%s, step %s of %s), and Palisade took its out-of-service taint back",
 				s.Reason, s.Name, s.StartTime.Format(time.RFC3339))
-		case releaseStep(s.Name):
+		case releaseStep(s.Name) && acted:
 			released = true
 			if s.Name == v1alpha1.StepTaint && s.State == v1alpha1.StepSucceeded {
 				tainted, why = true, ""

@@ -256,7 +256,11 @@ func TestFailedStorageFenceLiftedAtOnce(t *testing.T) {
 // the sign of life gives the decision back to the taint's removal.
 func TestStorageFenceKeptAfterAReleaseTheNodeDisproved(t *testing.T) {
 	alive := func(step v1alpha1.StepName) v1alpha1.Step {
-		return v1alpha1.Step{Name: step, State: v1alpha1.StepFailed, Reason: v1alpha1.ReasonNodeAliveAfterFence}
+		return v1alpha1.Step{Name: step, State: v1alpha1.StepFailed, Reason: v1alpha1.ReasonNodeAliveAfterFence, Attempts: 1}
+	}
+	// before drops the record's release steps, as if the node had shown life before any.
+	before := func(nf *v1alpha1.NodeFence) {
+		nf.Status.Steps = slices.DeleteFunc(nf.Status.Steps, func(s v1alpha1.Step) bool { return releaseStep(s.Name) })
 	}
 	for _, tc := range []struct {
 		name string
@@ -278,6 +282,23 @@ func TestStorageFenceKeptAfterAReleaseTheNodeDisproved(t *testing.T) {
 		}, true},
 		{"released without the taint", func(nf *v1alpha1.NodeFence) {
 			nf.Status.Steps = slices.DeleteFunc(nf.Status.Steps, func(s v1alpha1.Step) bool { return s.Name == v1alpha1.StepTaint })
+		}, true},
+		{"life seen at the Taint step's first attempt, before it acted", func(nf *v1alpha1.NodeFence) {
+			before(nf)
+			nf.Status.Phase = v1alpha1.PhaseFailed
+			nf.Status.Steps = append(nf.Status.Steps, alive(v1alpha1.StepTaint))
+		}, false},
+		{"life seen at the Taint step's second attempt: the first may have tainted", func(nf *v1alpha1.NodeFence) {
+			before(nf)
+			nf.Status.Phase = v1alpha1.PhaseFailed
+			step := alive(v1alpha1.StepTaint)
+			step.Attempts = 2
+			nf.Status.Steps = append(nf.Status.Steps, step)
+		}, true},
+		{"a release step recorded and not known to have ended (a crash as it acted)", func(nf *v1alpha1.NodeFence) {
+			before(nf)
+			nf.Status.Phase = v1alpha1.PhaseFailed
+			nf.Status.Steps = append(nf.Status.Steps, v1alpha1.Step{Name: v1alpha1.StepDeletePods, State: v1alpha1.StepStarted})
 		}, true},
 		{"tainted again after the sign of life, by the next method's release", func(nf *v1alpha1.NodeFence) {
 			nf.Status.Steps = append(nf.Status.Steps, alive(v1alpha1.StepReleaseAttachments),

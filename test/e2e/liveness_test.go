@@ -252,8 +252,11 @@ func TestPowerOffDisprovedWhenTheNodeComesBack(t *testing.T) {
 		}
 		return false, nil
 	})
+	// Recovery counts a status as posted after the power-off only 30 s after it (the kubelet's
+	// clock may run ahead of the controller's): come back later than that.
+	time.Sleep(time.Until(nf.Status.FencedTime.Add(35 * time.Second)))
 	n1.ResumeHeartbeats()
-	nf = waitFence(t, env.Cluster, n1.Name(), time.Minute, func(nf *v1alpha1.NodeFence) bool {
+	nf = waitFence(t, env.Cluster, n1.Name(), 90*time.Second, func(nf *v1alpha1.NodeFence) bool {
 		_, reason, _ := condition(nf, v1alpha1.ConditionRecovered)
 		return reason == "PowerOffDisproved" || nf.Status.Phase == v1alpha1.PhaseRecovered
 	})
