@@ -252,12 +252,7 @@ func (r *NodeReconciler) noteWaiting(ctx context.Context, node *corev1.Node, p *
 	nf.Spec.Waiting, nf.Spec.Urgency = wait.listed(), wait.urgency
 }
 
-func (r *NodeReconciler) reader() client.Reader {
-	if r.APIReader != nil {
-		return r.APIReader
-	}
-	return r.Client
-}
+func (r *NodeReconciler) reader() client.Reader { return apiOr(r.APIReader, r.Client) }
 
 // methodsFor picks the policy's methods that fit the verdict. A node with no signal on any path
 // (Dead) cannot be reached through its agent, so its chain skips the methods that need it. A

@@ -407,7 +407,6 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 	}
 }
 
-// bootID is the node's boot ID now, "" when unknown.
 // firstLook reads the node before the fence's first step: its boot ID, which recovery compares
 // with the one it comes back with ("" when the node cannot be read), and any unfence request it
 // still carries, which it removes. Such a request was made before this fence began (one is
@@ -437,11 +436,14 @@ func (r *NodeFenceReconciler) firstLook(ctx context.Context, nf *v1alpha1.NodeFe
 }
 
 // reader reads what must not be stale: the API server when the reconciler has its reader.
-func (r *NodeFenceReconciler) reader() client.Reader {
-	if r.APIReader != nil {
-		return r.APIReader
+func (r *NodeFenceReconciler) reader() client.Reader { return apiOr(r.APIReader, r.Client) }
+
+// apiOr is api, the reader that goes to the API server, or c when there is none (tests).
+func apiOr(api client.Reader, c client.Reader) client.Reader {
+	if api != nil {
+		return api
 	}
-	return r.Client
+	return c
 }
 
 func (r *NodeFenceReconciler) now() time.Time {

@@ -122,7 +122,7 @@ func insecureTLSCondition(p *v1alpha1.FencingPolicy) (c metav1.Condition, ok boo
 // whose label keys no rule of the CRD checks, still reaches the controller.
 func invalidSpecCondition(p *v1alpha1.FencingPolicy) metav1.Condition {
 	var reasons, problems []string
-	if _, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector); err != nil {
+	if _, err := selectors.of(p); err != nil {
 		reasons = append(reasons, v1alpha1.ReasonNodeSelectorInvalid)
 		problems = append(problems, fmt.Sprintf("spec.nodeSelector does not parse (%v): the policy covers no node until it is fixed, and its nodes fall to the next policy that selects them, by name, or to none", err))
 	}

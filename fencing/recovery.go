@@ -153,12 +153,7 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 // back with a new boot ID. A fence confirmed by a method that does not power off has nothing to
 // power on. done is false while the power-on is to be tried again (res says when).
 func (r *NodeFenceReconciler) restorePower(ctx context.Context, nf *v1alpha1.NodeFence) (res ctrl.Result, done bool, err error) {
-	var method *v1alpha1.Method
-	for i, m := range nf.Spec.Methods {
-		if m.Name == nf.Status.Method && methodKinds[m.Type].fence == v1alpha1.StepPowerOff {
-			method = &nf.Spec.Methods[i]
-		}
-	}
+	method := poweredOff(nf)
 	if method == nil {
 		return ctrl.Result{}, true, nil
 	}
@@ -200,7 +195,7 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 		return &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryConfirmedClean, Time: metav1.NewTime(now), BootID: bootID,
 			RequestedBy: strings.TrimSpace(node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]), Reason: text}, "", ""
 	}
-	if bootID != "" && bootID == nf.Status.BootID && poweredOff(nf) {
+	if bootID != "" && bootID == nf.Status.BootID && poweredOff(nf) != nil {
 		if posted, ok := readyPostedAfter(node, nf.Status.FencedTime); ok {
 			return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off at %s: the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
 				name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
@@ -245,10 +240,10 @@ func (r *NodeFenceReconciler) hold(ctx context.Context, nf *v1alpha1.NodeFence, 
 	if err := r.saveStatus(ctx, nf); err != nil {
 		return err
 	}
-	if was != reason && reason == ReasonPowerOffDisproved {
-		fencesDisproved.WithLabelValues(nf.Status.Method, signalBootID).Inc()
-	}
 	if was != reason {
+		if reason == ReasonPowerOffDisproved {
+			fencesDisproved.WithLabelValues(nf.Status.Method, signalBootID).Inc()
+		}
 		typ := corev1.EventTypeWarning
 		if reason == ReasonNodeNotBack || reason == ReasonLifting {
 			typ = corev1.EventTypeNormal
@@ -288,16 +283,15 @@ func (r *NodeFenceReconciler) unTaint(ctx context.Context, node *corev1.Node) er
 	return nil
 }
 
-// nodeReady says whether the Node's Ready condition is True.
-// poweredOff says whether the fence was confirmed by a method that cuts the machine's power, so
-// that the machine can only come back with a new boot ID.
-func poweredOff(nf *v1alpha1.NodeFence) bool {
-	for _, m := range nf.Spec.Methods {
-		if m.Name == nf.Status.Method {
-			return methodKinds[m.Type].fence == v1alpha1.StepPowerOff
+// poweredOff is the method that confirmed the fence (status.method) when it cuts the machine's
+// power, so that the machine can only come back with a new boot ID; nil otherwise.
+func poweredOff(nf *v1alpha1.NodeFence) *v1alpha1.Method {
+	for i, m := range nf.Spec.Methods {
+		if m.Name == nf.Status.Method && methodKinds[m.Type].fence == v1alpha1.StepPowerOff {
+			return &nf.Spec.Methods[i]
 		}
 	}
-	return false
+	return nil
 }
 
 // clockSkewMargin is how far a kubelet's clock may run ahead of the controller's before a
@@ -321,6 +315,7 @@ func readyPostedAfter(node *corev1.Node, t *metav1.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// nodeReady says whether the Node's Ready condition is True.
 func nodeReady(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {

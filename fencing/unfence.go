@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -248,11 +249,8 @@ func untaintedAfterRelease(nf *v1alpha1.NodeFence) (why string, keep bool) {
 	return why, true
 }
 
-// releaseStep says whether a step releases the node's workload or volumes.
+// releaseStep says whether a step releases the node's workload or volumes: a step of the
+// release sequence other than VerifyFenced, which only watches.
 func releaseStep(n v1alpha1.StepName) bool {
-	switch n {
-	case v1alpha1.StepTaint, v1alpha1.StepDeletePods, v1alpha1.StepDetachVolumes, v1alpha1.StepReleaseAttachments:
-		return true
-	}
-	return false
+	return n != v1alpha1.StepVerifyFenced && slices.Contains(releaseSequence, n)
 }

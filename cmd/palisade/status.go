@@ -147,7 +147,7 @@ func renderPolicies(w io.Writer, policies []v1alpha1.FencingPolicy, wide bool) {
 		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionStormGuardActive); c != nil {
 			guard = map[bool]string{true: "ACTIVE: " + c.Message, false: "ok"}[c.Status == "True"]
 		}
-		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionInvalidSpec); c != nil && c.Status == "True" {
+		if c := conditionTrue(p.Status.Conditions, v1alpha1.ConditionInvalidSpec); c != nil {
 			guard = "INVALID SPEC (" + c.Reason + ", see palisade explain): " + guard
 		}
 		fmt.Fprintf(w, "%s\t%d\t%d\t%s", p.Name, p.Status.Nodes, p.Status.UnhealthyNodes, guard)

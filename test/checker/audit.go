@@ -136,10 +136,8 @@ func release(e Event, tainted map[string]bool, releasers map[string]bool) (node,
 			return e.ObjectRef.Name, "out-of-service taint added by " + e.User.Username
 		}
 	case e.is("", "pods") && e.Verb == "delete":
-		var opts deleteOptions
-		var p podObj
-		if !decode(e.RequestObject, &opts) || opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds != 0 ||
-			!decode(e.ResponseObject, &p) || p.Spec.NodeName == "" || e.User.Username == "system:node:"+p.Spec.NodeName {
+		p, force, ok := podDeletion(e)
+		if !ok || !force || p.Spec.NodeName == "" {
 			return "", ""
 		}
 		return p.Spec.NodeName, fmt.Sprintf("pod %s/%s force-deleted by %s", e.ObjectRef.Namespace, e.ObjectRef.Name, e.User.Username)
@@ -150,6 +148,19 @@ func release(e Event, tainted map[string]bool, releasers map[string]bool) (node,
 		}
 	}
 	return "", ""
+}
+
+// podDeletion reads a pod's deletion by anyone but its node's kubelet: the pod as deleted, and
+// whether it was forced (grace period 0). ok is false for any other event, or a pod the
+// response does not show.
+func podDeletion(e Event) (p podObj, force, ok bool) {
+	if !e.is("", "pods") || e.Verb != "delete" || e.ObjectRef.Subresource != "" ||
+		!decode(e.ResponseObject, &p) || e.User.Username == "system:node:"+p.Spec.NodeName {
+		return podObj{}, false, false
+	}
+	var opts deleteOptions
+	force = decode(e.RequestObject, &opts) && opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds == 0
+	return p, force, true
 }
 
 // NoEarlyRelease is check (b).

@@ -89,16 +89,8 @@ func NoWriteAfterRemoval(h []witness.Record, evs []Event, slack time.Duration) [
 	}
 	removed := map[string]removal{} // pod UID → its first removal
 	for _, e := range evs {
-		if !e.is("", "pods") || e.Verb != "delete" || e.ObjectRef.Subresource != "" {
-			continue
-		}
-		var opts deleteOptions
-		var p podObj
-		if !decode(e.ResponseObject, &p) || p.Metadata.UID == "" || e.User.Username == "system:node:"+p.Spec.NodeName {
-			continue
-		}
-		force := decode(e.RequestObject, &opts) && opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds == 0
-		if !force && p.Status.Phase != "Failed" {
+		p, force, ok := podDeletion(e)
+		if !ok || p.Metadata.UID == "" || (!force && p.Status.Phase != "Failed") {
 			continue // a graceful deletion: the kubelet stops the pod before the object goes
 		}
 		if _, seen := removed[p.Metadata.UID]; !seen {
