@@ -141,6 +141,10 @@ func release(e Event, tainted map[string]bool, releasers map[string]bool) (node,
 			return "", ""
 		}
 		return p.Spec.NodeName, fmt.Sprintf("pod %s/%s force-deleted by %s", e.ObjectRef.Namespace, e.ObjectRef.Name, e.User.Username)
+	case e.is("", "pods") && e.ObjectRef.Subresource == "status":
+		if p, ok := failedMark(e); ok {
+			return p.Spec.NodeName, fmt.Sprintf("pod %s/%s marked Failed by %s", e.ObjectRef.Namespace, e.ObjectRef.Name, e.User.Username)
+		}
 	case e.is("storage.k8s.io", "volumeattachments") && e.Verb == "delete" && releasers[e.User.Username]:
 		var a attachmentObj
 		if decode(e.ResponseObject, &a) && a.Spec.NodeName != "" {
@@ -161,6 +165,21 @@ func podDeletion(e Event) (p podObj, force, ok bool) {
 	var opts deleteOptions
 	force = decode(e.RequestObject, &opts) && opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds == 0
 	return p, force, true
+}
+
+// failedMark reads a write of a pod's status by anyone but its node's kubelet that sets its
+// phase Failed: a release as much as a force deletion, since the pod's controller replaces a
+// Failed pod at once (the StatefulSet controller deletes it, and the API server removes a
+// terminal pod without a grace period), and no force deletion may follow. ok is false for any
+// other event.
+func failedMark(e Event) (p podObj, ok bool) {
+	var req podObj
+	if !e.is("", "pods") || e.ObjectRef.Subresource != "status" || (e.Verb != "patch" && e.Verb != "update") ||
+		!decode(e.RequestObject, &req) || req.Status.Phase != "Failed" ||
+		!decode(e.ResponseObject, &p) || p.Spec.NodeName == "" || e.User.Username == "system:node:"+p.Spec.NodeName {
+		return podObj{}, false
+	}
+	return p, true
 }
 
 // NoEarlyRelease is check (b).

@@ -17,8 +17,8 @@ import (
 	"palisade.dev/palisade/test/witness"
 )
 
-// On the real API server's audit log: a Node tainted out-of-service and its pod force-deleted
-// with no fence are releases before a confirmed fence; the same after a NodeFence whose Fenced
+// On the real API server's audit log: a Node tainted out-of-service and its pod marked Failed
+// and force-deleted with no fence are releases before a confirmed fence; the same after a NodeFence whose Fenced
 // condition turned True are not.
 func TestNoEarlyReleaseReadsTheAPIServersAuditLog(t *testing.T) {
 	ctx := context.Background()
@@ -52,16 +52,26 @@ func TestNoEarlyReleaseReadsTheAPIServersAuditLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"bare", "fenced"} {
+		// A pod released as Palisade releases it, marked Failed, then force-deleted; the taint
+		// after it, so that the taint manager's eviction does not race the two.
+		pod := &corev1.Pod{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "db-" + n}, pod); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(pod.DeepCopy())
+		pod.Status.Phase = corev1.PodFailed
+		if err := c.Client.Status().Patch(ctx, pod, patch); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
 		node := &corev1.Node{}
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: n}, node); err != nil {
 			t.Fatal(err)
 		}
 		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Effect: corev1.TaintEffectNoExecute})
 		if err := c.Client.Update(ctx, node); err != nil {
-			t.Fatal(err)
-		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-" + n}}
-		if err := c.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -72,8 +82,8 @@ func TestNoEarlyReleaseReadsTheAPIServersAuditLog(t *testing.T) {
 	}
 	v := checker.NoEarlyRelease(evs, nil)
 	t.Logf("%d audit events; %s", len(evs), checker.Report(v))
-	if len(v) != 2 {
-		t.Fatalf("want 2 violations (the taint and the force deletion of node bare), got %d", len(v))
+	if len(v) != 3 || !contains(v[0].Text, "marked Failed") || !contains(v[1].Text, "force-deleted") || !contains(v[2].Text, "taint") {
+		t.Fatalf("want 3 violations (the Failed mark, the force deletion and the taint of node bare), got %d", len(v))
 	}
 	for _, x := range v {
 		if !contains(x.Text, "node bare") {
@@ -81,8 +91,8 @@ func TestNoEarlyReleaseReadsTheAPIServersAuditLog(t *testing.T) {
 		}
 	}
 
-	// The same log read for the copies' side: db-fenced's copy wrote after its force deletion
-	// (2 s later, past the 1 s for writes in flight), db-bare's stopped before it.
+	// The same log read for the copies' side: db-fenced's copy wrote after its release (2 s
+	// after the last event, past the 1 s for writes in flight), db-bare's stopped before it.
 	deleted := evs[len(evs)-1].StageTimestamp
 	rec := func(node string, at time.Duration) witness.Record {
 		return witness.Record{Kind: witness.KindAppend, Session: node, Arrival: deleted.Add(at),

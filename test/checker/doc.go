@@ -10,7 +10,8 @@
 //     tolerance (default 0). At most one copy of each pet.
 //   - NoEarlyRelease (b): no release of a node before a confirmed fence of it. A release is the
 //     node.kubernetes.io/out-of-service taint appearing on the Node, a pod bound to the node
-//     deleted with gracePeriodSeconds 0 by anyone but that node's own kubelet, or a
+//     deleted with gracePeriodSeconds 0 or its status written to phase Failed (its controller
+//     replaces a Failed pod at once) by anyone but that node's own kubelet, or a
 //     VolumeAttachment of the node deleted by one of Input.Releasers. A confirmed fence is a
 //     NodeFence for the node whose Fenced condition the API accepted as True, and not deleted
 //     since.

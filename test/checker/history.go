@@ -77,7 +77,7 @@ func OneCopy(h []witness.Record, tolerance time.Duration) []Violation {
 }
 
 // NoWriteAfterRemoval is check (a) from the other side: a pod's API object removed while the
-// pod may still run (force-deleted, or deleted once marked Failed, by anyone but its node's
+// pod may still run (force-deleted, marked Failed, or deleted once marked Failed, by anyone but its node's
 // kubelet) must have no copy left writing. A write of that pod UID accepted more than slack
 // after the removal is a copy that outlived its release, whether or not its replacement wrote
 // beside it yet: OneCopy sees only the overlaps, and a copy that dies at the heal before its
@@ -89,13 +89,18 @@ func NoWriteAfterRemoval(h []witness.Record, evs []Event, slack time.Duration) [
 	}
 	removed := map[string]removal{} // pod UID → its first removal
 	for _, e := range evs {
-		p, force, ok := podDeletion(e)
-		if !ok || p.Metadata.UID == "" || (!force && p.Status.Phase != "Failed") {
-			continue // a graceful deletion: the kubelet stops the pod before the object goes
+		how := "marked Failed"
+		p, ok := failedMark(e)
+		if !ok {
+			var force bool
+			if p, force, ok = podDeletion(e); !ok || (!force && p.Status.Phase != "Failed") {
+				continue // a graceful deletion: the kubelet stops the pod before the object goes
+			}
+			how = "removed"
 		}
-		if _, seen := removed[p.Metadata.UID]; !seen {
-			removed[p.Metadata.UID] = removal{e.StageTimestamp, fmt.Sprintf("pod %s/%s (UID %s) on %s removed by %s at %s",
-				e.ObjectRef.Namespace, e.ObjectRef.Name, p.Metadata.UID, p.Spec.NodeName, e.User.Username, e.at())}
+		if _, seen := removed[p.Metadata.UID]; !seen && p.Metadata.UID != "" {
+			removed[p.Metadata.UID] = removal{e.StageTimestamp, fmt.Sprintf("pod %s/%s (UID %s) on %s %s by %s at %s",
+				e.ObjectRef.Namespace, e.ObjectRef.Name, p.Metadata.UID, p.Spec.NodeName, how, e.User.Username, e.at())}
 		}
 	}
 	type late struct {

@@ -12,8 +12,8 @@ import (
 const auditLog = "audit.log"
 
 // auditPolicy records, at RequestResponse, every accepted write to the objects a release
-// touches and to NodeFences; nothing else (the kubelets' status and Lease writes would drown
-// it).
+// touches (a pod's status too: marking a pod Failed releases it) and to NodeFences; nothing
+// else (the kubelets' Node status and Lease writes would drown it).
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
@@ -22,7 +22,7 @@ rules:
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
   resources:
   - group: ""
-    resources: ["nodes", "pods"]
+    resources: ["nodes", "pods", "pods/status"]
   - group: "storage.k8s.io"
     resources: ["volumeattachments"]
   - group: "fencing.palisade.dev"
