@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"sort"
 	"strings"
@@ -61,11 +62,12 @@ type eventSeen struct{ On, Type, Reason string }
 
 // recorder keeps the events the reconcilers record.
 type recorder struct {
-	mu     sync.Mutex
-	events []eventSeen
+	mu       sync.Mutex
+	events   []eventSeen
+	messages []string // each event's message, in the same order
 }
 
-func (r *recorder) Eventf(regarding, _ runtime.Object, typ, reason, _, _ string, _ ...any) {
+func (r *recorder) Eventf(regarding, _ runtime.Object, typ, reason, _, note string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	on := reflect.TypeOf(regarding).Elem().Name()
@@ -73,6 +75,20 @@ func (r *recorder) Eventf(regarding, _ runtime.Object, typ, reason, _, _ string,
 		on += "/" + o.GetName()
 	}
 	r.events = append(r.events, eventSeen{On: on, Type: typ, Reason: reason})
+	r.messages = append(r.messages, fmt.Sprintf(note, args...))
+}
+
+// said is the messages of the events recorded with reason.
+func (r *recorder) said(reason string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for i, e := range r.events {
+		if e.Reason == reason {
+			out = append(out, r.messages[i])
+		}
+	}
+	return out
 }
 
 func (r *recorder) recorded() []eventSeen {

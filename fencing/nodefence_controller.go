@@ -418,21 +418,34 @@ func (r *NodeFenceReconciler) firstLook(ctx context.Context, nf *v1alpha1.NodeFe
 	if err := r.reader().Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
 		return "", client.IgnoreNotFound(err)
 	}
+	if nf.Spec.DryRun {
+		return node.Status.NodeInfo.BootID, nil // a dry run changes nothing, and never recovers
+	}
+	if err := r.dropUnfenceRequest(ctx, nf, node, "from before this fence", "no step is taken until it is gone"); err != nil {
+		return "", err
+	}
+	return node.Status.NodeInfo.BootID, nil
+}
+
+// dropUnfenceRequest removes the unfence request node carries, if any, made when (the event
+// says so) no request can be about this fence's release yet; then says so. blocked says what
+// waits on the removal, for the error when it fails.
+func (r *NodeFenceReconciler) dropUnfenceRequest(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, when, blocked string) error {
 	text, present := node.Annotations[v1alpha1.AnnotationUnfenceRequest]
 	by, byPresent := node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]
-	if (!present && !byPresent) || nf.Spec.DryRun {
-		return node.Status.NodeInfo.BootID, nil // a dry run changes nothing, and never recovers
+	if !present && !byPresent {
+		return nil
 	}
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	delete(node.Annotations, v1alpha1.AnnotationUnfenceRequest)
 	delete(node.Annotations, v1alpha1.AnnotationUnfenceRequestedBy)
 	if err := r.Client.Patch(ctx, node, patch); err != nil {
-		return "", fmt.Errorf("removing the unfence request node %s carried from before its fence (no step is taken until it is gone): %w", nf.Spec.NodeName, err)
+		return fmt.Errorf("removing the unfence request node %s carried %s (%s): %w", nf.Spec.NodeName, when, blocked, err)
 	}
 	r.event(ctx, nf, corev1.EventTypeWarning, ReasonStaleUnfenceRequest,
-		"node %s carried an unfence request from before this fence (%s=%q, requested by %q): removed, since it was not about this fence; once this fence is released, confirm the node clean again if it is",
-		nf.Spec.NodeName, v1alpha1.AnnotationUnfenceRequest, truncate(text, 256), by)
-	return node.Status.NodeInfo.BootID, nil
+		"node %s carried an unfence request %s (%s=%q, requested by %q): removed, since it cannot vouch for the node as the fence leaves it; once the fence is released, confirm the node clean again if it is",
+		nf.Spec.NodeName, when, v1alpha1.AnnotationUnfenceRequest, truncate(text, 256), by)
+	return nil
 }
 
 // reader reads what must not be stale: the API server when the reconciler has its reader.

@@ -92,6 +92,14 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		return ctrl.Result{}, r.hold(ctx, nf, ReasonNodeGone, fmt.Sprintf(
 			"node %s no longer exists: nothing to unfence; this NodeFence is the record of its fence", nf.Spec.NodeName))
 	}
+	// The first look after the release (nothing judged yet): a request the node carries now was
+	// made while the fence was under way, before what it vouches for was released, and may
+	// predate a power-off the node outlived (PowerOffDisproved is judged after a request).
+	if meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered) == nil {
+		if err := r.dropUnfenceRequest(ctx, nf, node, "made before this fence was released", "recovery waits on it"); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if nf.Status.Recovery == nil && nf.Spec.Recovery.PowerOn && nf.Status.PowerRestoredTime == nil {
 		res, done, err := r.restorePower(ctx, nf)
 		if err != nil {

@@ -274,8 +274,10 @@ func TestPowerOffDisproved(t *testing.T) {
 func TestRecoveryConfirmedClean(t *testing.T) {
 	w, _ := releasedWorld(t, nil)
 	w.setNode(t, back(bootAtFence))
+	nf, node := w.reconcile(t) // the first look after the release
+	wantHeld(t, nf, node, ReasonBootIDUnchanged)
 	w.setNode(t, confirmedClean("alice@example.com", " "))
-	nf, node := w.reconcile(t)
+	nf, node = w.reconcile(t)
 	wantHeld(t, nf, node, ReasonInvalidUnfenceRequest)
 
 	w.setNode(t, confirmedClean("alice@example.com", "reinstalled from the golden image, ticket 4711"))
@@ -314,6 +316,48 @@ func TestStaleUnfenceRequestIsNotHonoured(t *testing.T) {
 	w.setNode(t, confirmedClean("alice", "checked after the fence"))
 	nf, node = w.reconcile(t)
 	wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+}
+
+// An unfence request made while the fence was under way vouches for the node before what it
+// vouches for was released: the first look after the release removes it, and says so. Made
+// after that look, a request is honoured.
+func TestUnfenceRequestMadeDuringTheFenceIsNotHonoured(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps int // the request is made once the record holds this many steps
+	}{
+		{"after the first step", 1},
+		{"during the release", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, "ipmi")
+			rec := &recorder{}
+			w.r.Recorder = rec
+			w.setNode(t, back(bootAtFence))
+			made := false
+			w.tick = func(nf *v1alpha1.NodeFence) {
+				if !made && len(nf.Status.Steps) >= tc.steps {
+					made = true
+					w.setNode(t, confirmedClean("bob", "looked fine to me"))
+				}
+			}
+			if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased || !made {
+				t.Fatalf("fence ended %s (request made: %v), want Released", nf.Status.Phase, made)
+			}
+			w.tick = nil
+			nf, node := w.reconcile(t)
+			wantHeld(t, nf, node, ReasonBootIDUnchanged)
+			if _, ok := node.Annotations[v1alpha1.AnnotationUnfenceRequest]; ok {
+				t.Errorf("the request made during the fence is still on the node: %v", node.Annotations)
+			}
+			if said := rec.said(ReasonStaleUnfenceRequest); len(said) == 0 || !strings.Contains(said[0], "made before this fence was released") {
+				t.Errorf("no %s event saying when the request was made: %q", ReasonStaleUnfenceRequest, said)
+			}
+			w.setNode(t, confirmedClean("bob", "checked after the release"))
+			nf, node = w.reconcile(t)
+			wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+		})
+	}
 }
 
 // A node that is not back is not unfenced, even with a confirmation.

@@ -133,6 +133,11 @@ func unfenceable(nf *v1alpha1.NodeFence, now time.Time) error {
 	case nf.Status.Recovery != nil:
 		r := nf.Status.Recovery
 		return fmt.Errorf("Palisade is already unfencing node %s (%s: %s): nothing to confirm", name, r.How, r.Reason)
+	case meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered) == nil:
+		// The controller's first look after the release removes any request the node carries
+		// then: it cannot tell one made a moment after the release from one made during the fence.
+		return fmt.Errorf("node %s was just released and Palisade has not looked at it since (its NodeFence has no Recovered condition yet): "+
+			"a request made now would be taken for one made during the fence, and removed; try again in a moment, once the condition says why the node is held", name)
 	}
 	return nil
 }
@@ -140,10 +145,8 @@ func unfenceable(nf *v1alpha1.NodeFence, now time.Time) error {
 // printHeld shows a released fence, why its node is held, and what confirming it clean does.
 func printHeld(w io.Writer, nf *v1alpha1.NodeFence, node *corev1.Node) {
 	fmt.Fprintf(w, "NodeFence %s: %s (method %s, trigger %s, policy %s)\n", nf.Name, nf.Status.Phase, orDash(nf.Status.Method), nf.Spec.Trigger, orDash(nf.Spec.PolicyName))
-	if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c != nil {
+	if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c != nil { // unfenceable refuses a fence without one
 		fmt.Fprintf(w, "  Recovered=%s %s: %s\n", c.Status, c.Reason, c.Message)
-	} else {
-		fmt.Fprintln(w, "  Recovered: not judged yet (the controller has not looked at the node since the release)")
 	}
 	fmt.Fprintf(w, "Node %s: Ready %s, boot ID %s (%s when fenced)\n\n", node.Name, readyStatus(node), orDash(node.Status.NodeInfo.BootID), orDash(nf.Status.BootID))
 	fmt.Fprintf(w, "Palisade unfences a node that is back (Ready) and rebooted since its fence by itself. This confirmation is for a node that did not reboot, "+

@@ -20,7 +20,7 @@ func TestUnfence(t *testing.T) {
 	nodes := map[string]corev1.ConditionStatus{"unfence-held": corev1.ConditionTrue, "unfence-no": corev1.ConditionTrue,
 		"unfence-notready": corev1.ConditionFalse, "unfence-fencing": corev1.ConditionFalse, "unfence-failed": corev1.ConditionTrue,
 		"unfence-recovered": corev1.ConditionTrue, "unfence-dry": corev1.ConditionTrue, "unfence-recovering": corev1.ConditionTrue,
-		"unfence-none": corev1.ConditionTrue}
+		"unfence-none": corev1.ConditionTrue, "unfence-unjudged": corev1.ConditionTrue}
 	for n, ready := range nodes {
 		makeNode(t, c, nodeSpec{name: n, labels: sel, ready: ready, bootID: "boot-1", taint: true})
 	}
@@ -39,6 +39,7 @@ func TestUnfence(t *testing.T) {
 			How: v1alpha1.RecoveryRebooted, Time: metav1.Now(), Reason: "rebooted: boot ID boot-0 when fenced, boot-1 now"}}
 	})
 	makeFence(t, c, "unfence-dry", "unfence", func(nf *v1alpha1.NodeFence) { nf.Spec.DryRun = true })
+	makeFence(t, c, "unfence-unjudged", "unfence", released("", "")) // released a moment ago
 	makeFence(t, c, "unfence-recovering", "unfence", func(nf *v1alpha1.NodeFence) {
 		released("", "")(nf)
 		nf.Status.Recovery = &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryRebooted, Time: metav1.Now(), Reason: "rebooted: boot ID boot-1 when fenced, boot-2 now"}
@@ -94,6 +95,7 @@ func TestUnfence(t *testing.T) {
 		{"unfence-recovered", "node unfence-recovered is already unfenced: its NodeFence ended Recovered (Rebooted: rebooted: boot ID boot-0 when fenced, boot-1 now)"},
 		{"unfence-dry", "the NodeFence of node unfence-dry is a dry run (policy unfence): nothing was fenced"},
 		{"unfence-recovering", "Palisade is already unfencing node unfence-recovering (Rebooted"},
+		{"unfence-unjudged", "node unfence-unjudged was just released and Palisade has not looked at it since"},
 	} {
 		t.Run("refuses "+tc.node, func(t *testing.T) {
 			r := runCLI(t, c, "y\n", "unfence", tc.node, "--reason", "checked")
