@@ -43,6 +43,9 @@ const (
 	ReasonNodeNotBack = "NodeNotBack"
 	// ReasonNodeGone: the Node no longer exists.
 	ReasonNodeGone = "NodeGone"
+	// ReasonTaintRemoved: the out-of-service taint this fence added was taken off by someone
+	// else while the node was held: it is back in service without being found clean.
+	ReasonTaintRemoved = "TaintRemoved"
 	// ReasonBootIDUnchanged: the node is back with the boot ID it had when it was fenced.
 	ReasonBootIDUnchanged = "BootIDUnchanged"
 	// ReasonPowerOffDisproved: after a power method confirmed the machine off, the node posted
@@ -116,6 +119,9 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	if nf.Status.Recovery == nil {
 		rec, reason, msg := judgeClean(nf, node, r.now())
 		if rec == nil {
+			if reason != ReasonPowerOffDisproved { // that one says more, and more urgently
+				reason, msg = taintTakenOff(nf, node, reason, msg)
+			}
 			return ctrl.Result{}, r.hold(ctx, nf, reason, msg)
 		}
 		nf.Status.Recovery = rec
@@ -224,6 +230,20 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 	}
 	return &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryRebooted, Time: metav1.NewTime(now), BootID: bootID,
 		Reason: fmt.Sprintf("rebooted: boot ID %s when fenced, %s now", nf.Status.BootID, bootID)}, "", ""
+}
+
+// taintTakenOff turns the reason a node is held (reason, msg) into TaintRemoved when the
+// out-of-service taint this fence added is gone: only recovery removes it from a released
+// fence's node, so someone else took it off, and the node is back in service although not
+// found clean (its storage fences stay). The message keeps what the hold waits for.
+func taintTakenOff(nf *v1alpha1.NodeFence, node *corev1.Node, reason, msg string) (string, string) {
+	if _, ok := taintedSinceConfirmation(nf); !ok || OutOfService(node) {
+		return reason, msg
+	}
+	return ReasonTaintRemoved, fmt.Sprintf("the out-of-service taint was taken off node %s by someone other than Palisade while it was held fenced (%s): "+
+		"pods may run on it again although it is not found clean, and its storage fences stay in place. If that was not meant, put the taint back: "+
+		"kubectl taint node %s %s=%s:NoExecute. To finish the recovery: %s",
+		node.Name, reason, node.Name, v1alpha1.TaintOutOfService, v1alpha1.TaintOutOfServiceValue, msg)
 }
 
 // flapWindow is the fence's recovery.flapWindow, or its default.

@@ -360,6 +360,57 @@ func TestUnfenceRequestMadeDuringTheFenceIsNotHonoured(t *testing.T) {
 	}
 }
 
+// The out-of-service taint taken off a held node by someone else is said, on the NodeFence and
+// the Node, with what the hold still waits for; the node is still unfenced once it is clean.
+func TestTaintRemovedFromAHeldNode(t *testing.T) {
+	untaint := func(n *corev1.Node) {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintOutOfService })
+	}
+	for _, tc := range []struct {
+		name  string
+		state func(*corev1.Node)
+		was   string
+	}{
+		{"back without a reboot", back(bootAtFence), ReasonBootIDUnchanged},
+		{"still down", notReady, ReasonNodeNotBack},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, rec := releasedWorld(t, nil)
+			w.setNode(t, tc.state)
+			nf, node := w.reconcile(t)
+			wantHeld(t, nf, node, tc.was)
+			w.setNode(t, untaint)
+			nf, _ = w.reconcile(t)
+			c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
+			if nf.Status.Phase != v1alpha1.PhaseReleased || c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonTaintRemoved ||
+				!strings.Contains(c.Message, "("+tc.was+")") || !strings.Contains(c.Message, "kubectl taint node n1 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute") {
+				t.Fatalf("phase %s, Recovered %+v: want Released, held as %s naming %s and how to put the taint back", nf.Status.Phase, c, ReasonTaintRemoved, tc.was)
+			}
+			var warned []string
+			for _, e := range rec.recorded() {
+				if e.Reason == ReasonTaintRemoved && e.Type == corev1.EventTypeWarning {
+					warned = append(warned, e.On)
+				}
+			}
+			if want := []string{"NodeFence/n1", "Node/n1"}; !slices.Equal(warned, want) {
+				t.Errorf("%s warnings on %v, want on %v", ReasonTaintRemoved, warned, want)
+			}
+			// Clean after all: unfenced as usual.
+			w.setNode(t, back(bootAfter))
+			nf, node = w.reconcile(t)
+			wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+		})
+	}
+	// A fence that never tainted (release.outOfServiceTaint: false) has no taint to miss.
+	off := false
+	w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Release.OutOfServiceTaint = &off })
+	w.setNode(t, back(bootAtFence))
+	nf, _ := w.reconcile(t)
+	if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c == nil || c.Reason != ReasonBootIDUnchanged {
+		t.Errorf("a fence without the taint step: Recovered %+v, want %s", c, ReasonBootIDUnchanged)
+	}
+}
+
 // A node that is not back is not unfenced, even with a confirmation.
 func TestRecoveryWaitsForTheNode(t *testing.T) {
 	w, _ := releasedWorld(t, nil)
