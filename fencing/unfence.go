@@ -125,6 +125,11 @@ func (r *NodeFenceReconciler) lift(ctx context.Context, nf *v1alpha1.NodeFence) 
 			nf.Status.LiftToken = 0
 			return nil, &liftWait{ReasonAPIError, fmt.Sprintf("recording the lift's fencing token before lifting the storage fence (nothing is lifted until it is recorded): %v", err)}
 		}
+	} else if err := r.stillCurrent(ctx, nf); err != nil {
+		// A token already on record: this copy of the record may be one a lost leader held
+		// while the fence went on (recovered, the node fenced again under the same name), and
+		// a lift addressed by node (csi-addons) would lift the newer fence's storage fence.
+		return nil, &liftWait{ReasonAPIError, fmt.Sprintf("nothing is lifted from a copy of the record that may be stale: %v", err)}
 	}
 	liftToken := nf.Status.LiftToken
 	for _, m := range nf.Spec.Methods {
@@ -151,6 +156,22 @@ func (r *NodeFenceReconciler) lift(ctx context.Context, nf *v1alpha1.NodeFence) 
 		lifted = append(lifted, fmt.Sprintf("%s: %s", m.Name, st.Message))
 	}
 	return lifted, nil
+}
+
+// stillCurrent reads the NodeFence from the API server and says why nf is not that record (another
+// object under its name, or a later version), nil when it is.
+func (r *NodeFenceReconciler) stillCurrent(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	now := &v1alpha1.NodeFence{}
+	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(nf), now); err != nil {
+		return fmt.Errorf("reading NodeFence %s: %w", nf.Name, err)
+	}
+	switch {
+	case now.UID != nf.UID:
+		return fmt.Errorf("NodeFence %s is another object now (UID %s, this copy's %s)", nf.Name, now.UID, nf.UID)
+	case now.ResourceVersion != nf.ResourceVersion:
+		return fmt.Errorf("NodeFence %s changed since this copy was read (resourceVersion %s, this copy's %s)", nf.Name, now.ResourceVersion, nf.ResourceVersion)
+	}
+	return nil
 }
 
 // waitLift says on the NodeFence why its deletion waits (once per change: an event and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,6 +202,57 @@ func TestStaleCopyLiftsNothing(t *testing.T) {
 	}
 	if s.lifts != 0 {
 		t.Errorf("%d lifts sent from a stale copy of the record (tokens %v), want none", s.lifts, s.liftTokens)
+	}
+}
+
+// A copy of the record that already holds its lift token (a lift was sent, not yet confirmed)
+// but is no longer the record (the fence went on under a live leader, or the NodeFence is
+// another object now) sends no lift: with a token on record, only the record's own version may.
+func TestStaleCopyWithATokenLiftsNothing(t *testing.T) {
+	for _, replaced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replaced=%v", replaced), func(t *testing.T) {
+			s := &storage{answers: []providers.Status{{State: providers.InProgress, Message: "lifting"}}}
+			w, _ := storageWorld(t, s, storageMethod)
+			w.run(t)
+			w.removeTaint(t)
+			ctx := context.Background()
+			stale := &v1alpha1.NodeFence{}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, stale); err != nil {
+				t.Fatal(err)
+			}
+			if _, wait := w.r.lift(ctx, stale); wait == nil || wait.reason != ReasonLifting || s.lifts != 1 || stale.Status.LiftToken == 0 {
+				t.Fatalf("first lift: wait %+v, %d lifts, token %d; want one lift sent, the token recorded, waiting", wait, s.lifts, stale.Status.LiftToken)
+			}
+			fresh := &v1alpha1.NodeFence{}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, fresh); err != nil {
+				t.Fatal(err)
+			}
+			if replaced {
+				// Recovered, then the node fenced again: a new NodeFence under the same name.
+				fresh.Finalizers = nil
+				if err := w.c.Update(ctx, fresh); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.c.Delete(ctx, fresh); err != nil {
+					t.Fatal(err)
+				}
+				again := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "fence-uid-2"}, Spec: fresh.Spec}
+				if err := w.c.Create(ctx, again); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				fresh.Status.Conditions = append(fresh.Status.Conditions, metav1.Condition{Type: "Seen", Status: metav1.ConditionTrue, Reason: "ByTheLeader", LastTransitionTime: metav1.Now()})
+				if err := w.c.Status().Update(ctx, fresh); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, wait := w.r.lift(ctx, stale); wait == nil || wait.reason != ReasonAPIError || !strings.Contains(wait.msg, "may be stale") {
+				t.Fatalf("lift from a stale copy = %+v, want a wait with reason %s saying why", wait, ReasonAPIError)
+			}
+			if s.lifts != 1 {
+				t.Errorf("%d lifts sent (tokens %v), want only the first: none from the stale copy", s.lifts, s.liftTokens)
+			}
+		})
 	}
 }
 
