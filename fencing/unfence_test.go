@@ -177,20 +177,28 @@ func TestStorageFenceLiftedOnlyAfterRepair(t *testing.T) {
 	}
 }
 
+// releasedUntainted is a storage world whose fence was released and whose taint is gone, and
+// the NodeFence as read then.
+func releasedUntainted(t *testing.T, s *storage) (*world, *v1alpha1.NodeFence) {
+	t.Helper()
+	w, _ := storageWorld(t, s, storageMethod)
+	w.run(t)
+	w.removeTaint(t)
+	nf := &v1alpha1.NodeFence{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	return w, nf
+}
+
 // TestStaleCopyLiftsNothing: a controller that reads a released fence, stalls (a lost leader
 // that does not know it yet) and resumes after the record moved on cannot record a lift token
 // on its stale copy, so it sends no lift: the lift of a storage fence is addressed by node, and
 // a fresh token would outrank a newer fence of the same node.
 func TestStaleCopyLiftsNothing(t *testing.T) {
 	s := &storage{answers: []providers.Status{{State: providers.Confirmed, Message: "lifted"}}}
-	w, _ := storageWorld(t, s, storageMethod)
-	w.run(t)
-	w.removeTaint(t)
+	w, stale := releasedUntainted(t, s)
 	ctx := context.Background()
-	stale := &v1alpha1.NodeFence{}
-	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, stale); err != nil {
-		t.Fatal(err)
-	}
 	// The record moves on under it (here: the live leader's write of the same fence).
 	fresh := stale.DeepCopy()
 	fresh.Status.Conditions = append(fresh.Status.Conditions, metav1.Condition{Type: "Seen", Status: metav1.ConditionTrue, Reason: "ByTheLeader", LastTransitionTime: metav1.Now()})
@@ -212,14 +220,8 @@ func TestStaleCopyWithATokenLiftsNothing(t *testing.T) {
 	for _, replaced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("replaced=%v", replaced), func(t *testing.T) {
 			s := &storage{answers: []providers.Status{{State: providers.InProgress, Message: "lifting"}}}
-			w, _ := storageWorld(t, s, storageMethod)
-			w.run(t)
-			w.removeTaint(t)
+			w, stale := releasedUntainted(t, s)
 			ctx := context.Background()
-			stale := &v1alpha1.NodeFence{}
-			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, stale); err != nil {
-				t.Fatal(err)
-			}
 			if _, wait := w.r.lift(ctx, stale); wait == nil || wait.reason != ReasonLifting || s.lifts != 1 || stale.Status.LiftToken == 0 {
 				t.Fatalf("first lift: wait %+v, %d lifts, token %d; want one lift sent, the token recorded, waiting", wait, s.lifts, stale.Status.LiftToken)
 			}
