@@ -32,6 +32,13 @@ const (
 	// ReasonStaleUnfenceRequest: a node carried an unfence request from before its fence began;
 	// it was removed before the fence's first step.
 	ReasonStaleUnfenceRequest = "StaleUnfenceRequest"
+	// ReasonFenceRequestAnswered: a node carried a fence request made while its fence was under
+	// way, not the one that asked for it; the fence answered it, and it was removed at the first
+	// look after the release.
+	ReasonFenceRequestAnswered = "FenceRequestAnswered"
+	// ReasonFenceRequestKept: a node given back carried a fence request made while it was held;
+	// it was kept, so the node is fenced again.
+	ReasonFenceRequestKept = "FenceRequestKept"
 )
 
 // Step reasons the controller itself gives (a step's reason may also be a provider's: see

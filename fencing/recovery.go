@@ -98,8 +98,13 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	// The first look after the release (nothing judged yet): a request the node carries now was
 	// made while the fence was under way, before what it vouches for was released, and may
 	// predate a power-off the node outlived (PowerOffDisproved is judged after a request).
+	// Likewise a fence request that is not the one this fence answers: it asked for what this
+	// fence did. One made after this look is kept when the node is given back (unTaint).
 	if meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered) == nil {
 		if err := r.dropUnfenceRequest(ctx, nf, node, "made before this fence was released", "recovery waits on it"); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.dropAnsweredFenceRequest(ctx, nf, node); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -136,7 +141,7 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	if wait != nil {
 		return ctrl.Result{RequeueAfter: retryLift}, r.hold(ctx, nf, wait.reason, wait.msg)
 	}
-	if err := r.unTaint(ctx, node); err != nil {
+	if err := r.unTaint(ctx, nf, node); err != nil {
 		return ctrl.Result{}, err
 	}
 	if controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence) {
@@ -281,9 +286,12 @@ func (r *NodeFenceReconciler) hold(ctx context.Context, nf *v1alpha1.NodeFence, 
 	return nil
 }
 
-// unTaint removes the out-of-service taint and the node's fence and unfence requests (with
-// their recorded requesters), in one write that fails on a concurrent change of the Node.
-func (r *NodeFenceReconciler) unTaint(ctx context.Context, node *corev1.Node) error {
+// unTaint removes the out-of-service taint and the node's requests (with their recorded
+// requesters), in one write that fails on a concurrent change of the Node. A fence request
+// other than this fence's own was made while the node was held (the first look after the
+// release removed any made before): it is kept, and said, so that the node is fenced again
+// rather than the request lost.
+func (r *NodeFenceReconciler) unTaint(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	changed := false
 	taints := node.Spec.Taints[:0:0]
@@ -295,8 +303,12 @@ func (r *NodeFenceReconciler) unTaint(ctx context.Context, node *corev1.Node) er
 		taints = append(taints, t)
 	}
 	node.Spec.Taints = taints
-	for _, a := range []string{v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy,
-		v1alpha1.AnnotationUnfenceRequest, v1alpha1.AnnotationUnfenceRequestedBy} {
+	requests := []string{v1alpha1.AnnotationUnfenceRequest, v1alpha1.AnnotationUnfenceRequestedBy}
+	later, isLater := laterFenceRequest(nf, node)
+	if !isLater {
+		requests = append(requests, v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy)
+	}
+	for _, a := range requests {
 		if _, ok := node.Annotations[a]; ok {
 			delete(node.Annotations, a)
 			changed = true
@@ -308,6 +320,46 @@ func (r *NodeFenceReconciler) unTaint(ctx context.Context, node *corev1.Node) er
 	if err := r.Client.Patch(ctx, node, patch); err != nil {
 		return fmt.Errorf("removing the out-of-service taint and requests of node %s: %w", node.Name, err)
 	}
+	if isLater {
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonFenceRequestKept,
+			"node %s carries a fence request made while it was held fenced (%s=%q, requested by %q): it is kept, so the node is fenced again now that it is given back; remove the annotation if that is not meant",
+			node.Name, v1alpha1.AnnotationFenceRequest, truncate(later, 256), requester(node))
+	}
+	return nil
+}
+
+// laterFenceRequest is the fence request the node carries when it is not the one this fence
+// answers (a manual fence's own request, by its text).
+func laterFenceRequest(nf *v1alpha1.NodeFence, node *corev1.Node) (string, bool) {
+	v, ok := node.Annotations[v1alpha1.AnnotationFenceRequest]
+	if !ok {
+		return "", false
+	}
+	if text, _, err := parseFenceRequest(node); err == nil && nf.Spec.Trigger == v1alpha1.TriggerManual && text == nf.Spec.Reason {
+		return "", false
+	}
+	return v, true
+}
+
+// dropAnsweredFenceRequest removes, at the first look after the release, a fence request the
+// node carries that is not this fence's own: it was made while this fence was under way, and
+// this fence answered it. Left, it would be taken for one made while the node was held, and
+// fence the node again the moment it is given back.
+func (r *NodeFenceReconciler) dropAnsweredFenceRequest(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
+	text, later := laterFenceRequest(nf, node)
+	if !later {
+		return nil
+	}
+	by := requester(node)
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	delete(node.Annotations, v1alpha1.AnnotationFenceRequest)
+	delete(node.Annotations, v1alpha1.AnnotationFenceRequestedBy)
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("removing the fence request node %s carried while its fence was under way (recovery waits on it): %w", node.Name, err)
+	}
+	r.event(ctx, nf, corev1.EventTypeNormal, ReasonFenceRequestAnswered,
+		"node %s carried a fence request made while this fence was under way (%s=%q, requested by %q): this fence answered it, so it was removed",
+		node.Name, v1alpha1.AnnotationFenceRequest, truncate(text, 256), by)
 	return nil
 }
 

@@ -137,6 +137,12 @@ func wantHeld(t *testing.T, nf *v1alpha1.NodeFence, node *corev1.Node, reason st
 // wantRecovered checks that the node was unfenced, how.
 func wantRecovered(t *testing.T, nf *v1alpha1.NodeFence, node *corev1.Node, how v1alpha1.RecoveryHow) {
 	t.Helper()
+	wantRecoveredKeeping(t, nf, node, how, false)
+}
+
+// wantRecoveredKeeping is wantRecovered for a node whose fence request may be kept (keepsFenceRequest).
+func wantRecoveredKeeping(t *testing.T, nf *v1alpha1.NodeFence, node *corev1.Node, how v1alpha1.RecoveryHow, keepsFenceRequest bool) {
+	t.Helper()
 	if nf.Status.Phase != v1alpha1.PhaseRecovered {
 		t.Fatalf("phase %s, want Recovered (conditions %+v)", nf.Status.Phase, nf.Status.Conditions)
 	}
@@ -151,7 +157,7 @@ func wantRecovered(t *testing.T, nf *v1alpha1.NodeFence, node *corev1.Node, how 
 		t.Errorf("Recovered condition %+v, want True/%s", c, how)
 	}
 	for _, a := range []string{v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy, v1alpha1.AnnotationUnfenceRequest, v1alpha1.AnnotationUnfenceRequestedBy} {
-		if _, ok := node.Annotations[a]; ok {
+		if _, ok := node.Annotations[a]; ok && !(keepsFenceRequest && (a == v1alpha1.AnnotationFenceRequest || a == v1alpha1.AnnotationFenceRequestedBy)) {
 			t.Errorf("annotation %s left on the recovered node", a)
 		}
 	}
@@ -408,6 +414,91 @@ func TestTaintRemovedFromAHeldNode(t *testing.T) {
 	nf, _ := w.reconcile(t)
 	if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c == nil || c.Reason != ReasonBootIDUnchanged {
 		t.Errorf("a fence without the taint step: Recovered %+v, want %s", c, ReasonBootIDUnchanged)
+	}
+}
+
+// A fence request is never lost without a word: one made while the fence was under way is
+// answered by it (removed at the first look after the release, said); one made while the node
+// was held is kept when the node is given back, and said, so that the node is fenced again; a
+// manual fence's own request goes with the recovery.
+func TestFenceRequestsAroundARecovery(t *testing.T) {
+	requested := func(text string) func(*corev1.Node) {
+		return func(n *corev1.Node) {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[v1alpha1.AnnotationFenceRequest] = text
+			n.Annotations[v1alpha1.AnnotationFenceRequestedBy] = "carol"
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		manual     bool // the fence is carol's request "disk errors"
+		duringHold bool // the request is made while held, else while the fence is under way
+		text       string
+		kept       bool
+		said       string
+	}{
+		{name: "made during an automatic fence", text: "it looks dead", said: ReasonFenceRequestAnswered},
+		{name: "made while held", duringHold: true, text: "fence it again", kept: true, said: ReasonFenceRequestKept},
+		{name: "a manual fence's own", manual: true, text: "disk errors"},
+		{name: "another one during a manual fence", manual: true, text: "and the PSU", said: ReasonFenceRequestAnswered},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, "ipmi")
+			rec := &recorder{}
+			w.r.Recorder = rec
+			if tc.manual {
+				nf := &v1alpha1.NodeFence{}
+				if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+					t.Fatal(err)
+				}
+				nf.Spec.Trigger, nf.Spec.Reason = v1alpha1.TriggerManual, "disk errors"
+				if err := w.c.Update(context.Background(), nf); err != nil {
+					t.Fatal(err)
+				}
+				w.setNode(t, requested("disk errors"))
+			}
+			w.setNode(t, back(bootAtFence))
+			w.setNode(t, notReady) // powered off
+			made := false
+			if !tc.duringHold {
+				w.tick = func(nf *v1alpha1.NodeFence) {
+					if !made && len(nf.Status.Steps) >= 1 {
+						made = true
+						w.setNode(t, requested(tc.text))
+					}
+				}
+			}
+			if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
+				t.Fatalf("fence ended %s, want Released", nf.Status.Phase)
+			}
+			w.tick = nil
+			nf, node := w.reconcile(t) // the first look after the release
+			wantHeld(t, nf, node, ReasonNodeNotBack)
+			if tc.duringHold {
+				w.setNode(t, requested(tc.text))
+			}
+			w.setNode(t, back(bootAfter))
+			nf, node = w.reconcile(t)
+			wantRecoveredKeeping(t, nf, node, v1alpha1.RecoveryRebooted, tc.kept)
+			got, ok := node.Annotations[v1alpha1.AnnotationFenceRequest]
+			if ok != tc.kept || tc.kept && got != tc.text {
+				t.Errorf("after the recovery the node's fence request is %q (present %v), want kept: %v", got, ok, tc.kept)
+			}
+			var said []string
+			for _, r := range []string{ReasonFenceRequestAnswered, ReasonFenceRequestKept} {
+				if m := rec.said(r); len(m) > 0 {
+					said = append(said, r)
+					if !strings.Contains(m[0], tc.text) || !strings.Contains(m[0], "carol") {
+						t.Errorf("%s does not name the request and its requester: %q", r, m[0])
+					}
+				}
+			}
+			if want := []string{tc.said}; tc.said == "" && len(said) > 0 || tc.said != "" && !slices.Equal(said, want) {
+				t.Errorf("events said %v, want %q", said, tc.said)
+			}
+		})
 	}
 }
 
