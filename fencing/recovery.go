@@ -95,18 +95,8 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		return ctrl.Result{}, r.hold(ctx, nf, ReasonNodeGone, fmt.Sprintf(
 			"node %s no longer exists: nothing to unfence; this NodeFence is the record of its fence", nf.Spec.NodeName))
 	}
-	// The first look after the release (nothing judged yet): a request the node carries now was
-	// made while the fence was under way, before what it vouches for was released, and may
-	// predate a power-off the node outlived (PowerOffDisproved is judged after a request).
-	// Likewise a fence request that is not the one this fence answers: it asked for what this
-	// fence did. One made after this look is kept when the node is given back (unTaint).
-	if meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered) == nil {
-		if err := r.dropUnfenceRequest(ctx, nf, node, "made before this fence was released", "recovery waits on it"); err != nil {
-			return ctrl.Result{}, err
-		}
-		if err := r.dropAnsweredFenceRequest(ctx, nf, node); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := r.dropEarlyRequests(ctx, nf, node); err != nil {
+		return ctrl.Result{}, err
 	}
 	if nf.Status.Recovery == nil && nf.Spec.Recovery.PowerOn && nf.Status.PowerRestoredTime == nil {
 		res, done, err := r.restorePower(ctx, nf)
@@ -214,11 +204,9 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 		return &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryConfirmedClean, Time: metav1.NewTime(now), BootID: bootID,
 			RequestedBy: strings.TrimSpace(node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]), Reason: text}, "", ""
 	}
-	if bootID != "" && bootID == nf.Status.BootID && poweredOff(nf) != nil {
-		if posted, ok := readyPostedAfter(node, nf.Status.FencedTime); ok {
-			return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off at %s: the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
-				name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
-		}
+	if posted, ok := powerOffDisproved(nf, node); ok {
+		return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off at %s: the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
+			name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
 	}
 	if a := nf.Spec.Recovery.Automatic; a != nil && !*a {
 		return nil, ReasonAutomaticRecoveryOff, fmt.Sprintf("node %s is back; policy %s unfences only on request: %s", name, nf.Spec.PolicyName, confirm)
@@ -249,6 +237,62 @@ func taintTakenOff(nf *v1alpha1.NodeFence, node *corev1.Node, reason, msg string
 		"pods may run on it again although it is not found clean, and its storage fences stay in place. If that was not meant, put the taint back: "+
 		"kubectl taint node %s %s=%s:NoExecute. To finish the recovery: %s",
 		node.Name, reason, node.Name, v1alpha1.TaintOutOfService, v1alpha1.TaintOutOfServiceValue, msg)
+}
+
+// powerOffDisproved says when the node, Ready, posted its status with the boot ID it had when
+// fenced, if that was after a power method confirmed its machine off (readyPostedAfter): the
+// machine never lost power.
+func powerOffDisproved(nf *v1alpha1.NodeFence, node *corev1.Node) (time.Time, bool) {
+	boot := node.Status.NodeInfo.BootID
+	if !nodeReady(node) || boot == "" || boot != nf.Status.BootID || poweredOff(nf) == nil {
+		return time.Time{}, false
+	}
+	return readyPostedAfter(node, nf.Status.FencedTime)
+}
+
+// dropEarlyRequests removes the requests the node carries that were made before what they
+// speak of. At the first look after the release (no Recovered condition yet): an unfence
+// request, made while the fence was under way, before its workload was released, and a fence
+// request other than the fence's own, which the fence answered. When the node first shows its
+// power-off disproved: an unfence request made before that, which vouched for a machine
+// believed off (one made once PowerOffDisproved is said is honoured). Whether the moment is
+// that one is read from the API server's record, not the cache's: a cache behind would take a
+// request made after the first look for one made before it.
+func (r *NodeFenceReconciler) dropEarlyRequests(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
+	_, unfence := node.Annotations[v1alpha1.AnnotationUnfenceRequest]
+	_, unfenceBy := node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]
+	unfence = unfence || unfenceBy
+	_, fence := laterFenceRequest(nf, node)
+	_, disproved := powerOffDisproved(nf, node)
+	if !unfence && !fence {
+		return nil
+	}
+	held := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
+	if held != nil && !(disproved && unfence && held.Reason != ReasonPowerOffDisproved) {
+		return nil // the cache's record is never ahead of the API server's: nothing to drop
+	}
+	record := &v1alpha1.NodeFence{}
+	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(nf), record); err != nil {
+		return fmt.Errorf("reading NodeFence %s before removing requests made before its release: %w", nf.Name, err)
+	}
+	if record.UID != nf.UID {
+		return fmt.Errorf("NodeFence %s is another object now: this copy is stale", nf.Name)
+	}
+	held = meta.FindStatusCondition(record.Status.Conditions, v1alpha1.ConditionRecovered)
+	first := held == nil
+	if unfence && (first || disproved && held.Reason != ReasonPowerOffDisproved) {
+		when := "made before this fence was released"
+		if !first {
+			when = "made before the node showed that its power-off did not happen (PowerOffDisproved)"
+		}
+		if err := r.dropUnfenceRequest(ctx, nf, node, when, "recovery waits on it"); err != nil {
+			return err
+		}
+	}
+	if fence && first {
+		return r.dropAnsweredFenceRequest(ctx, nf, node)
+	}
+	return nil
 }
 
 // flapWindow is the fence's recovery.flapWindow, or its default.

@@ -238,6 +238,29 @@ func TestPowerOffDisproved(t *testing.T) {
 			t.Errorf("%d %s events, want 2: %v", n, ReasonPowerOffDisproved, rec.recorded())
 		}
 	})
+	// An unfence request made while the node was down (NodeNotBack), trusting the power-off,
+	// vouched for a machine believed off: when the machine shows it never lost power, the
+	// request is removed and PowerOffDisproved said; one made after that is honoured.
+	t.Run("a request made before the disproval", func(t *testing.T) {
+		w, rec := releasedWorld(t, nil)
+		nf, node := w.reconcile(t)
+		wantHeld(t, nf, node, ReasonNodeNotBack)
+		w.setNode(t, confirmedClean("alice", "it is off, the BMC says so"))
+		nf, node = w.reconcile(t)
+		wantHeld(t, nf, node, ReasonNodeNotBack) // not Ready: nothing honoured yet
+		w.setNode(t, posted(nf.Status.FencedTime.Add(5*time.Minute)))
+		nf, node = w.reconcile(t)
+		wantHeld(t, nf, node, ReasonPowerOffDisproved)
+		if _, ok := node.Annotations[v1alpha1.AnnotationUnfenceRequest]; ok {
+			t.Errorf("the request made before the disproval is still on the node")
+		}
+		if said := rec.said(ReasonStaleUnfenceRequest); len(said) == 0 || !strings.Contains(said[0], "PowerOffDisproved") {
+			t.Errorf("no %s event saying why: %q", ReasonStaleUnfenceRequest, said)
+		}
+		w.setNode(t, confirmedClean("alice", "powered off by hand at the PDU, then on"))
+		nf, node = w.reconcile(t)
+		wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+	})
 	t.Run("Ready from before the power-off", func(t *testing.T) {
 		w, _ := releasedWorld(t, nil)
 		nf, _ := w.reconcile(t)
@@ -500,6 +523,38 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A controller whose cache still shows the released fence as not yet looked at, after the
+// first look was saved and an operator confirmed the node clean, reads the record from the
+// API server before removing anything: the request made after the look stays.
+func TestEarlyRequestsJudgedOnTheRecord(t *testing.T) {
+	w, rec := releasedWorld(t, nil)
+	ctx := context.Background()
+	unlooked := &v1alpha1.NodeFence{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, unlooked); err != nil {
+		t.Fatal(err)
+	}
+	w.setNode(t, back(bootAtFence))
+	nf, node := w.reconcile(t) // the first look, saved
+	wantHeld(t, nf, node, ReasonBootIDUnchanged)
+	w.setNode(t, confirmedClean("alice", "checked after the release"))
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	// The stale copy's own write is refused; what matters is what it removed first.
+	_ = w.r.dropEarlyRequests(ctx, unlooked, node)
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Annotations[v1alpha1.AnnotationUnfenceRequest] != "checked after the release" {
+		t.Errorf("a request made after the first look was removed on a stale copy's word: %v", node.Annotations)
+	}
+	if said := rec.said(ReasonStaleUnfenceRequest); len(said) > 0 {
+		t.Errorf("%s said for a request made after the first look: %q", ReasonStaleUnfenceRequest, said)
+	}
+	nf, node = w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
 }
 
 // A node that is not back is not unfenced, even with a confirmation.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,8 +29,11 @@ Recovered (ConfirmedClean).
 
 First it shows the NodeFence and its Recovered condition (why the node is held), then asks
 "Unfence node NODE? [y/N]". Refused (exit status 1) when NODE has no NodeFence, or its fence is
-not Released (still under way, Failed, a dry run, already Recovered): the message says what to
-do instead; and when the cluster's admission policy does not let you (its message says who may).
+not Released (still under way, Failed, a dry run, already Recovered) or was released a moment
+ago and not yet looked at (no Recovered condition): the message says what to do instead; and
+when the cluster's admission policy does not let you (its message says who may). A confirmation
+of a node fenced by a power-off that comes back with the boot ID it had when fenced (it never
+lost power: PowerOffDisproved) is removed, not honoured: confirm it again once it is stopped.
 
 flags:
   --reason TEXT  how NODE was made clean (1 to 256 printable characters); the NodeFence
@@ -155,6 +159,9 @@ func printHeld(w io.Writer, nf *v1alpha1.NodeFence, node *corev1.Node) {
 		"pods may run on %s again.\n", node.Name, node.Name)
 	if readyStatus(node) != string(corev1.ConditionTrue) {
 		fmt.Fprintf(w, "Note: %s is not Ready: Palisade unfences it only once it is Ready again, confirmation or not.\n", node.Name)
+		if nf.Status.BootID != "" && slices.ContainsFunc(nf.Spec.Methods, func(m v1alpha1.Method) bool { return m.Name == nf.Status.Method && powersOff(m.Type) }) {
+			fmt.Fprintf(w, "If it comes back with the boot ID it had when fenced (%s), its power-off did not happen: this confirmation is then removed (PowerOffDisproved).\n", nf.Status.BootID)
+		}
 	}
 	if old, ok := node.Annotations[v1alpha1.AnnotationUnfenceRequest]; ok {
 		fmt.Fprintf(w, "The node already carries an unfence request, %q (confirmed by %s): it is replaced.\n",

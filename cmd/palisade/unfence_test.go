@@ -84,7 +84,8 @@ func TestUnfence(t *testing.T) {
 		if r.code != exitOK {
 			t.Fatalf("unfence -y: %s", r)
 		}
-		wantContains(t, "the note", r.out, "Note: unfence-notready is not Ready: Palisade unfences it only once it is Ready again")
+		wantContains(t, "the note", r.out, "Note: unfence-notready is not Ready: Palisade unfences it only once it is Ready again",
+			"If it comes back with the boot ID it had when fenced (boot-1), its power-off did not happen: this confirmation is then removed (PowerOffDisproved).")
 	})
 
 	for _, tc := range []struct{ node, want string }{
