@@ -119,7 +119,10 @@ func (f fenceObj) fenced() (status, reason string) {
 }
 
 // release is what a write released, if anything: the node and how.
-func release(e Event, tainted map[string]bool, releasers map[string]bool) (node, what string) {
+func release(e Event, tainted map[string]bool, releasers map[string]bool, ph phases) (node, what string) {
+	if p, ok := ph.failedMark(e); ok {
+		return p.Spec.NodeName, fmt.Sprintf("pod %s/%s marked Failed by %s", e.ObjectRef.Namespace, e.ObjectRef.Name, e.User.Username)
+	}
 	switch {
 	case e.is("", "nodes") && e.ObjectRef.Subresource == "" && e.Verb != "delete":
 		var n nodeObj
@@ -141,10 +144,6 @@ func release(e Event, tainted map[string]bool, releasers map[string]bool) (node,
 			return "", ""
 		}
 		return p.Spec.NodeName, fmt.Sprintf("pod %s/%s force-deleted by %s", e.ObjectRef.Namespace, e.ObjectRef.Name, e.User.Username)
-	case e.is("", "pods") && e.ObjectRef.Subresource == "status":
-		if p, ok := failedMark(e); ok {
-			return p.Spec.NodeName, fmt.Sprintf("pod %s/%s marked Failed by %s", e.ObjectRef.Namespace, e.ObjectRef.Name, e.User.Username)
-		}
 	case e.is("storage.k8s.io", "volumeattachments") && e.Verb == "delete" && releasers[e.User.Username]:
 		var a attachmentObj
 		if decode(e.ResponseObject, &a) && a.Spec.NodeName != "" {
@@ -167,16 +166,23 @@ func podDeletion(e Event) (p podObj, force, ok bool) {
 	return p, force, true
 }
 
-// failedMark reads a write of a pod's status by anyone but its node's kubelet that sets its
-// phase Failed: a release as much as a force deletion, since the pod's controller replaces a
-// Failed pod at once (the StatefulSet controller deletes it, and the API server removes a
-// terminal pod without a grace period), and no force deletion may follow. ok is false for any
-// other event.
-func failedMark(e Event) (p podObj, ok bool) {
-	var req podObj
-	if !e.is("", "pods") || e.ObjectRef.Subresource != "status" || (e.Verb != "patch" && e.Verb != "update") ||
-		!decode(e.RequestObject, &req) || req.Status.Phase != "Failed" ||
-		!decode(e.ResponseObject, &p) || p.Spec.NodeName == "" || e.User.Username == "system:node:"+p.Spec.NodeName {
+// phases follows each pod's phase (by UID) through the audit log's writes of pods, to tell a
+// write that turns a pod Failed from one that finds it Failed already.
+type phases map[string]string
+
+// failedMark reads a write of a pod, by anyone but its node's kubelet, that turned its phase
+// Failed (as the response shows it; whatever the request's form: merge or JSON patch, apply,
+// or a whole update): a release as much as a force deletion, since the pod's controller
+// replaces a Failed pod at once (the StatefulSet controller deletes it, and the API server
+// removes a terminal pod without a grace period), and no force deletion may follow. Every
+// write of a pod updates ph.
+func (ph phases) failedMark(e Event) (p podObj, ok bool) {
+	if !e.is("", "pods") || e.Verb == "delete" || e.Verb == "deletecollection" || !decode(e.ResponseObject, &p) || p.Metadata.UID == "" {
+		return podObj{}, false
+	}
+	was := ph[p.Metadata.UID]
+	ph[p.Metadata.UID] = p.Status.Phase
+	if p.Status.Phase != "Failed" || was == "Failed" || p.Spec.NodeName == "" || e.User.Username == "system:node:"+p.Spec.NodeName {
 		return podObj{}, false
 	}
 	return p, true
@@ -190,14 +196,14 @@ func NoEarlyRelease(evs []Event, releasers []string) []Violation {
 	}
 	confirmed := map[string]bool{} // node → a NodeFence with Fenced=True exists
 	fenceNode := map[string]string{}
-	tainted := map[string]bool{}
+	tainted, ph := map[string]bool{}, phases{}
 	var v []Violation
 	for _, e := range evs {
 		if e.is("fencing.palisade.dev", "nodefences") {
 			trackFence(e, fenceNode, confirmed)
 			continue
 		}
-		if node, what := release(e, tainted, rel); node != "" && !confirmed[node] {
+		if node, what := release(e, tainted, rel, ph); node != "" && !confirmed[node] {
 			v = append(v, Violation{"b NoEarlyRelease", fmt.Sprintf("%s at %s: node %s had no confirmed fence", what, e.at(), node)})
 		}
 	}

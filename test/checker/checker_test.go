@@ -85,8 +85,8 @@ func TestNoWriteAfterRemoval(t *testing.T) {
 			[]Event{removal(1000, "system:serviceaccount:kube-system:statefulset-controller", "", "Failed")}, []string{"a NoWriteAfterRemoval"}},
 		"a graceful deletion": {trail("s1", "db-0", "a", 0, 5000), []Event{removal(1000, controller, "30", "Running")}, nil},
 		"writing on after it was marked Failed": {trail("s1", "db-0", "a", 0, 5000),
-			[]Event{markFailed(1000, controller, "db-0", "node-a", true), removal(4500, controller, "30", "Running")}, []string{"a NoWriteAfterRemoval"}},
-		"marked Failed by its own kubelet":  {trail("s1", "db-0", "a", 0, 5000), []Event{markFailed(1000, "system:node:node-a", "db-0", "node-a", true)}, nil},
+			[]Event{statusWrite(1000, controller, "db-0", "node-a", "Failed"), removal(4500, controller, "30", "Running")}, []string{"a NoWriteAfterRemoval"}},
+		"marked Failed by its own kubelet":  {trail("s1", "db-0", "a", 0, 5000), []Event{statusWrite(1000, "system:node:node-a", "db-0", "node-a", "Failed")}, nil},
 		"the kubelet's own final delete":    {trail("s1", "db-0", "a", 0, 5000), []Event{removal(1000, "system:node:node-a", "0", "Running")}, nil},
 		"another copy of the name after it": {append(trail("s1", "db-0", "a", 0, 1000), trail("s2", "db-0", "b", 2000, 5000)...), []Event{removal(1000, controller, "0", "Failed")}, nil},
 	} {
@@ -145,13 +145,10 @@ func forceDelete(at int, user, pod, node string) Event {
 	return ev(at, "delete", user, "", "pods", pod, `{"gracePeriodSeconds":0}`, fmt.Sprintf(`{"spec":{"nodeName":%q}}`, node))
 }
 
-// markFailed is a write of the pod's status by user; failed says whether it sets the phase Failed.
-func markFailed(at int, user, pod, node string, failed bool) Event {
-	req := `{"status":{"conditions":[{"type":"DisruptionTarget","status":"True"}]}}`
-	if failed {
-		req = `{"status":{"phase":"Failed","conditions":[{"type":"DisruptionTarget","status":"True"}]}}`
-	}
-	e := ev(at, "patch", user, "", "pods", pod, req, fmt.Sprintf(`{"metadata":{"uid":"a"},"spec":{"nodeName":%q},"status":{"phase":"Failed"}}`, node))
+// statusWrite is a merge patch of the pod's status by user, whose response shows phase.
+func statusWrite(at int, user, pod, node, phase string) Event {
+	req := fmt.Sprintf(`{"status":{"phase":%q,"conditions":[{"type":"DisruptionTarget","status":"True"}]}}`, phase)
+	e := ev(at, "patch", user, "", "pods", pod, req, fmt.Sprintf(`{"metadata":{"uid":"a"},"spec":{"nodeName":%q},"status":{"phase":%q}}`, node, phase))
 	e.ObjectRef.Subresource = "status"
 	return e
 }
@@ -185,10 +182,20 @@ func TestNoEarlyRelease(t *testing.T) {
 		"attachment deleted by the controller": {evs: []Event{ev(200, "delete", controller, "storage.k8s.io", "volumeattachments", "va-1", "", `{"spec":{"nodeName":"n1"}}`)}, want: []string{"b NoEarlyRelease"}},
 		"attachment detached by KCM":           {evs: []Event{ev(200, "delete", "system:kube-controller-manager", "storage.k8s.io", "volumeattachments", "va-1", "", `{"spec":{"nodeName":"n1"}}`)}},
 		// The StatefulSet controller replaces a Failed pod at once: the mark is the release.
-		"pod marked Failed before the confirmation": {evs: []Event{fence(0, "create", "n1", "", "", ""), markFailed(50, controller, "db-0", "n1", true)}, want: []string{"b NoEarlyRelease"}},
-		"pod marked Failed after the confirmation":  {evs: []Event{fence(0, "create", "n1", "Fenced", "True", "PowerOff"), markFailed(50, controller, "db-0", "n1", true)}},
-		"pod marked Failed by its kubelet":          {evs: []Event{markFailed(50, "system:node:n1", "db-0", "n1", true)}},
-		"a status write that leaves the phase":      {evs: []Event{markFailed(50, controller, "db-0", "n1", false)}},
+		"pod marked Failed before the confirmation": {evs: []Event{fence(0, "create", "n1", "", "", ""), statusWrite(50, controller, "db-0", "n1", "Failed")}, want: []string{"b NoEarlyRelease"}},
+		"pod marked Failed after the confirmation":  {evs: []Event{fence(0, "create", "n1", "Fenced", "True", "PowerOff"), statusWrite(50, controller, "db-0", "n1", "Failed")}},
+		"pod marked Failed by its kubelet":          {evs: []Event{statusWrite(50, "system:node:n1", "db-0", "n1", "Failed")}},
+		"a status write that leaves it Running":     {evs: []Event{statusWrite(40, "system:node:n1", "db-0", "n1", "Running"), statusWrite(50, controller, "db-0", "n1", "Running")}},
+		// Any write whose response turns the pod Failed, whatever the request's form.
+		"a JSON patch that marks it Failed": {evs: []Event{func() Event {
+			e := statusWrite(50, "kubernetes-admin", "db-0", "n1", "Failed")
+			e.RequestObject = json.RawMessage(`[{"op":"replace","path":"/status/phase","value":"Failed"}]`)
+			return e
+		}()}, want: []string{"b NoEarlyRelease"}},
+		// A pod Failed already (marked after a confirmation that was later taken back) written
+		// again whole (node lifecycle's update of its Ready condition): no new release.
+		"a write of a pod Failed already": {evs: []Event{fence(0, "create", "n1", "Fenced", "True", "PowerOff"), statusWrite(50, controller, "db-0", "n1", "Failed"),
+			fence(60, "delete", "n1", "", "", ""), statusWrite(70, "system:serviceaccount:kube-system:node-controller", "db-0", "n1", "Failed")}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			v := NoEarlyRelease(tc.evs, []string{controller})

@@ -88,9 +88,10 @@ func NoWriteAfterRemoval(h []witness.Record, evs []Event, slack time.Duration) [
 		what string
 	}
 	removed := map[string]removal{} // pod UID → its first removal
+	ph := phases{}
 	for _, e := range evs {
 		how := "marked Failed"
-		p, ok := failedMark(e)
+		p, ok := ph.failedMark(e)
 		if !ok {
 			var force bool
 			if p, force, ok = podDeletion(e); !ok || (!force && p.Status.Phase != "Failed") {
