@@ -268,6 +268,10 @@ type striker struct {
 	wg    sync.WaitGroup
 	// kubeletKills counts the KubeletKills holding each machine's kubelet down.
 	kubeletKills holds
+	// struck is when a fault that may fence each machine (Schedule.MayFence) first struck it:
+	// a fence of it before then is of a healthy node.
+	mu     sync.Mutex
+	struck map[string]time.Time
 }
 
 // holds counts the faults holding something down: of overlapping faults on the same process,
@@ -299,6 +303,17 @@ func (h *holds) give(key string) bool {
 
 func (st *striker) strike(ctx context.Context, f Fault) {
 	st.t.Logf("+%s strike: %s", f.At, f)
+	if f.mayFence() {
+		st.mu.Lock()
+		name := realscene.NodeName(f.Machine)
+		if _, seen := st.struck[name]; !seen {
+			if st.struck == nil {
+				st.struck = map[string]time.Time{}
+			}
+			st.struck[name] = time.Now() // before it strikes: no fence of it can come earlier
+		}
+		st.mu.Unlock()
+	}
 	heal := st.apply(ctx, f)
 	if heal == nil || f.For == 0 {
 		return
@@ -437,7 +452,7 @@ func (st *striker) killLeaderAt(ctx context.Context, step v1alpha1.StepName) {
 func (st *striker) awaitFences(s Schedule, d time.Duration) {
 	want := map[string]bool{}
 	for _, f := range s.Faults {
-		if f.For == 0 && (f.Kind == PowerLoss || f.Kind == ControlPlaneCut || f.Kind == KubeletKill) {
+		if f.For == 0 && f.mayFence() {
 			want[realscene.NodeName(f.Machine)] = true
 		}
 	}
@@ -606,10 +621,13 @@ func (st *striker) waitWrite(pod string, since time.Time, timeout time.Duration)
 	})
 }
 
-func (st *striker) mayFence(s Schedule) map[string]bool {
-	m := map[string]bool{}
+// mayFence is Schedule.MayFence by node name, each with when it was first struck.
+func (st *striker) mayFence(s Schedule) map[string]time.Time {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	m := map[string]time.Time{}
 	for i := range s.MayFence() {
-		m[realscene.NodeName(i)] = true
+		m[realscene.NodeName(i)] = st.struck[realscene.NodeName(i)]
 	}
 	return m
 }

@@ -258,12 +258,16 @@ func (k Kind) heals() bool {
 func (s Schedule) MayFence() map[int]bool {
 	m := map[int]bool{}
 	for _, f := range s.Faults {
-		switch f.Kind {
-		case PowerLoss, ControlPlaneCut, KubeletKill:
+		if f.mayFence() {
 			m[f.Machine] = true
 		}
 	}
 	return m
+}
+
+// mayFence says whether the fault may rightly get its machine fenced (Schedule.MayFence).
+func (f Fault) mayFence() bool {
+	return f.Kind == PowerLoss || f.Kind == ControlPlaneCut || f.Kind == KubeletKill
 }
 
 // Quiet is when the last fault has struck and, if it has a length, ended: from then on nothing

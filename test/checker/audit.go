@@ -233,26 +233,41 @@ func trackFence(e Event, fenceNode map[string]string, confirmed map[string]bool)
 	}
 }
 
-// NoHealthyFenced is check (c).
-func NoHealthyFenced(evs []Event, mayFence map[string]bool, offs []PowerOff) []Violation {
+// NoHealthyFenced is check (c). mayFence holds the nodes a fault struck, each with when the
+// first such fault struck it (the zero time when that is not known): a fence or a power-off of
+// any other node, or of one of them before it was struck, is of a healthy node.
+func NoHealthyFenced(evs []Event, mayFence map[string]time.Time, offs []PowerOff) []Violation {
+	healthy := func(node string, at time.Time) (string, bool) {
+		struck, ok := mayFence[node]
+		switch {
+		case !ok:
+			return "which no fault struck", true
+		case !struck.IsZero() && !at.IsZero() && at.Before(struck):
+			return "before any fault struck it (the first at " + struck.Format("15:04:05.000") + ")", true
+		}
+		return "", false
+	}
 	var v []Violation
 	for _, e := range evs {
 		if !e.is("fencing.palisade.dev", "nodefences") || e.Verb != "create" {
 			continue
 		}
 		var f fenceObj
-		if decode(e.ResponseObject, &f) && !mayFence[f.Spec.NodeName] {
-			v = append(v, Violation{"c NoHealthyFenced", fmt.Sprintf("NodeFence %s created at %s by %s for node %s, which no fault struck",
-				e.ObjectRef.Name, e.at(), e.User.Username, f.Spec.NodeName)})
+		if !decode(e.ResponseObject, &f) {
+			continue
+		}
+		if why, bad := healthy(f.Spec.NodeName, e.StageTimestamp); bad {
+			v = append(v, Violation{"c NoHealthyFenced", fmt.Sprintf("NodeFence %s created at %s by %s for node %s, %s",
+				e.ObjectRef.Name, e.at(), e.User.Username, f.Spec.NodeName, why)})
 		}
 	}
 	for _, o := range offs {
-		if !mayFence[o.Node] {
+		if why, bad := healthy(o.Node, o.At); bad {
 			at := "" // a BMC that counts its power-off commands does not say when
 			if !o.At.IsZero() {
 				at = " at " + o.At.Format("15:04:05.000")
 			}
-			v = append(v, Violation{"c NoHealthyFenced", fmt.Sprintf("power-off sent to node %s%s, which no fault struck", o.Node, at)})
+			v = append(v, Violation{"c NoHealthyFenced", fmt.Sprintf("power-off sent to node %s%s, %s", o.Node, at, why)})
 		}
 	}
 	return v

@@ -31,8 +31,9 @@ type Input struct {
 	// Releasers are the users whose VolumeAttachment deletions count as releases (the
 	// controller's service account; KCM's attach-detach controller detaches after pods end).
 	Releasers []string
-	// MayFence are the nodes the faults struck; PowerOffs what the BMCs received.
-	MayFence  map[string]bool
+	// MayFence are the nodes the faults struck, each with when the first fault that may fence
+	// it struck (zero: not known); PowerOffs what the BMCs received.
+	MayFence  map[string]time.Time
 	PowerOffs []PowerOff
 	// FenceBound is how long a fence may take to end; default 5 minutes. End is the end of
 	// the run (fences still open then have not ended).

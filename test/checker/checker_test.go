@@ -208,12 +208,22 @@ func TestNoEarlyRelease(t *testing.T) {
 
 func TestNoHealthyFenced(t *testing.T) {
 	evs := []Event{fence(0, "create", "n1", "", "", ""), fence(10, "create", "n2", "", "", ""), fence(20, "update", "n2", "Fenced", "True", "")}
-	v := NoHealthyFenced(evs, map[string]bool{"n1": true}, []PowerOff{{Node: "n1", At: ms(5)}, {Node: "n3", At: ms(6)}})
+	v := NoHealthyFenced(evs, map[string]time.Time{"n1": {}}, []PowerOff{{Node: "n1", At: ms(5)}, {Node: "n3", At: ms(6)}})
 	if diff := cmp.Diff([]string{"c NoHealthyFenced", "c NoHealthyFenced"}, checks(v)); diff != "" {
 		t.Fatalf("(-want +got):\n%s\n%v", diff, v)
 	}
 	if !strings.Contains(v[0].Text, "n2") || !strings.Contains(v[1].Text, "n3") {
 		t.Errorf("violations do not name the healthy nodes: %v", v)
+	}
+	// A node the faults struck, fenced before the first of them struck it: a healthy node then.
+	v = NoHealthyFenced(evs, map[string]time.Time{"n1": ms(1), "n2": ms(10)}, []PowerOff{{Node: "n1", At: ms(0)}, {Node: "n2", At: ms(10)}, {Node: "n2"}})
+	if diff := cmp.Diff([]string{"c NoHealthyFenced", "c NoHealthyFenced"}, checks(v)); diff != "" {
+		t.Fatalf("fenced before struck (-want +got):\n%s\n%v", diff, v)
+	}
+	for i, want := range []string{"NodeFence n1 created at 05:00:00.000", "power-off sent to node n1 at 05:00:00.000"} {
+		if !strings.HasPrefix(v[i].Text, want) || !strings.Contains(v[i].Text, "before any fault struck it (the first at 05:00:00.001)") {
+			t.Errorf("violation %q, want it to start %q and say when the node was first struck", v[i].Text, want)
+		}
 	}
 	// A BMC that only counts its power-off commands gives no time: none is made up.
 	v = NoHealthyFenced(nil, nil, []PowerOff{{Node: "n3"}})

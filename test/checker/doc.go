@@ -16,7 +16,8 @@
 //     NodeFence for the node whose Fenced condition the API accepted as True, and not deleted
 //     since.
 //   - NoHealthyFenced (c): no NodeFence created, and no power-off sent, for a node outside
-//     Input.MayFence (the nodes the run's faults struck).
+//     Input.MayFence (the nodes the run's faults struck), nor for one of them before the first
+//     fault that may fence it struck.
 //   - FencesEnd (d): every NodeFence reaches phase Released, or Failed with a reason in its
 //     Fenced condition, within Input.FenceBound of its creation.
 //   - ReplicasReturn (e): every pod of Input.Pods has an accepted write after Input.Healed.

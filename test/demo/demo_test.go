@@ -62,6 +62,7 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Stop()
+	cut := time.Now()
 	if err := bmc.SetPower(false); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestDemo(t *testing.T) {
 	say("the confirmation was written before the first release (etcd revisions compared), and the BMC read Off at that release")
 	h, evs := s.History(t), s.Audit(t)
 	v := append(checker.OneCopy(h, 0), checker.NoEarlyRelease(evs, []string{realscene.ControllerUser})...)
-	v = append(v, checker.NoHealthyFenced(evs, map[string]bool{first: true}, nil)...)
+	v = append(v, checker.NoHealthyFenced(evs, map[string]time.Time{first: cut}, nil)...)
 	if len(v) > 0 {
 		t.Fatalf("%s", checker.Report(v))
 	}

@@ -81,7 +81,7 @@ func TestRealMachinesWithAgents(t *testing.T) {
 	waitAttached(t, s, "pv-"+realscene.PodName(0), second)
 	h, evs := s.History(t), s.Audit(t)
 	v := append(checker.OneCopy(h, 0), checker.NoEarlyRelease(evs, []string{realscene.ControllerUser})...)
-	v = append(v, checker.NoHealthyFenced(evs, map[string]bool{first: true}, nil)...)
+	v = append(v, checker.NoHealthyFenced(evs, map[string]time.Time{first: cut}, nil)...)
 	if len(v) > 0 {
 		t.Errorf("%s", checker.Report(v))
 	}

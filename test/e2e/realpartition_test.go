@@ -64,7 +64,7 @@ func (p *realPartition) fencedByExecutor(t *testing.T, verdict, channel string) 
 		t.Errorf("the kubelet of %s runs after the Executor's fence: pids %v (%v)", p.node, pids, err)
 	}
 	p.noPowerOff(t)
-	p.clean(t, map[string]bool{p.node: true})
+	p.clean(t, true)
 }
 
 // logTimes logs, from the fault, when the fence was created, confirmed and released, and when
@@ -112,11 +112,16 @@ func (p *realPartition) noPowerOff(t *testing.T) {
 }
 
 // clean checks the store's history (one copy of db-0 at a time) and the audit of writes (no
-// release before a confirmed fence; no fence of a node outside mayFence).
-func (p *realPartition) clean(t *testing.T, mayFence map[string]bool) {
+// release before a confirmed fence; no fence of a node but the struck one, when struck, and
+// none before the fault struck it).
+func (p *realPartition) clean(t *testing.T, struck bool) {
 	t.Helper()
 	h, evs := p.s.History(t), p.s.Audit(t)
 	v := append(checker.OneCopy(h, 0), checker.NoEarlyRelease(evs, []string{realscene.ControllerUser})...)
+	var mayFence map[string]time.Time
+	if struck {
+		mayFence = map[string]time.Time{p.node: p.fault}
+	}
 	v = append(v, checker.NoHealthyFenced(evs, mayFence, nil)...)
 	if len(v) > 0 {
 		t.Errorf("%s", checker.Report(v))
@@ -162,7 +167,7 @@ func TestRealMachinesPartitions(t *testing.T) {
 		if p.m.Running() {
 			t.Errorf("%s still runs after its fence by power-off", p.node)
 		}
-		p.clean(t, map[string]bool{p.node: true})
+		p.clean(t, true)
 	})
 	t.Run("kubelet killed: KubeletDown, the Executor through the API server", func(t *testing.T) {
 		p := startRealPartition(t, false)
@@ -202,7 +207,7 @@ func TestRealMachinesPartitions(t *testing.T) {
 			t.Errorf("%s was fenced although only node-to-node links were cut: %s", p.node, nf.Spec.Reason)
 		}
 		p.noPowerOff(t)
-		p.clean(t, nil)
+		p.clean(t, false)
 		if err := p.m.Net().Heal(); err != nil {
 			t.Fatal(err)
 		}
