@@ -95,10 +95,14 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		return ctrl.Result{}, r.hold(ctx, nf, ReasonNodeGone, fmt.Sprintf(
 			"node %s no longer exists: nothing to unfence; this NodeFence is the record of its fence", nf.Spec.NodeName))
 	}
-	if err := r.dropEarlyRequests(ctx, nf, node); err != nil {
-		return ctrl.Result{}, err
+	if nf.Status.Recovery == nil { // once decided, the request it honoured is its own
+		if err := r.dropEarlyRequests(ctx, nf, node); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
-	if nf.Status.Recovery == nil && nf.Spec.Recovery.PowerOn && nf.Status.PowerRestoredTime == nil {
+	// A machine shown never to have lost power is on: there is nothing to power on, and its
+	// PowerOffDisproved must not wait behind a power-on's failure.
+	if nf.Status.Recovery == nil && nf.Spec.Recovery.PowerOn && nf.Status.PowerRestoredTime == nil && nf.Status.PowerOffDisprovedTime == nil {
 		res, done, err := r.restorePower(ctx, nf)
 		if err != nil {
 			return res, err
@@ -254,22 +258,19 @@ func powerOffDisproved(nf *v1alpha1.NodeFence, node *corev1.Node) (time.Time, bo
 // speak of. At the first look after the release (no Recovered condition yet): an unfence
 // request, made while the fence was under way, before its workload was released, and a fence
 // request other than the fence's own, which the fence answered. When the node first shows its
-// power-off disproved: an unfence request made before that, which vouched for a machine
-// believed off (one made once PowerOffDisproved is said is honoured). Whether the moment is
-// that one is read from the API server's record, not the cache's: a cache behind would take a
-// request made after the first look for one made before it.
+// power-off disproved (recorded as status.powerOffDisprovedTime, with the metric): an unfence
+// request made before that, which vouched for a machine believed off; one made since is
+// honoured. Both moments are read from the API server's record, not the cache's: a cache
+// behind would take a request made after them for one made before.
 func (r *NodeFenceReconciler) dropEarlyRequests(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
 	_, unfence := node.Annotations[v1alpha1.AnnotationUnfenceRequest]
 	_, unfenceBy := node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]
 	unfence = unfence || unfenceBy
 	_, fence := laterFenceRequest(nf, node)
 	_, disproved := powerOffDisproved(nf, node)
-	if !unfence && !fence {
-		return nil
-	}
-	held := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
-	if held != nil && !(disproved && unfence && held.Reason != ReasonPowerOffDisproved) {
-		return nil // the cache's record is never ahead of the API server's: nothing to drop
+	first := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered) == nil
+	if !(first && (unfence || fence)) && !(disproved && nf.Status.PowerOffDisprovedTime == nil) {
+		return nil // the cache's record is never ahead of the API server's: nothing to do
 	}
 	record := &v1alpha1.NodeFence{}
 	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(nf), record); err != nil {
@@ -278,9 +279,9 @@ func (r *NodeFenceReconciler) dropEarlyRequests(ctx context.Context, nf *v1alpha
 	if record.UID != nf.UID {
 		return fmt.Errorf("NodeFence %s is another object now: this copy is stale", nf.Name)
 	}
-	held = meta.FindStatusCondition(record.Status.Conditions, v1alpha1.ConditionRecovered)
-	first := held == nil
-	if unfence && (first || disproved && held.Reason != ReasonPowerOffDisproved) {
+	first = meta.FindStatusCondition(record.Status.Conditions, v1alpha1.ConditionRecovered) == nil
+	newlyDisproved := disproved && record.Status.PowerOffDisprovedTime == nil
+	if unfence && (first || newlyDisproved) {
 		when := "made before this fence was released"
 		if !first {
 			when = "made before the node showed that its power-off did not happen (PowerOffDisproved)"
@@ -290,8 +291,19 @@ func (r *NodeFenceReconciler) dropEarlyRequests(ctx context.Context, nf *v1alpha
 		}
 	}
 	if fence && first {
-		return r.dropAnsweredFenceRequest(ctx, nf, node)
+		if err := r.dropAnsweredFenceRequest(ctx, nf, node); err != nil {
+			return err
+		}
 	}
+	if !newlyDisproved {
+		return nil
+	}
+	now := metav1.NewTime(r.now())
+	nf.Status.PowerOffDisprovedTime = &now
+	if err := r.saveStatus(ctx, nf); err != nil {
+		return err
+	}
+	fencesDisproved.WithLabelValues(nf.Status.Method, signalBootID).Inc()
 	return nil
 }
 
@@ -318,9 +330,6 @@ func (r *NodeFenceReconciler) hold(ctx context.Context, nf *v1alpha1.NodeFence, 
 		return err
 	}
 	if was != reason {
-		if reason == ReasonPowerOffDisproved {
-			fencesDisproved.WithLabelValues(nf.Status.Method, signalBootID).Inc()
-		}
 		typ := corev1.EventTypeWarning
 		if reason == ReasonNodeNotBack || reason == ReasonLifting {
 			typ = corev1.EventTypeNormal
@@ -358,11 +367,10 @@ func (r *NodeFenceReconciler) unTaint(ctx context.Context, nf *v1alpha1.NodeFenc
 			changed = true
 		}
 	}
-	if !changed {
-		return nil
-	}
-	if err := r.Client.Patch(ctx, node, patch); err != nil {
-		return fmt.Errorf("removing the out-of-service taint and requests of node %s: %w", node.Name, err)
+	if changed {
+		if err := r.Client.Patch(ctx, node, patch); err != nil {
+			return fmt.Errorf("removing the out-of-service taint and requests of node %s: %w", node.Name, err)
+		}
 	}
 	if isLater {
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonFenceRequestKept,
@@ -372,17 +380,15 @@ func (r *NodeFenceReconciler) unTaint(ctx context.Context, nf *v1alpha1.NodeFenc
 	return nil
 }
 
-// laterFenceRequest is the fence request the node carries when it is not the one this fence
-// answers (a manual fence's own request, by its text).
+// laterFenceRequest is the fence request the node carries when it is a valid one, and not the
+// one this fence answers (a manual fence's own request, by its text). A malformed request
+// fences nothing (the node controller says so) and goes with the others.
 func laterFenceRequest(nf *v1alpha1.NodeFence, node *corev1.Node) (string, bool) {
-	v, ok := node.Annotations[v1alpha1.AnnotationFenceRequest]
-	if !ok {
+	text, present, err := parseFenceRequest(node)
+	if !present || err != nil || nf.Spec.Trigger == v1alpha1.TriggerManual && text == nf.Spec.Reason {
 		return "", false
 	}
-	if text, _, err := parseFenceRequest(node); err == nil && nf.Spec.Trigger == v1alpha1.TriggerManual && text == nf.Spec.Reason {
-		return "", false
-	}
-	return v, true
+	return text, true
 }
 
 // dropAnsweredFenceRequest removes, at the first look after the release, a fence request the

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -261,6 +262,72 @@ func TestPowerOffDisproved(t *testing.T) {
 		nf, node = w.reconcile(t)
 		wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
 	})
+	// Seen once, PowerOffDisproved is recorded: a request made after it is honoured even when
+	// the node went NotReady meanwhile, or the first request was malformed.
+	for _, detour := range []struct {
+		name string
+		edit func(*corev1.Node)
+		held string
+	}{
+		{"a request made after it, through a NotReady spell", notReady, ReasonNodeNotBack},
+		{"a malformed request, then a good one", confirmedClean("alice", " "), ReasonInvalidUnfenceRequest},
+	} {
+		t.Run(detour.name, func(t *testing.T) {
+			w, _ := releasedWorld(t, nil)
+			nf, _ := w.reconcile(t)
+			fenced := nf.Status.FencedTime.Time
+			w.setNode(t, posted(fenced.Add(time.Minute)))
+			nf, node := w.reconcile(t)
+			wantHeld(t, nf, node, ReasonPowerOffDisproved)
+			if nf.Status.PowerOffDisprovedTime == nil {
+				t.Fatal("PowerOffDisproved seen, not recorded (status.powerOffDisprovedTime)")
+			}
+			w.setNode(t, detour.edit)
+			nf, node = w.reconcile(t)
+			wantHeld(t, nf, node, detour.held)
+			w.setNode(t, confirmedClean("alice", "stopped by hand, then checked"))
+			w.setNode(t, posted(fenced.Add(2*time.Minute)))
+			nf, node = w.reconcile(t)
+			wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+		})
+	}
+	// A power-on that keeps failing does not hide the disproval, nor is it tried on a machine
+	// shown to be on.
+	t.Run("with recovery.powerOn failing", func(t *testing.T) {
+		w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Recovery.PowerOn = true })
+		for range 3 {
+			w.power.InjectError(fake.MethodRestorePower, providers.NewError(providers.ReasonUnreachable, errors.New("BMC unreachable")))
+		}
+		nf, node := w.reconcile(t)
+		wantHeld(t, nf, node, ReasonPowerOnFailed)
+		w.setNode(t, posted(nf.Status.FencedTime.Add(time.Minute)))
+		nf, node = w.reconcile(t)
+		wantHeld(t, nf, node, ReasonPowerOffDisproved)
+		w.setNode(t, confirmedClean("alice", "stopped by hand, then checked"))
+		nf, node = w.reconcile(t)
+		wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+		if n := w.power.CallCount(fake.MethodRestorePower, "n1"); n != 1 {
+			t.Errorf("RestorePower called %d times, want 1: none once the machine showed it is on", n)
+		}
+	})
+	// A recovery already decided (its record written, its storage still lifting, say) keeps
+	// the request it honoured, whatever the node shows meanwhile.
+	t.Run("a recovery decided before the disproval was seen", func(t *testing.T) {
+		w, rec := releasedWorld(t, nil)
+		nf, _ := w.reconcile(t)
+		nf.Status.Recovery = &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryConfirmedClean, Time: metav1.NewTime(w.now), Reason: "checked"}
+		setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, ReasonRecovering, "unfencing: checked")
+		if err := w.c.Status().Update(context.Background(), nf); err != nil {
+			t.Fatal(err)
+		}
+		w.setNode(t, confirmedClean("alice", "checked"))
+		w.setNode(t, posted(nf.Status.FencedTime.Add(time.Minute)))
+		nf, node := w.reconcile(t)
+		wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+		if said := rec.said(ReasonStaleUnfenceRequest); len(said) > 0 {
+			t.Errorf("the request a decided recovery honoured was said stale: %q", said)
+		}
+	})
 	t.Run("Ready from before the power-off", func(t *testing.T) {
 		w, _ := releasedWorld(t, nil)
 		nf, _ := w.reconcile(t)
@@ -458,6 +525,7 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 		name       string
 		manual     bool // the fence is carol's request "disk errors"
 		duringHold bool // the request is made while held, else while the fence is under way
+		noTaint    bool // release.outOfServiceTaint: false
 		text       string
 		kept       bool
 		said       string
@@ -466,6 +534,8 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 		{name: "made while held", duringHold: true, text: "fence it again", kept: true, said: ReasonFenceRequestKept},
 		{name: "a manual fence's own", manual: true, text: "disk errors"},
 		{name: "another one during a manual fence", manual: true, text: "and the PSU", said: ReasonFenceRequestAnswered},
+		{name: "made while held, with no taint to remove", duringHold: true, noTaint: true, text: "fence it again", kept: true, said: ReasonFenceRequestKept},
+		{name: "a malformed one made while held", duringHold: true, text: "bell\x07"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, "ipmi")
@@ -481,6 +551,16 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 					t.Fatal(err)
 				}
 				w.setNode(t, requested("disk errors"))
+			}
+			if tc.noTaint {
+				nf := &v1alpha1.NodeFence{}
+				if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+					t.Fatal(err)
+				}
+				nf.Spec.Release.OutOfServiceTaint = ptr.To(false)
+				if err := w.c.Update(context.Background(), nf); err != nil {
+					t.Fatal(err)
+				}
 			}
 			w.setNode(t, back(bootAtFence))
 			w.setNode(t, notReady) // powered off
@@ -498,7 +578,11 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 			}
 			w.tick = nil
 			nf, node := w.reconcile(t) // the first look after the release
-			wantHeld(t, nf, node, ReasonNodeNotBack)
+			if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); tc.noTaint && (c == nil || c.Reason != ReasonNodeNotBack) {
+				t.Fatalf("Recovered %+v, want held as %s", c, ReasonNodeNotBack)
+			} else if !tc.noTaint {
+				wantHeld(t, nf, node, ReasonNodeNotBack)
+			}
 			if tc.duringHold {
 				w.setNode(t, requested(tc.text))
 			}

@@ -205,6 +205,11 @@ type NodeFenceStatus struct {
 	// (the policy's recovery.powerOn).
 	// +optional
 	PowerRestoredTime *metav1.Time `json:"powerRestoredTime,omitempty"`
+	// PowerOffDisprovedTime is when Palisade first saw the released node, fenced by a power
+	// method, post its status with the boot ID it had when fenced: its machine never lost
+	// power. Unfence requests the node carried then were removed; one made since is honoured.
+	// +optional
+	PowerOffDisprovedTime *metav1.Time `json:"powerOffDisprovedTime,omitempty"`
 	// Recovery records how the released node was unfenced, once Palisade has decided to.
 	// +optional
 	Recovery *RecoveryRecord `json:"recovery,omitempty"`

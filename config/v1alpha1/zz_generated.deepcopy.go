@@ -425,6 +425,10 @@ func (in *NodeFenceStatus) DeepCopyInto(out *NodeFenceStatus) {
 		in, out := &in.PowerRestoredTime, &out.PowerRestoredTime
 		*out = (*in).DeepCopy()
 	}
+	if in.PowerOffDisprovedTime != nil {
+		in, out := &in.PowerOffDisprovedTime, &out.PowerOffDisprovedTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Recovery != nil {
 		in, out := &in.Recovery, &out.Recovery
 		*out = new(RecoveryRecord)
