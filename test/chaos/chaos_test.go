@@ -245,7 +245,7 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 		healed.Sub(healFrom).Round(time.Second), time.Since(healed).Round(time.Second))
 	return checker.Check(checker.Input{
 		History: sc.History(t), Audit: sc.Audit(t), Releasers: []string{realscene.ControllerUser},
-		MayFence: st.mayFence(s), PowerOffs: st.powerOffs(s), End: time.Now(), Pods: pods, Healed: healed,
+		MayFence: st.mayFence(s), PowerOffs: st.powerOffs(s), End: time.Now(), Pods: pods, Healed: healed, Fences: st.fencesNow(),
 	})
 }
 
@@ -485,20 +485,26 @@ func (st *striker) awaitFences(s Schedule, d time.Duration) {
 // settle waits until no NodeFence is under way, so that healing (power back on) cannot look
 // like a fenced node coming back to life.
 func (st *striker) settle(timeout time.Duration) {
-	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	var open []string
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var list v1alpha1.NodeFenceList
 		if err := st.sc.Cluster.Client.List(ctx, &list); err != nil {
 			return false, nil
 		}
+		open = open[:0]
 		for _, nf := range list.Items {
 			// Recovered comes after Released: a machine whose fault ended by itself (power back
 			// on) rebooted and was unfenced before the heal.
 			if nf.Status.Phase != v1alpha1.PhaseReleased && nf.Status.Phase != v1alpha1.PhaseFailed && nf.Status.Phase != v1alpha1.PhaseRecovered {
-				return false, nil
+				open = append(open, fmt.Sprintf("%s %s (method %s)", nf.Spec.NodeName, nf.Status.Phase, nf.Status.Method))
 			}
 		}
-		return true, nil
+		return len(open) == 0, nil
 	})
+	if err != nil {
+		// Healed anyway; check (d) judges the fences against its own bound.
+		st.t.Logf("settle: fences still under way after %s, healing anyway: %v", timeout, open)
+	}
 }
 
 // holdFaults keeps the faults in place until the current copy of every replica (the pod the API
@@ -523,6 +529,21 @@ func (st *striker) holdFaults(d time.Duration) {
 		return writing == replicas, nil
 	})
 	st.t.Logf("faults held %s after the fences ended: the current copies of %d of %d replicas writing", time.Since(from).Round(time.Second), writing, replicas)
+}
+
+// fencesNow names the NodeFences the API server holds now (none when it cannot list them: the
+// run's end is logged with them already).
+func (st *striker) fencesNow() []string {
+	var list v1alpha1.NodeFenceList
+	if err := st.sc.Cluster.Client.List(context.Background(), &list); err != nil {
+		st.t.Logf("listing NodeFences for the audit's completeness: %v", err)
+		return nil
+	}
+	var names []string
+	for _, nf := range list.Items {
+		names = append(names, nf.Name)
+	}
+	return names
 }
 
 // logFences says how each fence of the run ended, and returns the fences (or why it could not

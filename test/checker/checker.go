@@ -42,6 +42,8 @@ type Input struct {
 	// Pods must all write after Healed.
 	Pods   []string
 	Healed time.Time
+	// Fences are the NodeFences the run listed at its end (AuditComplete).
+	Fences []string
 }
 
 // Check runs every check.
@@ -49,7 +51,7 @@ func Check(in Input) []Violation {
 	if in.FenceBound <= 0 {
 		in.FenceBound = 5 * time.Minute
 	}
-	var v []Violation
+	v := AuditComplete(in.History, in.Audit, in.Fences)
 	v = append(v, OneCopy(in.History, in.Overlap)...)
 	v = append(v, NoWriteAfterRemoval(in.History, in.Audit, time.Second)...)
 	v = append(v, NoEarlyRelease(in.Audit, in.Releasers)...)

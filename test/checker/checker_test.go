@@ -104,6 +104,30 @@ func TestNoWriteAfterRemoval(t *testing.T) {
 	}
 }
 
+// TestAuditComplete: every pod UID that wrote, and every NodeFence the run listed, must have
+// its creation in the audit log; an empty log passes nothing.
+func TestAuditComplete(t *testing.T) {
+	created := ev(0, "create", "system:serviceaccount:kube-system:statefulset-controller", "", "pods", "db-0", "", `{"metadata":{"uid":"a"},"spec":{}}`)
+	h := append(trail("s1", "db-0", "a", 0, 500), trail("s2", "db-0", "b", 1000, 1500)...)
+	for name, tc := range map[string]struct {
+		evs    []Event
+		fences []string
+		want   int
+	}{
+		"all there":                  {[]Event{created, ev(1, "create", controller, "", "pods", "db-0", "", `{"metadata":{"uid":"b"}}`), fence(2, "create", "n1", "", "", "")}, []string{"n1"}, 0},
+		"an empty log":               {nil, []string{"n1"}, 3},
+		"a copy's creation missing":  {[]Event{created, fence(2, "create", "n1", "", "", "")}, []string{"n1"}, 1},
+		"a fence's creation missing": {[]Event{created, ev(1, "create", controller, "", "pods", "db-0", "", `{"metadata":{"uid":"b"}}`)}, []string{"n1"}, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v := AuditComplete(h, tc.evs, tc.fences)
+			if len(v) != tc.want {
+				t.Errorf("AuditComplete = %v, want %d violations", v, tc.want)
+			}
+		})
+	}
+}
+
 func TestReplicasReturn(t *testing.T) {
 	h := append(trail("s1", "db-0", "a", 0, 5000), trail("s2", "db-1", "b", 0, 2000)...)
 	v := ReplicasReturn(h, []string{"db-0", "db-1", "db-2"}, ms(3000))

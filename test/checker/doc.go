@@ -21,4 +21,6 @@
 //   - FencesEnd (d): every NodeFence reaches phase Released, or Failed with a reason in its
 //     Fenced condition, within Input.FenceBound of its creation.
 //   - ReplicasReturn (e): every pod of Input.Pods has an accepted write after Input.Healed.
+//   - AuditComplete: the audit log holds the creation of every pod UID that wrote and of every
+//     NodeFence in Input.Fences, so that (b)–(d) cannot pass on a log that lost what they judge.
 package checker

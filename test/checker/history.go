@@ -171,3 +171,37 @@ func fmtTime(t time.Time) string {
 	}
 	return t.Format(time.RFC3339Nano)
 }
+
+// AuditComplete checks that the audit log holds what the run saw elsewhere: the creation of
+// every pod whose copy wrote to the store (by UID) and of every NodeFence the run listed at its
+// end (by name). A log missing them (an audit backend that dropped events, a policy that no
+// longer records the resource) would let the checks read from it pass on nothing.
+func AuditComplete(h []witness.Record, evs []Event, fences []string) []Violation {
+	pods, made := map[string]bool{}, map[string]bool{}
+	for _, e := range evs {
+		if e.Verb != "create" || e.ObjectRef.Subresource != "" {
+			continue
+		}
+		var p podObj
+		switch {
+		case e.is("", "pods") && decode(e.ResponseObject, &p):
+			pods[p.Metadata.UID] = true
+		case e.is("fencing.palisade.dev", "nodefences"):
+			made[e.ObjectRef.Name] = true
+		}
+	}
+	var v []Violation
+	seen := map[string]bool{}
+	for _, r := range h {
+		if uid := r.PodUID; uid != "" && !pods[uid] && !seen[uid] {
+			seen[uid] = true
+			v = append(v, Violation{"audit AuditComplete", fmt.Sprintf("pod %s (UID %s, node %s) wrote to the store, but the audit log holds no creation of it", r.Pod, uid, r.Node)})
+		}
+	}
+	for _, f := range fences {
+		if !made[f] {
+			v = append(v, Violation{"audit AuditComplete", fmt.Sprintf("NodeFence %s exists, but the audit log holds no creation of it", f)})
+		}
+	}
+	return v
+}
