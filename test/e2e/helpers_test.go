@@ -163,7 +163,13 @@ func assertNothingReleased(t *testing.T, env *scenario.Env, w *scenario.Workload
 // eventsFor lists the reasons and notes of the events regarding an object.
 func eventsFor(t *testing.T, env *scenario.Env, kind, name string) []string {
 	t.Helper()
-	list, err := env.Cluster.Kube.EventsV1().Events("").List(context.Background(), metav1.ListOptions{})
+	return clusterEvents(t, env.Cluster, kind, name)
+}
+
+// clusterEvents is eventsFor on any test bed cluster.
+func clusterEvents(t *testing.T, c *testbed.Cluster, kind, name string) []string {
+	t.Helper()
+	list, err := c.Kube.EventsV1().Events("").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,6 +51,11 @@ func TestRealMachinesRecovery(t *testing.T) {
 	nf = waitHeld(t, s, x, "BootIDUnchanged")
 	assertTainted(t, s, x, true)
 
+	// Someone takes the taint off by hand: said, on the fence and the node; x is still held.
+	untaintNode(t, s, x)
+	waitHeld(t, s, x, "TaintRemoved")
+	wantNodeEvent(t, s, x, "TaintRemoved")
+
 	annotateNode(t, s, x, map[string]any{v1alpha1.AnnotationUnfenceRequest: "e2e: its workload was checked gone"})
 	nf = waitFence(t, s.Cluster, x, time.Minute, func(nf *v1alpha1.NodeFence) bool { return nf.Status.Phase == v1alpha1.PhaseRecovered })
 	if r := nf.Status.Recovery; r == nil || r.How != v1alpha1.RecoveryConfirmedClean || r.Reason != "e2e: its workload was checked gone" {
@@ -81,12 +87,18 @@ func TestRealMachinesRecovery(t *testing.T) {
 		t.Errorf("the second fence of %s records the previous recovery at %v, want %v", y, nf.Spec.PreviousRecoveryTime, recoveredAt)
 	}
 	assertTainted(t, s, y, true)
+	// A fence request made while y is held is kept when y is given back: y is fenced again at
+	// once, on that request, its fence recording the recovery before it.
+	annotateNode(t, s, y, map[string]any{v1alpha1.AnnotationFenceRequest: "e2e: fence it again once back"})
 	annotateNode(t, s, y, map[string]any{v1alpha1.AnnotationUnfenceRequest: "e2e: PSU replaced"})
-	nf = waitFence(t, s.Cluster, y, time.Minute, func(nf *v1alpha1.NodeFence) bool { return nf.Status.Phase == v1alpha1.PhaseRecovered })
-	if r := nf.Status.Recovery; r == nil || r.How != v1alpha1.RecoveryConfirmedClean {
-		t.Errorf("recovery of flapping %s: %+v, want ConfirmedClean", y, nf.Status.Recovery)
+	nf = waitFence(t, s.Cluster, y, 2*time.Minute, func(nf *v1alpha1.NodeFence) bool {
+		return nf.Spec.Trigger == v1alpha1.TriggerManual && nf.Spec.Reason == "e2e: fence it again once back" && nf.Status.Phase == v1alpha1.PhaseReleased
+	})
+	if nf.Spec.PreviousRecoveryTime == nil || nf.Spec.PreviousRecoveryTime.Time.Before(recoveredAt.Time) {
+		t.Errorf("the fence on the kept request records the previous recovery at %v, want the one after the flapping hold (after %v)", nf.Spec.PreviousRecoveryTime, recoveredAt)
 	}
-	assertTainted(t, s, y, false)
+	wantNodeEvent(t, s, y, "FenceRequestKept")
+	assertTainted(t, s, y, true)
 
 	s.WaitWriter(t, realscene.PodName(0), "", 2*time.Minute)
 	h, evs := s.History(t), s.Audit(t)
@@ -129,6 +141,27 @@ func assertTainted(t *testing.T, s *realscene.Scene, node string, want bool) {
 	}
 	if got != want {
 		t.Errorf("node %s carries the out-of-service taint: %v, want %v (taints %v)", node, got, want, n.Spec.Taints)
+	}
+}
+
+// untaintNode takes the out-of-service taint off the node by hand, as the cluster's admin.
+func untaintNode(t *testing.T, s *realscene.Scene, node string) {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := s.Cluster.Client.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintOutOfService })
+	if err := s.Cluster.Client.Update(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantNodeEvent checks that an event with reason was recorded on the node.
+func wantNodeEvent(t *testing.T, s *realscene.Scene, node, reason string) {
+	t.Helper()
+	if events := clusterEvents(t, s.Cluster, "Node", node); !hasEvent(events, reason) {
+		t.Errorf("no %s event on node %s; its events: %v", reason, node, events)
 	}
 }
 
