@@ -436,16 +436,22 @@ func (r *NodeFenceReconciler) dropUnfenceRequest(ctx context.Context, nf *v1alph
 	if !present && !byPresent {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	delete(node.Annotations, v1alpha1.AnnotationUnfenceRequest)
-	delete(node.Annotations, v1alpha1.AnnotationUnfenceRequestedBy)
-	if err := r.Client.Patch(ctx, node, patch); err != nil {
+	if err := r.removeRequest(ctx, node, v1alpha1.AnnotationUnfenceRequest, v1alpha1.AnnotationUnfenceRequestedBy); err != nil {
 		return fmt.Errorf("removing the unfence request node %s carried %s (%s): %w", nf.Spec.NodeName, when, blocked, err)
 	}
 	r.event(ctx, nf, corev1.EventTypeWarning, ReasonStaleUnfenceRequest,
 		"node %s carried an unfence request %s (%s=%q, requested by %q): removed, since it cannot vouch for the node as the fence leaves it; once the fence is released, confirm the node clean again if it is",
 		nf.Spec.NodeName, when, v1alpha1.AnnotationUnfenceRequest, truncate(text, 256), by)
 	return nil
+}
+
+// removeRequest removes a request annotation and its recorded requester from node, in one
+// write that fails on a concurrent change of the Node.
+func (r *NodeFenceReconciler) removeRequest(ctx context.Context, node *corev1.Node, key, byKey string) error {
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	delete(node.Annotations, key)
+	delete(node.Annotations, byKey)
+	return r.Client.Patch(ctx, node, patch)
 }
 
 // reader reads what must not be stale: the API server when the reconciler has its reader.

@@ -266,7 +266,7 @@ func (r *NodeFenceReconciler) dropEarlyRequests(ctx context.Context, nf *v1alpha
 	_, unfence := node.Annotations[v1alpha1.AnnotationUnfenceRequest]
 	_, unfenceBy := node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]
 	unfence = unfence || unfenceBy
-	_, fence := laterFenceRequest(nf, node)
+	fenceText, fence := laterFenceRequest(nf, node)
 	_, disproved := powerOffDisproved(nf, node)
 	first := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered) == nil
 	if !(first && (unfence || fence)) && !(disproved && nf.Status.PowerOffDisprovedTime == nil) {
@@ -291,7 +291,7 @@ func (r *NodeFenceReconciler) dropEarlyRequests(ctx context.Context, nf *v1alpha
 		}
 	}
 	if fence && first {
-		if err := r.dropAnsweredFenceRequest(ctx, nf, node); err != nil {
+		if err := r.dropAnsweredFenceRequest(ctx, nf, node, fenceText); err != nil {
 			return err
 		}
 	}
@@ -391,20 +391,13 @@ func laterFenceRequest(nf *v1alpha1.NodeFence, node *corev1.Node) (string, bool)
 	return text, true
 }
 
-// dropAnsweredFenceRequest removes, at the first look after the release, a fence request the
-// node carries that is not this fence's own: it was made while this fence was under way, and
-// this fence answered it. Left, it would be taken for one made while the node was held, and
-// fence the node again the moment it is given back.
-func (r *NodeFenceReconciler) dropAnsweredFenceRequest(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
-	text, later := laterFenceRequest(nf, node)
-	if !later {
-		return nil
-	}
+// dropAnsweredFenceRequest removes, at the first look after the release, the fence request
+// (text, laterFenceRequest's) the node carries that is not this fence's own: it was made while
+// this fence was under way, and this fence answered it. Left, it would be taken for one made
+// while the node was held, and fence the node again the moment it is given back.
+func (r *NodeFenceReconciler) dropAnsweredFenceRequest(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, text string) error {
 	by := requester(node)
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	delete(node.Annotations, v1alpha1.AnnotationFenceRequest)
-	delete(node.Annotations, v1alpha1.AnnotationFenceRequestedBy)
-	if err := r.Client.Patch(ctx, node, patch); err != nil {
+	if err := r.removeRequest(ctx, node, v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy); err != nil {
 		return fmt.Errorf("removing the fence request node %s carried while its fence was under way (recovery waits on it): %w", node.Name, err)
 	}
 	r.event(ctx, nf, corev1.EventTypeNormal, ReasonFenceRequestAnswered,
