@@ -471,19 +471,24 @@ func (r *NodeFenceReconciler) untaint(ctx context.Context, nf *v1alpha1.NodeFenc
 	return true, nil
 }
 
-// taintedSinceConfirmation says whether this fence's Taint step succeeded after its current
-// confirmation, and when that step began.
+// taintedSinceConfirmation says whether this fence began a Taint step after its current
+// confirmation, and when the first such step began. The step's state does not matter: a step
+// recorded as started may have put the taint on and lost the write of its success (a
+// controller killed, a refused status write), and a retried step finds the taint its first try
+// put on; addedBy tells the fence's own taint from one that was there before.
 func taintedSinceConfirmation(nf *v1alpha1.NodeFence) (time.Time, bool) {
+	var first time.Time
+	found := false
 	for i := len(nf.Status.Steps) - 1; i >= 0; i-- {
 		s := nf.Status.Steps[i]
 		if isConfirmStep(s.Name) {
-			return time.Time{}, false
+			break
 		}
-		if s.Name == v1alpha1.StepTaint && s.State == v1alpha1.StepSucceeded {
-			return s.StartTime.Time, true
+		if s.Name == v1alpha1.StepTaint {
+			first, found = s.StartTime.Time, true
 		}
 	}
-	return time.Time{}, false
+	return first, found
 }
 
 // addedBy says whether the out-of-service taint t is the one a Taint step begun at start added:

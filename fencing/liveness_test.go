@@ -197,14 +197,19 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 		// taintAdded is the node's taint's timeAdded, relative to the Taint step's start; nil:
 		// none (not stamped by Palisade).
 		taintAdded *time.Duration
-		taintStep  bool
+		// taintSteps are the states of the Taint steps since the confirmation, the first
+		// begun at the step start, each later one a minute after the one before.
+		taintSteps []v1alpha1.StepState
 		wantGone   bool
 	}{
-		{"added by this fence's Taint step", ptr.To(time.Second), true, true},
-		{"added in the step's second (a retry after a crash found its own)", ptr.To(time.Duration(0)), true, true},
-		{"there before the Taint step, which found it present", ptr.To(-time.Minute), true, false},
-		{"someone else's, without timeAdded", nil, true, false},
-		{"no Taint step since the confirmation", ptr.To(time.Second), false, false},
+		{"added by this fence's Taint step", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true},
+		{"added in the step's second (a retry after a crash found its own)", ptr.To(time.Duration(0)), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true},
+		{"added by a Taint step whose success was never recorded", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepStarted}, true},
+		{"added by a first try, a second try under way", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepFailed, v1alpha1.StepStarted}, true},
+		{"there before the Taint step, which found it present", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepSucceeded}, false},
+		{"there before a Taint step never recorded done", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepStarted}, false},
+		{"someone else's, without timeAdded", nil, []v1alpha1.StepState{v1alpha1.StepSucceeded}, false},
+		{"no Taint step since the confirmation", ptr.To(time.Second), nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, "ipmi")
@@ -232,9 +237,9 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 			nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
 			nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
 			nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded)}
-			if tc.taintStep {
-				step := st(v1alpha1.StepTaint, "", v1alpha1.StepSucceeded)
-				step.StartTime = metav1.NewTime(stepStart)
+			for i, state := range tc.taintSteps {
+				step := st(v1alpha1.StepTaint, "", state)
+				step.StartTime = metav1.NewTime(stepStart.Add(time.Duration(i) * time.Minute))
 				nf.Status.Steps = append(nf.Status.Steps, step)
 			}
 			out, _, stop := w.r.checkLife(ctx, nf)
