@@ -25,6 +25,10 @@ type remembered struct {
 	rv string
 	// passes are the passes of the last step taken since the record was last written.
 	passes int32
+	// begun is 1 + the index of the step whose start this controller recorded last (0: none):
+	// a step it finds started that it did not begin may have been taken by a controller that
+	// died before recording so (began, begunHere).
+	begun int
 }
 
 // of returns what is remembered of nf (nothing for another fence made under its name). The
@@ -39,7 +43,7 @@ func (f *fenceMemory) of(nf *v1alpha1.NodeFence) remembered {
 // keep stores e for the fence named name, or drops the entry when nothing is left in it. The
 // caller holds mu.
 func (f *fenceMemory) keep(name string, e remembered) {
-	if e.rv == "" && e.passes == 0 {
+	if e.rv == "" && e.passes == 0 && e.begun == 0 {
 		delete(f.m, name)
 		return
 	}
@@ -111,6 +115,22 @@ func (f *fenceMemory) takePasses(nf *v1alpha1.NodeFence) int32 {
 	e.passes = 0
 	f.keep(nf.Name, e)
 	return n
+}
+
+// began remembers that this controller recorded the start of nf's last step.
+func (f *fenceMemory) began(nf *v1alpha1.NodeFence) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.of(nf)
+	e.begun = len(nf.Status.Steps)
+	f.keep(nf.Name, e)
+}
+
+// begunHere says whether this controller recorded the start of nf's last step.
+func (f *fenceMemory) begunHere(nf *v1alpha1.NodeFence) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.of(nf).begun == len(nf.Status.Steps)
 }
 
 // forget drops all that is remembered of the fence named name (it was deleted).

@@ -191,6 +191,7 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		if err := r.saveStatus(ctx, nf); err != nil {
 			return ctrl.Result{}, false, err
 		}
+		r.memory.began(nf)
 	}
 	return r.takeAndRecord(ctx, nf, a)
 }
@@ -231,6 +232,13 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 	if a.step == v1alpha1.StepVerifyFenced {
 		before = nf.Status.DeepCopy()
 	}
+	if s := lastStep(nf); s.Attempts == 0 && releaseStep(s.Name) && !r.memory.begunHere(nf) {
+		// Begun by another controller (or before a restart) and never recorded as taken: it
+		// may have acted and died before recording so. Counted as one attempt, so that a sign
+		// of life found now does not read as found before the step did anything
+		// (untaintedAfterRelease keeps the storage fence).
+		s.Attempts++
+	}
 	lastStep(nf).Attempts++
 	out := r.take(ctx, nf, a)
 	step := lastStep(nf)
@@ -257,6 +265,9 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 	// said once.
 	if err := r.saveCounted(ctx, nf, func() { r.recordFollowOn(nf, next) }); err != nil {
 		return ctrl.Result{}, false, err
+	}
+	if next.kind == actStart {
+		r.memory.began(nf)
 	}
 	ended := nf.Status.Steps[taken]
 	r.eventForEnd(ctx, nf, &ended)

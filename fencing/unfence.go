@@ -247,7 +247,9 @@ func untaintedAfterRelease(nf *v1alpha1.NodeFence) (why string, keep bool) {
 	for _, s := range nf.Status.Steps {
 		// A sign of life found between release steps fails the release step it was found in.
 		// The step looks for one before it acts (take), so a step stopped by one at its first
-		// attempt did nothing; at a later attempt, its earlier ones may have.
+		// attempt did nothing; at a later attempt, its earlier ones may have. A step resumed by
+		// a controller that did not begin it counts one attempt more (takeAndRecord): the one
+		// that began it may have acted and died unrecorded.
 		acted := !(disproved(s) && s.Attempts <= 1)
 		switch {
 		case disproved(s) && (released || (releaseStep(s.Name) && acted)):

@@ -380,6 +380,39 @@ func TestStorageFenceKeptAfterAReleaseTheNodeDisproved(t *testing.T) {
 	}
 }
 
+// TestStorageFenceKeptAfterAResumedReleaseStepTheNodeDisproved: a release step recorded as
+// begun by a controller that then died (it may have force-deleted pods before recording so) and
+// resumed by a new one that finds the node alive at once counts as having acted: its NodeFence's
+// deletion keeps the storage fence. Were the sign of life read as found before the step did
+// anything, the storage fence would be lifted while the original runs beside its replacement.
+func TestStorageFenceKeptAfterAResumedReleaseStepTheNodeDisproved(t *testing.T) {
+	s := &storage{answers: []providers.Status{{State: providers.Confirmed}}}
+	w, rec := storageWorld(t, s, storageMethod)
+	nf := w.run(t)
+	// As the dead controller left it: released without the taint (release.outOfServiceTaint
+	// off), DeletePods begun and nothing after it on record.
+	i := slices.IndexFunc(nf.Status.Steps, func(s v1alpha1.Step) bool { return s.Name == v1alpha1.StepDeletePods })
+	if i < 0 {
+		t.Fatalf("no DeletePods step in %+v", nf.Status.Steps)
+	}
+	nf.Status.Steps = slices.DeleteFunc(nf.Status.Steps[:i+1], func(s v1alpha1.Step) bool { return s.Name == v1alpha1.StepTaint })
+	last := &nf.Status.Steps[len(nf.Status.Steps)-1]
+	last.State, last.Attempts, last.EndTime, last.Reason, last.Message = v1alpha1.StepStarted, 0, nil, "", ""
+	nf.Status.Phase, nf.Status.ReleasedTime, nf.Status.PodsDeleted = v1alpha1.PhaseReleasing, nil, 0
+	nf.Status.Conditions = nil
+	if err := w.c.Status().Update(context.Background(), nf); err != nil {
+		t.Fatal(err)
+	}
+	w.r.memory = fenceMemory{} // a new leader
+	w.renewLease(t)
+	got, _ := w.reconcile(t)
+	if d := got.Status.Steps[len(got.Status.Steps)-1]; d.Name != v1alpha1.StepDeletePods || !disproved(d) {
+		t.Fatalf("last step %+v, want DeletePods failed as the node showed life", d)
+	}
+	w.removeTaint(t)
+	checkStorageFenceKept(t, w, s, rec, "a node alive when a new leader resumed its release")
+}
+
 // checkStorageFenceKept deletes the NodeFence and checks that it goes at once, its storage
 // fence not lifted, with a StorageFenceKept event; whose names the node in failures.
 func checkStorageFenceKept(t *testing.T, w *world, s *storage, rec *recorder, whose string) {
