@@ -160,18 +160,9 @@ func (r *NodeFenceReconciler) podsToDelete(ctx context.Context, node string) ([]
 func (r *NodeFenceReconciler) forceDelete(ctx context.Context, nf *v1alpha1.NodeFence, pod *corev1.Pod) (deleted bool, err error) {
 	mark, del := podNeeds(pod)
 	if mark {
-		patch := client.MergeFrom(pod.DeepCopy())
-		pod.Status.Phase = corev1.PodFailed
-		setPodCondition(pod, corev1.PodCondition{
-			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: ReasonDisruption,
-			Message:            fmt.Sprintf("Palisade: node %s is fenced (%s, confirmed); the pod was force-deleted", nf.Spec.NodeName, nf.Status.Method),
-			LastTransitionTime: metav1.NewTime(r.now()),
-		})
-		if err := r.Client.Status().Patch(ctx, pod, patch); err != nil {
-			if apierrors.IsNotFound(err) {
-				return false, nil
-			}
-			return false, fmt.Errorf("marking pod %s/%s failed: %w", pod.Namespace, pod.Name, err)
+		ours, err := r.markFailed(ctx, nf, pod)
+		if err != nil || !ours {
+			return false, err
 		}
 	}
 	if !del {
@@ -185,6 +176,45 @@ func (r *NodeFenceReconciler) forceDelete(ctx context.Context, nf *v1alpha1.Node
 		return false, fmt.Errorf("force-deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return true, nil
+}
+
+// markFailed sets the pod's phase Failed with its DisruptionTarget condition, on this very pod
+// only: the patch carries the resourceVersion listed, so that a pod of the same name made since
+// (the original deleted by someone else, PodGC on the out-of-service node, and replaced by its
+// StatefulSet on a healthy node) is never marked. On a conflict it reads the pod again and
+// marks it only while it is still the one listed (same UID, still on the fenced node). ours is
+// false when the pod listed is gone or replaced: not this fence's to release.
+func (r *NodeFenceReconciler) markFailed(ctx context.Context, nf *v1alpha1.NodeFence, pod *corev1.Pod) (ours bool, err error) {
+	for attempt := 0; ; attempt++ {
+		patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		pod.Status.Phase = corev1.PodFailed
+		setPodCondition(pod, corev1.PodCondition{
+			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: ReasonDisruption,
+			Message:            fmt.Sprintf("Palisade: node %s is fenced (%s, confirmed); the pod was force-deleted", nf.Spec.NodeName, nf.Status.Method),
+			LastTransitionTime: metav1.NewTime(r.now()),
+		})
+		err := r.Client.Status().Patch(ctx, pod, patch)
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case !apierrors.IsConflict(err) || attempt == 2:
+			return false, fmt.Errorf("marking pod %s/%s failed: %w", pod.Namespace, pod.Name, err)
+		}
+		uid := pod.UID
+		fresh := &corev1.Pod{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), fresh); err != nil {
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return false, fmt.Errorf("reading pod %s/%s again to mark it failed: %w", pod.Namespace, pod.Name, err)
+		}
+		if fresh.UID != uid || fresh.Spec.NodeName != nf.Spec.NodeName {
+			return false, nil
+		}
+		*pod = *fresh
+	}
 }
 
 func setPodCondition(pod *corev1.Pod, c corev1.PodCondition) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -130,6 +131,62 @@ func TestDeletePodsOwnerDeletesMarkedPod(t *testing.T) {
 	// A pod gone before the fence's pass reached it was not released by the fence.
 	if d, err := r.forceDelete(context.Background(), nf, nodePod("gone-0")); err != nil || d {
 		t.Errorf("forceDelete of a pod already gone = %v, %v; want not counted, no error", d, err)
+	}
+}
+
+// A pod replaced under the fence's hand (deleted by someone else after the fence listed it, and
+// made again under its name on a healthy node by its StatefulSet) is not marked Failed: the
+// mark carries the listed pod's resourceVersion. Were it marked, the kubelet of the healthy
+// node would kill the new replica. A pod whose own status changed since the listing is marked
+// after a fresh read.
+func TestMarkFailedOnlyThePodListed(t *testing.T) {
+	ctx := context.Background()
+	replaced := false
+	c, r, nf := podScene(t, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			p := obj.(*corev1.Pod)
+			switch {
+			case p.Name == "db-0" && !replaced:
+				replaced = true
+				if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "db-0"}}); err != nil {
+					return err
+				}
+				again := nodePod("db-0")
+				again.UID, again.Spec.NodeName = "uid-db-0-again", "n2"
+				if err := c.Create(ctx, again); err != nil {
+					return err
+				}
+			case p.Name == "db-1" && p.Labels["touched"] == "":
+				// Another writer changes the pod first: the mark's resourceVersion is stale.
+				cur := &corev1.Pod{}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
+					return err
+				}
+				cur.Labels = map[string]string{"touched": "yes"}
+				if err := c.Update(ctx, cur); err != nil {
+					return err
+				}
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		Delete: deleteWithGrace,
+	}, nodePod("db-0"), nodePod("db-1"))
+	out := r.deletePods(ctx, nf)
+	if out.state != v1alpha1.StepSucceeded {
+		t.Fatalf("deletePods = %+v", out)
+	}
+	again := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "db", Name: "db-0"}, again); err != nil {
+		t.Fatalf("the new db-0 on n2 is gone: %v", err)
+	}
+	if again.Status.Phase != corev1.PodRunning || len(again.Status.Conditions) != 0 {
+		t.Errorf("the new db-0 on healthy node n2 was marked: phase %s, conditions %+v", again.Status.Phase, again.Status.Conditions)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "db", Name: "db-1"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("db-1 (changed by another writer since the listing) was not force-deleted: %v", err)
+	}
+	if nf.Status.PodsDeleted != 1 {
+		t.Errorf("podsDeleted = %d, want 1 (db-1; db-0 was released by someone else)", nf.Status.PodsDeleted)
 	}
 }
 
