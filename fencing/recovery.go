@@ -115,6 +115,7 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 			}
 		}
 	}
+	decidedBefore := nf.Status.Recovery != nil
 	if nf.Status.Recovery == nil {
 		rec, reason, msg := judgeClean(nf, node, r.now())
 		if rec == nil {
@@ -134,6 +135,15 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	lifted, wait := r.lift(ctx, nf)
 	if wait != nil {
 		return ctrl.Result{RequeueAfter: retryLift}, r.hold(ctx, nf, wait.reason, wait.msg)
+	}
+	if decidedBefore && len(lifted) == 0 {
+		// The decision was read, not made here: this copy may be one a lost leader held while
+		// the fence went on (recovered, the node fenced again under the same name), and the
+		// taint taken off by node would be the newer fence's. A lift checks the same
+		// (lift, stillCurrent); with nothing lifted, nothing checked it yet.
+		if err := r.stillCurrent(ctx, nf); err != nil {
+			return ctrl.Result{}, fmt.Errorf("not unfencing node %s from a copy of its NodeFence that may be stale: %w", nf.Spec.NodeName, err)
+		}
 	}
 	if err := r.unTaint(ctx, nf, node); err != nil {
 		return ctrl.Result{}, err

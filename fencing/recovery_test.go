@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -918,4 +919,49 @@ func gauge(t *testing.T, name, reason string) float64 {
 		return d.GetGauge().GetValue()
 	}
 	return 0
+}
+
+// A controller that resumes with a copy of the record in which the recovery was already
+// decided (a lost leader that does not know it yet) takes the taint off only when that copy is
+// still the API server's record: by then the node may have been recovered and fenced again
+// under the same name, and the taint it would take off, by node, is the newer fence's. With a
+// storage fence the lift checks the same; without one, nothing else does.
+func TestDecidedRecoveryFromAStaleCopyKeepsTheTaint(t *testing.T) {
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale=%t", stale), func(t *testing.T) {
+			w, _ := releasedWorld(t, nil)
+			ctx := context.Background()
+			nf := &v1alpha1.NodeFence{}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+				t.Fatal(err)
+			}
+			nf.Status.Recovery = &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryRebooted, Reason: "boot ID changed"}
+			if err := w.c.Status().Update(ctx, nf); err != nil {
+				t.Fatal(err)
+			}
+			held := nf.DeepCopy()
+			if stale {
+				// The record moves on under the held copy (here: the live leader's write).
+				nf.Status.Conditions = append(nf.Status.Conditions, metav1.Condition{Type: "Seen", Status: metav1.ConditionTrue, Reason: "ByTheLeader", LastTransitionTime: metav1.Now()})
+				if err := w.c.Status().Update(ctx, nf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.setNode(t, back(bootAfter))
+			_, err := w.r.recoverIfClean(ctx, held)
+			node := &corev1.Node{}
+			if gerr := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); gerr != nil {
+				t.Fatal(gerr)
+			}
+			if stale {
+				if err == nil || !strings.Contains(err.Error(), "may be stale") || !OutOfService(node) {
+					t.Errorf("from a stale copy: error %v, tainted %t; want an error saying why and the taint kept", err, OutOfService(node))
+				}
+				return
+			}
+			if err != nil || OutOfService(node) {
+				t.Errorf("from the current record: error %v, tainted %t; want the node unfenced", err, OutOfService(node))
+			}
+		})
+	}
 }
