@@ -35,8 +35,8 @@ func (r *NodeReconciler) keepFinalizer(ctx context.Context, node *corev1.Node, p
 	} else {
 		controllerutil.RemoveFinalizer(node, v1alpha1.FinalizerFenceOnDelete)
 	}
-	if err := r.Client.Patch(ctx, node, patch); err != nil {
-		return fmt.Errorf("updating the finalizer of node %s: %w", node.Name, client.IgnoreNotFound(err))
+	if err := r.Client.Patch(ctx, node, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("updating the finalizer of node %s: %w", node.Name, err)
 	}
 	return nil
 }
@@ -98,8 +98,8 @@ func (r *NodeReconciler) fenceDeleted(ctx context.Context, node *corev1.Node, pr
 func (r *NodeReconciler) letGo(ctx context.Context, node *corev1.Node, typ, format string, args ...any) error {
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(node, v1alpha1.FinalizerFenceOnDelete)
-	if err := r.Client.Patch(ctx, node, patch); err != nil {
-		return fmt.Errorf("removing the finalizer of deleted node %s: %w", node.Name, client.IgnoreNotFound(err))
+	if err := r.Client.Patch(ctx, node, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing the finalizer of deleted node %s: %w", node.Name, err)
 	}
 	msg := fmt.Sprintf(format, args...)
 	ctrl.LoggerFrom(ctx).Info("deletion of the node goes on", "why", msg)

@@ -195,8 +195,8 @@ func (r *NodeFenceReconciler) waitLift(ctx context.Context, nf *v1alpha1.NodeFen
 func (r *NodeFenceReconciler) letGoOfFence(ctx context.Context, nf *v1alpha1.NodeFence) error {
 	patch := client.MergeFromWithOptions(nf.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(nf, v1alpha1.FinalizerLiftStorageFence)
-	if err := r.Client.Patch(ctx, nf, patch); err != nil {
-		return fmt.Errorf("removing finalizer %s: %w", v1alpha1.FinalizerLiftStorageFence, client.IgnoreNotFound(err))
+	if err := r.Client.Patch(ctx, nf, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing finalizer %s: %w", v1alpha1.FinalizerLiftStorageFence, err)
 	}
 	return nil
 }

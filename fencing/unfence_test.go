@@ -440,3 +440,33 @@ func TestPowerFenceHoldsNoFinalizer(t *testing.T) {
 		t.Fatal("the NodeFence of a power fence stays after its deletion")
 	}
 }
+
+// A finalizer's removal from an object already gone is no error: there is nothing left to let
+// go of (before, the NotFound became an error wrapping nil, and the reconcile was retried).
+func TestLetGoOfAGoneObject(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	ctx := context.Background()
+	nf := &v1alpha1.NodeFence{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.Delete(ctx, nf.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	nf.Finalizers = []string{v1alpha1.FinalizerLiftStorageFence}
+	if err := w.r.letGoOfFence(ctx, nf); err != nil {
+		t.Errorf("letGoOfFence of a NodeFence gone = %v, want nil", err)
+	}
+	node := &corev1.Node{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.Delete(ctx, node.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	node.Finalizers = nil
+	nr := &NodeReconciler{Client: w.c}
+	if err := nr.keepFinalizer(ctx, node, &v1alpha1.FencingPolicy{}); err != nil {
+		t.Errorf("keepFinalizer of a Node gone = %v, want nil", err)
+	}
+}
