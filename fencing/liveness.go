@@ -14,6 +14,8 @@ import (
 	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/agent"
 )
 
 // The release-time liveness check (invariant 1 against a read-back that lies). A BMC, a cloud
@@ -257,7 +259,8 @@ func (r *NodeFenceReconciler) kubeletStayedStopped(nf *v1alpha1.NodeFence) (ever
 	if !ok || hb.KubeletHealthy || hb.Executor == nil {
 		return 0, false
 	}
-	if st := hb.Executor; st.ID != string(nf.UID) || st.State != agentwire.ExecutorConfirmed || !st.KubeletStopped {
+	order := agent.OrderID(providers.Request{Fence: nf, Method: v1alpha1.Method{Name: nf.Status.Method}})
+	if st := hb.Executor; st.ID != order || st.State != agentwire.ExecutorConfirmed || !st.KubeletStopped {
 		return 0, false
 	}
 	if every = hb.Interval; every <= 0 {

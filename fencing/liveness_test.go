@@ -611,7 +611,7 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 				}
 				zero := 0
 				hb := agentwire.Heartbeat{Node: "n1", Received: w.now.Add(time.Second / 2), Interval: time.Second, RunningContainers: &zero,
-					Executor: &agentwire.ExecutorStatus{ID: "fence-uid", State: agentwire.ExecutorConfirmed, KubeletStopped: true}}
+					Executor: &agentwire.ExecutorStatus{ID: "fence-uid/executor", State: agentwire.ExecutorConfirmed, KubeletStopped: true}}
 				if !tt.report(&hb, since) {
 					delete(w.r.Heartbeats.(heartbeats), "n1")
 					return
@@ -642,11 +642,11 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 func TestExecutorWindowTakenUpLateIsWatchedWhole(t *testing.T) {
 	confirmed := metav1.NewTime(t0)
 	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{UID: "fence-uid"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"},
-		Status: v1alpha1.NodeFenceStatus{FencedTime: &confirmed}}
+		Status: v1alpha1.NodeFenceStatus{Method: "executor", FencedTime: &confirmed}}
 	late := t0.Add(30 * time.Second)
 	for _, stopped := range []bool{true, false} {
 		r := &NodeFenceReconciler{Heartbeats: heartbeats{"n1": {Node: "n1", Received: late, Interval: time.Second,
-			Executor: &agentwire.ExecutorStatus{ID: "fence-uid", State: agentwire.ExecutorConfirmed, KubeletStopped: stopped}}}}
+			Executor: &agentwire.ExecutorStatus{ID: "fence-uid/executor", State: agentwire.ExecutorConfirmed, KubeletStopped: stopped}}}}
 		want := late.Add(kubeletRestartBackOff + verifyMargin)
 		if stopped {
 			want = late.Add(3*time.Second + verifyMargin)

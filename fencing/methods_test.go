@@ -157,7 +157,7 @@ func TestOrderEndsWithItsFence(t *testing.T) {
 			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
 				t.Fatal(err)
 			}
-			ch.status = agentwire.ExecutorStatus{ID: string(nf.UID), State: tt.state, Message: "test"}
+			ch.status = agentwire.ExecutorStatus{ID: agent.OrderID(providers.Request{Fence: nf, Method: v1alpha1.Method{Name: "executor"}}), State: tt.state, Message: "test"}
 			nf = w.run(t)
 			if nf.Status.Phase != tt.phase {
 				t.Fatalf("phase %s, want %s; UID %q:\n%s", nf.Status.Phase, tt.phase, nf.UID, goldenTrace(nf))

@@ -108,7 +108,7 @@ func (w *world) heartbeat(nf *v1alpha1.NodeFence, back time.Duration) {
 	zero := 0
 	w.r.Heartbeats.(heartbeats)["n1"] = agentwire.Heartbeat{Node: "n1", Received: w.now, Interval: time.Second,
 		RunningContainers: &zero, KubeletHealthy: healthy,
-		Executor: &agentwire.ExecutorStatus{ID: "fence-uid", State: agentwire.ExecutorConfirmed, KubeletStopped: true}}
+		Executor: &agentwire.ExecutorStatus{ID: "fence-uid/executor", State: agentwire.ExecutorConfirmed, KubeletStopped: true}}
 }
 
 // Passes counted for a fence are not added to another fence made later under its name.

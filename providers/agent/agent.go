@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"palisade.dev/palisade/config/agentwire"
@@ -68,13 +70,18 @@ func ViaFor(nf *v1alpha1.NodeFence) Via {
 	return ViaDirect
 }
 
+// OrderID names the order of req's method in req's fence: "<fence UID>/<method name>". A
+// resumed controller re-sends the same ID, which the agent runs once; two Executor methods of
+// one fence send two IDs, so that the second is carried out too and its Check never takes the
+// first one's account (or its runtime read-back) for its own.
+func OrderID(req providers.Request) string { return req.ID() + "/" + req.Method.Name }
+
 // Fence hands the order to the agent: ViaDirect in the answer to its next heartbeat, ViaAPI in
 // the palisade.dev/executor-command annotation of the node's NodeFence, which the agent
-// watches. The order's ID is the fence's UID: a resumed controller re-sends the same order and
-// the agent runs it once. The order carries the fence's fencing token, and the agent refuses it
-// when it already took a later fence's.
+// watches. The order's ID is OrderID. The order carries the fence's fencing token, and the
+// agent refuses it when it already took a later fence's.
 func (p *Provider) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
-	cmd := agentwire.Command{ID: req.ID(), Action: agentwire.ActionTerminate, Token: req.Fence.Status.Token}
+	cmd := agentwire.Command{ID: OrderID(req), Action: agentwire.ActionTerminate, Token: req.Fence.Status.Token}
 	if s := req.Method.Executor; s != nil {
 		cmd.GracePeriodSeconds = s.GracePeriodSeconds
 	}
@@ -141,7 +148,7 @@ func (p *Provider) report(ctx context.Context, req providers.Request) (agentwire
 	node := req.Node()
 	if ViaFor(req.Fence) == ViaDirect {
 		st, ok := p.ch.ExecutorStatus(node)
-		if !ok || st.ID != req.ID() {
+		if !ok || st.ID != OrderID(req) {
 			return st, nil, "the agent has not taken the order yet", nil
 		}
 		var running *int
@@ -169,16 +176,70 @@ func (p *Provider) report(ctx context.Context, req providers.Request) (agentwire
 		// A malformed answer is no confirmation; the method's timeout ends the wait.
 		return agentwire.ExecutorStatus{}, nil, "ignoring the agent's answer: " + err.Error(), nil
 	}
-	if rep.Executor.ID != req.ID() {
+	if rep.Executor.ID != OrderID(req) {
 		return rep.Executor, nil, fmt.Sprintf("the agent's latest answer is for another order (%s)", rep.Executor.ID), nil
 	}
 	return rep.Executor, rep.RunningContainers, "", nil
 }
 
-// End stops serving the order on the direct channel: the fence it belongs to is over.
-func (p *Provider) End(_ context.Context, req providers.Request) error {
+// End takes the order back: the method is over (it failed, or its fence ended). It stops
+// serving it on the direct channel and removes it from the node's NodeFence, which outlives
+// the fence: left there, it would be carried out again by an agent restarted after the fence
+// (its record of the orders it ran is in memory, and the order's fencing token is still the
+// highest it took), terminating the workload of a node back in service. The NodeFence is read
+// from the client's cache, so that End costs no API call when there is no order to remove.
+func (p *Provider) End(ctx context.Context, req providers.Request) error {
 	p.ch.ClearCommand(req.Node())
-	return nil
+	return p.unannotate(ctx, req)
+}
+
+// unannotate removes req's order from the node's NodeFence, if it is there. The JSON patch
+// tests the NodeFence's UID and the annotation's value first, so that it never removes
+// another fence's order, nor another method's written since the read; when a test fails, the
+// NodeFence is read again. A NodeFence that is gone holds nothing to remove, and a request
+// without a fence UID (a NodeFence deleted before its end) has no order on a live one.
+func (p *Provider) unannotate(ctx context.Context, req providers.Request) error {
+	if p.api == nil || req.Fence.UID == "" {
+		return nil
+	}
+	node, id := req.Node(), OrderID(req)
+	var err error
+	for range 3 {
+		nf := &v1alpha1.NodeFence{}
+		if gerr := p.api.Get(ctx, client.ObjectKey{Name: node}, nf); gerr != nil {
+			if apierrors.IsNotFound(gerr) {
+				return nil
+			}
+			return providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading the NodeFence of node %s: %w", node, gerr))
+		}
+		raw, ok := nf.Annotations[v1alpha1.AnnotationExecutorCommand]
+		if !ok || nf.UID != req.Fence.UID || !holdsOrder(raw, id) {
+			return nil
+		}
+		err = p.api.Patch(ctx, nf, client.RawPatch(types.JSONPatchType, removeOrderPatch(nf.UID, raw)))
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+	}
+	return providers.NewError(providers.ReasonAPIError, fmt.Errorf("removing order %s from the NodeFence of node %s: %w", id, node, err))
+}
+
+// holdsOrder says whether raw, an order annotation, is the order with id.
+func holdsOrder(raw, id string) bool {
+	var cmd agentwire.Command
+	return json.Unmarshal([]byte(raw), &cmd) == nil && cmd.ID == id
+}
+
+// removeOrderPatch is a JSON patch that removes the order annotation if the NodeFence is the
+// one with uid and the annotation still holds raw; the API server refuses it (422) otherwise.
+func removeOrderPatch(uid types.UID, raw string) []byte {
+	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(v1alpha1.AnnotationExecutorCommand) // a JSON pointer
+	b, _ := json.Marshal([]map[string]string{
+		{"op": "test", "path": "/metadata/uid", "value": string(uid)},
+		{"op": "test", "path": path, "value": raw},
+		{"op": "remove", "path": path},
+	})
+	return b
 }
 
 // judge turns the agent's status and the runtime read-back taken with it into a Status:

@@ -4,6 +4,7 @@
 // cut off from the API server; ViaAPI, the palisade.dev/executor-command and executor-status
 // annotations of the node's NodeFence, for a node whose kubelet is down. A report of success is
 // not enough: the order is Confirmed only when the runtime read-back the agent took with it
-// shows no workload container running; the order stops being served when its fence ends.
+// shows no workload container running. The order is taken back when its method ends: no
+// longer served on the direct channel, and removed from the NodeFence, which outlives the fence.
 // SelfFence relies on an agent cut off from everything fencing itself, after a safe time.
 package agent

@@ -14,7 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -191,6 +193,22 @@ func executorFences(t *testing.T, verdict string, kubeletHealthy bool) {
 	if _, ok := nf.Annotations[v1alpha1.AnnotationExecutorStatus]; ok != answered || nf.Spec.Verdict != verdict {
 		t.Errorf("verdict %q, agent's answer on the NodeFence: %v (%q); want verdict %s and an answer there: %v",
 			nf.Spec.Verdict, ok, nf.Annotations[v1alpha1.AnnotationExecutorStatus], verdict, answered)
+	}
+	if verdict == "KubeletDown" {
+		// The order goes when its fence ends: left on the NodeFence, which outlives the fence,
+		// an agent restarted later would take it for a new one.
+		var order string
+		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			now := &v1alpha1.NodeFence{}
+			if err := s.env.Cluster.Client.Get(ctx, client.ObjectKey{Name: n1.Name()}, now); err != nil {
+				return false, err
+			}
+			order = now.Annotations[v1alpha1.AnnotationExecutorCommand]
+			return order == "", nil
+		})
+		if err != nil {
+			t.Errorf("the order %s is still on the NodeFence 10 s after its fence was released (%v)", order, err)
+		}
 	}
 	if !strings.HasPrefix(nf.Spec.Reason, verdict) || nf.Status.Method != "executor" {
 		t.Errorf("reason %q method %q, want a %s verdict fenced by the executor", nf.Spec.Reason, nf.Status.Method, verdict)

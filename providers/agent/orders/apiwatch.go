@@ -23,10 +23,11 @@ const nodeFencePath = names.NodeFenceResource
 // APIWatcher is the agent's second command channel: orders through the API server, for a node
 // whose kubelet is down while the node itself still sees the API server. It watches this node's
 // NodeFence for the palisade.dev/executor-command annotation, hands a new order to the same
-// Commander as the direct channel (which runs an ID once, whichever channel brought it), and
-// answers in the palisade.dev/executor-status annotation: the executor's status and a runtime
-// read-back taken with it, written on every change of the status and, once Confirmed, only with
-// a read-back. The watch is re-opened after any error, one interval later.
+// Commander as the direct channel (which runs an ID once, whichever channel brought it) while
+// its fence is under way, never once the NodeFence's phase says the fence is over, and answers
+// in the palisade.dev/executor-status annotation: the executor's status and a runtime read-back
+// taken with it, written on every change of the status and, once Confirmed, only with a
+// read-back. The watch is re-opened after any error, one interval later.
 type APIWatcher struct {
 	api      *apiclient.Client
 	node     string
@@ -36,6 +37,7 @@ type APIWatcher struct {
 
 	mu       sync.Mutex
 	order    string // the ID of the order the NodeFence carries; "" for none
+	over     string // the ID of the last order left alone because its fence is over
 	reported string // "<id>/<state>" of the last answer written
 	watching bool
 }
@@ -83,17 +85,27 @@ func (a *APIWatcher) setWatching(on bool, err error) {
 	}
 }
 
-// watchEvent is one line of a watch stream: the NodeFence's name and annotations are all the
-// agent reads.
+// watchEvent is one line of a watch stream. Object is a NodeFence, or a Status for an ERROR.
 type watchEvent struct {
-	Type   string `json:"type"`
-	Object struct {
-		Metadata struct {
-			Name        string            `json:"name"`
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
-	} `json:"object"`
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
 }
+
+// watchedFence is what the agent reads of its NodeFence: the order annotation and the phase.
+type watchedFence struct {
+	Metadata struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Status struct {
+		Phase string `json:"phase"`
+	} `json:"status"`
+}
+
+// fenceOver holds the phases of a NodeFence whose fence is over (config/v1alpha1's Released,
+// Failed and Recovered): the NodeFence stays until the node's next fence replaces it, and so
+// may its order, which an agent restarted since would otherwise take for a new one (its record
+// of the orders it ran is in memory; the order's fencing token is the highest on disk).
+var fenceOver = map[string]bool{"Released": true, "Failed": true, "Recovered": true}
 
 // watch follows this node's NodeFence (the server sends its current state first) until the
 // stream ends.
@@ -116,17 +128,22 @@ func (a *APIWatcher) watch(ctx context.Context) error {
 		}
 		switch ev.Type {
 		case "ADDED", "MODIFIED":
-			a.see(ctx, ev.Object.Metadata.Annotations[names.AnnotationExecutorCommand])
+			var nf watchedFence
+			if err := json.Unmarshal(ev.Object, &nf); err != nil {
+				return fmt.Errorf("reading the NodeFence in its watch: %w", err)
+			}
+			a.see(ctx, nf.Metadata.Annotations[names.AnnotationExecutorCommand], nf.Status.Phase)
 		case "DELETED":
-			a.see(ctx, "")
+			a.see(ctx, "", "")
 		case "ERROR":
 			return fmt.Errorf("the NodeFence watch ended with an error event")
 		}
 	}
 }
 
-// see takes the order annotation's current value.
-func (a *APIWatcher) see(ctx context.Context, raw string) {
+// see takes the order annotation's current value and the NodeFence's phase. The order of a
+// fence that is over is not carried out, nor answered.
+func (a *APIWatcher) see(ctx context.Context, raw, phase string) {
 	if raw == "" {
 		a.mu.Lock()
 		a.order = ""
@@ -138,6 +155,10 @@ func (a *APIWatcher) see(ctx context.Context, raw string) {
 		a.log.Error(err, "ignoring a malformed order on the NodeFence")
 		return
 	}
+	if fenceOver[phase] {
+		a.leave(cmd, phase)
+		return
+	}
 	a.mu.Lock()
 	isNew := a.order != cmd.ID
 	a.order = cmd.ID
@@ -146,6 +167,18 @@ func (a *APIWatcher) see(ctx context.Context, raw string) {
 		a.log.Info("order received through the API server", "command", cmd.ID, "action", cmd.Action)
 	}
 	a.cmds.Handle(ctx, cmd)
+}
+
+// leave does not carry out cmd, the order of a fence that is over, and says so once per order.
+func (a *APIWatcher) leave(cmd agentwire.Command, phase string) {
+	a.mu.Lock()
+	first := a.over != cmd.ID
+	a.order, a.over = "", cmd.ID
+	a.mu.Unlock()
+	if first {
+		a.log.Info("not carrying out the order on the NodeFence: its fence is over (the order was left behind, not given again)",
+			"command", cmd.ID, "phase", phase, "fencingToken", cmd.Token)
+	}
 }
 
 // answerLoop writes the executor's status for the NodeFence's order every interval when it

@@ -1,0 +1,136 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/config/names"
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers/agent/apiclient"
+)
+
+// fakeAPI serves the watch of node n1's NodeFence: every watch sends the NodeFence's current
+// state as an ADDED event, then the MODIFIED events in modified, then ends.
+type fakeAPI struct {
+	order    agentwire.Command
+	phase    string
+	modified int
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet || r.URL.Path != names.NodeFenceResource || r.URL.Query().Get("watch") != "true" {
+		http.Error(w, "unexpected request "+r.Method+" "+r.URL.String(), http.StatusBadRequest)
+		return
+	}
+	raw, _ := json.Marshal(f.order)
+	nf := map[string]any{
+		"metadata": map[string]any{"name": "n1", "annotations": map[string]string{names.AnnotationExecutorCommand: string(raw)}},
+		"status":   map[string]any{"phase": f.phase},
+	}
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(map[string]any{"type": "ADDED", "object": nf})
+	for range f.modified {
+		_ = enc.Encode(map[string]any{"type": "MODIFIED", "object": nf})
+	}
+}
+
+// newWatcher is an APIWatcher of node n1 on the API server srv, handing orders to cmds.
+func newWatcher(t *testing.T, srv *httptest.Server, cmds *Commander, log logr.Logger) *APIWatcher {
+	t.Helper()
+	dir := t.TempDir()
+	ca, token := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	api, err := apiclient.New(srv.URL, token, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewAPIWatcher(api, WatchConfig{Node: "n1", Interval: time.Second}, cmds, log)
+}
+
+// An agent restarted after a fence ends (a rollout, an OOM kill, the node's reboot) sees the
+// fence's NodeFence again, and its order, with a token equal to the one on disk and no memory
+// of having run it: it must not carry it out once the fence is over (invariant 4: a node back
+// in service is healthy), and says so once. The order of a fence under way is carried out.
+func TestOrderOfAnEndedFenceNotCarriedOut(t *testing.T) {
+	order := agentwire.Command{ID: "f1/executor", Action: agentwire.ActionTerminate, Token: 7}
+	for _, tc := range []struct {
+		phase     string
+		carryOut  bool
+		leftAlone int // "not carrying out" log lines
+	}{
+		{string(v1alpha1.PhaseReleased), false, 1},
+		{string(v1alpha1.PhaseRecovered), false, 1},
+		{string(v1alpha1.PhaseFailed), false, 1},
+		{"", true, 0},
+		{string(v1alpha1.PhasePending), true, 0},
+		{string(v1alpha1.PhaseFencing), true, 0},
+		{string(v1alpha1.PhaseFenced), true, 0},
+		{string(v1alpha1.PhaseReleasing), true, 0},
+	} {
+		t.Run("phase "+tc.phase, func(t *testing.T) {
+			dir := t.TempDir()
+			before := NewCommander(Config{Timeout: time.Second, StateDir: dir}, logr.Discard())
+			if st := handle(t, before, order.ID, order.Token); !carriedOut(st) {
+				t.Fatalf("the order while its fence ran: %+v, want carried out", st)
+			}
+			var mu sync.Mutex
+			var lines []string
+			log := funcr.New(func(prefix, args string) {
+				mu.Lock()
+				defer mu.Unlock()
+				lines = append(lines, args)
+			}, funcr.Options{})
+			srv := httptest.NewTLSServer(&fakeAPI{order: order, phase: tc.phase, modified: 2})
+			defer srv.Close()
+			restarted := NewCommander(Config{Timeout: time.Second, StateDir: dir}, logr.Discard())
+			w := newWatcher(t, srv, restarted, log)
+			for range 2 { // a watch re-opened sends the NodeFence again
+				if err := w.watch(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			restarted.Wait()
+			st := restarted.Status()
+			if got := st != nil && st.ID == order.ID && carriedOut(*st); got != tc.carryOut {
+				t.Errorf("after a restart, the order on a NodeFence in phase %q: status %+v; carried out %v, want %v", tc.phase, st, got, tc.carryOut)
+			}
+			if !tc.carryOut && st != nil {
+				t.Errorf("the order of an ended fence reached the commander: %+v", st)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var left int
+			for _, l := range lines {
+				if strings.Contains(l, "not carrying out the order") {
+					left++
+					for _, w := range []string{`"command"="f1/executor"`, `"phase"="` + tc.phase + `"`, "its fence is over"} {
+						if !strings.Contains(l, w) {
+							t.Errorf("log line %s lacks %s", l, w)
+						}
+					}
+				}
+			}
+			if left != tc.leftAlone {
+				t.Errorf("%d log lines saying the order is not carried out, want %d: %q", left, tc.leftAlone, lines)
+			}
+		})
+	}
+}
