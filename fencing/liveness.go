@@ -54,9 +54,14 @@ const (
 	verifyMargin = time.Second
 	// verifyRecheck is how often VerifyFenced looks at the signals.
 	verifyRecheck = time.Second
-	// kubeletRestartBackOff is the kubelet's first crash back-off: the longest a running
-	// kubelet usually waits before it restarts a container that exited (once, recently, before).
+	// kubeletRestartBackOff is the kubelet's first crash back-off: the longest a kubelet that
+	// comes back waits before it restarts a container that exited (once, recently, before).
 	kubeletRestartBackOff = 10 * time.Second
+	// kubeletMaxRestartBackOff is the kubelet's longest crash back-off (its MaxContainerBackOff;
+	// the KubeletConfiguration's crashLoopBackOff.maxContainerRestartPeriod can only lower it):
+	// a kubelet that runs restarts a container it finds exited at most that long after, later
+	// the more often the container exited before.
+	kubeletMaxRestartBackOff = 5 * time.Minute
 )
 
 // Signals a node can show life on.
@@ -123,10 +128,16 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 		_, stopped := r.kubeletStayedStopped(nf)
 		if stopped {
 			kubelet = ", with its kubelet stopped (nothing restarts the workload)"
-		} else if full := afterConfirmation(nf).Add(kubeletRestartBackOff + verifyMargin); nf.Spec.Release.VerifyWindow == nil && nf.Status.Liveness.WatchUntil.Time.Before(full) {
-			// A kubelet healthy again (or no heartbeat to say it is not) may restart the
-			// workload: the whole window.
-			nf.Status.Liveness.WatchUntil = metav1.NewTime(full)
+		} else {
+			backOff := r.kubeletBackOff(nf)
+			if backOff == kubeletMaxRestartBackOff {
+				kubelet = fmt.Sprintf(", with its kubelet running and not stopped for the order: it may restart a container up to its crash back-off (%s) later, so the window is that long (set the agent's --kubelet-stop-command, the chart's agent.kubeletStopCommand)", kubeletMaxRestartBackOff)
+			}
+			if full := afterConfirmation(nf).Add(backOff + verifyMargin); nf.Spec.Release.VerifyWindow == nil && nf.Status.Liveness.WatchUntil.Time.Before(full) {
+				// A kubelet healthy again (or no heartbeat to say it is not) may restart the
+				// workload: the whole window.
+				nf.Status.Liveness.WatchUntil = metav1.NewTime(full)
+			}
 		}
 	}
 	until := nf.Status.Liveness.WatchUntil.Time
@@ -235,7 +246,8 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 // workloadWatchUntil is the end of the default window of a method that leaves the node
 // running: three of the agent's heartbeat intervals plus verifyMargin after the confirmation
 // when the agent stopped the kubelet for this order and does not see it healthy
-// (kubeletStayedStopped), the kubelet's restart back-off plus verifyMargin otherwise; either
+// (kubeletStayedStopped), the kubelet's restart back-off (kubeletBackOff) plus verifyMargin
+// otherwise; either
 // from now when that is later (a new leader watches the whole window itself).
 func (r *NodeFenceReconciler) workloadWatchUntil(nf *v1alpha1.NodeFence, now time.Time) time.Time {
 	at := afterConfirmation(nf)
@@ -245,7 +257,23 @@ func (r *NodeFenceReconciler) workloadWatchUntil(nf *v1alpha1.NodeFence, now tim
 	if every, ok := r.kubeletStayedStopped(nf); ok {
 		return at.Add(3*every + verifyMargin)
 	}
-	return at.Add(kubeletRestartBackOff + verifyMargin)
+	return at.Add(r.kubeletBackOff(nf) + verifyMargin)
+}
+
+// kubeletBackOff is how long after the confirmation the node's kubelet, not stopped for the
+// order, may still restart what the executor stopped: its longest crash back-off when the
+// agent's latest heartbeat sees it healthy (a kubelet that runs, cut off from the API server,
+// never learns that its pods were deleted, and restarts a container that exited often before
+// only minutes later, after the release), its first otherwise (a kubelet that is down and
+// comes back reaches the API server, the Executor's KubeletDown case, and restarts nothing
+// deleted there).
+func (r *NodeFenceReconciler) kubeletBackOff(nf *v1alpha1.NodeFence) time.Duration {
+	if r.Heartbeats != nil {
+		if hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName); ok && hb.KubeletHealthy {
+			return kubeletMaxRestartBackOff
+		}
+	}
+	return kubeletRestartBackOff
 }
 
 // kubeletStayedStopped says whether the node's agent reports, in its latest heartbeat, that it

@@ -553,10 +553,11 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 
 // The Executor's window follows the kubelet: three heartbeat intervals plus a margin after the
 // confirmation when the agent stopped the kubelet for this order and does not see it healthy;
-// the kubelet's restart back-off plus the margin otherwise, and again as soon as the kubelet is
-// healthy again (it may restart the workload), so a workload it restarts then is caught.
+// the kubelet's first restart back-off plus the margin otherwise, and its longest as soon as
+// the agent sees the kubelet healthy (it may restart the workload, after its crash back-off:
+// minutes for a container that exited often before), so a workload it restarts then is caught.
 func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
-	const long = kubeletRestartBackOff + verifyMargin
+	const long, longest = kubeletRestartBackOff + verifyMargin, kubeletMaxRestartBackOff + verifyMargin
 	tests := []struct {
 		name string
 		// report is the agent's heartbeat at w.now, since seconds after the confirmation was
@@ -578,7 +579,19 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 		{"stopped-but-healthy", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
 			hb.KubeletHealthy = true
 			return true
-		}, long, true},
+		}, longest, true},
+		{"not-stopped-and-healthy", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
+			hb.Executor.KubeletStopped, hb.KubeletHealthy = false, true
+			return true
+		}, longest, true},
+		{"not-stopped-restarted-after-a-long-back-off", func(hb *agentwire.Heartbeat, since time.Duration) bool {
+			hb.Executor.KubeletStopped, hb.KubeletHealthy = false, true
+			if since >= 4*time.Minute {
+				n := 1
+				hb.RunningContainers = &n
+			}
+			return true
+		}, longest, false},
 		{"stopped-for-another-order", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
 			hb.Executor.ID = "an-older-fence"
 			return true
@@ -595,11 +608,12 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 				hb.RunningContainers = &n
 			}
 			return true
-		}, long, false},
+		}, longest, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t, "executor")
+			w.ticks = 400 // the longest window is minutes
 			w.r.Heartbeats = heartbeats{}
 			var at time.Time // the confirmation's second, once recorded
 			read := 0

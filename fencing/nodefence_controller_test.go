@@ -40,6 +40,8 @@ type world struct {
 	now   time.Time
 	// tick, when set, runs before every reconcile of run with the record as it stands.
 	tick func(nf *v1alpha1.NodeFence)
+	// ticks bounds run, in simulated seconds; 0 is 60.
+	ticks int
 }
 
 func newWorld(t *testing.T, methods ...string) *world {
@@ -76,11 +78,15 @@ func newWorld(t *testing.T, methods ...string) *world {
 	return w
 }
 
-// run reconciles until the fence ends or 60 simulated seconds pass.
+// run reconciles until the fence ends or w.ticks (default 60) simulated seconds pass.
 func (w *world) run(t *testing.T) *v1alpha1.NodeFence {
 	t.Helper()
 	nf := &v1alpha1.NodeFence{}
-	for range 60 {
+	ticks := w.ticks
+	if ticks == 0 {
+		ticks = 60
+	}
+	for range ticks {
 		if w.tick != nil {
 			if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
 				t.Fatal(err)
