@@ -40,8 +40,9 @@ type executorScene struct {
 	dir   string            // certificates and the agent binary
 	files map[string]string // certificate files by name (writeCerts)
 	addr  string            // the controller's heartbeat server
-	// kubeletURL is the kubelet stand-in's healthz.
-	kubeletURL string
+	// kubeletURL is the kubelet stand-in's healthz; it fails once the file kubeletStopped
+	// exists (the agent's kubelet-stop command touches it).
+	kubeletURL, kubeletStopped string
 }
 
 // sceneOptions shape an executorScene.
@@ -82,21 +83,23 @@ func startExecutorScene(t *testing.T, o sceneOptions) *executorScene {
 		t.Fatal(err)
 	}
 	w := deploy(t, env)
-	// The kubelet stand-in's healthz: failing when it has died.
+	// The kubelet stand-in's healthz: failing when it has died, or once the agent's
+	// kubelet-stop command stopped it (the file it touches).
+	stopped := filepath.Join(dir, "kubelet-stopped")
 	kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if !o.kubeletHealthy {
+		if _, err := os.Stat(stopped); !o.kubeletHealthy || err == nil {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
 	}))
 	t.Cleanup(kubelet.Close)
-	return &executorScene{env: env, ctr: ctr, pod: pod, w: w, dir: dir, files: files, addr: addr, kubeletURL: kubelet.URL}
+	return &executorScene{env: env, ctr: ctr, pod: pod, w: w, dir: dir, files: files, addr: addr, kubeletURL: kubelet.URL, kubeletStopped: stopped}
 }
 
 // agent starts node 1's agent, heartbeating to controller (the scene's server, or a link to it),
 // with the scene's containerd as its runtime.
 func (s *executorScene) agent(t *testing.T, controller string, extra ...string) *exec.Cmd {
 	t.Helper()
-	args := append([]string{"--cri-endpoint", s.ctr.Socket, "--kubelet-stop-command", "true"}, extra...)
+	args := append([]string{"--cri-endpoint", s.ctr.Socket, "--kubelet-stop-command", "touch " + s.kubeletStopped}, extra...)
 	return startAgent(t, s.dir, controller, s.env.Node(1).Name(), s.kubeletURL, s.files, args...)
 }
 
