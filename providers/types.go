@@ -85,7 +85,8 @@ type Request struct {
 // Node is the name of the node being fenced.
 func (r Request) Node() string { return r.Fence.Spec.NodeName }
 
-// ID names the fence; orders sent for it carry it so that a node acts on them once.
+// ID names the fence (its UID). The Executor's orders name the method too (agent.OrderID), so
+// that each method of a chain is carried out once.
 func (r Request) ID() string { return string(r.Fence.UID) }
 
 // State is what a provider reads back of a fence.
