@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,14 +242,18 @@ func checkNotRerun(t *testing.T, e *env, p *proc, final agentwire.ExecutorStatus
 }
 
 // TestTerminateCommandNotCarriedOut: a failing kubelet stop command fails the command before
-// anything is terminated; an agent with the fault injected reports Confirmed while the
-// workload still runs (what the controller's own confirmation must catch).
+// anything is terminated; so does a runtime that holds no sandbox of the agent's own pod
+// (--pod-uid), which is not the kubelet's, before the kubelet stop command runs; an agent with
+// the fault injected reports Confirmed while the workload still runs (what the controller's own
+// confirmation must catch). An agent without --pod-uid says at start that it cannot check the
+// runtime.
 func TestTerminateCommandNotCarriedOut(t *testing.T) {
 	t.Parallel()
 	ctd := startContainerd(t)
 	ctd.RunEventsPod(t, "victim", "uid-victim", eventsImage, map[string]string{"app": "TERM"})
 	k := newKubelet()
 	defer k.srv.Close()
+	stopped := filepath.Join(t.TempDir(), "kubelet-stopped")
 	for _, tc := range []struct {
 		name, state string
 		flags       []string
@@ -256,11 +261,14 @@ func TestTerminateCommandNotCarriedOut(t *testing.T) {
 	}{
 		{"kubelet stop command fails", agentwire.ExecutorFailed, []string{"--kubelet-stop-command", "echo no kubelet here >&2; exit 3"},
 			[]string{"kubelet stop command", "exit status 3", "no kubelet here"}},
+		{"runtime is not the kubelet's", agentwire.ExecutorFailed, []string{"--pod-uid", "uid-agent", "--kubelet-stop-command", "touch " + stopped},
+			[]string{"the runtime at " + ctd.Socket + " holds no sandbox of this agent's own pod uid-agent, so it is not the kubelet's runtime",
+				"set --cri-endpoint (the chart's agent.criEndpoint)"}},
 		{"fault injected", agentwire.ExecutorConfirmed, []string{"--fault-report-confirmed-early"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, "127.0.0.1:0")
-			e.startAgent(t, e.server.Addr(), k.srv.URL, interval, append([]string{"--cri-endpoint", ctd.Socket}, tc.flags...)...)
+			p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, append([]string{"--cri-endpoint", ctd.Socket}, tc.flags...)...)
 			e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
 			_, final := waitForOutcome(t, e, "c1", 10*time.Second)
 			if final.State != tc.state || !containsAll(final.Message, tc.message) || final.KubeletStopped {
@@ -268,6 +276,16 @@ func TestTerminateCommandNotCarriedOut(t *testing.T) {
 			}
 			if got := containerStates(t, ctd, "uid-victim")["app"]; got != runtimeapi.ContainerState_CONTAINER_RUNNING {
 				t.Errorf("victim container: %v, want still running", got)
+			}
+			if _, err := os.Stat(stopped); err == nil {
+				t.Error("the kubelet stop command ran")
+			}
+			want := 1
+			if slices.Contains(tc.flags, "--pod-uid") {
+				want = 0
+			}
+			if n := strings.Count(p.logs(), "without --pod-uid the runtime at --cri-endpoint cannot be verified as the kubelet's"); n != want {
+				t.Errorf("%d log lines saying the runtime cannot be verified, want %d", n, want)
 			}
 		})
 	}

@@ -110,8 +110,13 @@ func logStart(o options, bootID string, log logr.Logger) {
 	if o.selfFenceAfter > 0 && o.criEndpoint == "" {
 		log.Info("WARNING: --self-fence-after without --cri-endpoint: a self-fence would fail (no runtime configured) and only arm the watchdog")
 	}
-	if o.criEndpoint != "" && o.podUID == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
-		log.Info("WARNING: running in a pod without --pod-uid ($POD_UID from the downward API): a Terminate command would stop the agent's own pod too")
+	if o.criEndpoint != "" && o.podUID == "" {
+		// The agent's own pod's sandbox is what tells the kubelet's runtime from another.
+		log.Info("without --pod-uid the runtime at --cri-endpoint cannot be verified as the kubelet's: a Terminate command trusts that it is",
+			"criEndpoint", o.criEndpoint)
+		if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			log.Info("WARNING: running in a pod without --pod-uid ($POD_UID from the downward API): a Terminate command would stop the agent's own pod too")
+		}
 	}
 	if o.faultConfirmEarly {
 		log.Info("FAULT INJECTION: --fault-report-confirmed-early is set: Terminate commands will be reported Confirmed without terminating anything")

@@ -152,8 +152,9 @@ func (c *Commander) run(ctx context.Context, cmd agentwire.Command) {
 	c.notify()
 }
 
-// execute checks the command, has the executor child process connect to the runtime, stops
-// the kubelet and has the executor terminate every pod. Only a nil error reports Confirmed, and
+// execute checks the command, has the executor child process connect to the runtime (which
+// fails, before anything is stopped, when the runtime holds no sandbox of the agent's own pod:
+// it is not the kubelet's), stops the kubelet and has the executor terminate every pod. Only a nil error reports Confirmed, and
 // the executor answers without an error only after reading every pod back as exited.
 // kubeletStopped says that the kubelet stop command ran and succeeded.
 func (c *Commander) execute(ctx context.Context, cmd agentwire.Command) (res child.Result, kubeletStopped bool, err error) {

@@ -83,7 +83,8 @@ func TestNotConfirmedFails(t *testing.T) {
 	rt.add("u1", "web", "stuck", runtimeapi.ContainerState_CONTAINER_RUNNING)
 	rt.unkillable["stuck"] = true
 	rt.add("u1", "web", "fine", runtimeapi.ContainerState_CONTAINER_RUNNING)
-	_, err := terminateWithFakes(t, rt, nil)
+	rt.add("uid-agent", "agent", "agent", runtimeapi.ContainerState_CONTAINER_RUNNING)
+	_, err := terminateWithFakes(t, rt, "uid-agent", nil)
 	if err == nil || !strings.Contains(err.Error(), "stuck") || !strings.Contains(err.Error(), "not exited") || strings.Contains(err.Error(), "fine") {
 		t.Errorf("terminateAll: %v, want a failure naming the stuck container only", err)
 	}
@@ -97,7 +98,7 @@ func TestSweepFindsLatecomers(t *testing.T) {
 	rt.add("u1", "web", "app", runtimeapi.ContainerState_CONTAINER_RUNNING)
 	rt.add("uid-agent", "agent", "agent", runtimeapi.ContainerState_CONTAINER_RUNNING)
 	late := func() { rt.add("u2", "late", "late-app", runtimeapi.ContainerState_CONTAINER_RUNNING) }
-	res, err := terminateWithFakes(t, rt, late)
+	res, err := terminateWithFakes(t, rt, "uid-agent", late)
 	if err == nil || !strings.Contains(err.Error(), "late-app") || !strings.Contains(err.Error(), "default/late") {
 		t.Errorf("terminateAll: %v, want a failure naming the late pod", err)
 	}
@@ -110,21 +111,21 @@ func TestSweepFindsLatecomers(t *testing.T) {
 	rt.mu.Lock()
 	delete(rt.containers, "late-app")
 	rt.mu.Unlock()
-	if _, err := terminateWithFakes(t, rt, nil); err != nil {
+	if _, err := terminateWithFakes(t, rt, "uid-agent", nil); err != nil {
 		t.Errorf("terminateAll once nothing runs: %v", err)
 	}
 }
 
-// terminateWithFakes runs terminateAll on rt (with a 0 s grace cap and the agent's pod
+// terminateWithFakes runs terminateAll on rt (with a 0 s grace cap and the agent's pod podUID
 // excluded), calling afterList once the pods have been listed.
-func terminateWithFakes(t *testing.T, rt *fakeRuntime, afterList func()) (result, error) {
+func terminateWithFakes(t *testing.T, rt *fakeRuntime, podUID string, afterList func()) (result, error) {
 	t.Helper()
 	ex := executor.New(rt)
 	ex.PollInterval, ex.ExitTimeout = 10*time.Millisecond, 200*time.Millisecond
 	rt.afterList = afterList
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res, err := terminateAll(ctx, &nodeRuntime{exec: ex, cri: fakeCRI{f: rt}}, ptr.To[int64](0), "uid-agent", logr.Discard())
+	res, err := terminateAll(ctx, &nodeRuntime{endpoint: fakeEndpoint, exec: ex, cri: fakeCRI{f: rt}}, ptr.To[int64](0), podUID, logr.Discard())
 	t.Logf("result %+v, error: %v", res, err)
 	return res, err
 }
@@ -140,13 +141,18 @@ func fakeContainer(id, uid, name string, state runtimeapi.ContainerState, create
 	}
 }
 
+// fakeEndpoint is the --cri-endpoint the fakes stand for.
+const fakeEndpoint = "unix:///run/containerd/containerd.sock"
+
 // fakeRuntime is the executor's Runtime over a map of containers (by ID; each container's
-// name is its ID), and through fakeCRI the agent's CRI client. Signals end a container unless
-// it is unkillable.
+// name is its ID) and one sandbox per pod UID, and through fakeCRI the agent's CRI client.
+// Signals end a container unless it is unkillable; stops records every signal and sandbox stop.
 type fakeRuntime struct {
 	mu         sync.Mutex
 	containers map[string]*runtimeapi.Container
+	sandboxes  map[string]*runtimeapi.PodSandbox // by pod UID
 	unkillable map[string]bool
+	stops      []string
 	afterList  func()
 	lists      int
 }
@@ -157,8 +163,16 @@ type fakeCRI struct {
 	f                          *fakeRuntime
 }
 
-func (c fakeCRI) ListPodSandbox(context.Context, *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
-	return nil, nil
+func (c fakeCRI) ListPodSandbox(_ context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	var out []*runtimeapi.PodSandbox
+	for uid, sb := range c.f.sandboxes {
+		if want := filter.GetLabelSelector()[labelPodUID]; want == "" || uid == want {
+			out = append(out, proto.Clone(sb).(*runtimeapi.PodSandbox))
+		}
+	}
+	return out, nil
 }
 
 func (c fakeCRI) ListContainers(_ context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
@@ -166,15 +180,27 @@ func (c fakeCRI) ListContainers(_ context.Context, filter *runtimeapi.ContainerF
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{containers: map[string]*runtimeapi.Container{}, unkillable: map[string]bool{}}
+	return &fakeRuntime{containers: map[string]*runtimeapi.Container{}, sandboxes: map[string]*runtimeapi.PodSandbox{}, unkillable: map[string]bool{}}
 }
 
+// add adds container id to pod (UID uid), and the pod's ready sandbox if it has none.
 func (f *fakeRuntime) add(uid, pod, id string, state runtimeapi.ContainerState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := fakeContainer(id, uid, id, state, 1, nil)
 	c.Labels[labelPodName] = pod
 	f.containers[id] = c
+	if f.sandboxes[uid] == nil {
+		labels := map[string]string{labelPodUID: uid, labelPodName: pod, labelPodNamespace: "default"}
+		f.sandboxes[uid] = &runtimeapi.PodSandbox{Id: "sandbox-" + uid, State: runtimeapi.PodSandboxState_SANDBOX_READY, Labels: labels}
+	}
+}
+
+// stopped lists the signals sent and the sandboxes stopped, in order.
+func (f *fakeRuntime) stopped() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.stops...)
 }
 
 func (f *fakeRuntime) state(id string) runtimeapi.ContainerState {
@@ -212,11 +238,18 @@ func (f *fakeRuntime) PodContainers(_ context.Context, podUID string) ([]executo
 func (f *fakeRuntime) ImageStopSignal(context.Context, string) (string, error) { return "", nil }
 func (f *fakeRuntime) Exec(context.Context, string, []string) error            { return nil }
 func (f *fakeRuntime) PreventRestart(context.Context, string) (bool, error)    { return false, nil }
-func (f *fakeRuntime) StopPodSandboxes(context.Context, string) (int, error)   { return 0, nil }
 
-func (f *fakeRuntime) Signal(_ context.Context, id string, _ syscall.Signal) error {
+func (f *fakeRuntime) StopPodSandboxes(_ context.Context, podUID string) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.stops = append(f.stops, "sandboxes of "+podUID)
+	return 0, nil
+}
+
+func (f *fakeRuntime) Signal(_ context.Context, id string, sig syscall.Signal) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stops = append(f.stops, sig.String()+" to "+id)
 	if !f.unkillable[id] {
 		f.containers[id].State = runtimeapi.ContainerState_CONTAINER_EXITED
 	}

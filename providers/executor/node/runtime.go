@@ -18,13 +18,14 @@ import (
 	"palisade.dev/palisade/providers/executor"
 )
 
-// nodeRuntime is the node's container runtime: the termination executor on containerd, and a
-// CRI client of the agent's own for listing the pods and reading the kubelet's labels and
-// annotations (the executor's Runtime lists one pod's containers only).
+// nodeRuntime is the node's container runtime at endpoint: the termination executor on
+// containerd, and a CRI client of the agent's own for listing the pods and reading the
+// kubelet's labels and annotations (the executor's Runtime lists one pod's containers only).
 type nodeRuntime struct {
-	ctd  *executor.Containerd
-	exec *executor.Executor
-	cri  internalapi.RuntimeService
+	endpoint string
+	ctd      *executor.Containerd
+	exec     *executor.Executor
+	cri      internalapi.RuntimeService
 }
 
 // connectRuntime connects to containerd's socket at endpoint (a path, or unix://path).
@@ -40,7 +41,29 @@ func connectRuntime(ctx context.Context, endpoint string) (*nodeRuntime, error) 
 		_ = ctd.Close()
 		return nil, fmt.Errorf("connecting to the CRI at %s: %w", socket, err)
 	}
-	return &nodeRuntime{ctd: ctd, exec: executor.New(ctd), cri: rs}, nil
+	return &nodeRuntime{endpoint: endpoint, ctd: ctd, exec: executor.New(ctd), cri: rs}, nil
+}
+
+// checkKubeletRuntime fails unless the runtime holds a sandbox of the agent's own pod (UID
+// podUID), whatever its state: the kubelet runs the agent's pod, so a runtime without it is not
+// the kubelet's (a second containerd on the node, say), and there a terminate would find none of
+// the node's pods, stop nothing and read back 0 running. Without podUID (an agent run as a host
+// daemon) there is nothing to check by, and it returns nil. It costs one filtered list.
+func checkKubeletRuntime(ctx context.Context, rt *nodeRuntime, podUID string) error {
+	if podUID == "" {
+		return nil
+	}
+	filter := &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{labelPodUID: podUID}}
+	own, err := rt.cri.ListPodSandbox(ctx, filter)
+	if err != nil {
+		return fmt.Errorf("listing the sandboxes of the agent's own pod %s at %s: %w", podUID, rt.endpoint, err)
+	}
+	if len(own) == 0 {
+		return fmt.Errorf("the runtime at %s holds no sandbox of this agent's own pod %s, so it is not the kubelet's runtime: "+
+			"set --cri-endpoint (the chart's agent.criEndpoint) to the socket of the runtime the kubelet uses "+
+			"(its --container-runtime-endpoint; /run/k3s/containerd/containerd.sock on k3s and RKE2)", rt.endpoint, podUID)
+	}
+	return nil
 }
 
 func (r *nodeRuntime) Close() error {
@@ -56,7 +79,12 @@ type result struct {
 // once, each by the kubelet's rules with its own grace period capped by limit; then it reads
 // every pod back (executor.Confirm) and finally sweeps the whole runtime. It returns a nil
 // error only when every Confirm returned nil and the sweep found no container still running.
+// It first checks that the runtime is the kubelet's (checkKubeletRuntime), and stops nothing
+// when it is not.
 func terminateAll(ctx context.Context, rt *nodeRuntime, limit *int64, exclude string, log logr.Logger) (result, error) {
+	if err := checkKubeletRuntime(ctx, rt, exclude); err != nil {
+		return result{}, err
+	}
 	pods, err := listRuntimePods(ctx, rt.cri, exclude)
 	if err != nil {
 		return result{}, err

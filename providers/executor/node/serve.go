@@ -22,7 +22,8 @@ const StopWait = 3 * time.Second
 type Config struct {
 	// CRIEndpoint is containerd's socket, a path or unix://path.
 	CRIEndpoint string
-	// PodUID is the agent's own pod, which is neither terminated nor counted.
+	// PodUID is the agent's own pod, which is neither terminated nor counted, and whose sandbox
+	// tells the kubelet's runtime from another; "" checks nothing.
 	PodUID string
 }
 
@@ -123,8 +124,10 @@ func (s *Server) handle(req protocol.Request) protocol.Response {
 	return resp
 }
 
-// runtime connects to the container runtime once; a failed connection is tried again by the
-// next request.
+// runtime connects to the container runtime once, and checks that it is the kubelet's
+// (checkKubeletRuntime): the agent connects before it stops the kubelet, so a misconfigured
+// agent changes nothing, and no read-back counts a runtime that is not the kubelet's. A failed
+// connection or check is tried again by the next request.
 func (s *Server) runtime(ctx context.Context) (*nodeRuntime, error) {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
@@ -135,7 +138,13 @@ func (s *Server) runtime(ctx context.Context) (*nodeRuntime, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.log.V(1).Info("connected to the runtime", "criEndpoint", s.o.CRIEndpoint)
+	if err := checkKubeletRuntime(ctx, rt, s.o.PodUID); err != nil {
+		if cerr := rt.Close(); cerr != nil {
+			s.log.Error(cerr, "closing the runtime connections")
+		}
+		return nil, err
+	}
+	s.log.V(1).Info("connected to the runtime", "criEndpoint", s.o.CRIEndpoint, "kubeletRuntimeChecked", s.o.PodUID != "")
 	s.rt = rt
 	return rt, nil
 }

@@ -13,10 +13,12 @@ const MaxLine = 1 << 20
 const MaxError = 16 << 10
 
 // The operations of a Request. Every one connects to the runtime first if the executor is not
-// connected yet (a failed connection is tried again by the next request).
+// connected yet, and fails when the executor was given the agent's pod UID and the runtime
+// holds no sandbox of that pod (it is not the kubelet's); a failed connection is tried again by
+// the next request.
 const (
 	// OpConnect only connects to the container runtime, and answers with Version. The agent
-	// sends it first and uses an executor only once it succeeded.
+	// sends it first, before it stops the kubelet, and uses an executor only once it succeeded.
 	OpConnect = "connect"
 	// OpTerminate terminates every pod of the runtime but the agent's own, all at once, each by
 	// the kubelet's rules with its grace period capped by GracePeriodSeconds, then reads every
