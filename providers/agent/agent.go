@@ -76,6 +76,26 @@ func ViaFor(nf *v1alpha1.NodeFence) Via {
 // first one's account (or its runtime read-back) for its own.
 func OrderID(req providers.Request) string { return req.ID() + "/" + req.Method.Name }
 
+// ours says whether id, from an agent's account or an order annotation, is the order of req's
+// method: OrderID, or the fence's UID alone as a controller before OrderID named its orders (a
+// fence under way through an upgrade), taken for the chain's first Executor method only, the
+// one such a controller's order could have been carried out for (the agent ran one order per
+// fence UID).
+func ours(id string, req providers.Request) bool {
+	if id == OrderID(req) {
+		return true
+	}
+	if id != req.ID() {
+		return false
+	}
+	for _, s := range req.Fence.Status.Steps {
+		if s.Name == v1alpha1.StepTerminate {
+			return s.Method == req.Method.Name
+		}
+	}
+	return false
+}
+
 // Fence hands the order to the agent: ViaDirect in the answer to its next heartbeat, ViaAPI in
 // the palisade.dev/executor-command annotation of the node's NodeFence, which the agent
 // watches. The order's ID is OrderID. The order carries the fence's fencing token, and the
@@ -148,7 +168,7 @@ func (p *Provider) report(ctx context.Context, req providers.Request) (agentwire
 	node := req.Node()
 	if ViaFor(req.Fence) == ViaDirect {
 		st, ok := p.ch.ExecutorStatus(node)
-		if !ok || st.ID != OrderID(req) {
+		if !ok || !ours(st.ID, req) {
 			return st, nil, "the agent has not taken the order yet", nil
 		}
 		var running *int
@@ -176,7 +196,7 @@ func (p *Provider) report(ctx context.Context, req providers.Request) (agentwire
 		// A malformed answer is no confirmation; the method's timeout ends the wait.
 		return agentwire.ExecutorStatus{}, nil, "ignoring the agent's answer: " + err.Error(), nil
 	}
-	if rep.Executor.ID != OrderID(req) {
+	if !ours(rep.Executor.ID, req) {
 		return rep.Executor, nil, fmt.Sprintf("the agent's latest answer is for another order (%s)", rep.Executor.ID), nil
 	}
 	return rep.Executor, rep.RunningContainers, "", nil
@@ -213,21 +233,29 @@ func (p *Provider) unannotate(ctx context.Context, req providers.Request) error 
 			return providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading the NodeFence of node %s: %w", node, gerr))
 		}
 		raw, ok := nf.Annotations[v1alpha1.AnnotationExecutorCommand]
-		if !ok || nf.UID != req.Fence.UID || !holdsOrder(raw, id) {
+		if !ok || nf.UID != req.Fence.UID || !holdsOrder(raw, req) {
 			return nil
 		}
 		err = p.api.Patch(ctx, nf, client.RawPatch(types.JSONPatchType, removeOrderPatch(nf.UID, raw)))
-		if err == nil || apierrors.IsNotFound(err) {
+		if err == nil {
+			// The caller's copy of the NodeFence (the reconciler's record, req.Fence) is one
+			// write behind now: it takes this write's resourceVersion, so that its next status
+			// write is not refused for it (only the controller writes the status).
+			req.Fence.ResourceVersion = nf.ResourceVersion
+			delete(req.Fence.Annotations, v1alpha1.AnnotationExecutorCommand)
+			return nil
+		}
+		if apierrors.IsNotFound(err) {
 			return nil
 		}
 	}
 	return providers.NewError(providers.ReasonAPIError, fmt.Errorf("removing order %s from the NodeFence of node %s: %w", id, node, err))
 }
 
-// holdsOrder says whether raw, an order annotation, is the order with id.
-func holdsOrder(raw, id string) bool {
+// holdsOrder says whether raw, an order annotation, is the order of req's method (ours).
+func holdsOrder(raw string, req providers.Request) bool {
 	var cmd agentwire.Command
-	return json.Unmarshal([]byte(raw), &cmd) == nil && cmd.ID == id
+	return json.Unmarshal([]byte(raw), &cmd) == nil && ours(cmd.ID, req)
 }
 
 // removeOrderPatch is a JSON patch that removes the order annotation if the NodeFence is the

@@ -286,3 +286,72 @@ func answer(t *testing.T, c client.Client, rep agentwire.APIReport) {
 		t.Fatal(err)
 	}
 }
+
+// End's removal of the order is a write of the NodeFence: the caller's copy (the reconciler's
+// record, which its next status write sends) takes that write's resourceVersion, or the write
+// after End (the chain's next method, the release's record) would be refused as stale.
+func TestEndLeavesTheCallersCopyCurrent(t *testing.T) {
+	req := request(detectors.KubeletDown)
+	c, p := apiWorld(t, req)
+	ctx := context.Background()
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, req.Fence); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Fence(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, req.Fence); err != nil { // the record as the reconciler holds it
+		t.Fatal(err)
+	}
+	if err := p.End(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	req.Fence.Status.Phase = v1alpha1.PhaseFencing
+	if err := c.Update(ctx, req.Fence); err != nil { // the fake holds no status subresource: the same resourceVersion check
+		t.Errorf("the caller's write after End: %v", err)
+	}
+	if _, ok := req.Fence.Annotations[v1alpha1.AnnotationExecutorCommand]; ok {
+		t.Errorf("the caller's copy still shows the order End removed")
+	}
+}
+
+// A fence under way through an upgrade: the controller before orders named their method sent
+// the fence's UID alone, and its agent answered under it. The chain's first Executor method
+// takes that answer as its own, and End takes that order back; a later Executor method of the
+// chain does neither (the agent ran one order per fence UID: it never ran the later one).
+func TestOrderOfAControllerBeforeOrderIDs(t *testing.T) {
+	zero := 0
+	a := method(request(detectors.KubeletDown), "executor-a")
+	a.Fence.Status.Steps = []v1alpha1.Step{{Name: v1alpha1.StepTerminate, Method: "executor-a", State: v1alpha1.StepSucceeded}}
+	b := method(a, "executor-b")
+	c, p := apiWorld(t, a)
+	ctx := context.Background()
+	legacy, _ := json.Marshal(agentwire.Command{ID: "f1", Action: agentwire.ActionTerminate, Token: 41})
+	nf := &v1alpha1.NodeFence{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	nf.Annotations = map[string]string{v1alpha1.AnnotationExecutorCommand: string(legacy)}
+	if err := c.Update(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+	answer(t, c, agentwire.APIReport{Executor: agentwire.ExecutorStatus{ID: "f1", State: agentwire.ExecutorConfirmed}, RunningContainers: &zero})
+	if st, err := p.Check(ctx, a); err != nil || st.State != providers.Confirmed {
+		t.Errorf("Check of the first method with the agent's answer to the old order = %+v, %v; want Confirmed", st, err)
+	}
+	if st, err := p.Check(ctx, b); err != nil || st.State != providers.InProgress {
+		t.Errorf("Check of a later method with that answer = %+v, %v; want InProgress", st, err)
+	}
+	if err := p.End(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := order(t, c); got.ID != "f1" {
+		t.Errorf("End of a later method took the old order back: %+v", got)
+	}
+	if err := p.End(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if raw, ok := annotations(t, c)[v1alpha1.AnnotationExecutorCommand]; ok {
+		t.Errorf("the old order %s is still on the NodeFence after End of the method it ran for", raw)
+	}
+}
