@@ -205,7 +205,6 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 		{"added by this fence's Taint step", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true},
 		{"added in the step's second (a retry after a crash found its own)", ptr.To(time.Duration(0)), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true},
 		{"added by a Taint step whose success was never recorded", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepStarted}, true},
-		{"added by a first try, a second try under way", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepFailed, v1alpha1.StepStarted}, true},
 		{"there before the Taint step, which found it present", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepSucceeded}, false},
 		{"there before a Taint step never recorded done", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepStarted}, false},
 		{"someone else's, without timeAdded", nil, []v1alpha1.StepState{v1alpha1.StepSucceeded}, false},

@@ -103,6 +103,11 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	// A machine shown never to have lost power is on: there is nothing to power on, and its
 	// PowerOffDisproved must not wait behind a power-on's failure.
 	if nf.Status.Recovery == nil && nf.Spec.Recovery.PowerOn && nf.Status.PowerRestoredTime == nil && nf.Status.PowerOffDisprovedTime == nil {
+		// A power-on goes by node, before any write of this copy: a lost leader's stale copy
+		// would boot the machine of a newer fence of the node.
+		if err := r.stillCurrent(ctx, nf); err != nil {
+			return ctrl.Result{}, fmt.Errorf("not powering node %s on from a copy of its NodeFence that may be stale: %w", nf.Spec.NodeName, err)
+		}
 		res, done, err := r.restorePower(ctx, nf)
 		if err != nil {
 			return res, err

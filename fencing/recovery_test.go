@@ -3,7 +3,6 @@ package fencing
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -927,8 +926,13 @@ func gauge(t *testing.T, name, reason string) float64 {
 // under the same name, and the taint it would take off, by node, is the newer fence's. With a
 // storage fence the lift checks the same; without one, nothing else does.
 func TestDecidedRecoveryFromAStaleCopyKeepsTheTaint(t *testing.T) {
-	for _, stale := range []bool{false, true} {
-		t.Run(fmt.Sprintf("stale=%t", stale), func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		stale    bool
+		replaced bool // the record is a newer fence of the node (another UID), not a later write
+	}{{"current", false, false}, {"a later write", true, false}, {"a newer fence of the node", true, true}} {
+		stale := tc.stale
+		t.Run(tc.name, func(t *testing.T) {
 			w, _ := releasedWorld(t, nil)
 			ctx := context.Background()
 			nf := &v1alpha1.NodeFence{}
@@ -940,7 +944,17 @@ func TestDecidedRecoveryFromAStaleCopyKeepsTheTaint(t *testing.T) {
 				t.Fatal(err)
 			}
 			held := nf.DeepCopy()
-			if stale {
+			switch {
+			case tc.replaced:
+				// Recovered, then the node fenced again: a new NodeFence under the same name.
+				if err := w.c.Delete(ctx, nf); err != nil {
+					t.Fatal(err)
+				}
+				again := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "fence-uid-2"}, Spec: nf.Spec}
+				if err := w.c.Create(ctx, again); err != nil {
+					t.Fatal(err)
+				}
+			case stale:
 				// The record moves on under the held copy (here: the live leader's write).
 				nf.Status.Conditions = append(nf.Status.Conditions, metav1.Condition{Type: "Seen", Status: metav1.ConditionTrue, Reason: "ByTheLeader", LastTransitionTime: metav1.Now()})
 				if err := w.c.Status().Update(ctx, nf); err != nil {
@@ -963,5 +977,30 @@ func TestDecidedRecoveryFromAStaleCopyKeepsTheTaint(t *testing.T) {
 				t.Errorf("from the current record: error %v, tainted %t; want the node unfenced", err, OutOfService(node))
 			}
 		})
+	}
+}
+
+// recovery.powerOn goes by node: from a copy of the record that is no longer the API server's
+// (a lost leader resuming after the node was recovered and fenced again), nothing is powered
+// on, or the machine of the newer fence would boot.
+func TestPowerOnFromAStaleCopy(t *testing.T) {
+	w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Recovery.PowerOn = true })
+	ctx := context.Background()
+	held := &v1alpha1.NodeFence{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, held); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.Delete(ctx, held.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	again := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "fence-uid-2"}, Spec: held.Spec}
+	if err := w.c.Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.r.recoverIfClean(ctx, held); err == nil || !strings.Contains(err.Error(), "may be stale") {
+		t.Errorf("recoverIfClean from a stale copy = %v, want an error saying why", err)
+	}
+	if n := w.power.CallCount(fake.MethodRestorePower, "n1"); n != 0 {
+		t.Errorf("RestorePower called %d times from a stale copy, want none", n)
 	}
 }
