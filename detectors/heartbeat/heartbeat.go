@@ -154,11 +154,15 @@ func (h *Heartbeater) Run(ctx context.Context) {
 func (h *Heartbeater) beat(ctx context.Context) {
 	apiReachable := make(chan bool, 1)
 	go func() { apiReachable <- h.fence != nil && h.fence.ProbeAPIServer(ctx) }() // alongside the kubelet check
+	// The executor's status is read before the kubelet is probed: a report whose order says
+	// the agent stopped the kubelet then never carries a probe from before that stop, which
+	// the controller would read as a kubelet running again (and watch the workload for the
+	// kubelet's longest restart back-off).
+	status := h.cmds.Status()
 	healthy := h.checkKubelet(ctx)
 	h.seq++
 	sendCtx, cancel := context.WithTimeout(ctx, min(h.opts.CallTimeout, h.interval))
 	defer cancel()
-	status := h.cmds.Status()
 	peers, probedBy := []agentwire.PeerReport{}, []agentwire.PeerReport(nil)
 	if h.peers != nil {
 		peers, probedBy = h.peers.Reports(), h.peers.ProbedBy(pathWindow*h.interval)

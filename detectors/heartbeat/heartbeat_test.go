@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,10 +28,20 @@ func (f *fakeExchanger) Exchange(_ context.Context, r agentwire.Report) (agentwi
 	return f.resp, f.err
 }
 
-type fakeOrders struct{ handled []string }
+type fakeOrders struct {
+	handled []string
+	// status, when set, is what Status returns, after calling it (when set).
+	status   *agentwire.ExecutorStatus
+	onStatus func()
+}
 
-func (f *fakeOrders) Status() *agentwire.ExecutorStatus { return nil }
-func (f *fakeOrders) ReadBack(context.Context) *int     { return nil }
+func (f *fakeOrders) Status() *agentwire.ExecutorStatus {
+	if f.onStatus != nil {
+		f.onStatus()
+	}
+	return f.status
+}
+func (f *fakeOrders) ReadBack(context.Context) *int { return nil }
 func (f *fakeOrders) Handle(_ context.Context, c agentwire.Command) {
 	f.handled = append(f.handled, c.ID)
 }
@@ -191,5 +202,31 @@ func TestBeatCarriesThePeersItAnswered(t *testing.T) {
 		if p.probedByWithin != pathWindow*time.Second {
 			t.Errorf("probes answered within %s reported, want %d intervals", p.probedByWithin, pathWindow)
 		}
+	}
+}
+
+// A report whose order says the agent stopped the kubelet carries a kubelet probe taken after
+// the status was read, never one from before the stop: the controller reads a healthy kubelet
+// beside a stopped one as a kubelet started again, and watches the workload minutes longer.
+func TestBeatProbesTheKubeletAfterReadingTheOrder(t *testing.T) {
+	var stopped atomic.Bool
+	kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if stopped.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer kubelet.Close()
+	// The executor stops the kubelet and confirms between the heartbeat's start and its read of
+	// the order's status.
+	o := &fakeOrders{status: &agentwire.ExecutorStatus{ID: "f1/executor", State: agentwire.ExecutorConfirmed, KubeletStopped: true},
+		onStatus: func() { stopped.Store(true) }}
+	x := &fakeExchanger{}
+	h := New(Config{Node: "a", BootID: "boot", Interval: time.Second, CallTimeout: time.Second, KubeletHealthz: kubelet.URL}, x, o, nil, nil, logr.Discard())
+	h.beat(t.Context())
+	if len(x.sent) != 1 {
+		t.Fatalf("%d reports sent, want 1", len(x.sent))
+	}
+	if r := x.sent[0]; r.Executor == nil || !r.Executor.KubeletStopped || r.KubeletHealthy {
+		t.Errorf("report: kubelet healthy %t beside executor status %+v; want a stopped kubelet seen unhealthy", r.KubeletHealthy, r.Executor)
 	}
 }
