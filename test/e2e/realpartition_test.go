@@ -67,6 +67,32 @@ func (p *realPartition) fencedByExecutor(t *testing.T, verdict, channel string) 
 	p.clean(t, true)
 }
 
+// orderNotCarriedOutAgain brings the kubelet of the fenced machine back (as its operator
+// would, to repair it) and restarts its agent (a rollout, an OOM kill): the agent reads its
+// NodeFence again, whose fence is over, and must not carry its order out again. Before, the
+// order stayed on the NodeFence and the restarted agent, its token still the highest on disk,
+// stopped the kubelet again.
+func (p *realPartition) orderNotCarriedOutAgain(t *testing.T) {
+	t.Helper()
+	if err := p.m.StartKubelet(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.m.KillDaemon(realscene.AgentDaemon); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.m.StartDaemon(realscene.AgentDaemon); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if pids, err := p.m.Processes("kubelet"); err != nil || len(pids) == 0 {
+			t.Fatalf("the kubelet of %s was stopped again after its agent restarted (pids %v, %v): the fence's order was carried out again", p.node, pids, err)
+		}
+	}
+	if order, ok := fenceOf(t, p.s, p.node).Annotations[v1alpha1.AnnotationExecutorCommand]; ok {
+		t.Errorf("the order %s is still on the NodeFence of a fence released", order)
+	}
+}
+
 // logTimes logs, from the fault, when the fence was created, confirmed and released, and when
 // the store accepted the first write of db-0's replacement (pod UID uid) on node second.
 func (p *realPartition) logTimes(t *testing.T, nf *v1alpha1.NodeFence, second, uid string) {
@@ -180,6 +206,7 @@ func TestRealMachinesPartitions(t *testing.T) {
 		if _, ok := nf.Annotations[v1alpha1.AnnotationExecutorStatus]; !ok {
 			t.Error("no answer from the agent on the NodeFence")
 		}
+		p.orderNotCarriedOutAgain(t)
 	})
 	t.Run("node to node cut only: nothing fenced, db-0 writes on", func(t *testing.T) {
 		p := startRealPartition(t, false)
