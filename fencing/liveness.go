@@ -125,15 +125,14 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 	}
 	kubelet := "" // for the record of a method that leaves the node running
 	if keepsRunning {
-		_, stopped := r.kubeletStayedStopped(nf)
+		span, stopped := r.kubeletWindow(nf)
 		if stopped {
 			kubelet = ", with its kubelet stopped (nothing restarts the workload)"
 		} else {
-			backOff := r.kubeletBackOff(nf)
-			if backOff == kubeletMaxRestartBackOff {
+			if span == kubeletMaxRestartBackOff {
 				kubelet = fmt.Sprintf(", with its kubelet running and not stopped for the order: it may restart a container up to its crash back-off (%s) later, so the window is that long (set the agent's --kubelet-stop-command, the chart's agent.kubeletStopCommand)", kubeletMaxRestartBackOff)
 			}
-			if full := afterConfirmation(nf).Add(backOff + verifyMargin); nf.Spec.Release.VerifyWindow == nil && nf.Status.Liveness.WatchUntil.Time.Before(full) {
+			if full := afterConfirmation(nf).Add(span + verifyMargin); nf.Spec.Release.VerifyWindow == nil && nf.Status.Liveness.WatchUntil.Time.Before(full) {
 				// A kubelet healthy again (or no heartbeat to say it is not) may restart the
 				// workload: the whole window.
 				nf.Status.Liveness.WatchUntil = metav1.NewTime(full)
@@ -244,57 +243,49 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 }
 
 // workloadWatchUntil is the end of the default window of a method that leaves the node
-// running: three of the agent's heartbeat intervals plus verifyMargin after the confirmation
-// when the agent stopped the kubelet for this order and does not see it healthy
-// (kubeletStayedStopped), the kubelet's restart back-off (kubeletBackOff) plus verifyMargin
-// otherwise; either
+// running: the kubelet's window (kubeletWindow) plus verifyMargin after the confirmation, or
 // from now when that is later (a new leader watches the whole window itself).
 func (r *NodeFenceReconciler) workloadWatchUntil(nf *v1alpha1.NodeFence, now time.Time) time.Time {
 	at := afterConfirmation(nf)
 	if at.Before(now) {
 		at = now
 	}
-	if every, ok := r.kubeletStayedStopped(nf); ok {
-		return at.Add(3*every + verifyMargin)
-	}
-	return at.Add(r.kubeletBackOff(nf) + verifyMargin)
+	span, _ := r.kubeletWindow(nf)
+	return at.Add(span + verifyMargin)
 }
 
-// kubeletBackOff is how long after the confirmation the node's kubelet, not stopped for the
-// order, may still restart what the executor stopped: its longest crash back-off when the
-// agent's latest heartbeat sees it healthy (a kubelet that runs, cut off from the API server,
-// never learns that its pods were deleted, and restarts a container that exited often before
-// only minutes later, after the release), its first otherwise (a kubelet that is down and
-// comes back reaches the API server, the Executor's KubeletDown case, and restarts nothing
-// deleted there).
-func (r *NodeFenceReconciler) kubeletBackOff(nf *v1alpha1.NodeFence) time.Duration {
-	if r.Heartbeats != nil {
-		if hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName); ok && hb.KubeletHealthy {
-			return kubeletMaxRestartBackOff
-		}
-	}
-	return kubeletRestartBackOff
-}
-
-// kubeletStayedStopped says whether the node's agent reports, in its latest heartbeat, that it
-// stopped the kubelet for this fence's order before terminating, and that the kubelet is not
-// healthy: nothing restarts what the executor stopped. every is the agent's heartbeat interval.
-func (r *NodeFenceReconciler) kubeletStayedStopped(nf *v1alpha1.NodeFence) (every time.Duration, ok bool) {
+// kubeletWindow is how long after the confirmation the node's kubelet may still restart what
+// the executor stopped, from the agent's latest heartbeat:
+//   - stopped, when the agent reports that it stopped the kubelet for this fence's order before
+//     terminating and the kubelet is not healthy: nothing restarts the workload, and three of
+//     the agent's heartbeat intervals of read-back suffice;
+//   - the kubelet's longest crash back-off when the heartbeat sees it healthy (a kubelet that
+//     runs, cut off from the API server, never learns that its pods were deleted, and restarts
+//     a container that exited often before only minutes later, after the release);
+//   - its first back-off otherwise (a kubelet that is down and comes back reaches the API
+//     server, the Executor's KubeletDown case, and restarts nothing deleted there).
+func (r *NodeFenceReconciler) kubeletWindow(nf *v1alpha1.NodeFence) (span time.Duration, stopped bool) {
 	if r.Heartbeats == nil {
-		return 0, false
+		return kubeletRestartBackOff, false
 	}
 	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
-	if !ok || hb.KubeletHealthy || hb.Executor == nil {
-		return 0, false
+	switch {
+	case !ok:
+		return kubeletRestartBackOff, false
+	case hb.KubeletHealthy:
+		return kubeletMaxRestartBackOff, false
+	case hb.Executor == nil:
+		return kubeletRestartBackOff, false
 	}
 	order := agent.OrderID(providers.Request{Fence: nf, Method: v1alpha1.Method{Name: nf.Status.Method}})
 	if st := hb.Executor; st.ID != order || st.State != agentwire.ExecutorConfirmed || !st.KubeletStopped {
-		return 0, false
+		return kubeletRestartBackOff, false
 	}
-	if every = hb.Interval; every <= 0 {
+	every := hb.Interval
+	if every <= 0 {
 		every = DefaultHeartbeatInterval
 	}
-	return every, true
+	return 3 * every, true
 }
 
 // watchUntil is the end of the default watch window, window (one renewal interval of the node's
