@@ -95,7 +95,7 @@ func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
 		return "nothing was released"
 	}
 	return fmt.Sprintf("%s before the node showed life after its fence was confirmed "+
-		"(the out-of-service taint was taken back): a replacement may run beside the original; check node %s at once",
+		"(an out-of-service taint this fence added was taken back; one on the node before it stays): a replacement may run beside the original; check node %s at once",
 		releasedCounts(nf), nf.Spec.NodeName)
 }
 

@@ -51,7 +51,7 @@ const (
 	// NodeFence's deletion until that fence is lifted: once the node no longer carries the
 	// out-of-service taint this fence added (the node is repaired), or at once when the fence
 	// failed before it released anything. A fence that failed after it had force-deleted pods
-	// or released attachments (its node showed life, and the taint was taken back), and a node
+	// or released attachments (its node showed life, and a taint the fence added was taken back), and a node
 	// that no longer exists (its machine may still run with those addresses), keep their
 	// storage fence, and the finalizer goes with a warning event.
 	FinalizerLiftStorageFence = "palisade.dev/lift-storage-fence"
