@@ -465,8 +465,12 @@ func TestLetGoOfAGoneObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	node.Finalizers = nil
-	nr := &NodeReconciler{Client: w.c}
+	nr := &NodeReconciler{Client: w.c, Recorder: &recorder{}}
 	if err := nr.keepFinalizer(ctx, node, &v1alpha1.FencingPolicy{}); err != nil {
 		t.Errorf("keepFinalizer of a Node gone = %v, want nil", err)
+	}
+	node.Finalizers = []string{v1alpha1.FinalizerFenceOnDelete}
+	if err := nr.letGo(ctx, node, corev1.EventTypeNormal, "node %s is gone", node.Name); err != nil {
+		t.Errorf("letGo of a Node gone = %v, want nil", err)
 	}
 }
