@@ -95,10 +95,12 @@ func (c *channel) SetCommand(node string, cmd agentwire.Command) {
 	c.orders++
 }
 
-func (c *channel) ClearCommand(node string) {
+func (c *channel) ClearCommand(node, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.commands, node)
+	if id == "" || c.commands[node].ID == id {
+		delete(c.commands, node)
+	}
 }
 
 func (c *channel) ExecutorStatus(string) (agentwire.ExecutorStatus, bool) {

@@ -26,7 +26,7 @@ const retryCheck = 500 * time.Millisecond
 // Channel is what the provider needs of channel.Server.
 type Channel interface {
 	SetCommand(node string, cmd agentwire.Command)
-	ClearCommand(node string)
+	ClearCommand(node, id string)
 	ExecutorStatus(node string) (agentwire.ExecutorStatus, bool)
 	Latest(node string) (hb agentwire.Heartbeat, about []agentwire.Sighting, ok bool)
 }
@@ -203,13 +203,17 @@ func (p *Provider) report(ctx context.Context, req providers.Request) (agentwire
 }
 
 // End takes the order back: the method is over (it failed, or its fence ended). It stops
-// serving it on the direct channel and removes it from the node's NodeFence, which outlives
+// serving it on the direct channel (another order set since stays) and removes it from the node's NodeFence, which outlives
 // the fence: left there, it would be carried out again by an agent restarted after the fence
 // (its record of the orders it ran is in memory, and the order's fencing token is still the
 // highest it took), terminating the workload of a node back in service. The NodeFence is read
 // from the client's cache, so that End costs no API call when there is no order to remove.
 func (p *Provider) End(ctx context.Context, req providers.Request) error {
-	p.ch.ClearCommand(req.Node())
+	id := "" // a NodeFence deleted before its end: no order of the node is served any more
+	if req.ID() != "" {
+		id = OrderID(req)
+	}
+	p.ch.ClearCommand(req.Node(), id)
 	return p.unannotate(ctx, req)
 }
 

@@ -26,7 +26,11 @@ type channel struct {
 }
 
 func (c *channel) SetCommand(node string, cmd agentwire.Command) { c.commands[node] = cmd }
-func (c *channel) ClearCommand(node string)                      { delete(c.commands, node) }
+func (c *channel) ClearCommand(node, id string) {
+	if id == "" || c.commands[node].ID == id {
+		delete(c.commands, node)
+	}
+}
 func (c *channel) ExecutorStatus(string) (agentwire.ExecutorStatus, bool) {
 	if c.status == nil {
 		return agentwire.ExecutorStatus{}, false

@@ -52,7 +52,11 @@ func TestCommandDeliveredToItsNodeOnly(t *testing.T) {
 	if diff := cmp.Diff(&replaced, send(c1, "n1")); diff != "" {
 		t.Errorf("n1's replaced command (-want +got):\n%s", diff)
 	}
-	s.ClearCommand("n1")
+	s.ClearCommand("n1", "fence-1")
+	if diff := cmp.Diff(&replaced, send(c1, "n1")); diff != "" {
+		t.Errorf("n1's command after the previous order's ClearCommand (-want +got):\n%s", diff)
+	}
+	s.ClearCommand("n1", replaced.ID)
 	if cmd := send(c1, "n1"); cmd != nil {
 		t.Errorf("command %+v after ClearCommand", cmd)
 	}
@@ -160,7 +164,7 @@ func TestCommandsConcurrently(t *testing.T) {
 			for range 20 {
 				s.SetCommand(node, agentwire.Command{ID: node + "-cmd", Action: agentwire.ActionTerminate})
 				_, _ = s.ExecutorStatus(node)
-				s.ClearCommand(node)
+				s.ClearCommand(node, node+"-cmd")
 			}
 		})
 	}

@@ -71,7 +71,7 @@ func TestHeartbeatDatagrams(t *testing.T) {
 	if got := s.DatagramCounts(); got[dgExchange] != 1 || got[dgAccepted] != 5 {
 		t.Errorf("the datagram of the heartbeat with a command pending counted %v, want it answered exchange, unrecorded", got)
 	}
-	s.ClearCommand("n1")
+	s.ClearCommand("n1", "c1")
 	if resp := beat(8); resp.Command != nil {
 		t.Errorf("heartbeat after the command was cleared got command %+v", resp.Command)
 	}

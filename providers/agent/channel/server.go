@@ -363,12 +363,17 @@ func (s *Server) SetCommand(node string, cmd agentwire.Command) {
 	s.commands[node] = cmd
 }
 
-// ClearCommand stops sending the node's pending command; the controller calls it (through
-// the agent provider's End) when the order's fence, or its method, ends.
-func (s *Server) ClearCommand(node string) {
+// ClearCommand stops sending the node's pending command if its ID is id, or whatever it is
+// when id is "" (a NodeFence deleted, whose UID is no longer known); the controller calls it
+// (through the agent provider's End) when the order's fence, or its method, ends. Another
+// order set since (a later method's, a newer fence's) stays: an End that comes late takes back
+// its own order only.
+func (s *Server) ClearCommand(node, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.commands, node)
+	if cmd, ok := s.commands[node]; ok && (id == "" || cmd.ID == id) {
+		delete(s.commands, node)
+	}
 }
 
 // ExecutorStatus is the latest executor status the node's agent reported, kept across

@@ -85,7 +85,7 @@ func TestHeartbeatsShareOneConnection(t *testing.T) {
 			s.SetCommand("n1", agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
 		}
 		if seq == 4 {
-			s.ClearCommand("n1")
+			s.ClearCommand("n1", "c1")
 		}
 		if _, err := c.Exchange(ctx, agentwire.Report{Node: "n1", Seq: uint64(seq) + 1}); err != nil {
 			t.Fatalf("heartbeat %d: %v", seq, err)
