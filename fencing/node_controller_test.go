@@ -404,3 +404,54 @@ func TestDeletedNodeForgetsItsAgent(t *testing.T) {
 		t.Error("another node's heartbeats were dropped")
 	}
 }
+
+// A storm's nodes fall Dead one by one, each a renewal interval after its own last renewal
+// (classify's Dead before the Lease expires), so when the first is judged Dead the others'
+// Leases may still read fresh. The storm guard counts them as late by their agents' silence,
+// with no Lease renewal seen since: n1 and n2 lose power together, n1's last renewal 11 s
+// before and n2's 4 s before; n3 reports both unreachable. n1 must not be fenced while n2 goes
+// the same way: 2 of 3 unhealthy, over the guard's 1. A node whose Lease was renewed after its
+// agent went silent (its agent alone died) is not counted, and n1 is fenced.
+func TestStormGuardCountsAStormBeforeItsFirstDead(t *testing.T) {
+	silentAt := t0.Add(-3050 * time.Millisecond) // both agents' last heartbeat; lost after 3 s
+	for _, tt := range []struct {
+		name      string
+		n2Renewed time.Time // when n2's latest renewal was made and seen
+		want      *v1alpha1.NodeFenceSpec
+		events    []eventSeen
+	}{
+		{"n2 silent since with n1", t0.Add(-4 * time.Second), nil,
+			[]eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonStormGuard}}},
+		{"n2's kubelet renewed after its agent went silent", t0.Add(-500 * time.Millisecond),
+			&v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead", Methods: []v1alpha1.Method{ipmiMethod}},
+			created("n1")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			renewed := map[string]time.Time{"n1": t0.Add(-11050 * time.Millisecond), "n2": tt.n2Renewed, "n3": t0.Add(-time.Second)}
+			renewals := lease.NewRenewals()
+			objs := []client.Object{poolPolicy(ipmiMethod)}
+			for name, at := range renewed {
+				renew := metav1.NewMicroTime(at)
+				renewals.Seen(name, at, at)
+				objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}}},
+					&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}})
+			}
+			hbs := heartbeats{
+				"n1": {Node: "n1", Interval: time.Second, Received: silentAt, KubeletHealthy: true},
+				"n2": {Node: "n2", Interval: time.Second, Received: silentAt, KubeletHealthy: true},
+				"n3": {Node: "n3", Interval: time.Second, Received: t0.Add(-200 * time.Millisecond), KubeletHealthy: true,
+					Peers: []agentwire.PeerReport{{Node: "n1", At: t0.Add(-time.Second)}, {Node: "n2", At: t0.Add(-time.Second)}}},
+			}
+			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
+			rec := &recorder{}
+			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs, Renewals: renewals}, Now: func() time.Time { return t0 }}
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+				t.Fatal(err)
+			}
+			checkFence(t, c, tt.want, "Dead: dead: agent heartbeat lost")
+			if diff := cmp.Diff(tt.events, rec.recorded()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

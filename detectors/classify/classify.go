@@ -108,6 +108,8 @@ func (c Config) withDefaults() Config {
 // Classify combines the signals of one node into an Observation:
 //
 //   - a fresh Lease: Healthy; a late one: Suspect (the API server still hears the kubelet);
+//     a fresh one whose agent's heartbeat is late or lost, with no renewal seen since: Suspect
+//     too, so that the storm guard counts the nodes of a storm before the first is fenced;
 //   - a stale Lease and fresh agent heartbeats: KubeletDown when the agent reports its kubelet
 //     unhealthy, else Partitioned (alive, cut off from the control plane);
 //   - a stale Lease and late agent heartbeats: Suspect until the agent counts as lost;
@@ -157,8 +159,7 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		// A renewal seen before the agent's next heartbeat was due is no sign of life after the
 		// silence: the kubelet's last renewal and the agent's missing heartbeat fit one moment of
 		// death. A renewal seen later is: the kubelet still reaches the API server.
-		nextDue := s.Agent.LastSeen.Add(hb.interval + hb.interval/2)
-		silentLease := !s.LeaseRenewalSeen.IsZero() && !s.LeaseRenewalSeen.After(nextDue)
+		silentLease := !s.LeaseRenewalSeen.IsZero() && !renewedAfterSilence(s, hb)
 		every := s.LeaseRenewInterval
 		if every <= 0 {
 			every = detectors.DefaultLeaseRenewInterval
@@ -191,11 +192,27 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 			obs.Deadline, obs.LeaseExpiry = earliest(obs.Deadline, now.Add(hb.interval)), false
 		}
 	}
+	if obs.Verdict == detectors.Healthy && (hb.state == late || hb.state == lost) && !renewedAfterSilence(s, hb) {
+		// Late, for the storm guard: nodes that go silent together (a rack's power, a switch)
+		// fall Dead one by one as each misses its next renewal, up to a renewal interval apart,
+		// and a Lease renewed seconds before the silence still reads fresh when the first of
+		// them is fenced. What they share at once is their agents' silence.
+		obs.Verdict = detectors.Suspect
+		summary += "; late (Suspect): its agent is silent and no Lease renewal was seen since"
+	}
 	if obs.Verdict == detectors.Suspect && lease.Verdict.Failed() {
 		obs.Deadline, obs.LeaseExpiry = hb.deadline, false
 	}
 	obs.Reason = fmt.Sprintf("%s; API: %s; agent: %s; peers: %s", summary, lease.Reason, hb, peers)
 	return obs
+}
+
+// renewedAfterSilence says whether the controller saw a Lease renewal after the agent's next
+// heartbeat was due: the kubelet still reached the API server once the agent was silent. A
+// renewal seen before that fits one moment of death with the agent's silence.
+func renewedAfterSilence(s Signals, hb heartbeat) bool {
+	nextDue := s.Agent.LastSeen.Add(hb.interval + hb.interval/2)
+	return !s.LeaseRenewalSeen.IsZero() && s.LeaseRenewalSeen.After(nextDue)
 }
 
 // decide applies the rules of Classify and returns the verdict with a summary of why.

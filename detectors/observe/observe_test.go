@@ -111,7 +111,7 @@ func TestObserveFastDeadAfterBlindness(t *testing.T) {
 		in     string
 	}{
 		{"seeing for an hour: the renewal was missed", now.Add(-time.Hour), detectors.Dead, "the kubelet missed its Lease renewal"},
-		{"seeing again for 2s after an outage", now.Add(-2 * time.Second), detectors.Healthy, "counted from 2026-11-23T00:59:58Z when the controller could see renewals again"},
+		{"seeing again for 2s after an outage", now.Add(-2 * time.Second), detectors.Suspect, "counted from 2026-11-23T00:59:58Z when the controller could see renewals again"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewals := lease.NewRenewals()
