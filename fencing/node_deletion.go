@@ -23,11 +23,20 @@ import (
 // the deletion and says what to do.
 
 // keepFinalizer puts the finalizer on a node a policy covers (not a dry run) and takes it off
-// a node no policy covers any more.
+// a node no policy covers any more, unless a fence of the node is still on record and not over:
+// its spec was copied from the policy, it goes on without it, and the node's deletion must wait
+// for it as before (the policy deleted, switched to a dry run, or no longer selecting the node
+// mid-fence).
 func (r *NodeReconciler) keepFinalizer(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy) error {
 	want := p != nil && !p.Spec.DryRun
 	if want == controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerFenceOnDelete) {
 		return nil
+	}
+	if !want {
+		held, err := r.fenceOnRecord(ctx, node.Name)
+		if err != nil || held {
+			return err
+		}
 	}
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if want {
@@ -39,6 +48,16 @@ func (r *NodeReconciler) keepFinalizer(ctx context.Context, node *corev1.Node, p
 		return fmt.Errorf("updating the finalizer of node %s: %w", node.Name, err)
 	}
 	return nil
+}
+
+// fenceOnRecord says whether the node has a NodeFence that fences for real and is not over:
+// not a dry run's record, not Recovered, not being deleted.
+func (r *NodeReconciler) fenceOnRecord(ctx context.Context, node string) (bool, error) {
+	nf := &v1alpha1.NodeFence{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: node}, nf); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return !nf.Spec.DryRun && nf.Status.Phase != v1alpha1.PhaseRecovered && nf.DeletionTimestamp.IsZero(), nil
 }
 
 // deleted handles a node being deleted: fence it, then let the deletion go on.
@@ -59,7 +78,14 @@ func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
 	}
 	switch {
 	case nf.Spec.DryRun:
-		return r.letGo(ctx, node, corev1.EventTypeNormal, "its fence %s is a dry run: Palisade does not hold the deletion", nf.Name)
+		// A dry run's record took no step: the node's policy now decides (fenceDeleted lets the
+		// deletion go while it is still a dry run, and fences for real once it is not).
+		return r.fenceDeleted(ctx, node, nf)
+	case nf.Status.Phase == v1alpha1.PhaseReleased && fenceTaintGone(nf, node):
+		// The fence put its taint on, and the node no longer carries it: taken off by hand and
+		// the node back in service, or a new Node registered under the name. Its confirmation
+		// covered a workload that may run again, or another machine: fence anew.
+		return r.fenceDeleted(ctx, node, nf)
 	case Verified(nf) || nf.Status.Phase == v1alpha1.PhaseReleased:
 		return r.letGo(ctx, node, corev1.EventTypeNormal, "node %s is fenced (%s, confirmed and no sign of life after): its deletion goes on", node.Name, nf.Status.Method)
 	case nf.Status.Phase == v1alpha1.PhaseFailed:

@@ -36,6 +36,15 @@ func TestNodeDeletionIsAFenceRequest(t *testing.T) {
 		n.Finalizers = []string{"example.com/other", v1alpha1.FinalizerFenceOnDelete}
 	}
 	held := func(n *corev1.Node) { n.Finalizers = []string{v1alpha1.FinalizerFenceOnDelete} }
+	deletingTainted := func(n *corev1.Node) {
+		deleting(n)
+		n.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+	}
+	dryRunRecord := fenceIn(v1alpha1.PhasePending)
+	dryRunRecord.Spec.DryRun, dryRunRecord.Spec.Trigger = true, v1alpha1.TriggerDetected
+	released := func() *v1alpha1.NodeFence {
+		return fenceIn(v1alpha1.PhaseReleased, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok), st(v1alpha1.StepTaint, "", ok))
+	}
 	tests := []struct {
 		name           string
 		policy         *v1alpha1.FencingPolicy
@@ -70,6 +79,31 @@ func TestNodeDeletionIsAFenceRequest(t *testing.T) {
 			wantEventsTail: []eventSeen{{"Node/n1", corev1.EventTypeNormal, ReasonDeletionReleased}}},
 		{name: "a deleted node under a dry run goes", policy: dryRun(poolPolicy(ipmiMethod)), state: dead, editN1: deleting,
 			wantEventsTail: []eventSeen{{"Node/n1", corev1.EventTypeNormal, ReasonDeletionReleased}}},
+		// A dry run's record left from before the policy fenced for real (the node recovered,
+		// the record stayed) holds no deletion and covers none either: the node is fenced.
+		{name: "a deleted node with a dry run's record is fenced once its policy fences for real", policy: poolPolicy(ipmiMethod), state: healthy,
+			editN1: deleting, existing: dryRunRecord,
+			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1, wantEventsTail: created("n1")},
+		{name: "a deleted node with a dry run's record under a dry run goes", policy: dryRun(poolPolicy(ipmiMethod)), state: healthy,
+			editN1: deleting, existing: dryRunRecord, wantTrigger: v1alpha1.TriggerDetected, wantMethods: 1,
+			wantEventsTail: []eventSeen{{"Node/n1", corev1.EventTypeNormal, ReasonDeletionReleased}}},
+		{name: "a deleted node whose released fence's taint is on goes", policy: poolPolicy(ipmiMethod), state: dead, editN1: deletingTainted,
+			existing: released(), wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1,
+			wantEventsTail: []eventSeen{{"Node/n1", corev1.EventTypeNormal, ReasonDeletionReleased}}},
+		// The taint taken off by hand (the node back in service), or a new Node registered under
+		// the name: the released fence no longer covers what runs there.
+		{name: "a deleted node whose released fence's taint was taken off is fenced anew", policy: poolPolicy(ipmiMethod), state: healthy, editN1: deleting,
+			existing: released(), wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1, wantEventsTail: created("n1")},
+		// The policy deleted (or switched to a dry run, or no longer selecting the node) while a
+		// fence is under way: the fence goes on, and so must the hold on the node's deletion.
+		{name: "a node no policy covers keeps the finalizer while its fence is under way", state: dead, editN1: held,
+			existing:      fenceIn(v1alpha1.PhaseFencing, st(v1alpha1.StepPowerOff, "ipmi", v1alpha1.StepStarted)),
+			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1},
+		{name: "a node under a dry run keeps the finalizer while a fence is under way", policy: dryRun(poolPolicy(ipmiMethod)), state: dead, editN1: held,
+			existing:      fenceIn(v1alpha1.PhaseFencing, st(v1alpha1.StepPowerOff, "ipmi", v1alpha1.StepStarted)),
+			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1},
+		{name: "a node no policy covers loses the finalizer once its fence is recovered", state: healthy, editN1: held,
+			existing: fenceIn(v1alpha1.PhaseRecovered), wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

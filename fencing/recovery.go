@@ -249,13 +249,20 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 // fence's node, so someone else took it off, and the node is back in service although not
 // found clean (its storage fences stay). The message keeps what the hold waits for.
 func taintTakenOff(nf *v1alpha1.NodeFence, node *corev1.Node, reason, msg string) (string, string) {
-	if _, ok := taintedSinceConfirmation(nf); !ok || OutOfService(node) {
+	if !fenceTaintGone(nf, node) {
 		return reason, msg
 	}
 	return ReasonTaintRemoved, fmt.Sprintf("the out-of-service taint was taken off node %s by someone other than Palisade while it was held fenced (%s): "+
 		"pods may run on it again although it is not found clean, and its storage fences stay in place. If that was not meant, put the taint back: "+
 		"kubectl taint node %s %s=%s:NoExecute. To finish the recovery: %s",
 		node.Name, reason, node.Name, v1alpha1.TaintOutOfService, v1alpha1.TaintOutOfServiceValue, msg)
+}
+
+// fenceTaintGone says whether the fence put the out-of-service taint on after its confirmation
+// and the node no longer carries one.
+func fenceTaintGone(nf *v1alpha1.NodeFence, node *corev1.Node) bool {
+	_, tainted := taintedSinceConfirmation(nf)
+	return tainted && !OutOfService(node)
 }
 
 // powerOffDisproved says when the node, Ready, posted its status with the boot ID it had when
