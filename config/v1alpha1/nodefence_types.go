@@ -20,7 +20,10 @@ const (
 )
 
 // NodeFenceSpec is fixed when the fence is created: the policy's methods and release settings
-// are copied in, so a policy edited during a fence does not change it half-way.
+// are copied in, so a policy edited during a fence does not change it half-way. The API server
+// refuses any change to it: an edit of a fence under way (a method taken out of a level, a dry
+// run switched on) would release on a chain it never confirmed.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is fixed when the fence is created: delete the NodeFence (the node's next failure, request or deletion creates a new one) instead of editing it"
 type NodeFenceSpec struct {
 	// NodeName is the node being fenced.
 	// +kubebuilder:validation:MinLength=1
@@ -281,6 +284,7 @@ type Liveness struct {
 // +kubebuilder:printcolumn:name="Urgency",type=integer,JSONPath=`.spec.urgency`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.nodeName",message="a NodeFence is named after its node: metadata.name must equal spec.nodeName"
 type NodeFence struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

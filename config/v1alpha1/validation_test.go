@@ -238,3 +238,39 @@ func TestNodeFenceNodeIsImmutable(t *testing.T) {
 		t.Errorf("changing spec.nodeName: err = %v, want refusal", err)
 	}
 }
+
+// A NodeFence is named after its node, and its spec is fixed once it is created: the API server
+// refuses a fence named for one node that fences another (two fences for one node, or a node
+// deletion let go on another node's fence), and an edit of a fence under way (a method taken
+// out of a level, a dry run switched on), which would release on a chain it never confirmed.
+func TestNodeFenceNamedAfterItsNodeAndFixed(t *testing.T) {
+	cluster := testbed.StartT(t, testbed.Options{})
+	ctx := context.Background()
+	fence := func(name, node string) *v1alpha1.NodeFence {
+		return &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.NodeFenceSpec{
+			NodeName: node, Trigger: v1alpha1.TriggerManual, Methods: leveled("", "")}}
+	}
+	if err := cluster.Client.Create(ctx, fence("x", "n1")); err == nil || !strings.Contains(err.Error(), "metadata.name must equal spec.nodeName") {
+		t.Errorf("creating NodeFence x for node n1: err = %v, want refusal", err)
+	}
+	nf := fence("n1", "n1")
+	if err := cluster.Client.Create(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(*v1alpha1.NodeFenceSpec){
+		"a method taken out": func(s *v1alpha1.NodeFenceSpec) { s.Methods = s.Methods[:1] },
+		"dry run switched on": func(s *v1alpha1.NodeFenceSpec) { s.DryRun = true },
+		"reason rewritten":    func(s *v1alpha1.NodeFenceSpec) { s.Reason = "edited" },
+	} {
+		changed := nf.DeepCopy()
+		edit(&changed.Spec)
+		if err := cluster.Client.Update(ctx, changed); err == nil || !strings.Contains(err.Error(), "spec is fixed when the fence is created") {
+			t.Errorf("%s: err = %v, want refusal", name, err)
+		}
+	}
+	// The controller and the agents write the status, annotations and finalizers: those stay free.
+	nf.Annotations = map[string]string{"palisade.dev/example": "x"}
+	if err := cluster.Client.Update(ctx, nf); err != nil {
+		t.Errorf("annotating the NodeFence: %v", err)
+	}
+}
