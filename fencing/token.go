@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -99,6 +100,9 @@ func (t *Tokens) Next(ctx context.Context) (int64, error) {
 		if err != nil || last < 0 {
 			return 0, fmt.Errorf("the fencing-token Lease %s holds %q in %s, not a token: delete the Lease, and the counter starts over above the highest token recorded on a NodeFence", t.Lease, raw, AnnotationLastToken)
 		}
+		if max(last, floor) == math.MaxInt64 {
+			return 0, fmt.Errorf("the fencing-token Lease %s holds %d in %s, the highest token there is: no token can outrank it. Set it back to the highest token any agent or storage gateway has taken (the agents log theirs) and no lower", t.Lease, last, AnnotationLastToken)
+		}
 		next := max(last, floor) + 1
 		l.Annotations[AnnotationLastToken] = strconv.FormatInt(next, 10)
 		err = t.Writer.Update(ctx, l) // carries the resourceVersion read: a compare-and-swap
@@ -113,7 +117,8 @@ func (t *Tokens) Next(ctx context.Context) (int64, error) {
 	return 0, fmt.Errorf("advancing the fencing-token Lease %s: another writer won %d times in a row", t.Lease, tokenAttempts)
 }
 
-// highestRecorded is the highest token recorded on a NodeFence.
+// highestRecorded is the highest token recorded on a NodeFence: its fence's token or its
+// storage fence's lift token, each drawn from the counter and sent to agents or gateways.
 func (t *Tokens) highestRecorded(ctx context.Context) (int64, error) {
 	list := &v1alpha1.NodeFenceList{}
 	if err := t.Writer.List(ctx, list); err != nil {
@@ -121,7 +126,7 @@ func (t *Tokens) highestRecorded(ctx context.Context) (int64, error) {
 	}
 	var highest int64
 	for i := range list.Items {
-		highest = max(highest, list.Items[i].Status.Token)
+		highest = max(highest, list.Items[i].Status.Token, list.Items[i].Status.LiftToken)
 	}
 	return highest, nil
 }

@@ -3,12 +3,18 @@ package fencing
 import (
 	"context"
 	"errors"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
@@ -117,5 +123,36 @@ func TestNoStepWithoutToken(t *testing.T) {
 				t.Errorf("once tokens are back: phase %s, token %d; want Released with token 1", done.Status.Phase, done.Status.Token)
 			}
 		})
+	}
+}
+
+// With its Lease gone (deleted, a reinstall), the counter starts over above every token a
+// NodeFence records: its fence's token and its storage fence's lift token, each sent to agents
+// or gateways that refuse a lower one. A counter at the highest int64 cannot go on: an error
+// that says what to do, and the Lease is left as it is.
+func TestTokenCounterFloorAndCeiling(t *testing.T) {
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: "palisade-system", Name: TokenLeaseName}
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"},
+		Status: v1alpha1.NodeFenceStatus{Token: 5, LiftToken: 9}}
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(nf).WithStatusSubresource(nf).Build()
+	tokens := &Tokens{Reader: c, Writer: c, Lease: key}
+	if got, err := tokens.Next(ctx); err != nil || got != 10 {
+		t.Errorf("first token with the Lease gone = %d (%v), want 10: above the lift token 9", got, err)
+	}
+	l := &coordinationv1.Lease{}
+	if err := c.Get(ctx, key, l); err != nil {
+		t.Fatal(err)
+	}
+	l.Annotations[AnnotationLastToken] = strconv.FormatInt(math.MaxInt64, 10)
+	if err := c.Update(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	got, err := tokens.Next(ctx)
+	if err == nil || !strings.Contains(err.Error(), "the highest token there is") {
+		t.Errorf("token past the highest int64 = %d (%v), want an error saying what to do", got, err)
+	}
+	if err := c.Get(ctx, key, l); err != nil || l.Annotations[AnnotationLastToken] != strconv.FormatInt(math.MaxInt64, 10) {
+		t.Errorf("the Lease holds %q (%v), want it left as it was", l.Annotations[AnnotationLastToken], err)
 	}
 }
