@@ -123,7 +123,12 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	r.latest(ctx, nf)             // never a record older than this controller's own last write
+	if err := r.latest(ctx, nf); err != nil { // never a record older than this controller's own last write
+		if apierrors.IsNotFound(err) { // deleted since: its deletion's event comes, look then
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		return ctrl.Result{}, err
+	}
 	defer fenceStates.observe(nf) // where it stands once this reconcile is done
 	res, err := r.reconcileFence(ctx, nf)
 	// Taken again by priority too (byPriority): a fence whose pods' budgets are at their limit is

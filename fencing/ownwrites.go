@@ -2,8 +2,8 @@ package fencing
 
 import (
 	"context"
+	"fmt"
 
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -20,19 +20,21 @@ import (
 // a new leader reads the cache.
 
 // latest replaces a cached fence that is behind this controller's own last write with the
-// API server's copy. When that read fails the cached copy is used: its write is refused if it
-// is stale, and the reconcile is tried again.
-func (r *NodeFenceReconciler) latest(ctx context.Context, nf *v1alpha1.NodeFence) {
+// API server's copy. When that read fails, nothing is taken from the stale copy and the
+// reconcile is tried again: a release step it would resume (a taint, force deletions) acts
+// before its write is refused, on a record that may since say the node showed life, or that
+// may be gone (NotFound, which the caller takes as a reason to look again, not an error).
+func (r *NodeFenceReconciler) latest(ctx context.Context, nf *v1alpha1.NodeFence) error {
 	if r.APIReader == nil || !r.memory.behind(nf) {
-		return
+		return nil
 	}
 	fresh := &v1alpha1.NodeFence{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(nf), fresh); err != nil {
-		ctrl.LoggerFrom(ctx).V(1).Info("reading the NodeFence past a cache behind this controller's own write failed; using the cache", "error", err.Error())
-		return
+		return fmt.Errorf("reading NodeFence %s past a cache behind this controller's own last write: %w", nf.Name, err)
 	}
 	*nf = *fresh
 	// Someone wrote after this controller (the node's agent answering an order, a person): the
 	// cache catches up with that as with any write of theirs, and nothing is remembered.
 	r.memory.settle(fresh)
+	return nil
 }

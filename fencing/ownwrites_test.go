@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -92,5 +93,88 @@ func TestOwnWritesRemembered(t *testing.T) {
 	o.forget("n1")
 	if o.behind(fenceAt("a", "6")) {
 		t.Error("behind after the fence was deleted")
+	}
+}
+
+// A cache behind this controller's own last write, and the API server's copy unreadable (a
+// 429, a timeout): the reconcile takes nothing from the stale copy. A release step it would
+// resume acts (a taint, force deletions) before its write is refused, on a record that may
+// since say the node showed life. It fails, to be tried again, and writes nothing.
+func TestStaleCopyUnreadPastTakesNoStep(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	var written []*v1alpha1.NodeFence
+	writes, lag := 0, false
+	var stale *v1alpha1.NodeFence
+	count := func() { writes++ }
+	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok && lag {
+				stale.DeepCopyInto(nf)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			count()
+			err := c.SubResource(sub).Update(ctx, obj, opts...)
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok && err == nil {
+				written = append(written, nf.DeepCopy())
+			}
+			return err
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			count()
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			count()
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			count()
+			return c.Update(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			count()
+			return c.Delete(ctx, obj, opts...)
+		},
+	})
+	unreadable := errors.New("the server is currently unable to handle the request")
+	w.r.APIReader = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*v1alpha1.NodeFence); ok && lag {
+				return apierrors.NewServiceUnavailable(unreadable.Error())
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	ctx := context.Background()
+	req := ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}
+	// Up to the release: the copy written when the Taint step was recorded Started is the stale
+	// one the cache will show once the fence has gone on past it.
+	for range 60 {
+		if _, err := w.r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		for _, nf := range written {
+			if s := lastStep(nf); stale == nil && s != nil && s.Name == v1alpha1.StepTaint && s.State == v1alpha1.StepStarted {
+				stale = nf
+			}
+		}
+		if stale != nil && len(written) > 0 && written[len(written)-1].ResourceVersion != stale.ResourceVersion {
+			break
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	if stale == nil || written[len(written)-1].ResourceVersion == stale.ResourceVersion {
+		t.Fatal("no record with the Taint step started and a later one: the test did not test")
+	}
+	lag, writes = true, 0
+	_, err := w.r.Reconcile(ctx, req)
+	if err == nil || !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("reconcile on a stale copy it could not read past: err = %v, want the read's error", err)
+	}
+	if writes != 0 {
+		t.Errorf("%d writes from a stale copy (Taint started, the record since gone on), want none", writes)
 	}
 }
