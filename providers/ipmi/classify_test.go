@@ -86,16 +86,25 @@ func TestClassifyDeadline(t *testing.T) {
 	}
 }
 
+// TestParsePowerState pins the strict reading of ipmitool's output: one plain status line
+// decides, noise around it is tolerated, anything contradictory or unclear is Unknown.
 func TestParsePowerState(t *testing.T) {
 	tests := map[string]PowerState{
-		"Chassis Power is on\n":    PowerOn,
-		"Chassis Power is off\n":   PowerOff,
-		"on":                       PowerOn,
-		"Off":                      PowerOff,
-		"ON":                       PowerOn,
-		"":                         PowerUnknown,
-		"Chassis Power is unknown": PowerUnknown,
-		"poweringoff":              PowerUnknown,
+		"Chassis Power is on\n":       PowerOn,
+		"Chassis Power is off\n":      PowerOff,
+		"  chassis power is OFF \r\n": PowerOff,
+		"Get HPM.x Capabilities request failed, compcode = c9\nChassis Power is off\n": PowerOff,
+		"Chassis Power is on\nwarning: session closed, power state may read off":       PowerOn,
+		"Chassis Power is on\nChassis Power is off\n":                                  PowerUnknown,
+		"Chassis Power is off\nChassis Power is off\n":                                 PowerUnknown,
+		"Chassis Power is off\nChassis Power is unknown":                               PowerUnknown,
+		"Chassis Power is off, probably":                                               PowerUnknown,
+		"on":                                                                           PowerUnknown,
+		"Off":                                                                          PowerUnknown,
+		"on off":                                                                       PowerUnknown,
+		"":                                                                             PowerUnknown,
+		"Chassis Power is unknown":                                                     PowerUnknown,
+		"poweringoff":                                                                  PowerUnknown,
 	}
 	for in, want := range tests {
 		if got := parsePowerState(in); got != want {

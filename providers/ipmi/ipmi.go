@@ -100,7 +100,8 @@ func (p *Provider) PowerOn(ctx context.Context, t Target) error {
 	})
 }
 
-// PowerState reads "chassis power status"; an answer it does not understand is PowerUnknown.
+// PowerState reads "chassis power status"; an answer that does not say one state plainly is
+// PowerUnknown (parsePowerState).
 func (p *Provider) PowerState(ctx context.Context, t Target) (PowerState, error) {
 	state := PowerUnknown
 	err := p.call(ctx, t, "reading the power state of", func(ctx context.Context, c *bmclib.Client) error {
@@ -117,19 +118,39 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (PowerState, error)
 	return state, nil
 }
 
-// parsePowerState maps bmclib's answer ("Chassis Power is on", "on", "Off") to a PowerState.
+// The lines ipmitool's "chassis power status" prints (ipmi_chassis_print_power_status), and
+// the words every such line starts with.
+const (
+	statusOn     = "Chassis Power is on"
+	statusOff    = "Chassis Power is off"
+	statusPrefix = "chassis power is"
+)
+
+// parsePowerState reads ipmitool's "chassis power status" output, which bmclib hands over as
+// it came, stdout and stderr together. A stray word on another line (a warning that ends in
+// "off") must not decide the state, so the state is On or Off only when exactly one line,
+// trimmed and in any case, says "Chassis Power is on" or "Chassis Power is off" and no other
+// line speaks of the chassis power; anything else is PowerUnknown, never a confirmation.
 func parsePowerState(s string) PowerState {
-	fields := strings.Fields(strings.ToLower(s))
-	if len(fields) == 0 {
+	var on, off, other int
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.EqualFold(line, statusOn):
+			on++
+		case strings.EqualFold(line, statusOff):
+			off++
+		case strings.Contains(strings.ToLower(line), statusPrefix):
+			other++
+		}
+	}
+	switch {
+	case other > 0 || on+off != 1:
 		return PowerUnknown
-	}
-	switch fields[len(fields)-1] {
-	case "on":
+	case on == 1:
 		return PowerOn
-	case "off":
-		return PowerOff
 	}
-	return PowerUnknown
+	return PowerOff
 }
 
 // call checks the target, pings the BMC, opens a bmclib client restricted to ipmitool, runs fn

@@ -8,8 +8,11 @@ import (
 )
 
 // FuzzParsePowerState checks the reader of a BMC's power answer: whatever the BMC says, the
-// answer is on, off or unknown, on and off only when the last word says so, and the same
-// answer always reads the same.
+// answer is on, off or unknown; on or off only when exactly one line, trimmed and in any case,
+// is that state's status line and no other line speaks of the chassis power; a status line
+// added for the other state never leaves a confirmation; the same answer always reads the
+// same. The corpus under testdata/fuzz/FuzzParsePowerState holds the outputs that once read
+// wrong (a warning ending in "off" after "Chassis Power is on").
 func FuzzParsePowerState(f *testing.F) {
 	for _, s := range []string{"Chassis Power is on", "Chassis Power is off", "on", "Off", "ON\n", "",
 		"Chassis Power is unknown", "Error: Unable to establish IPMI v2 / RMCP+ session", "on off", "oN\t", "\u00a0on"} {
@@ -20,20 +23,33 @@ func FuzzParsePowerState(f *testing.F) {
 		if again := parsePowerState(s); again != got {
 			t.Fatalf("parsePowerState(%q) is not deterministic: %v then %v", s, got, again)
 		}
-		fields := strings.Fields(strings.ToLower(s))
-		last := ""
-		if len(fields) > 0 {
-			last = fields[len(fields)-1]
+		var on, off, other int
+		for _, line := range strings.Split(s, "\n") {
+			line = strings.TrimSpace(line)
+			switch {
+			case strings.EqualFold(line, "Chassis Power is on"):
+				on++
+			case strings.EqualFold(line, "Chassis Power is off"):
+				off++
+			case strings.Contains(strings.ToLower(line), "chassis power is"):
+				other++
+			}
 		}
 		want := PowerUnknown
-		switch last {
-		case "on":
+		switch {
+		case on == 1 && off == 0 && other == 0:
 			want = PowerOn
-		case "off":
+		case off == 1 && on == 0 && other == 0:
 			want = PowerOff
 		}
 		if got != want {
-			t.Fatalf("parsePowerState(%q) = %v, want %v", s, got, want)
+			t.Fatalf("parsePowerState(%q) = %v, want %v (%d on, %d off, %d other status lines)", s, got, want, on, off, other)
+		}
+		if got := parsePowerState(s + "\nChassis Power is on"); got == PowerOff {
+			t.Fatalf("parsePowerState(%q) with a line saying on added reads Off", s)
+		}
+		if got := parsePowerState("Chassis Power is off\n" + s); got == PowerOn {
+			t.Fatalf("parsePowerState(%q) with a line saying off added reads On", s)
 		}
 	})
 }
