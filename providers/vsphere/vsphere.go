@@ -4,8 +4,9 @@
 // poweredOff (the power package's fence). Suspended is not off: a suspended VM resumes where it
 // stopped, writes included. A VM vCenter does not find is a BadTarget, never Gone: a wrong
 // server or datacenter must not look like a machine that no longer exists. Each call logs in
-// with the method's Secret and logs out; vCenter's certificate is verified against the
-// method's CA bundle, else the system's CAs, unless the method says insecureSkipVerify.
+// with the method's Secret and logs out (the logout bounded by LogoutTimeout); vCenter's
+// certificate is verified against the method's CA bundle, else the system's CAs, unless the
+// method says insecureSkipVerify.
 package vsphere
 
 import (
@@ -40,6 +41,12 @@ const (
 	ProviderName = "vsphere"
 	// DefaultTimeout bounds one call (login, command or read, logout).
 	DefaultTimeout = 15 * time.Second
+	// LogoutTimeout bounds the logout that ends every call. The logout runs on a context of
+	// its own, without the call's deadline, so that a call that ran out of time still ends its
+	// session on vCenter; govmomi's SOAP client sets no deadline either, so without this bound
+	// a vCenter that hangs on Logout would block the call, and the reconcile waiting on it,
+	// forever.
+	LogoutTimeout = 5 * time.Second
 )
 
 var hints = map[providers.Reason]string{
@@ -212,7 +219,7 @@ func (p *Provider) session(ctx context.Context, t Target, fn func(context.Contex
 	if err := c.Login(ctx, url.UserPassword(t.Username, t.Password)); err != nil {
 		return err
 	}
-	defer func() { _ = c.Logout(context.WithoutCancel(ctx)) }()
+	defer logout(ctx, c)
 	ref, err := object.NewSearchIndex(c.Client).FindByUuid(ctx, nil, t.UUID, true, nil)
 	if err != nil {
 		return err
@@ -222,6 +229,14 @@ func (p *Provider) session(ctx context.Context, t Target, fn func(context.Contex
 		return errVMNotFound
 	}
 	return fn(ctx, vm)
+}
+
+// logout ends the session within LogoutTimeout, also when the call's own context is done.
+// Its error is dropped: vCenter expires a session it was not told to end.
+func logout(ctx context.Context, c *govmomi.Client) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LogoutTimeout)
+	defer cancel()
+	_ = c.Logout(ctx)
 }
 
 var errVMNotFound = errors.New("vCenter finds no VM with this BIOS UUID: check the node's providerID and the method's vsphere.server")

@@ -1,11 +1,16 @@
 package vsphere_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +39,7 @@ const (
 type scene struct {
 	vm     *simulator.VirtualMachine
 	model  *simulator.Model
+	srv    *simulator.Server
 	server string
 	caPEM  []byte
 	p      *vsphere.Provider
@@ -51,7 +57,7 @@ func start(t *testing.T) *scene {
 	srv := model.Service.NewServer()
 	t.Cleanup(func() { srv.Close(); model.Remove() })
 	vm := model.Map().Any("VirtualMachine").(*simulator.VirtualMachine)
-	return &scene{vm: vm, model: model, server: srv.URL.Host,
+	return &scene{vm: vm, model: model, srv: srv, server: srv.URL.Host,
 		caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}
 }
 
@@ -75,6 +81,37 @@ func (s *scene) provider(t *testing.T, providerID, pw string, edit func(*v1alpha
 func (s *scene) req(attempt int32, expired bool) providers.Request {
 	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: k8stypes.UID("fence-1")}, Spec: v1alpha1.NodeFenceSpec{NodeName: "node-1"}}
 	return providers.Request{Fence: nf, Method: s.method, Attempt: attempt, Now: time.Now(), Expired: expired}
+}
+
+// stallLogout puts a TLS front before vcsim that holds every Logout call until the test ends
+// or the client hangs up, as a vCenter that hangs on Logout does, and points the scene at it;
+// it returns the count of Logout calls held. Call it before provider.
+func (s *scene) stallLogout(t *testing.T) *atomic.Int32 {
+	t.Helper()
+	held, release, vcsim := new(atomic.Int32), make(chan struct{}), s.srv.Config.Handler
+	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte("<Logout")) {
+			held.Add(1)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		vcsim.ServeHTTP(w, r)
+	}))
+	front.StartTLS()
+	t.Cleanup(front.Close)
+	t.Cleanup(func() { close(release) }) // before front.Close, which waits for held calls
+	s.server = front.Listener.Addr().String()
+	s.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: front.Certificate().Raw})
+	return held
 }
 
 func (s *scene) providerID() string { return "vsphere://" + s.vm.Config.Uuid }
@@ -161,6 +198,34 @@ func TestUnknownVMIsBadTargetNeverGone(t *testing.T) {
 	st, err := s.p.Check(context.Background(), s.req(1, false))
 	if providers.ReasonOf(err) != providers.ReasonBadTarget || st.State == providers.Gone {
 		t.Fatalf("Check = %+v, %v; want BadTarget, never Gone", st, err)
+	}
+}
+
+func TestHangingLogoutIsBounded(t *testing.T) {
+	s := start(t)
+	held := s.stallLogout(t)
+	s.provider(t, s.providerID(), password, nil)
+	type result struct {
+		st  providers.Status
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := s.p.Check(context.Background(), s.req(1, false))
+		done <- result{st, err}
+	}()
+	bound := vsphere.LogoutTimeout + 10*time.Second
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(bound):
+		t.Fatalf("Check still waits after %s on a vCenter that hangs on Logout (%d Logout calls held)", bound, held.Load())
+	}
+	if n := held.Load(); n != 1 {
+		t.Errorf("Logout calls held = %d, want 1", n)
+	}
+	if r.err != nil || r.st.State != providers.InProgress {
+		t.Errorf("Check = %+v, %v; want InProgress: the power state was read before the logout hung", r.st, r.err)
 	}
 }
 
