@@ -3,10 +3,11 @@
 // (PowerOffVM_Task, waited for) and confirms by reading the VM's runtime power state back as
 // poweredOff (the power package's fence). Suspended is not off: a suspended VM resumes where it
 // stopped, writes included. A VM vCenter does not find is a BadTarget, never Gone: a wrong
-// server or datacenter must not look like a machine that no longer exists. Each call logs in
-// with the method's Secret and logs out (the logout bounded by LogoutTimeout); vCenter's
-// certificate is verified against the method's CA bundle, else the system's CAs, unless the
-// method says insecureSkipVerify.
+// server or datacenter must not look like a machine that no longer exists. BIOS UUIDs are not
+// unique in vCenter, so more than one VM with the node's (templates aside) is a BadTarget too,
+// never a guess at one of them. Each call logs in with the method's Secret and logs out (the
+// logout bounded by LogoutTimeout); vCenter's certificate is verified against the method's CA
+// bundle, else the system's CAs, unless the method says insecureSkipVerify.
 package vsphere
 
 import (
@@ -23,9 +24,11 @@ import (
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/fault"
 	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/property"
 	"github.com/vmware/govmomi/session"
 	"github.com/vmware/govmomi/task"
 	"github.com/vmware/govmomi/vim25"
+	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 	corev1 "k8s.io/api/core/v1"
@@ -220,13 +223,9 @@ func (p *Provider) session(ctx context.Context, t Target, fn func(context.Contex
 		return err
 	}
 	defer logout(ctx, c)
-	ref, err := object.NewSearchIndex(c.Client).FindByUuid(ctx, nil, t.UUID, true, nil)
+	vm, err := findVM(ctx, c.Client, t.UUID)
 	if err != nil {
 		return err
-	}
-	vm, ok := ref.(*object.VirtualMachine)
-	if !ok || vm == nil {
-		return errVMNotFound
 	}
 	return fn(ctx, vm)
 }
@@ -239,7 +238,49 @@ func logout(ctx context.Context, c *govmomi.Client) {
 	_ = c.Logout(ctx)
 }
 
-var errVMNotFound = errors.New("vCenter finds no VM with this BIOS UUID: check the node's providerID and the method's vsphere.server")
+var (
+	errVMNotFound  = errors.New("vCenter finds no VM with this BIOS UUID: check the node's providerID and the method's vsphere.server")
+	errAmbiguousVM = errors.New("ambiguous VM")
+)
+
+// findVM returns the one VM with the BIOS UUID. vCenter does not keep BIOS UUIDs unique (a
+// clone that kept it, a template, a placeholder in another datacenter), and acting on the
+// first match could power off one VM and read back another, already-off twin as a
+// confirmation. Templates are left out: a template cannot be powered on, so it runs no node,
+// and its power state (always off) must not confirm anything. More than one VM left is an
+// ambiguous target, none a missing one; both are BadTargets (classify).
+func findVM(ctx context.Context, c *vim25.Client, uuid string) (*object.VirtualMachine, error) {
+	refs, err := object.NewSearchIndex(c).FindAllByUuid(ctx, nil, uuid, true, nil)
+	if err != nil {
+		return nil, err
+	}
+	var matches []types.ManagedObjectReference
+	for _, r := range refs {
+		if vm, ok := r.(*object.VirtualMachine); ok && vm != nil {
+			matches = append(matches, vm.Reference())
+		}
+	}
+	if len(matches) == 0 {
+		return nil, errVMNotFound
+	}
+	var vms []mo.VirtualMachine
+	if err := property.DefaultCollector(c).Retrieve(ctx, matches, []string{"config.template"}, &vms); err != nil {
+		return nil, err
+	}
+	var found []types.ManagedObjectReference
+	for _, vm := range vms {
+		if vm.Config == nil || !vm.Config.Template {
+			found = append(found, vm.Reference())
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("%w (only %d template(s) have it, and a template runs no node)", errVMNotFound, len(vms))
+	case 1:
+		return object.NewVirtualMachine(c, found[0]), nil
+	}
+	return nil, fmt.Errorf("%w: %d VMs that are not templates have BIOS UUID %s (a clone that kept its source's, or a copy in another datacenter), and which of them runs the node cannot be told: give each its own BIOS UUID or remove the copy, then delete this NodeFence to try again", errAmbiguousVM, len(found), uuid)
+}
 
 func classify(ctx context.Context, err error, t Target) (providers.Reason, error) {
 	msg := strings.Join(strings.Fields(err.Error()), " ")
@@ -256,7 +297,7 @@ func classify(ctx context.Context, err error, t Target) (providers.Reason, error
 		netErr    net.Error
 	)
 	switch {
-	case errors.Is(err, errVMNotFound):
+	case errors.Is(err, errVMNotFound), errors.Is(err, errAmbiguousVM):
 		return providers.ReasonBadTarget, errors.New(msg)
 	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &verify), strings.Contains(msg, "x509: "):
 		return providers.ReasonUntrustedCertificate, errors.New(msg)

@@ -114,6 +114,25 @@ func (s *scene) stallLogout(t *testing.T) *atomic.Int32 {
 	return held
 }
 
+// twin gives another VM of the inventory the node's VM's BIOS UUID, powered off: a clone that
+// kept its source's UUID, or a copy in another datacenter.
+func (s *scene) twin(t *testing.T) *simulator.VirtualMachine {
+	t.Helper()
+	for _, e := range s.model.Map().All("VirtualMachine") {
+		if vm := e.(*simulator.VirtualMachine); vm.Self != s.vm.Self {
+			vm.Config.Uuid = s.vm.Config.Uuid
+			setPowerState(vm, types.VirtualMachinePowerStatePoweredOff)
+			return vm
+		}
+	}
+	t.Fatal("vcsim's inventory holds one VM only")
+	return nil
+}
+
+func setPowerState(vm *simulator.VirtualMachine, state types.VirtualMachinePowerState) {
+	vm.Runtime.PowerState, vm.Summary.Runtime.PowerState = state, state
+}
+
 func (s *scene) providerID() string { return "vsphere://" + s.vm.Config.Uuid }
 
 func (s *scene) powerState() types.VirtualMachinePowerState { return s.vm.Runtime.PowerState }
@@ -155,8 +174,7 @@ func TestVMThatRefusesPowerOff(t *testing.T) {
 
 func TestSuspendedIsNotOff(t *testing.T) {
 	s := start(t)
-	s.vm.Runtime.PowerState = types.VirtualMachinePowerStateSuspended
-	s.vm.Summary.Runtime.PowerState = types.VirtualMachinePowerStateSuspended
+	setPowerState(s.vm, types.VirtualMachinePowerStateSuspended)
 	s.provider(t, s.providerID(), password, nil)
 	st, err := s.p.Check(context.Background(), s.req(1, false))
 	if err != nil || st.State == providers.Confirmed || !strings.Contains(st.Message, "suspended") {
@@ -198,6 +216,52 @@ func TestUnknownVMIsBadTargetNeverGone(t *testing.T) {
 	st, err := s.p.Check(context.Background(), s.req(1, false))
 	if providers.ReasonOf(err) != providers.ReasonBadTarget || st.State == providers.Gone {
 		t.Fatalf("Check = %+v, %v; want BadTarget, never Gone", st, err)
+	}
+}
+
+func TestDuplicateBIOSUUIDIsBadTarget(t *testing.T) {
+	s := start(t)
+	twin := s.twin(t)
+	s.provider(t, s.providerID(), password, nil)
+	_, err := s.p.Fence(context.Background(), s.req(1, false))
+	if providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) {
+		t.Fatalf("Fence error = %v (reason %s), want %s, not retryable", err, providers.ReasonOf(err), providers.ReasonBadTarget)
+	}
+	for _, want := range []string{"2 VMs", s.vm.Config.Uuid} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Fence error %q does not say %q", err, want)
+		}
+	}
+	st, err := s.p.Check(context.Background(), s.req(1, false))
+	if providers.ReasonOf(err) != providers.ReasonBadTarget || st.State == providers.Confirmed {
+		t.Fatalf("Check = %+v, %v; want BadTarget, never Confirmed by the twin that is off", st, err)
+	}
+	if s.powerState() != types.VirtualMachinePowerStatePoweredOn || twin.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOff {
+		t.Errorf("the node's VM is %s and its twin %s; want both as they were", s.powerState(), twin.Runtime.PowerState)
+	}
+}
+
+func TestTemplateTwinIsLeftOut(t *testing.T) {
+	s := start(t)
+	s.twin(t).Config.Template = true
+	s.provider(t, s.providerID(), password, nil)
+	if _, err := s.p.Fence(context.Background(), s.req(1, false)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.p.Check(context.Background(), s.req(1, false))
+	if err != nil || st.State != providers.Confirmed || s.powerState() != types.VirtualMachinePowerStatePoweredOff {
+		t.Fatalf("Check = %+v, %v, the node's VM %s; want Confirmed and poweredOff", st, err, s.powerState())
+	}
+}
+
+func TestLoneTemplateConfirmsNothing(t *testing.T) {
+	s := start(t)
+	s.vm.Config.Template = true
+	setPowerState(s.vm, types.VirtualMachinePowerStatePoweredOff)
+	s.provider(t, s.providerID(), password, nil)
+	st, err := s.p.Check(context.Background(), s.req(1, false))
+	if providers.ReasonOf(err) != providers.ReasonBadTarget || st.State == providers.Confirmed {
+		t.Fatalf("Check = %+v, %v; want BadTarget: a template runs no node", st, err)
 	}
 }
 
