@@ -10,6 +10,7 @@ import (
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -40,6 +41,12 @@ func NodeBMC(ctx context.Context, reader client.Reader, provider, nodeName strin
 		return BMC{}, BadTarget("node %s has no annotation %s: set it to the BMC's host[:port]", nodeName, v1alpha1.AnnotationBMCAddress)
 	}
 	if name := node.Annotations[v1alpha1.AnnotationBMCSecret]; name != "" {
+		// A name the API refuses in a path ("a/b", "..") fails in client-go with an error that
+		// is not NotFound, which would be retried as an APIError for the method's whole time.
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			return BMC{}, BadTarget("node %s's annotation %s=%q is malformed (%s): give the name of a Secret in namespace %s (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.'), with the keys username and password",
+				nodeName, v1alpha1.AnnotationBMCSecret, name, strings.Join(msgs, "; "), ref.Namespace)
+		}
 		ref.Name = name
 	}
 	secret, err := Secret(ctx, reader, ref, "the BMC credentials of node "+nodeName)
@@ -53,8 +60,21 @@ func NodeBMC(ctx context.Context, reader client.Reader, provider, nodeName strin
 	return b, nil
 }
 
-// Secret reads the Secret ref names; what says what it holds, for the error.
+// Secret reads the Secret ref names; what says what it holds, for the error. A reference no
+// Secret can have is a BadTarget before any read: client-go refuses such a name or namespace
+// with an error that is not NotFound, which would be retried as an APIError.
 func Secret(ctx context.Context, reader client.Reader, ref v1alpha1.SecretReference, what string) (*corev1.Secret, error) {
+	var msgs []string
+	for _, m := range validation.IsDNS1123Label(ref.Namespace) {
+		msgs = append(msgs, "namespace: "+m)
+	}
+	for _, m := range validation.IsDNS1123Subdomain(ref.Name) {
+		msgs = append(msgs, "name: "+m)
+	}
+	if len(msgs) > 0 {
+		return nil, BadTarget("the Secret reference %q/%q to %s is malformed (%s): give a namespace that is a DNS-1123 label and a name that is a DNS-1123 subdomain",
+			ref.Namespace, ref.Name, what, strings.Join(msgs, "; "))
+	}
 	secret := &corev1.Secret{}
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
