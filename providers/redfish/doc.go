@@ -2,8 +2,9 @@
 // and nothing else, it sends ComputerSystem.Reset with ResetType ForceOff to the node's
 // system and confirms by reading the system's PowerState back (the power package's fence).
 // The BMC is the node's palisade.dev/bmc-address ("host" or "host:port", port 443 by
-// default); its system is the one named by the node's palisade.dev/redfish-system annotation,
-// or the only system the service has. Credentials come from the method's Secret (or the one
+// default); its system is the one named by the node's palisade.dev/redfish-system annotation
+// (a Name more than one system has is a BadTarget: Redfish keeps only Ids unique, so the
+// systems are listed before any command), or the only system the service has. Credentials come from the method's Secret (or the one
 // the node's palisade.dev/bmc-secret names); with session auth (the default) bmclib opens a
 // session and deletes it after each call, with basic auth it sends them on every request. TLS
 // is verified against the CA bundle from the method's caBundleSecretRef (key ca.crt), else

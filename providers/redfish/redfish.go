@@ -8,15 +8,18 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
 	bmcredfish "github.com/bmc-toolbox/bmclib/v2/providers/redfish"
+	"github.com/stmcginnis/gofish"
 	"github.com/stmcginnis/gofish/common"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/power"
 )
@@ -99,11 +102,13 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(cont
 	defer cancel()
 	start := time.Now()
 	log := p.Log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "system", t.System, "action", verb)
-	bmc := p.client(host, port, t)
-	err = bmc.Open(ctx)
+	err = p.checkSystem(ctx, host, port, t)
 	if err == nil {
-		err = fn(ctx, bmc)
-		_ = bmc.Close(ctx) // deletes the session; a failure leaves it to expire on the BMC
+		bmc := p.client(host, port, t)
+		if err = bmc.Open(ctx); err == nil {
+			err = fn(ctx, bmc)
+			_ = bmc.Close(ctx) // deletes the session; a failure leaves it to expire on the BMC
+		}
 	}
 	if err == nil {
 		log.V(1).Info("Redfish call done", "duration", time.Since(start))
@@ -114,18 +119,60 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(cont
 	return providers.NewError(reason, fmt.Errorf("%s node %s: %w", verb, t, cause))
 }
 
-// client builds a bmclib client that uses the Redfish provider and nothing else, over an HTTP
-// client that verifies the BMC's certificate unless the target says not to.
-func (p *Provider) client(host, port string, t Target) *bmclib.Client {
+// errAmbiguousSystem marks a system name that more than one of the BMC's systems has.
+var errAmbiguousSystem = errors.New("ambiguous system")
+
+// checkSystem makes sure that the system the node's annotation names is one system. bmclib
+// picks the first system whose Name matches, in whatever order gofish fetched them, but
+// Redfish keeps only a system's Id unique, not its Name: with two systems of the same Name the
+// command could power off one and the read-back confirm the other. bmclib shows no list of systems, so a gofish client of its own
+// lists them (and deletes its session). A target without a system name needs no check:
+// bmclib then takes the BMC's only system and refuses to choose among several.
+func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target) error {
+	if t.System == "" {
+		return nil
+	}
+	c, err := gofish.ConnectContext(ctx, gofish.ClientConfig{Endpoint: "https://" + net.JoinHostPort(host, port),
+		Username: t.Username, Password: t.Password, HTTPClient: p.httpClient(t), BasicAuth: t.BasicAuth})
+	if err != nil {
+		return err
+	}
+	defer c.Logout()
+	systems, err := c.Service.Systems()
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, s := range systems {
+		if s != nil && s.Name == t.System {
+			ids = append(ids, s.ID)
+		}
+	}
+	if len(ids) > 1 {
+		slices.Sort(ids) // gofish fetches the systems concurrently
+		return fmt.Errorf("%w %q: %d systems on the BMC have this Name (Ids %s), and a Redfish Name, unlike an Id, need not be unique: give the systems distinct Names on the BMC so that %s names one",
+			errAmbiguousSystem, t.System, len(ids), strings.Join(ids, ", "), v1alpha1.AnnotationRedfishSystem)
+	}
+	return nil
+}
+
+// httpClient is an HTTP client that verifies the BMC's certificate unless the target says not
+// to, each connection bounded by a third of the call.
+func (p *Provider) httpClient(t Target) *http.Client {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: t.RootCAs, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // only when the method says so
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true,
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true,
 		DialContext: (&net.Dialer{Timeout: p.Timeout / 3}).DialContext, TLSHandshakeTimeout: p.Timeout / 3}}
+}
+
+// client builds a bmclib client that uses the Redfish provider and nothing else, over
+// httpClient.
+func (p *Provider) client(host, port string, t Target) *bmclib.Client {
 	if strings.Contains(host, ":") {
 		host = "[" + host + "]"
 	}
 	c := bmclib.NewClient(host, t.Username, t.Password,
 		bmclib.WithLogger(p.Log.WithName("bmclib")),
-		bmclib.WithHTTPClient(hc),
+		bmclib.WithHTTPClient(p.httpClient(t)),
 		bmclib.WithRedfishPort(port),
 		bmclib.WithRedfishUseBasicAuth(t.BasicAuth),
 		bmclib.WithRedfishSystemName(t.System),
@@ -168,6 +215,8 @@ func classify(ctx context.Context, err error, password string) (providers.Reason
 	)
 	lower := strings.ToLower(msg)
 	switch {
+	case errors.Is(err, errAmbiguousSystem):
+		return providers.ReasonBadTarget, errors.New(msg)
 	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify),
 		strings.Contains(lower, "x509: "), strings.Contains(lower, "tls: failed to verify certificate"):
 		return providers.ReasonUntrustedCertificate, errors.New(msg)

@@ -199,6 +199,31 @@ func TestSystemChosenByAnnotation(t *testing.T) {
 	})
 }
 
+func TestAmbiguousSystemName(t *testing.T) {
+	svc := redfishsim.Start(t, redfishsim.Options{Systems: []string{"blade", "blade"}})
+	svc.SetPower(0, false) // the first "blade" is off: read back, it would confirm the other
+	s := newScene(t, svc, map[string]string{v1alpha1.AnnotationRedfishSystem: "blade"}, nil)
+	_, err := s.p.Fence(context.Background(), s.req(1, false))
+	if providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) {
+		t.Fatalf("Fence error = %v (reason %s), want %s, not retryable", err, providers.ReasonOf(err), providers.ReasonBadTarget)
+	}
+	for _, want := range []string{`ambiguous system "blade"`, "2 systems", "Ids 1, 2"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Fence error %q does not say %q", err, want)
+		}
+	}
+	st, err := s.p.Check(context.Background(), s.req(1, false))
+	if providers.ReasonOf(err) != providers.ReasonBadTarget || st.State == providers.Confirmed {
+		t.Fatalf("Check = %+v, %v; want BadTarget, never Confirmed by the system that is off", st, err)
+	}
+	if svc.PoweredOn(0) || !svc.PoweredOn(1) || len(svc.Resets(0))+len(svc.Resets(1)) != 0 {
+		t.Errorf("power %v %v, resets %v %v: want both systems as they were and no command sent", svc.PoweredOn(0), svc.PoweredOn(1), svc.Resets(0), svc.Resets(1))
+	}
+	if n := svc.Sessions(); n != 0 {
+		t.Errorf("%d sessions left open on the BMC, want the listing's deleted", n)
+	}
+}
+
 func TestBadTargets(t *testing.T) {
 	svc := redfishsim.Start(t, redfishsim.Options{})
 	for name, ann := range map[string]map[string]string{
