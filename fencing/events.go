@@ -26,9 +26,11 @@ const (
 	ReasonNodeAliveAfterFence = v1alpha1.ReasonNodeAliveAfterFence
 	// ReasonWorkloadRunningAfterFence: the workload ran again after the Executor's confirmation.
 	ReasonWorkloadRunningAfterFence = v1alpha1.ReasonWorkloadRunningAfterFence
-	ReasonNodeDeleted               = "NodeDeleted"
-	ReasonDeletionHeld              = "NodeDeletionHeld"
-	ReasonDeletionReleased          = "NodeDeletionReleased"
+	// ReasonWorkloadUnverified: no read-back of the workload came after the Executor's window.
+	ReasonWorkloadUnverified = v1alpha1.ReasonWorkloadUnverified
+	ReasonNodeDeleted        = "NodeDeleted"
+	ReasonDeletionHeld       = "NodeDeletionHeld"
+	ReasonDeletionReleased   = "NodeDeletionReleased"
 	// ReasonStaleUnfenceRequest: a node carried an unfence request from before its fence began;
 	// it was removed before the fence's first step.
 	ReasonStaleUnfenceRequest = "StaleUnfenceRequest"

@@ -139,8 +139,8 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 			}
 		}
 	}
-	until := nf.Status.Liveness.WatchUntil.Time
-	if now := r.now(); now.Before(until) {
+	until, now := nf.Status.Liveness.WatchUntil.Time, r.now()
+	if now.Before(until) {
 		if keepsRunning {
 			return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
 				"method %s stopped the workload of node %s, as its agent confirmed at %s%s; watching the agent's read-back of running containers until %s before releasing (the node itself runs by design)",
@@ -151,6 +151,9 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 			fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339), blindNote)
 	}
 	if keepsRunning {
+		if out, covered := r.readBackCovers(nf, until, now); !covered {
+			return out
+		}
 		return done("no workload container ran again on node %s between the confirmation at %s and %s%s",
 			nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339), r.lastReadBack(nf))
 	}
@@ -440,14 +443,46 @@ func (r *NodeFenceReconciler) workloadBack(nf *v1alpha1.NodeFence) *lifeSign {
 		hb.Received.Format(time.RFC3339Nano), *hb.RunningContainers)}
 }
 
+// readBackCovers says whether the agent's read-back of the runtime covers the whole window of a
+// method that leaves the node running: a heartbeat received at or after its end (until) that
+// read the runtime back (none running: workloadBack fails the method otherwise). A window
+// with no read-back since is no evidence: the agent fell silent (killed, the node cut off
+// further) or could not read the runtime, and a kubelet that runs may have restarted the
+// workload meanwhile. Until three of the agent's heartbeat intervals past the end it waits for
+// one (out is pending); then the method fails (out, WorkloadUnverified) and the chain's next
+// method fences the node.
+func (r *NodeFenceReconciler) readBackCovers(nf *v1alpha1.NodeFence, until, now time.Time) (out outcome, covered bool) {
+	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
+	if ok && !hb.Received.Before(until) && hb.RunningContainers != nil {
+		return outcome{}, true
+	}
+	every := hb.Interval
+	if !ok || every <= 0 {
+		every = DefaultHeartbeatInterval
+	}
+	latest := "none since the confirmation"
+	switch {
+	case ok && hb.Received.After(fencedAt(nf)) && hb.RunningContainers == nil:
+		latest = fmt.Sprintf("its latest, at %s, carried none", hb.Received.Format(time.RFC3339))
+	case ok && hb.Received.After(fencedAt(nf)):
+		latest = fmt.Sprintf("its latest at %s", hb.Received.Format(time.RFC3339))
+	}
+	giveUp := until.Add(3*every + verifyMargin)
+	if now.Before(giveUp) {
+		return pending(min(giveUp.Sub(now), verifyRecheck), ReasonWatchingForLife,
+			"method %s stopped the workload of node %s, as its agent confirmed at %s; its window ended at %s, waiting until %s for the agent's read-back of the runtime from after it (%s)",
+			nf.Status.Method, nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339), giveUp.Format(time.RFC3339), latest), false
+	}
+	return failed(v1alpha1.ReasonWorkloadUnverified,
+		"method %s stopped the workload of node %s, as its agent confirmed at %s, but no read-back of the runtime came from its agent after the window's end at %s (%s): whether something (a kubelet that runs) started the workload again cannot be known, so nothing is released; the chain's next method fences the node. Check the agent on the node (its log, its heartbeats: palisade_agents_missing)",
+		nf.Status.Method, nf.Spec.NodeName, fencedAt(nf).Format(time.RFC3339), until.Format(time.RFC3339), latest), false
+}
+
 // lastReadBack says what the agent's latest heartbeat read back, for the VerifyFenced record.
 func (r *NodeFenceReconciler) lastReadBack(nf *v1alpha1.NodeFence) string {
 	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
-	switch {
-	case !ok || !hb.Received.After(afterConfirmation(nf)):
-		return ": no heartbeat from its agent since, so its read-back at the confirmation stands"
-	case hb.RunningContainers == nil:
-		return fmt.Sprintf(": its agent's latest heartbeat (%s) carried no read-back, so its read-back at the confirmation stands", hb.Received.Format(time.RFC3339))
+	if !ok || hb.RunningContainers == nil {
+		return "" // readBackCovers required one
 	}
 	return fmt.Sprintf(": its agent's latest heartbeat (%s) read back none running", hb.Received.Format(time.RFC3339))
 }

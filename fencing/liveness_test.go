@@ -533,6 +533,12 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 		{"a method that leaves the node running", func(t *testing.T) *world {
 			w := start(t, 9*time.Second, true, false, "executor")
 			w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Received: w.now.Add(-30 * time.Second)}}
+			zero := 0
+			w.tick = func(nf *v1alpha1.NodeFence) { // the agent's read-back goes on, and finds nothing running
+				if nf.Status.FencedTime != nil {
+					w.r.Heartbeats.(heartbeats)["n1"] = agentwire.Heartbeat{Node: "n1", Received: w.now, Interval: time.Second, RunningContainers: &zero}
+				}
+			}
 			return w
 		}},
 	}
@@ -608,6 +614,19 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 			}
 			return true
 		}, longest, false},
+		// No read-back after the window's end: the agent fell silent after the confirmation (a
+		// kubelet that runs may restart the workload unseen), or its heartbeats carry none.
+		{"agent-silent-after-the-confirmation", func(hb *agentwire.Heartbeat, since time.Duration) bool { return since < 0 }, long, false},
+		{"agent-silent-while-the-kubelet-runs", func(hb *agentwire.Heartbeat, since time.Duration) bool {
+			hb.Executor.KubeletStopped, hb.KubeletHealthy = false, true
+			return since < time.Minute
+		}, longest, false},
+		{"no-read-back-after-the-confirmation", func(hb *agentwire.Heartbeat, since time.Duration) bool {
+			if since >= 0 {
+				hb.RunningContainers = nil
+			}
+			return true
+		}, 3*time.Second + verifyMargin, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -635,7 +654,7 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 				w.r.Heartbeats.(heartbeats)["n1"] = hb
 			}
 			nf := w.run(t)
-			if at.IsZero() || read == 0 {
+			if at.IsZero() || read == 0 && tt.name != "agent-silent-after-the-confirmation" {
 				t.Fatal("the fence was never confirmed, or no heartbeat came after: the test did not test")
 			}
 			if got := nf.Status.Liveness.WatchUntil.Sub(at); got != tt.window {
@@ -643,8 +662,12 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 			}
 			checkReleased(t, w, tt.released)
 			verify := stepOf(nf, v1alpha1.StepVerifyFenced)
-			if !tt.released && verify.Reason != v1alpha1.ReasonWorkloadRunningAfterFence {
-				t.Errorf("VerifyFenced %s %q; want %s", verify.Reason, verify.Message, v1alpha1.ReasonWorkloadRunningAfterFence)
+			want := v1alpha1.ReasonWorkloadRunningAfterFence
+			if strings.Contains(tt.name, "silent") || strings.Contains(tt.name, "no-read-back") {
+				want = v1alpha1.ReasonWorkloadUnverified
+			}
+			if !tt.released && verify.Reason != want {
+				t.Errorf("VerifyFenced %s %q; want %s", verify.Reason, verify.Message, want)
 			}
 		})
 	}

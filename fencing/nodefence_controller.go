@@ -413,7 +413,7 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 	}
 	r.Recorder.Eventf(nf, nil, typ, reason, "Fence", format, args...)
 	switch reason {
-	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence, ReasonWorkloadRunningAfterFence,
+	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence, ReasonWorkloadRunningAfterFence, ReasonWorkloadUnverified,
 		ReasonUnfenced, ReasonBootIDUnchanged, ReasonPowerOffDisproved, ReasonBootIDUnknown, ReasonFlapping, ReasonAutomaticRecoveryOff, ReasonInvalidUnfenceRequest,
 		ReasonPoweredOn, ReasonPowerOnFailed, ReasonTaintRemoved, ReasonStaleUnfenceRequest, ReasonFenceRequestAnswered, ReasonFenceRequestKept:
 		node := &corev1.Node{}

@@ -77,7 +77,8 @@ func disproved(s v1alpha1.Step) bool {
 
 // disproving says whether a step reason says a confirmed fence did not hold.
 func disproving(reason string) bool {
-	return reason == v1alpha1.ReasonNodeAliveAfterFence || reason == v1alpha1.ReasonWorkloadRunningAfterFence
+	return reason == v1alpha1.ReasonNodeAliveAfterFence || reason == v1alpha1.ReasonWorkloadRunningAfterFence ||
+		reason == v1alpha1.ReasonWorkloadUnverified
 }
 
 // releaseSequence is the order of the release steps after a confirmed fence. VerifyFenced is

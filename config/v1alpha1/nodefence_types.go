@@ -398,6 +398,12 @@ const (
 	// read back workload containers running again — something, typically a kubelet the agent
 	// did not stop, started them; nothing more is released and the next method is taken.
 	ReasonWorkloadRunningAfterFence = "WorkloadRunningAfterFence"
+	// ReasonWorkloadUnverified (Fenced=False; also a step reason): after a method that leaves
+	// the node running (the Executor) confirmed its workload stopped, no read-back of the
+	// node's container runtime came from its agent after the watch window's end (the agent
+	// fell silent, or could not read the runtime): whether the workload runs again cannot be
+	// known; nothing more is released and the next method is taken.
+	ReasonWorkloadUnverified = "WorkloadUnverified"
 	// ReasonReleased (Released=True): the release steps the policy asked for are done.
 	ReasonReleased = "Released"
 	// ReasonNotFenced (Released=False): every method failed; nothing more is released. If the

@@ -258,7 +258,7 @@ func TestNodeFenceNamedAfterItsNodeAndFixed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, edit := range map[string]func(*v1alpha1.NodeFenceSpec){
-		"a method taken out": func(s *v1alpha1.NodeFenceSpec) { s.Methods = s.Methods[:1] },
+		"a method taken out":  func(s *v1alpha1.NodeFenceSpec) { s.Methods = s.Methods[:1] },
 		"dry run switched on": func(s *v1alpha1.NodeFenceSpec) { s.DryRun = true },
 		"reason rewritten":    func(s *v1alpha1.NodeFenceSpec) { s.Reason = "edited" },
 	} {
