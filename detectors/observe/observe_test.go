@@ -48,6 +48,45 @@ func nodeWithLease(t *testing.T, now, renew time.Time) (*corev1.Node, client.Rea
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: "n1"}, Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}).Build()
 }
 
+// seenWhenMade is a record of the node's renewal at renew, seen by the controller as it was
+// made (the Lease event handler's).
+func seenWhenMade(node string, renew time.Time) *lease.Renewals {
+	r := lease.NewRenewals()
+	r.Seen(node, renew, renew)
+	return r
+}
+
+// A Lease's age is counted from when the controller saw its renewal, on the controller's own
+// clock, not from the renewTime the kubelet stamped with the node's: a node whose clock lags by
+// 25 s, renewing on time, is not failed; one whose clock runs a minute ahead and stopped
+// renewing half a minute ago is.
+func TestLeaseAgeOnTheControllersClock(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name        string
+		stamped     time.Time // the renewTime, on the node's clock
+		seen        time.Time // when the controller saw it
+		want        detectors.Verdict
+		failedSince bool
+	}{
+		{"the node's clock 25s behind, renewed a second ago", now.Add(-26 * time.Second), now.Add(-time.Second), detectors.Healthy, false},
+		{"the node's clock a minute ahead, silent for 30s", now.Add(30 * time.Second), now.Add(-30 * time.Second), detectors.Dead, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			node, c := nodeWithLease(t, now, tt.stamped)
+			o := Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-time.Hour), Renewals: lease.NewRenewals()}
+			o.Renewals.Seen("n1", tt.stamped, tt.seen)
+			obs, err := o.Observe(context.Background(), node, 20*time.Second, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if obs.Verdict != tt.want {
+				t.Errorf("verdict %s, want %s (reason %q)", obs.Verdict, tt.want, obs.Reason)
+			}
+		})
+	}
+}
+
 // TestObserveSight: a Lease a minute old is judged from the moment the controller could see
 // renewals again, on the Lease alone and with agents (whose warm-up restarts then too).
 func TestObserveSight(t *testing.T) {
@@ -63,7 +102,7 @@ func TestObserveSight(t *testing.T) {
 		{"no sight tracker", Observer{Reader: c}, detectors.Dead, "not renewed"},
 		{"seeing for an hour", Observer{Reader: c, Sight: sightSince(now.Add(-time.Hour))}, detectors.Dead, "not renewed"},
 		{"seeing again for 2s", Observer{Reader: c, Sight: sightSince(now.Add(-2 * time.Second))}, detectors.Healthy, "a fresh lease period until 2026-11-23T01:00:18Z"},
-		{"agents, listening for an hour, no sight tracker", Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-time.Hour), Renewals: lease.NewRenewals()}, detectors.Dead, "no heartbeat ever"},
+		{"agents, listening for an hour, no sight tracker", Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-time.Hour), Renewals: seenWhenMade("n1", now.Add(-time.Minute))}, detectors.Dead, "no heartbeat ever"},
 		{"agents, seeing again for 2s", Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-time.Hour), Renewals: lease.NewRenewals(),
 			Sight: sightSince(now.Add(-2 * time.Second))}, detectors.Healthy, "no heartbeat yet, controller listening for less than"},
 	}
