@@ -49,6 +49,11 @@ type Observer struct {
 	// Sight, when set, says since when the controller could see renewals: a Lease's age and
 	// the agents' warm-up count only from then (invariant 3).
 	Sight Sight
+	// IntervalFor, when set, is the heartbeat interval the controller asks of each node's agent
+	// (its policy's detection.heartbeatInterval): an agent not heard yet since the controller
+	// began to listen (a restart, a new leader) gets its warm-up, three of those intervals, not
+	// three of the default's. Nil: the default interval.
+	IntervalFor func(node string) time.Duration
 }
 
 // Sight is the controller's own view of whether it can see fresh signals (detectors/sight).
@@ -196,6 +201,9 @@ func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseT
 		return obs
 	}
 	agent, peers := sig(node.Name)
+	if agent.LastSeen.IsZero() && o.IntervalFor != nil {
+		agent.Interval = o.IntervalFor(node.Name)
+	}
 	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agent, Peers: peers, LeaseRenewalSeen: renewalSeen, LeaseRenewInterval: lease.RenewInterval(l), LeaseSeeingSince: seeing},
 		classify.Config{HeartbeatsSince: laterOf(o.Since, seeing)}, now)
 }

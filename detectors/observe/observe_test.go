@@ -260,3 +260,31 @@ func (r remembered) LastReached(node string) time.Time {
 	}
 	return time.Time{}
 }
+
+// An agent not heard yet since the controller began to listen (a restart, a new leader) may
+// just not have reported: its warm-up is three of the intervals the controller asks of it (the
+// policy's detection.heartbeatInterval), not three of the default second. With 60 s heartbeats,
+// a node whose Lease expired is Suspect, not Dead, 21 s after the controller began to listen.
+func TestWarmUpFollowsThePolicysInterval(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+	node, c := nodeWithLease(t, now, now.Add(-time.Minute))
+	for _, tt := range []struct {
+		name     string
+		interval func(string) time.Duration
+		want     detectors.Verdict
+	}{
+		{"the policy asks 60s heartbeats", func(string) time.Duration { return time.Minute }, detectors.Suspect},
+		{"the default interval", nil, detectors.Dead},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-21 * time.Second), Renewals: seenWhenMade("n1", now.Add(-time.Minute)), IntervalFor: tt.interval}
+			obs, err := o.Observe(context.Background(), node, 20*time.Second, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if obs.Verdict != tt.want {
+				t.Errorf("verdict %s, want %s (reason %q)", obs.Verdict, tt.want, obs.Reason)
+			}
+		})
+	}
+}

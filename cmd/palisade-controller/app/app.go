@@ -213,7 +213,7 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 	if err := mgr.Add(manager.RunnableFunc(srv.Start)); err != nil {
 		return obs, nil, fmt.Errorf("adding the agent heartbeat server: %w", err)
 	}
-	obs.Heartbeats, obs.Since = srv, time.Now()
+	obs.Heartbeats, obs.Since, obs.IntervalFor = srv, time.Now(), opts.IntervalFor
 	return obs, srv, nil
 }
 
