@@ -45,8 +45,13 @@ type Releaser struct {
 }
 
 // Release makes one pass over the node's attachments; it is idempotent and done when
-// Result.Remaining is empty.
-func (r *Releaser) Release(ctx context.Context, node string) (Result, error) {
+// Result.Remaining is empty. mayForce says the node can no longer write to its volumes (its
+// machine is off, or the storage refuses it): only then is a stuck attacher's finalizer
+// removed. A node that runs (its workload stopped by the Executor) still has the volumes
+// mounted, and its kernel may still write the killed processes' dirty pages: skipping the
+// attacher's ControllerUnpublishVolume would let the replacement's node mount a volume that
+// node still writes, so its attachments wait for the attacher, however long.
+func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Result, error) {
 	var list storagev1.VolumeAttachmentList
 	if err := r.Reader.List(ctx, &list); err != nil {
 		return Result{}, fmt.Errorf("listing volume attachments: %w", err)
@@ -58,7 +63,7 @@ func (r *Releaser) Release(ctx context.Context, node string) (Result, error) {
 		if va.Spec.NodeName != node {
 			continue
 		}
-		gone, err := r.releaseOne(ctx, va, &res)
+		gone, err := r.releaseOne(ctx, va, mayForce, &res)
 		if err != nil {
 			return res, err
 		}
@@ -70,7 +75,7 @@ func (r *Releaser) Release(ctx context.Context, node string) (Result, error) {
 }
 
 // releaseOne deletes va, or frees it from a stuck attacher; it reports whether va is gone.
-func (r *Releaser) releaseOne(ctx context.Context, va *storagev1.VolumeAttachment, res *Result) (bool, error) {
+func (r *Releaser) releaseOne(ctx context.Context, va *storagev1.VolumeAttachment, mayForce bool, res *Result) (bool, error) {
 	if va.DeletionTimestamp == nil {
 		if err := r.Writer.Delete(ctx, va, client.Preconditions{UID: &va.UID}); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -82,7 +87,7 @@ func (r *Releaser) releaseOne(ctx context.Context, va *storagev1.VolumeAttachmen
 		return len(va.Finalizers) == 0, nil
 	}
 	finalizer := attachercontroller.GetFinalizerName(va.Spec.Attacher)
-	if !slices.Contains(va.Finalizers, finalizer) || !r.attacherStuck(va) {
+	if !slices.Contains(va.Finalizers, finalizer) || !r.attacherStuck(va) || !mayForce {
 		return false, nil
 	}
 	patch := client.MergeFromWithOptions(va.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -73,12 +73,12 @@ func TestRelease(t *testing.T) {
 			clock := now.Add(-tt.errorSeenFor)
 			r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
 			if tt.errorSeenFor > 0 {
-				if _, err := r.Release(context.Background(), "n1"); err != nil {
+				if _, err := r.Release(context.Background(), "n1", true); err != nil {
 					t.Fatal(err)
 				}
 				clock = now
 			}
-			got, err := r.Release(context.Background(), "n1")
+			got, err := r.Release(context.Background(), "n1", true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +125,7 @@ func TestDetachErrorMustLast(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got, err := r.Release(ctx, "n1")
+		got, err := r.Release(ctx, "n1", true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,5 +148,32 @@ func TestDetachErrorMustLast(t *testing.T) {
 	pass(91*time.Second, true, Result{})
 	if len(r.failing) != 0 {
 		t.Errorf("after the attachment went, %d remembered, want none", len(r.failing))
+	}
+}
+
+// A node that still runs (its workload stopped by the Executor, its volumes mounted) never has
+// a stuck attacher's finalizer removed: skipping the unpublish would let the replacement's node
+// mount a volume that node's kernel may still write. The attachment waits for the attacher.
+func TestRunningNodeWaitsForItsAttacher(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(va("a", "n1", time.Hour, true, finalizer)).Build()
+	clock := now.Add(-time.Hour)
+	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
+	for _, at := range []time.Time{now.Add(-time.Hour), now} { // the error seen for an hour
+		clock = at
+		got, err := r.Release(context.Background(), "n1", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(Result{Remaining: []string{"a"}}, got); diff != "" {
+			t.Errorf("pass at %s (-want +got):\n%s", at, diff)
+		}
+	}
+	var left storagev1.VolumeAttachment
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "a"}, &left); err != nil || len(left.Finalizers) != 1 {
+		t.Errorf("attachment a: finalizers %v (%v), want the attacher's kept", left.Finalizers, err)
 	}
 }

@@ -67,12 +67,20 @@ func (r *NodeFenceReconciler) taint(ctx context.Context, nf *v1alpha1.NodeFence)
 	return done("added taint %s=%s:NoExecute", v1alpha1.TaintOutOfService, v1alpha1.TaintOutOfServiceValue)
 }
 
-// releaseAttachments deletes the node's VolumeAttachments.
+// releaseAttachments deletes the node's VolumeAttachments. A stuck attacher's finalizer is
+// removed only for a node that can no longer write to its volumes (checksLiveness: not a node
+// the Executor left running).
 func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
-	res, err := r.Attachments.Release(ctx, nf.Spec.NodeName)
+	nodeRuns := !checksLiveness(nf)
+	res, err := r.Attachments.Release(ctx, nf.Spec.NodeName, !nodeRuns)
 	nf.Status.AttachmentsReleased += int32(res.Deleted)
 	if err != nil {
 		return pending(retryRelease, ReasonAPIError, "releasing attachments: %v", err)
+	}
+	if len(res.Remaining) > 0 && nodeRuns {
+		return pending(retryRelease, ReasonAttachmentsRemaining,
+			"waiting for %s to go: %s; the CSI attacher detaches each (ControllerUnpublishVolume) and then removes its finalizer. Node %s runs (method %s stopped its workload), its volumes still mounted, so Palisade never removes the finalizer itself: if the attacher keeps failing, unmount the volumes on the node or power it off",
+			countOf(len(res.Remaining), "volume attachment"), firstFew(res.Remaining), nf.Spec.NodeName, nf.Status.Method)
 	}
 	if len(res.Remaining) > 0 {
 		return pending(retryRelease, ReasonAttachmentsRemaining,

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
+	attachercontroller "github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
+	storagev1 "k8s.io/api/storage/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -82,6 +86,61 @@ func TestDetachVolumesStep(t *testing.T) {
 			}
 			if tc.c.errs != nil && !sawDenied {
 				t.Error("the refused detach was not recorded on the step")
+			}
+		})
+	}
+}
+
+// The attachments of a node the Executor fenced (left running, its volumes still mounted) wait
+// for their attacher, however long it reports a detach error: its finalizer is never removed,
+// which would skip the unpublish while the node's kernel may still write. A power fence's node
+// is off: there the finalizer goes after the attacher failed for ForceAfter.
+func TestStuckAttacherOfARunningNode(t *testing.T) {
+	for _, tt := range []struct {
+		method   string
+		released bool
+	}{{"executor", false}, {"ipmi", true}} {
+		t.Run(tt.method, func(t *testing.T) {
+			w := newWorld(t, tt.method)
+			// The attachment's deletionTimestamp is the fake API server's wall clock: the
+			// Releaser's clock is that, moved on by the simulated time.
+			real, start := time.Now(), w.now
+			w.r.Attachments.Now = func() time.Time { return real.Add(w.now.Sub(start)) }
+			ctx := context.Background()
+			va := &storagev1.VolumeAttachment{}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, va); err != nil {
+				t.Fatal(err)
+			}
+			va.Finalizers = []string{attachercontroller.GetFinalizerName(va.Spec.Attacher)}
+			if err := w.c.Update(ctx, va); err != nil {
+				t.Fatal(err)
+			}
+			nf := &v1alpha1.NodeFence{}
+			for range 120 {
+				// The attacher cannot detach: ControllerUnpublishVolume fails on every try.
+				if err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, va); err == nil && va.DeletionTimestamp != nil && va.Status.DetachError == nil {
+					va.Status.DetachError = &storagev1.VolumeError{Message: "volume in use on the node"}
+					if err := w.c.Status().Update(ctx, va); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := w.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+					t.Fatal(err)
+				}
+				if nf.Status.Phase == v1alpha1.PhaseReleased {
+					break
+				}
+				w.now = w.now.Add(time.Second)
+			}
+			if released := nf.Status.Phase == v1alpha1.PhaseReleased; released != tt.released {
+				t.Errorf("phase %s after 2 min of detach errors, want released %v\n%s", nf.Status.Phase, tt.released, goldenTrace(nf))
+			}
+			err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, va)
+			if kept := err == nil && len(va.Finalizers) == 1; kept == tt.released {
+				t.Errorf("attacher's finalizer kept %v (%v), want %v", kept, err, !tt.released)
 			}
 		})
 	}
