@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -46,6 +47,25 @@ func policyFor(ctx context.Context, c client.Reader, node *corev1.Node, opts ...
 		}
 	}
 	return nil, nil
+}
+
+// policiesBefore are the node selectors of the policies before name (by name) whose selector
+// parses: a node one of them matches is theirs (policyFor).
+func policiesBefore(ctx context.Context, c client.Reader, name string) ([]labels.Selector, error) {
+	var list v1alpha1.FencingPolicyList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing fencing policies: %w", err)
+	}
+	var out []labels.Selector
+	for i := range list.Items {
+		if list.Items[i].Name >= name {
+			continue
+		}
+		if sel, err := selectors.of(&list.Items[i]); err == nil {
+			out = append(out, sel)
+		}
+	}
+	return out, nil
 }
 
 // selectors remembers each policy's parsed node selector: parsing validates every key and
@@ -259,7 +279,10 @@ type health struct {
 // Blocked says whether the storm guard forbids automatic fencing.
 func (h health) Blocked() bool { return h.Unhealthy > h.MaxUnhealthy }
 
-// policyHealth observes every node the policy selects, in one pass.
+// policyHealth observes every node the policy covers, in one pass: those its selector matches
+// and no policy before it by name (policyFor) covers. A node another policy covers is that
+// policy's to count; counted here too, it would raise this policy's limit with nodes it never
+// fences.
 func policyHealth(ctx context.Context, o observe.Observer, p *v1alpha1.FencingPolicy, now time.Time) (health, error) {
 	sel, err := selectors.of(p)
 	if err != nil {
@@ -269,6 +292,15 @@ func policyHealth(ctx context.Context, o observe.Observer, p *v1alpha1.FencingPo
 	// Read-only: the cache's own objects, not a copy of every node each pass.
 	if err := o.Reader.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 		return health{}, fmt.Errorf("listing nodes: %w", err)
+	}
+	before, err := policiesBefore(ctx, o.Reader, p.Name)
+	if err != nil {
+		return health{}, err
+	}
+	if len(before) > 0 {
+		nodes.Items = slices.DeleteFunc(nodes.Items, func(n corev1.Node) bool { // the slice is this List's own
+			return slices.ContainsFunc(before, func(s labels.Selector) bool { return s.Matches(labels.Set(n.Labels)) })
+		})
 	}
 	all, err := o.ObserveAll(ctx, nodes.Items, leaseTimeout(p), now)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -18,6 +19,8 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors"
+	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/detectors/observe"
 )
 
 // guarded is a policy whose storm guard is v (nil: the default).
@@ -306,5 +309,39 @@ func TestSelectorCache(t *testing.T) {
 	}
 	if n := len(c.byUID); n > maxCachedSelectors {
 		t.Errorf("the cache holds %d selectors, want at most %d", n, maxCachedSelectors)
+	}
+}
+
+// The storm guard counts the nodes a policy covers: those its selector matches that no policy
+// before it by name covers (policyFor). "a-db" covers the 3 db nodes; "z-all" selects all 10
+// and covers 7, of which 4 fail: 4 of 7 is over its 40 % (2), though 4 of 10 would not be.
+func TestStormGuardCountsTheNodesItsPolicyCovers(t *testing.T) {
+	var objs []client.Object
+	for i := range 10 {
+		name, pool, age := fmt.Sprintf("n%d", i), "web", time.Second
+		if i < 3 {
+			pool = "db"
+		}
+		if i >= 3 && i < 7 {
+			age = time.Minute // failed
+		}
+		renew := metav1.NewMicroTime(t0.Add(-age))
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": pool}}},
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}})
+	}
+	db := poolPolicy(ipmiMethod)
+	db.Name, db.Spec.NodeSelector = "a-db", metav1.LabelSelector{MatchLabels: map[string]string{"pool": "db"}}
+	all := poolPolicy(ipmiMethod)
+	all.Name, all.Spec.NodeSelector = "z-all", metav1.LabelSelector{}
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, db, all)...).Build()
+	h, err := policyHealth(context.Background(), observe.Observer{Reader: c}, all, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Nodes != 7 || h.Unhealthy != 4 || h.MaxUnhealthy != 2 || !h.Blocked() {
+		t.Errorf("z-all: %d nodes, %d unhealthy, limit %d, blocked %v; want 7, 4, 2, blocked", h.Nodes, h.Unhealthy, h.MaxUnhealthy, h.Blocked())
+	}
+	if h, err = policyHealth(context.Background(), observe.Observer{Reader: c}, db, t0); err != nil || h.Nodes != 3 || h.Unhealthy != 0 {
+		t.Errorf("a-db: %d nodes, %d unhealthy (%v); want 3, 0", h.Nodes, h.Unhealthy, err)
 	}
 }
