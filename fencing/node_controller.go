@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -330,8 +331,14 @@ func endedAs(nf *v1alpha1.NodeFence) string {
 }
 
 func newNodeFence(node *corev1.Node, p *v1alpha1.FencingPolicy, trigger v1alpha1.Trigger, reason string) *v1alpha1.NodeFence {
+	labels := map[string]string{}
+	// A label value holds at most 63 characters, a node name up to 253: a longer name goes
+	// without the label rather than the API server refusing the fence.
+	if errs := validation.IsValidLabelValue(node.Name); len(errs) == 0 {
+		labels[v1alpha1.LabelNode] = node.Name
+	}
 	return &v1alpha1.NodeFence{
-		ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: map[string]string{v1alpha1.LabelNode: node.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: labels},
 		Spec: v1alpha1.NodeFenceSpec{
 			NodeName: node.Name, PolicyName: p.Name, Trigger: trigger, Reason: reason,
 			Methods: levelOrder(p.Spec.Methods), Release: p.Spec.Release, Recovery: p.Spec.Recovery, DryRun: p.Spec.DryRun,

@@ -16,7 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -453,5 +455,20 @@ func TestStormGuardCountsAStormBeforeItsFirstDead(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A node name may be 253 characters, a label value only 63: the fence of a node with a longer
+// name goes without the palisade.dev/node label, which the API server would refuse, and with it
+// the fence.
+func TestLongNodeNameFenceIsValid(t *testing.T) {
+	for _, name := range []string{"n1", strings.Repeat("worker-", 10) + "1.example.internal"} {
+		nf := newNodeFence(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, poolPolicy(ipmiMethod), v1alpha1.TriggerManual, "test")
+		if errs := metav1validation.ValidateLabels(nf.Labels, field.NewPath("metadata", "labels")); len(errs) > 0 {
+			t.Errorf("node %q (%d characters): the API server would refuse its fence: %v", name, len(name), errs.ToAggregate())
+		}
+		if _, labelled := nf.Labels[v1alpha1.LabelNode]; labelled != (len(name) <= 63) {
+			t.Errorf("node %q (%d characters): label %s present %v", name, len(name), v1alpha1.LabelNode, labelled)
+		}
 	}
 }

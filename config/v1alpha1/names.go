@@ -55,7 +55,8 @@ const (
 	// that no longer exists (its machine may still run with those addresses), keep their
 	// storage fence, and the finalizer goes with a warning event.
 	FinalizerLiftStorageFence = "palisade.dev/lift-storage-fence"
-	// LabelNode on a NodeFence names the node it fences.
+	// LabelNode on a NodeFence names the node it fences, when the name fits a label value (63
+	// characters; a node name may have 253).
 	LabelNode = "palisade.dev/node"
 
 	// TaintOutOfService is the KEP-2268 taint that lets Kubernetes release a shut-down node.
