@@ -15,6 +15,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -135,6 +136,72 @@ func TestChartRBACOnAPIServer(t *testing.T) {
 	})
 	t.Run("real calls", func(t *testing.T) { chartRealCalls(t, c) })
 	t.Run("agent answers only on its own NodeFence", func(t *testing.T) { agentAnswers(t, c) })
+	t.Run("a node may not change its fence target", func(t *testing.T) { nodeTargets(t, c) })
+}
+
+// nodeTargets: a node's own credentials (group system:nodes, here by impersonation, with RBAC
+// to patch nodes as the Node authorizer would give its kubelet) may change its Node, but not
+// the annotations that name its fence's target: a node that could would point its own fence at
+// a machine that is off already. An administrator may.
+func nodeTargets(t *testing.T, c *testbed.Cluster) {
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-t", Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: "10.0.0.5"}}}
+	if err := c.Client.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-nodes-patch-nodes"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-nodes-patch-nodes"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: "system:nodes"}}}
+	for _, o := range []client.Object{role, binding} {
+		if err := c.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:node-t", Groups: []string{"system:nodes", "system:authenticated"}}
+	kubelet, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotate := func(cl client.Client, key, value string, opts ...client.PatchOption) error {
+		v := `"` + value + `"`
+		if value == "" {
+			v = "null"
+		}
+		return cl.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-t"}},
+			client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+key+`":`+v+`}}}`)), opts...)
+	}
+	// The API server loads a new admission policy a moment after it is created, and RBAC a
+	// binding: wait until a dry run of a forbidden change is refused by the policy.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := annotate(kubelet, v1alpha1.AnnotationBMCAddress, "10.0.0.9", client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "fence target"), nil
+	})
+	if err != nil {
+		t.Fatalf("the chart's admission policy never refused a node's own change of its BMC address: %v", err)
+	}
+	if err := annotate(kubelet, "example.com/other", "x"); err != nil {
+		t.Errorf("the node changing another annotation of its own: %v", err)
+	}
+	for _, tc := range []struct{ what, key, value string }{
+		{"pointing its BMC elsewhere", v1alpha1.AnnotationBMCAddress, "10.0.0.9"},
+		{"removing its BMC address", v1alpha1.AnnotationBMCAddress, ""},
+		{"naming a BMC Secret", v1alpha1.AnnotationBMCSecret, "other-bmc"},
+		{"naming a Redfish system", v1alpha1.AnnotationRedfishSystem, "blade-2"},
+		{"setting its storage addresses", v1alpha1.AnnotationStorageCIDRs, "10.9.9.9/32"},
+	} {
+		if err := annotate(kubelet, tc.key, tc.value); err == nil || !strings.Contains(err.Error(), "fence target") {
+			t.Errorf("the node %s: %v; want a refusal naming the fence target", tc.what, err)
+		}
+	}
+	if err := annotate(c.Client, v1alpha1.AnnotationBMCAddress, "10.0.0.6"); err != nil {
+		t.Errorf("an administrator changing the BMC address: %v", err)
+	}
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: "node-t"}, node); err != nil || node.Annotations[v1alpha1.AnnotationBMCAddress] != "10.0.0.6" {
+		t.Errorf("node-t's BMC address %q (%v), want the administrator's 10.0.0.6", node.Annotations[v1alpha1.AnnotationBMCAddress], err)
+	}
 }
 
 // agentAnswers: the agent's RBAC allows patching NodeFences, and the chart's admission policy
