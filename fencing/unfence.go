@@ -72,12 +72,15 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 	}
 	r.endMethods(ctx, nf)
 	node := &corev1.Node{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, fmt.Errorf("reading node %s: %w", nf.Spec.NodeName, err)
-		}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", nf.Spec.NodeName, err)
+	}
+	if err != nil || !node.DeletionTimestamp.IsZero() {
+		// A node being deleted is as good as gone: its deletion starts a new fence, which
+		// replaces this one, and nobody found its machine clean.
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonStorageFenceKept,
-			"node %s no longer exists: its storage fence stays (%s), since its machine may still run with those addresses; delete it at the storage once the machine is wiped",
+			"node %s no longer exists or is being deleted: its storage fence stays (%s), since its machine may still run with those addresses; delete it at the storage once the machine is wiped",
 			nf.Spec.NodeName, strings.Join(r.storageFences(nf), ", "))
 		return ctrl.Result{}, r.letGoOfFence(ctx, nf)
 	}

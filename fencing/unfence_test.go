@@ -281,6 +281,29 @@ func TestStorageFenceKeptForAGoneNode(t *testing.T) {
 	checkStorageFenceKept(t, w, s, rec, "a gone node")
 }
 
+// A node being deleted is as good as gone: its deletion starts a new fence, which replaces
+// this one (a Released fence whose taint someone took off no longer covers the node), and
+// nobody found its machine clean. Its storage fence stays, though the node no longer carries
+// the taint.
+func TestStorageFenceKeptForANodeBeingDeleted(t *testing.T) {
+	s := &storage{answers: []providers.Status{{State: providers.Confirmed}}}
+	w, rec := storageWorld(t, s, storageMethod)
+	w.run(t)
+	ctx := context.Background()
+	node := &corev1.Node{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints, node.Finalizers = nil, []string{v1alpha1.FinalizerFenceOnDelete}
+	if err := w.c.Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.Delete(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	checkStorageFenceKept(t, w, s, rec, "a node being deleted")
+}
+
 // TestFailedStorageFenceLiftedAtOnce: a fence that released nothing (its storage fence never
 // confirmed, the node never tainted) is lifted as soon as its NodeFence is deleted, so that
 // the node is not left cut off from its storage by a fence that did not count.
