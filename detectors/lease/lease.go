@@ -16,8 +16,19 @@ const Namespace = "kube-node-lease"
 // Observe classifies node from its Lease (nil when it has none): Healthy while the last
 // renewal is younger than half of timeout, Suspect until timeout, Dead after it.
 func Observe(node *corev1.Node, lease *coordinationv1.Lease, timeout time.Duration, now time.Time) detectors.Observation {
+	return observeSeen(node, lease, time.Time{}, timeout, now)
+}
+
+// observeSeen is Observe with the Lease's age counted from seen, when the controller first saw
+// its renewal on its own clock (zero: from its renewTime, the node's clock). LastSeen stays the
+// signal's own time.
+func observeSeen(node *corev1.Node, lease *coordinationv1.Lease, seen time.Time, timeout time.Duration, now time.Time) detectors.Observation {
 	last, source := lastSignal(node, lease)
-	obs := detectors.Observation{Node: node.Name, LastSeen: last, Deadline: last.Add(timeout)}
+	from := last
+	if !seen.IsZero() && source == "Lease" {
+		from = seen
+	}
+	obs := detectors.Observation{Node: node.Name, LastSeen: last, Deadline: from.Add(timeout)}
 	if last.IsZero() {
 		obs.Verdict = detectors.Suspect
 		obs.Deadline = node.CreationTimestamp.Add(timeout)
@@ -27,7 +38,7 @@ func Observe(node *corev1.Node, lease *coordinationv1.Lease, timeout time.Durati
 		}
 		return obs
 	}
-	obs.Age = now.Sub(last)
+	obs.Age = now.Sub(from)
 	obs.LeaseExpiry = true
 	switch {
 	case obs.Age > timeout:
@@ -60,7 +71,17 @@ func lastSignal(node *corev1.Node, lease *coordinationv1.Lease) (time.Time, stri
 // renewal could have been seen, so a node whose last signal is older than seeing gets a fresh
 // period, timeout from seeing, before it can turn Dead. LastSeen and Age stay the signal's own.
 func ObserveSince(node *corev1.Node, lease *coordinationv1.Lease, timeout time.Duration, now, seeing time.Time, why string) detectors.Observation {
-	obs := Observe(node, lease, timeout, now)
+	return ObserveSeenSince(node, lease, time.Time{}, timeout, now, seeing, why)
+}
+
+// ObserveSeenSince is ObserveSince with the Lease's age counted from seen, when the controller
+// first saw its renewal, on its own clock (zero: unknown, from its renewTime). The kubelet
+// stamps renewTime with the node's clock: a node whose clock lags the controller's by more than
+// half the timeout would read late, or failed, while it renews on time, and one whose clock
+// runs ahead would read fresh long after it stopped (Kubernetes' node lifecycle controller
+// judges by when it saw a renewal for the same reason). LastSeen stays the renewTime.
+func ObserveSeenSince(node *corev1.Node, lease *coordinationv1.Lease, seen time.Time, timeout time.Duration, now, seeing time.Time, why string) detectors.Observation {
+	obs := observeSeen(node, lease, seen, timeout, now)
 	fresh := seeing.Add(timeout)
 	if seeing.IsZero() || !obs.Deadline.Before(fresh) || now.After(fresh) {
 		return obs

@@ -9,7 +9,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"palisade.dev/palisade/config/agentwire"
@@ -174,21 +173,6 @@ func (o Observer) lease(ctx context.Context, node string) (*coordinationv1.Lease
 	return l, nil
 }
 
-// seenAt is the Lease l with its renewTime, which the kubelet stamps with the node's clock,
-// replaced by when the controller first saw that renewal, on its own clock (zero: unknown, l
-// as it is). A node whose clock lags the controller's by more than half the lease timeout
-// would otherwise read late, or failed, while it renews on time, and one whose clock runs
-// ahead would read fresh long after it stopped (Kubernetes' node lifecycle controller judges
-// by when it saw a renewal for the same reason).
-func seenAt(l *coordinationv1.Lease, seen time.Time) *coordinationv1.Lease {
-	if l == nil || seen.IsZero() {
-		return l
-	}
-	c := *l // shallow: only the renewTime pointer changes, and the original stays the cache's
-	c.Spec.RenewTime = &metav1.MicroTime{Time: seen}
-	return &c
-}
-
 // observeWith judges the node on its Lease (nil: none) and its agent signals.
 func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseTimeout time.Duration, now time.Time, sig signalsOf) detectors.Observation {
 	seeing, cause := o.seeing()
@@ -196,7 +180,7 @@ func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseT
 	if l != nil && l.Spec.RenewTime != nil {
 		renewalSeen = o.Renewals.Seen(node.Name, l.Spec.RenewTime.Time, now)
 	}
-	obs := lease.ObserveSince(node, seenAt(l, renewalSeen), leaseTimeout, now, seeing, cause)
+	obs := lease.ObserveSeenSince(node, l, renewalSeen, leaseTimeout, now, seeing, cause)
 	if sig == nil {
 		return obs
 	}

@@ -288,3 +288,20 @@ func TestWarmUpFollowsThePolicysInterval(t *testing.T) {
 		})
 	}
 }
+
+// The node's last signal is its renewal's own time, even for a controller that first sees the
+// renewal now (a restart, a new leader): a self-fence whose wait began after that renewal is
+// not taken for disproved by the controller's own first look.
+func TestLastSignalIsTheRenewalsOwnTime(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+	renew := now.Add(-30 * time.Second)
+	node, c := nodeWithLease(t, now, renew)
+	o := Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now, Renewals: lease.NewRenewals()}
+	last, err := o.LastSignal(context.Background(), node.Name, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !last.Equal(renew) {
+		t.Errorf("last signal %s, want the renewal's own %s (first seen now)", last, renew)
+	}
+}
