@@ -673,6 +673,23 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 	}
 }
 
+// The read-back that covers the window is read once, where it is judged: a heartbeat after the
+// window's end that reads workload containers running is no cover, even if it came after
+// workloadBack's look.
+func TestReadBackCoversOnlyWithNoneRunning(t *testing.T) {
+	confirmed := metav1.NewTime(t0)
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{UID: "fence-uid"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"},
+		Status: v1alpha1.NodeFenceStatus{Method: "executor", FencedTime: &confirmed}}
+	until := t0.Add(5 * time.Second)
+	for running, want := range map[int]bool{0: true, 2: false} {
+		n := running
+		r := &NodeFenceReconciler{Heartbeats: heartbeats{"n1": {Node: "n1", Received: until.Add(time.Second), Interval: time.Second, RunningContainers: &n}}}
+		if _, covered := r.readBackCovers(nf, until, until.Add(time.Second)); covered != want {
+			t.Errorf("a read-back of %d running after the window: covers %v, want %v", running, covered, want)
+		}
+	}
+}
+
 // A controller that takes the Executor's window up late (a new leader, the confirmation
 // recorded by its predecessor) watches the whole window itself, from when it takes it up.
 func TestExecutorWindowTakenUpLateIsWatchedWhole(t *testing.T) {

@@ -80,6 +80,9 @@ func (t *Tokens) Next(ctx context.Context) (int64, error) {
 		l := &coordinationv1.Lease{}
 		err := t.Reader.Get(ctx, t.Lease, l)
 		if apierrors.IsNotFound(err) {
+			if floor == math.MaxInt64 {
+				return 0, fmt.Errorf("a NodeFence records %d as its token, the highest token there is: no token can outrank it, and the fencing-token Lease %s is gone. Create the Lease with %s set to the highest token any agent or storage gateway has taken, and delete that NodeFence", floor, t.Lease, AnnotationLastToken)
+			}
 			next := floor + 1
 			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: t.Lease.Namespace, Name: t.Lease.Name,
 				Annotations: map[string]string{AnnotationLastToken: strconv.FormatInt(next, 10)}}}

@@ -155,4 +155,15 @@ func TestTokenCounterFloorAndCeiling(t *testing.T) {
 	if err := c.Get(ctx, key, l); err != nil || l.Annotations[AnnotationLastToken] != strconv.FormatInt(math.MaxInt64, 10) {
 		t.Errorf("the Lease holds %q (%v), want it left as it was", l.Annotations[AnnotationLastToken], err)
 	}
+	// The Lease gone, and a NodeFence at the ceiling: no token either.
+	if err := c.Delete(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	nf.Status.LiftToken = math.MaxInt64
+	if err := c.Status().Update(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tokens.Next(ctx); err == nil || !strings.Contains(err.Error(), "the highest token there is") {
+		t.Errorf("token above a NodeFence's highest int64, the Lease gone = %d (%v), want an error saying what to do", got, err)
+	}
 }
