@@ -119,10 +119,31 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error
 }
 
 // ReleaseVolumes force-detaches every EBS volume EC2 lists as attached to the node's instance
-// (DetachVolume with Force; a volume already detaching is left to finish) and is Confirmed only
-// when DescribeVolumes lists none attached to it any more.
+// (DetachVolume with Force; a volume already detaching is left to finish) but its root volume,
+// and is Confirmed only when DescribeVolumes lists none but the root attached to it any more.
+// The root volume holds the machine's system, not a workload's data, and an instance without
+// it cannot start again: the recovery's power-on would fail.
 func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (providers.Status, error) {
 	t, err := p.Target(ctx, req)
+	if err != nil {
+		return providers.Status{}, err
+	}
+	var root string
+	err = p.call(ctx, t, "reading the root device of", func(ctx context.Context, c *ec2.Client) error {
+		out, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{t.InstanceID}})
+		if err != nil {
+			return err
+		}
+		for _, r := range out.Reservations {
+			for _, i := range r.Instances {
+				if awssdk.ToString(i.InstanceId) == t.InstanceID {
+					root = awssdk.ToString(i.RootDeviceName)
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("DescribeInstances did not list instance %s", t.InstanceID)
+	})
 	if err != nil {
 		return providers.Status{}, err
 	}
@@ -135,7 +156,11 @@ func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (p
 			if err != nil {
 				return err
 			}
-			attached = append(attached, out.Volumes...)
+			for _, v := range out.Volumes {
+				if !isRoot(v, t.InstanceID, root) {
+					attached = append(attached, v)
+				}
+			}
 		}
 		return nil
 	})
@@ -168,6 +193,16 @@ func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (p
 		msg = fmt.Sprintf("force-detached EBS volumes %s from instance %s; %s", strings.Join(ordered, ", "), t.InstanceID, msg)
 	}
 	return providers.Status{State: providers.InProgress, Reason: "VolumesDetaching", Message: msg, RetryAfter: detachRecheck}, nil
+}
+
+// isRoot says whether the volume is attached to the instance as its root device root.
+func isRoot(v ec2types.Volume, instance, root string) bool {
+	for _, a := range v.Attachments {
+		if awssdk.ToString(a.InstanceId) == instance && root != "" && awssdk.ToString(a.Device) == root {
+			return true
+		}
+	}
+	return false
 }
 
 // call builds the EC2 client of the target, runs fn within the per-call timeout and

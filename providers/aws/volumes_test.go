@@ -13,11 +13,13 @@ import (
 // TestForceDetachConfirmedAvailable: the instance's EBS volumes are detached with Force and
 // the release is confirmed only once DescribeVolumes lists none attached to it; a volume stuck
 // detaching is not detached twice and keeps the release in progress; another instance's volume
-// and an available one are left alone.
+// and an available one are left alone, and so is the instance's root volume (without it the
+// instance could not start again).
 func TestForceDetachConfirmedAvailable(t *testing.T) {
 	const other = "i-00000000000000001"
 	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance, other},
-		Volumes: map[string]string{"vol-0aaa": instance, "vol-0bbb": instance, "vol-0ccc": other, "vol-0ddd": ""}})
+		Volumes:     map[string]string{"vol-0aaa": instance, "vol-0bbb": instance, "vol-0ccc": other, "vol-0ddd": ""},
+		RootVolumes: map[string]string{"vol-0eee": instance}})
 	ep.SetStuckDetaching(true)
 	s := newScene(t, ep, providerID, "", nil)
 	ctx := context.Background()
@@ -47,7 +49,7 @@ func TestForceDetachConfirmedAvailable(t *testing.T) {
 	if !slices.Equal(detached, []string{"vol-0aaa", "vol-0bbb"}) {
 		t.Errorf("volumes detached %v, want each of the instance's once", detached)
 	}
-	for vol, want := range map[string]string{"vol-0aaa": "available", "vol-0bbb": "available", "vol-0ccc": "in-use", "vol-0ddd": "available"} {
+	for vol, want := range map[string]string{"vol-0aaa": "available", "vol-0bbb": "available", "vol-0ccc": "in-use", "vol-0ddd": "available", "vol-0eee": "in-use"} {
 		if got := ep.VolumeState(vol); got != want {
 			t.Errorf("volume %s: %s, want %s", vol, got, want)
 		}

@@ -46,9 +46,15 @@ type Options struct {
 	Region string
 	// Instances are the IDs of its instances, all running.
 	Instances []string
-	// Volumes are its EBS volumes: volume ID → the instance it is attached to.
+	// Volumes are its EBS volumes: volume ID → the instance it is attached to, as /dev/xvdf.
 	Volumes map[string]string
+	// RootVolumes are its instances' root volumes: volume ID → the instance it is attached to,
+	// as its root device (RootDevice).
+	RootVolumes map[string]string
 }
+
+// RootDevice is the root device name of every instance, and the device of its root volume.
+const RootDevice = "/dev/xvda"
 
 // Endpoint is a running EC2 endpoint. It is safe for concurrent use.
 type Endpoint struct {
@@ -64,8 +70,10 @@ type Endpoint struct {
 	delay     time.Duration
 	onState   func(id, state string)
 	refused   int
-	// volumes: volume ID → the instance it is attached to, "" when available.
+	// volumes: volume ID → the instance it is attached to, "" when available; roots are
+	// the root volumes among them (never changed after New).
 	volumes map[string]string
+	roots   map[string]bool
 	// stuckDetaching keeps detached volumes in "detaching".
 	stuckDetaching bool
 	detaching      map[string]bool
@@ -106,9 +114,12 @@ func New(o Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ec2sim: %w", err)
 	}
-	e := &Endpoint{opts: o, ln: ln, state: map[string]string{}, volumes: map[string]string{}, detaching: map[string]bool{}}
+	e := &Endpoint{opts: o, ln: ln, state: map[string]string{}, volumes: map[string]string{}, roots: map[string]bool{}, detaching: map[string]bool{}}
 	for _, id := range o.Instances {
 		e.state[id] = "running"
+	}
+	for vol, id := range o.RootVolumes {
+		e.volumes[vol], e.roots[vol] = id, true
 	}
 	for vol, id := range o.Volumes {
 		e.volumes[vol] = id
@@ -376,8 +387,9 @@ func (e *Endpoint) describeInstances(w http.ResponseWriter, ids []string) {
 		sort.Strings(ids)
 	}
 	type instanceXML struct {
-		InstanceID    string   `xml:"instanceId"`
-		InstanceState stateXML `xml:"instanceState"`
+		InstanceID     string   `xml:"instanceId"`
+		InstanceState  stateXML `xml:"instanceState"`
+		RootDeviceName string   `xml:"rootDeviceName"`
 	}
 	type reservationXML struct {
 		ReservationID string        `xml:"reservationId"`
@@ -385,7 +397,7 @@ func (e *Endpoint) describeInstances(w http.ResponseWriter, ids []string) {
 	}
 	var res []reservationXML
 	for _, id := range ids {
-		res = append(res, reservationXML{ReservationID: "r-" + strings.TrimPrefix(id, "i-"), Instances: []instanceXML{{InstanceID: id, InstanceState: stateOf(e.State(id))}}})
+		res = append(res, reservationXML{ReservationID: "r-" + strings.TrimPrefix(id, "i-"), Instances: []instanceXML{{InstanceID: id, InstanceState: stateOf(e.State(id)), RootDeviceName: RootDevice}}})
 	}
 	e.xml(w, struct {
 		XMLName      xml.Name         `xml:"DescribeInstancesResponse"`
@@ -461,7 +473,7 @@ func (e *Endpoint) describeVolumes(w http.ResponseWriter, form url.Values) {
 			if e.detaching[vol] {
 				status = "detaching"
 			}
-			v.Status, v.Attachments = "in-use", []attachmentXML{{VolumeID: vol, InstanceID: id, Device: "/dev/xvdf", Status: status}}
+			v.Status, v.Attachments = "in-use", []attachmentXML{{VolumeID: vol, InstanceID: id, Device: e.deviceOf(vol), Status: status}}
 		}
 		out = append(out, v)
 	}
@@ -500,7 +512,15 @@ func (e *Endpoint) detachVolume(w http.ResponseWriter, c Call) {
 		RequestID string   `xml:"requestId"`
 		attachmentXML
 	}{NS: "http://ec2.amazonaws.com/doc/" + APIVersion + "/", RequestID: requestID(),
-		attachmentXML: attachmentXML{VolumeID: c.Volume, InstanceID: id, Device: "/dev/xvdf", Status: "detaching"}})
+		attachmentXML: attachmentXML{VolumeID: c.Volume, InstanceID: id, Device: e.deviceOf(c.Volume), Status: "detaching"}})
+}
+
+// deviceOf is the device the volume is attached as: RootDevice for a root volume.
+func (e *Endpoint) deviceOf(vol string) string {
+	if e.roots[vol] {
+		return RootDevice
+	}
+	return "/dev/xvdf"
 }
 
 // verify checks the request's SigV4 signature: the Authorization header's credential scope
