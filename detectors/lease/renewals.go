@@ -17,6 +17,9 @@ type Renewals struct {
 
 type renewal struct {
 	renewTime, seenAt time.Time
+	// changed: the controller saw this renewal replace an earlier one, so seenAt is when it was
+	// made, to within the watch's delay; false for a renewal it first met on record (its start).
+	changed bool
 }
 
 // NewRenewals returns an empty Renewals.
@@ -26,19 +29,29 @@ func NewRenewals() *Renewals { return &Renewals{} }
 // saw that renewal (now, when it is new). A controller that just started has seen every
 // renewal "now": it cannot know better, and later is the safe side. Zero renewTime: zero.
 func (r *Renewals) Seen(node string, renewTime, now time.Time) time.Time {
+	seen, _ := r.SeenChange(node, renewTime, now)
+	return seen
+}
+
+// SeenChange is Seen, and says whether the controller saw this renewal replace an earlier one
+// it had on record: only then is the seen time when the renewal was made, on the controller's
+// clock, to within the watch's delay. A renewal first met on record (the controller's start,
+// or the node's first) was made at some time before.
+func (r *Renewals) SeenChange(node string, renewTime, now time.Time) (time.Time, bool) {
 	if r == nil || renewTime.IsZero() {
-		return time.Time{}
+		return time.Time{}, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.seen == nil {
 		r.seen = map[string]renewal{}
 	}
-	if cur, ok := r.seen[node]; ok && cur.renewTime.Equal(renewTime) {
-		return cur.seenAt
+	cur, ok := r.seen[node]
+	if ok && cur.renewTime.Equal(renewTime) {
+		return cur.seenAt, cur.changed
 	}
-	r.seen[node] = renewal{renewTime: renewTime, seenAt: now}
-	return now
+	r.seen[node] = renewal{renewTime: renewTime, seenAt: now, changed: ok}
+	return now, ok
 }
 
 // Forget drops a deleted node.

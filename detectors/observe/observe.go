@@ -177,10 +177,18 @@ func (o Observer) lease(ctx context.Context, node string) (*coordinationv1.Lease
 func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseTimeout time.Duration, now time.Time, sig signalsOf) detectors.Observation {
 	seeing, cause := o.seeing()
 	var renewalSeen time.Time
+	changed := false
 	if l != nil && l.Spec.RenewTime != nil {
-		renewalSeen = o.Renewals.Seen(node.Name, l.Spec.RenewTime.Time, now)
+		renewalSeen, changed = o.Renewals.SeenChange(node.Name, l.Spec.RenewTime.Time, now)
 	}
 	obs := lease.ObserveSeenSince(node, l, renewalSeen, leaseTimeout, now, seeing, cause)
+	if changed {
+		// The renewal's time on the controller's clock, as every other signal's: a node
+		// whose clock lags must not have a renewal made after a moment the controller
+		// recorded (a self-fence's wait began) read as one made before it. A renewal first
+		// met on record keeps its own time: seen now says nothing of when it was made.
+		obs.LastSeen = renewalSeen
+	}
 	if sig == nil {
 		return obs
 	}

@@ -305,3 +305,21 @@ func TestLastSignalIsTheRenewalsOwnTime(t *testing.T) {
 		t.Errorf("last signal %s, want the renewal's own %s (first seen now)", last, renew)
 	}
 }
+
+// A renewal the controller saw replace an earlier one counts as a signal at the moment it was
+// seen, on the controller's clock: a node whose clock lags 20 s and that renewed 5 s ago, after
+// a self-fence's wait began 10 s ago, is not taken for silent since.
+func TestLastSignalOfALaggingClock(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+	stamped := now.Add(-25 * time.Second) // made 5 s ago, stamped 20 s behind
+	node, c := nodeWithLease(t, now, stamped)
+	o := Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-time.Hour), Renewals: seenWhenMade("n1", now.Add(-50*time.Second))}
+	o.Renewals.Seen("n1", stamped, now.Add(-5*time.Second)) // the watch delivered it then
+	last, err := o.LastSignal(context.Background(), node.Name, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if started := now.Add(-10 * time.Second); !last.After(started) {
+		t.Errorf("last signal %s, want after the wait's start %s: the renewal was seen at %s", last, started, now.Add(-5*time.Second))
+	}
+}
