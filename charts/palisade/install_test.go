@@ -150,7 +150,7 @@ func nodeTargets(t *testing.T, c *testbed.Cluster) {
 		t.Fatal(err)
 	}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-nodes-patch-nodes"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}}}}
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes", "nodes/status"}, Verbs: []string{"get", "patch"}}}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-nodes-patch-nodes"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: "system:nodes"}}}
@@ -184,6 +184,17 @@ func nodeTargets(t *testing.T, c *testbed.Cluster) {
 	}
 	if err := annotate(kubelet, "example.com/other", "x"); err != nil {
 		t.Errorf("the node changing another annotation of its own: %v", err)
+	}
+	// Through the status subresource too, which keeps a metadata change (nodes/status resets
+	// only the spec): the kubelet's own way of writing its Node.
+	status := `{"metadata":{"annotations":{"` + v1alpha1.AnnotationBMCAddress + `":"10.0.0.9"}}}`
+	if err := kubelet.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-t"}}, client.RawPatch(types.MergePatchType, []byte(status))); err == nil || !strings.Contains(err.Error(), "fence target") {
+		t.Errorf("the node pointing its BMC elsewhere through nodes/status: %v; want a refusal naming the fence target", err)
+	}
+	// Nor may it ask for its own unfencing that way (nodes/status was not matched before).
+	unfence := `{"metadata":{"annotations":{"` + v1alpha1.AnnotationUnfenceRequest + `":"clean"}}}`
+	if err := kubelet.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-t"}}, client.RawPatch(types.MergePatchType, []byte(unfence))); err == nil || !strings.Contains(err.Error(), "may not set or change palisade.dev/unfence-request") {
+		t.Errorf("the node asking for its own unfencing through nodes/status: %v; want a refusal", err)
 	}
 	for _, tc := range []struct{ what, key, value string }{
 		{"pointing its BMC elsewhere", v1alpha1.AnnotationBMCAddress, "10.0.0.9"},
