@@ -125,9 +125,10 @@ var errAmbiguousSystem = errors.New("ambiguous system")
 // checkSystem makes sure that the system the node's annotation names is one system. bmclib
 // picks the first system whose Name matches, in whatever order gofish fetched them, but
 // Redfish keeps only a system's Id unique, not its Name: with two systems of the same Name the
-// command could power off one and the read-back confirm the other. bmclib shows no list of systems, so a gofish client of its own
-// lists them (and deletes its session). A target without a system name needs no check:
-// bmclib then takes the BMC's only system and refuses to choose among several.
+// command could power off one and the read-back confirm the other. bmclib shows no list of
+// systems, so a gofish client of its own lists them (and deletes its session). A target
+// without a system name needs no check: bmclib then takes the BMC's only system and refuses to
+// choose among several.
 func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target) error {
 	if t.System == "" {
 		return nil
