@@ -78,8 +78,20 @@ func newWorld(t *testing.T, methods ...string) *world {
 	return w
 }
 
-// run reconciles until the fence ends or w.ticks (default 60) simulated seconds pass.
+// run reconciles until the fence ends, and fails the test when w.ticks (default 60) simulated
+// seconds pass first.
 func (w *world) run(t *testing.T) *v1alpha1.NodeFence {
+	t.Helper()
+	nf, ended := w.advance(t)
+	if !ended {
+		t.Fatalf("fence did not end: %+v", nf.Status)
+	}
+	return nf
+}
+
+// advance reconciles until the fence ends (Released or Failed) or w.ticks (default 60)
+// simulated seconds pass, and returns the record and whether it ended.
+func (w *world) advance(t *testing.T) (*v1alpha1.NodeFence, bool) {
 	t.Helper()
 	nf := &v1alpha1.NodeFence{}
 	ticks := w.ticks
@@ -100,12 +112,11 @@ func (w *world) run(t *testing.T) *v1alpha1.NodeFence {
 			t.Fatal(err)
 		}
 		if nf.Status.Phase == v1alpha1.PhaseReleased || nf.Status.Phase == v1alpha1.PhaseFailed {
-			return nf
+			return nf, true
 		}
 		w.now = w.now.Add(time.Second)
 	}
-	t.Fatalf("fence did not end: %+v", nf.Status)
-	return nil
+	return nf, false
 }
 
 func goldenTrace(nf *v1alpha1.NodeFence) string {

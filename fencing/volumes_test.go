@@ -8,7 +8,6 @@ import (
 
 	attachercontroller "github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
 	storagev1 "k8s.io/api/storage/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -115,8 +114,8 @@ func TestStuckAttacherOfARunningNode(t *testing.T) {
 			if err := w.c.Update(ctx, va); err != nil {
 				t.Fatal(err)
 			}
-			nf := &v1alpha1.NodeFence{}
-			for range 120 {
+			w.ticks = 120
+			w.tick = func(*v1alpha1.NodeFence) {
 				// The attacher cannot detach: ControllerUnpublishVolume fails on every try.
 				if err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, va); err == nil && va.DeletionTimestamp != nil && va.Status.DetachError == nil {
 					va.Status.DetachError = &storagev1.VolumeError{Message: "volume in use on the node"}
@@ -124,17 +123,8 @@ func TestStuckAttacherOfARunningNode(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if _, err := w.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
-					t.Fatal(err)
-				}
-				if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
-					t.Fatal(err)
-				}
-				if nf.Status.Phase == v1alpha1.PhaseReleased {
-					break
-				}
-				w.now = w.now.Add(time.Second)
 			}
+			nf, _ := w.advance(t)
 			if released := nf.Status.Phase == v1alpha1.PhaseReleased; released != tt.released {
 				t.Errorf("phase %s after 2 min of detach errors, want released %v\n%s", nf.Status.Phase, tt.released, goldenTrace(nf))
 			}

@@ -48,6 +48,18 @@ func nodeWithLease(t *testing.T, now, renew time.Time) (*corev1.Node, client.Rea
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: "n1"}, Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}).Build()
 }
 
+// wantVerdict checks o's verdict on node at now, its Lease judged against 20 s.
+func wantVerdict(t *testing.T, o Observer, node *corev1.Node, now time.Time, want detectors.Verdict) {
+	t.Helper()
+	obs, err := o.Observe(context.Background(), node, 20*time.Second, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs.Verdict != want {
+		t.Errorf("verdict %s, want %s (reason %q)", obs.Verdict, want, obs.Reason)
+	}
+}
+
 // seenWhenMade is a record of the node's renewal at renew, seen by the controller as it was
 // made (the Lease event handler's).
 func seenWhenMade(node string, renew time.Time) *lease.Renewals {
@@ -76,13 +88,7 @@ func TestLeaseAgeOnTheControllersClock(t *testing.T) {
 			node, c := nodeWithLease(t, now, tt.stamped)
 			o := Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-time.Hour), Renewals: lease.NewRenewals()}
 			o.Renewals.Seen("n1", tt.stamped, tt.seen)
-			obs, err := o.Observe(context.Background(), node, 20*time.Second, now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if obs.Verdict != tt.want {
-				t.Errorf("verdict %s, want %s (reason %q)", obs.Verdict, tt.want, obs.Reason)
-			}
+			wantVerdict(t, o, node, now, tt.want)
 		})
 	}
 }
@@ -278,13 +284,7 @@ func TestWarmUpFollowsThePolicysInterval(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-21 * time.Second), Renewals: seenWhenMade("n1", now.Add(-time.Minute)), IntervalFor: tt.interval}
-			obs, err := o.Observe(context.Background(), node, 20*time.Second, now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if obs.Verdict != tt.want {
-				t.Errorf("verdict %s, want %s (reason %q)", obs.Verdict, tt.want, obs.Reason)
-			}
+			wantVerdict(t, o, node, now, tt.want)
 		})
 	}
 }
