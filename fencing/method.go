@@ -51,7 +51,9 @@ func fence(ctx context.Context, f providers.Fencer, req providers.Request) outco
 	if st.State == providers.Failed {
 		return failed(string(st.Reason), "%s", st.Message)
 	}
-	return done("%s", st.Message)
+	out := done("%s", st.Message)
+	out.target = st.Target
+	return out
 }
 
 func confirm(ctx context.Context, f providers.Fencer, req providers.Request) outcome {

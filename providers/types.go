@@ -85,6 +85,19 @@ type Request struct {
 // Node is the name of the node being fenced.
 func (r Request) Node() string { return r.Fence.Spec.NodeName }
 
+// FencedTarget is the machine the method's fence command went to, as its Fence named it
+// (Status.Target), recorded on the fence's steps; "" when none was recorded (a fence begun by
+// an earlier version, or a method that names none).
+func (r Request) FencedTarget() string {
+	steps := r.Fence.Status.Steps
+	for i := len(steps) - 1; i >= 0; i-- {
+		if s := steps[i]; s.Method == r.Method.Name && s.Target != "" {
+			return s.Target
+		}
+	}
+	return ""
+}
+
 // ID names the fence (its UID). The Executor's orders name the method too (agent.OrderID), so
 // that each method of a chain is carried out once.
 func (r Request) ID() string { return string(r.Fence.UID) }
@@ -117,4 +130,8 @@ type Status struct {
 	Message string
 	// RetryAfter, when set, is when to ask again (InProgress, Unknown).
 	RetryAfter time.Duration
+	// Target, from a Fence, names the machine the command went to, without credentials. The
+	// caller records it on the fence step (Step.Target); FencedTarget gives it back to the
+	// method's later calls, which must act on that machine or refuse.
+	Target string
 }

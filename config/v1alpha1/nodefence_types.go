@@ -149,6 +149,13 @@ type Step struct {
 	// Message says what happened, for people.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Target names the machine a method's fence step acted on, as its provider named it
+	// (a power method: the node, its BMC's address and system, or its instance or VM). The
+	// method's read-back and a later power-on refuse another machine: a fence target changed
+	// after the power-off cannot confirm it.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Target string `json:"target,omitempty"`
 }
 
 // NodeFenceStatus is the durable record of a fence.

@@ -79,6 +79,10 @@ func (f *Fencer[T]) RestorePower(ctx context.Context, req providers.Request) err
 	if err != nil {
 		return f.withHint(err)
 	}
+	if off := req.FencedTarget(); off != "" && off != t.String() {
+		return providers.NewError(providers.ReasonTargetChanged, fmt.Errorf(
+			"the power-off went to %s, but the node's settings now name %s: power the machine that was turned off back on by hand", off, t))
+	}
 	if err := on.PowerOn(ctx, t); err != nil {
 		return f.withHint(err)
 	}
@@ -94,16 +98,23 @@ func (f *Fencer[T]) Fence(ctx context.Context, req providers.Request) (providers
 	if err := f.sw.PowerOff(ctx, t); err != nil {
 		return providers.Status{}, f.withHint(err)
 	}
-	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("power-off command accepted by %s of %s", f.what, t)}, nil
+	return providers.Status{State: providers.InProgress, Target: t.String(),
+		Message: fmt.Sprintf("power-off command accepted by %s of %s", f.what, t)}, nil
 }
 
 // Check reads the power state back until it is Off, re-sending the off command every
 // ResendOffEvery attempts while it is not; once the method has expired, power still On is a
-// failure.
+// failure. It reads back only the machine the off command went to: a node whose fence target
+// changed since (its BMC address or system annotation edited) fails the method with
+// ReasonTargetChanged, and the chain's next method fences the node.
 func (f *Fencer[T]) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
 	t, err := f.sw.Target(ctx, req)
 	if err != nil {
 		return providers.Status{}, f.withHint(err)
+	}
+	if off := req.FencedTarget(); off != "" && off != t.String() {
+		return providers.Status{State: providers.Failed, Reason: providers.ReasonTargetChanged,
+			Message: fmt.Sprintf("the power-off went to %s, but the node's settings now name %s: a read-back of another machine cannot confirm the fence, and nothing is sent to it. Check which machine runs node %s and set its settings right, then delete this NodeFence to fence it again", off, t, req.Node())}, nil
 	}
 	state, err := f.sw.PowerState(ctx, t)
 	if err != nil {

@@ -1,0 +1,104 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
+)
+
+// machine is a node's machine as switches recorded by address play it.
+type machine struct{ node, addr string }
+
+func (m machine) String() string { return fmt.Sprintf("%s (%s)", m.node, m.addr) }
+
+// switches is a stand-in for BMCs (the real ones, ipmi_sim behind the IPMI provider, are in
+// providers/ipmi's TestReadBackOnlyOfTheMachineTurnedOff): each address is a machine that is
+// on or off; a lying one accepts the off command and stays on. The target is the address the
+// Node's annotation names now.
+type switches struct {
+	c     client.Reader
+	on    map[string]bool
+	lying map[string]bool
+}
+
+func (s *switches) Target(ctx context.Context, req providers.Request) (machine, error) {
+	n := &corev1.Node{}
+	if err := s.c.Get(ctx, client.ObjectKey{Name: req.Node()}, n); err != nil {
+		return machine{}, providers.NewError(providers.ReasonAPIError, err)
+	}
+	return machine{node: n.Name, addr: n.Annotations[v1alpha1.AnnotationBMCAddress]}, nil
+}
+
+func (s *switches) PowerOff(_ context.Context, m machine) error {
+	if !s.lying[m.addr] {
+		s.on[m.addr] = false
+	}
+	return nil
+}
+
+func (s *switches) PowerState(_ context.Context, m machine) (power.State, error) {
+	if s.on[m.addr] {
+		return power.On, nil
+	}
+	return power.Off, nil
+}
+
+// The machine a power method turned off is recorded on its fence step, and only that machine's
+// read-back confirms the fence. Node n1's BMC (10.0.0.1) lies: it takes the off command and the
+// machine runs on. Then its address is changed to 10.0.0.9, a machine that is off. Its Off is
+// no confirmation of n1's fence: the method fails with FenceTargetChanged, and the chain's next
+// method (the Executor) fences the node. Before, ConfirmOff read 10.0.0.9 Off and released n1,
+// whose machine still ran.
+func TestConfirmationOnlyByTheMachineTurnedOff(t *testing.T) {
+	w := newWorld(t, "ipmi", "executor")
+	sw := &switches{c: w.c, on: map[string]bool{"10.0.0.1": true}, lying: map[string]bool{"10.0.0.1": true}}
+	w.r.Fencers[v1alpha1.MethodIPMI] = power.NewFencer[machine]("ipmi", sw, "the BMC", nil)
+	w.ticks = 120
+	w.tick = func(nf *v1alpha1.NodeFence) {
+		if len(nf.Status.Steps) == 0 || lastStep(nf).Name != v1alpha1.StepConfirmOff {
+			return
+		}
+		n := &corev1.Node{}
+		if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, n); err != nil {
+			t.Fatal(err)
+		}
+		if n.Annotations[v1alpha1.AnnotationBMCAddress] != "10.0.0.9" {
+			n.Annotations[v1alpha1.AnnotationBMCAddress] = "10.0.0.9"
+			if err := w.c.Update(context.Background(), n); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nf := w.run(t)
+	t.Logf("trace:\n%s", goldenTrace(nf))
+	if !sw.on["10.0.0.1"] {
+		t.Fatal("the lying BMC turned its machine off: the test did not test")
+	}
+	var off, changed *v1alpha1.Step
+	for i, s := range nf.Status.Steps {
+		switch {
+		case s.Method == "ipmi" && s.Name == v1alpha1.StepPowerOff:
+			off = &nf.Status.Steps[i]
+		case s.Method == "ipmi" && s.Name == v1alpha1.StepConfirmOff && s.State == v1alpha1.StepSucceeded:
+			t.Fatalf("ConfirmOff succeeded on another machine's read-back: %s", s.Message)
+		case s.Method == "ipmi" && s.State == v1alpha1.StepFailed:
+			changed = &nf.Status.Steps[i]
+		}
+	}
+	if off == nil || off.Target != "n1 (10.0.0.1)" {
+		t.Fatalf("the PowerOff step records target %+v, want n1 (10.0.0.1)", off)
+	}
+	if changed == nil || changed.Reason != string(providers.ReasonTargetChanged) {
+		t.Fatalf("the ipmi method failed with %+v, want reason %s", changed, providers.ReasonTargetChanged)
+	}
+	if nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.Method != "executor" {
+		t.Errorf("phase %s by method %s, want Released by the chain's next method, executor", nf.Status.Phase, nf.Status.Method)
+	}
+}
