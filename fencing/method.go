@@ -28,6 +28,9 @@ func (r *NodeFenceReconciler) takeMethod(ctx context.Context, nf *v1alpha1.NodeF
 				return pending(retryConfirm, ReasonAPIError, "before putting up a storage fence: %v", err)
 			}
 		}
+		if out, named := r.nameTarget(ctx, fencer, req); !named {
+			return out
+		}
 		return fence(ctx, fencer, req)
 	case kind.confirm:
 		return confirm(ctx, fencer, req)
@@ -43,6 +46,31 @@ func (r *NodeFenceReconciler) request(nf *v1alpha1.NodeFence, m v1alpha1.Method)
 	return req
 }
 
+// nameTarget records on the fence step, before its command is sent, the machine the method acts
+// on (a provider that names one: providers.TargetNamer): every later call of the method acts
+// on that machine or refuses. named is false, with the outcome to record, while the name is
+// not recorded yet.
+func (r *NodeFenceReconciler) nameTarget(ctx context.Context, f providers.Fencer, req providers.Request) (outcome, bool) {
+	n, ok := f.(providers.TargetNamer)
+	step := lastStep(req.Fence)
+	if !ok || step.Target != "" {
+		return outcome{}, true
+	}
+	target, err := n.FenceTarget(ctx, req)
+	if err != nil {
+		return providerFailure(req, "finding the machine to fence", err), false
+	}
+	if target == "" {
+		return outcome{}, true
+	}
+	step.Target = target
+	if err := r.saveStatus(ctx, req.Fence); err != nil {
+		step.Target = ""
+		return pending(retryFence, ReasonAPIError, "recording the machine %s before the fence command: %v", target, err), false
+	}
+	return outcome{}, true
+}
+
 func fence(ctx context.Context, f providers.Fencer, req providers.Request) outcome {
 	st, err := f.Fence(ctx, req)
 	if err != nil {
@@ -51,9 +79,7 @@ func fence(ctx context.Context, f providers.Fencer, req providers.Request) outco
 	if st.State == providers.Failed {
 		return failed(string(st.Reason), "%s", st.Message)
 	}
-	out := done("%s", st.Message)
-	out.target = st.Target
-	return out
+	return done("%s", st.Message)
 }
 
 func confirm(ctx context.Context, f providers.Fencer, req providers.Request) outcome {

@@ -84,7 +84,6 @@ type outcome struct {
 	reason  string
 	message string
 	retry   time.Duration
-	target  string // a fence step's machine (providers.Status.Target), recorded on the step
 }
 
 func done(format string, args ...any) outcome {
@@ -259,7 +258,7 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		}
 		return ctrl.Result{RequeueAfter: out.retry}, false, r.saveCounted(ctx, nf, nil)
 	}
-	step.Reason, step.Target = out.reason, out.target
+	step.Reason = out.reason
 	if out.state == v1alpha1.StepFailed && disproving(out.reason) {
 		step.Method = nf.Status.Method // the method the node's signs of life disproved
 	}

@@ -20,12 +20,14 @@ func (m machine) String() string { return fmt.Sprintf("%s (%s)", m.node, m.addr)
 
 // switches is a stand-in for BMCs (the real ones, ipmi_sim behind the IPMI provider, are in
 // providers/ipmi's TestReadBackOnlyOfTheMachineTurnedOff): each address is a machine that is
-// on or off; a lying one accepts the off command and stays on. The target is the address the
-// Node's annotation names now.
+// on or off; a lying one accepts the off command and stays on; the first failOffs commands
+// time out. The target is the address the Node's annotation names now.
 type switches struct {
-	c     client.Reader
-	on    map[string]bool
-	lying map[string]bool
+	c        client.Reader
+	on       map[string]bool
+	lying    map[string]bool
+	offs     map[string]int // off commands taken, by address
+	failOffs int            // so many off commands time out first, not taken
 }
 
 func (s *switches) Target(ctx context.Context, req providers.Request) (machine, error) {
@@ -37,6 +39,11 @@ func (s *switches) Target(ctx context.Context, req providers.Request) (machine, 
 }
 
 func (s *switches) PowerOff(_ context.Context, m machine) error {
+	if s.failOffs > 0 {
+		s.failOffs--
+		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s: timed out", m))
+	}
+	s.offs[m.addr]++
 	if !s.lying[m.addr] {
 		s.on[m.addr] = false
 	}
@@ -50,55 +57,77 @@ func (s *switches) PowerState(_ context.Context, m machine) (power.State, error)
 	return power.Off, nil
 }
 
-// The machine a power method turned off is recorded on its fence step, and only that machine's
-// read-back confirms the fence. Node n1's BMC (10.0.0.1) lies: it takes the off command and the
-// machine runs on. Then its address is changed to 10.0.0.9, a machine that is off. Its Off is
-// no confirmation of n1's fence: the method fails with FenceTargetChanged, and the chain's next
-// method (the Executor) fences the node. Before, ConfirmOff read 10.0.0.9 Off and released n1,
-// whose machine still ran.
+// The machine a power method acts on is recorded on its fence step before the off command,
+// and only that machine's read-back confirms the fence. Node n1's BMC is 10.0.0.1; its address
+// is then changed to 10.0.0.9, a machine that is off. That machine's Off is no confirmation of
+// n1's fence: the method fails with FenceTargetChanged, nothing is sent to 10.0.0.9, and the
+// chain's next method (the Executor) fences the node. Before, ConfirmOff read 10.0.0.9 Off and
+// released n1, whose machine still ran: changed after the off command (which 10.0.0.1, lying,
+// took and stayed on), or between two tries of it (the first timed out).
 func TestConfirmationOnlyByTheMachineTurnedOff(t *testing.T) {
-	w := newWorld(t, "ipmi", "executor")
-	sw := &switches{c: w.c, on: map[string]bool{"10.0.0.1": true}, lying: map[string]bool{"10.0.0.1": true}}
-	w.r.Fencers[v1alpha1.MethodIPMI] = power.NewFencer[machine]("ipmi", sw, "the BMC", nil)
-	w.ticks = 120
-	w.tick = func(nf *v1alpha1.NodeFence) {
-		if len(nf.Status.Steps) == 0 || lastStep(nf).Name != v1alpha1.StepConfirmOff {
-			return
-		}
-		n := &corev1.Node{}
-		if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, n); err != nil {
-			t.Fatal(err)
-		}
-		if n.Annotations[v1alpha1.AnnotationBMCAddress] != "10.0.0.9" {
-			n.Annotations[v1alpha1.AnnotationBMCAddress] = "10.0.0.9"
-			if err := w.c.Update(context.Background(), n); err != nil {
-				t.Fatal(err)
+	tests := []struct {
+		name string
+		// changeAt says when the address changes: at the first reconcile whose last step is this
+		// one, after this many attempts.
+		changeAt v1alpha1.StepName
+		attempts int32
+		lying    bool // 10.0.0.1 takes the off command and stays on
+		failOffs int  // off commands that time out first
+	}{
+		{"after the off command", v1alpha1.StepConfirmOff, 0, true, 0},
+		{"between two tries of the off command", v1alpha1.StepPowerOff, 1, false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, "ipmi", "executor")
+			sw := &switches{c: w.c, on: map[string]bool{"10.0.0.1": true}, lying: map[string]bool{"10.0.0.1": tt.lying},
+				offs: map[string]int{}, failOffs: tt.failOffs}
+			w.r.Fencers[v1alpha1.MethodIPMI] = power.NewFencer[machine]("ipmi", sw, "the BMC", nil)
+			w.ticks = 120
+			w.tick = func(nf *v1alpha1.NodeFence) {
+				if len(nf.Status.Steps) == 0 || lastStep(nf).Name != tt.changeAt || lastStep(nf).Attempts < tt.attempts {
+					return
+				}
+				n := &corev1.Node{}
+				if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, n); err != nil {
+					t.Fatal(err)
+				}
+				if n.Annotations[v1alpha1.AnnotationBMCAddress] != "10.0.0.9" {
+					n.Annotations[v1alpha1.AnnotationBMCAddress] = "10.0.0.9"
+					if err := w.c.Update(context.Background(), n); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
-		}
-	}
-	nf := w.run(t)
-	t.Logf("trace:\n%s", goldenTrace(nf))
-	if !sw.on["10.0.0.1"] {
-		t.Fatal("the lying BMC turned its machine off: the test did not test")
-	}
-	var off, changed *v1alpha1.Step
-	for i, s := range nf.Status.Steps {
-		switch {
-		case s.Method == "ipmi" && s.Name == v1alpha1.StepPowerOff:
-			off = &nf.Status.Steps[i]
-		case s.Method == "ipmi" && s.Name == v1alpha1.StepConfirmOff && s.State == v1alpha1.StepSucceeded:
-			t.Fatalf("ConfirmOff succeeded on another machine's read-back: %s", s.Message)
-		case s.Method == "ipmi" && s.State == v1alpha1.StepFailed:
-			changed = &nf.Status.Steps[i]
-		}
-	}
-	if off == nil || off.Target != "n1 (10.0.0.1)" {
-		t.Fatalf("the PowerOff step records target %+v, want n1 (10.0.0.1)", off)
-	}
-	if changed == nil || changed.Reason != string(providers.ReasonTargetChanged) {
-		t.Fatalf("the ipmi method failed with %+v, want reason %s", changed, providers.ReasonTargetChanged)
-	}
-	if nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.Method != "executor" {
-		t.Errorf("phase %s by method %s, want Released by the chain's next method, executor", nf.Status.Phase, nf.Status.Method)
+			nf := w.run(t)
+			t.Logf("trace:\n%s", goldenTrace(nf))
+			if !sw.on["10.0.0.1"] {
+				t.Fatal("10.0.0.1 was turned off: the test did not test")
+			}
+			if sw.offs["10.0.0.9"] != 0 {
+				t.Errorf("10.0.0.9 got %d off commands", sw.offs["10.0.0.9"])
+			}
+			var off, changed *v1alpha1.Step
+			for i, s := range nf.Status.Steps {
+				switch {
+				case s.Method == "ipmi" && s.Name == v1alpha1.StepConfirmOff && s.State == v1alpha1.StepSucceeded:
+					t.Fatalf("ConfirmOff succeeded on another machine's read-back: %s", s.Message)
+				case s.Method == "ipmi" && s.Name == v1alpha1.StepPowerOff:
+					off = &nf.Status.Steps[i]
+				}
+				if s.Method == "ipmi" && s.State == v1alpha1.StepFailed {
+					changed = &nf.Status.Steps[i]
+				}
+			}
+			if off == nil || off.Target != "n1 (10.0.0.1)" {
+				t.Fatalf("the PowerOff step records target %+v, want n1 (10.0.0.1)", off)
+			}
+			if changed == nil || changed.Reason != string(providers.ReasonTargetChanged) {
+				t.Fatalf("the ipmi method failed with %+v, want reason %s", changed, providers.ReasonTargetChanged)
+			}
+			if nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.Method != "executor" {
+				t.Errorf("phase %s by method %s, want Released by the chain's next method, executor", nf.Status.Phase, nf.Status.Method)
+			}
+		})
 	}
 }

@@ -126,7 +126,7 @@ func HintOf(err error) string {
 // IsRetryable says whether trying again may help without a person changing something.
 func IsRetryable(err error) bool {
 	switch ReasonOf(err) {
-	case ReasonAuthFailed, ReasonBadTarget, ReasonUntrustedCertificate, ReasonCloudAuthFailed:
+	case ReasonAuthFailed, ReasonBadTarget, ReasonUntrustedCertificate, ReasonCloudAuthFailed, ReasonTargetChanged:
 		return false
 	}
 	return true

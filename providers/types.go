@@ -85,9 +85,24 @@ type Request struct {
 // Node is the name of the node being fenced.
 func (r Request) Node() string { return r.Fence.Spec.NodeName }
 
-// FencedTarget is the machine the method's fence command went to, as its Fence named it
-// (Status.Target), recorded on the fence's steps; "" when none was recorded (a fence begun by
-// an earlier version, or a method that names none).
+// TargetNamer is a Fencer whose fence acts on one machine that it can name before acting (a
+// power method: the BMC, instance or VM behind the node). The caller records the name on the
+// fence step before the step is taken (invariant 2), and the method's every later call —
+// the fence command again, the read-back, a volume release, a power-on — acts on that machine
+// or refuses with ReasonTargetChanged: a node's settings edited meanwhile never make another
+// machine's power state confirm the fence.
+type TargetNamer interface {
+	// FenceTarget names the machine the Request's method would act on now, without
+	// credentials, in at most MaxTargetLength bytes; "" when the provider has no one machine.
+	FenceTarget(ctx context.Context, req Request) (string, error)
+}
+
+// MaxTargetLength bounds a recorded target (the NodeFence CRD's limit on Step.Target).
+const MaxTargetLength = 1024
+
+// FencedTarget is the machine the method acts on, as its TargetNamer named it and the caller
+// recorded it on the method's fence step (Step.Target); "" when none was recorded (a fence
+// begun by an earlier version, or a method that names none).
 func (r Request) FencedTarget() string {
 	steps := r.Fence.Status.Steps
 	for i := len(steps) - 1; i >= 0; i-- {
@@ -130,8 +145,4 @@ type Status struct {
 	Message string
 	// RetryAfter, when set, is when to ask again (InProgress, Unknown).
 	RetryAfter time.Duration
-	// Target, from a Fence, names the machine the command went to, without credentials. The
-	// caller records it on the fence step (Step.Target); FencedTarget gives it back to the
-	// method's later calls, which must act on that machine or refuse.
-	Target string
 }

@@ -149,10 +149,11 @@ type Step struct {
 	// Message says what happened, for people.
 	// +optional
 	Message string `json:"message,omitempty"`
-	// Target names the machine a method's fence step acted on, as its provider named it
-	// (a power method: the node, its BMC's address and system, or its instance or VM). The
-	// method's read-back and a later power-on refuse another machine: a fence target changed
-	// after the power-off cannot confirm it.
+	// Target names the machine a method's fence step acts on, as its provider named it (a
+	// power method: the node, its BMC's address and system, or its instance or VM), recorded
+	// before the step's command is sent. The method's later calls (the command again, the
+	// read-back, a volume release, a power-on) refuse another machine: a fence target changed
+	// meanwhile cannot confirm the fence.
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Target string `json:"target,omitempty"`

@@ -124,7 +124,7 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error
 // The root volume holds the machine's system, not a workload's data, and an instance without
 // it cannot start again: the recovery's power-on would fail.
 func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (providers.Status, error) {
-	t, err := p.Target(ctx, req)
+	t, err := p.BoundTarget(ctx, req) // only the instance the fence stopped
 	if err != nil {
 		return providers.Status{}, err
 	}

@@ -2,10 +2,12 @@ package aws_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/test/testbed/ec2sim"
 )
@@ -67,5 +69,36 @@ func TestForceDetachRefusedSaysWhy(t *testing.T) {
 	}
 	if ep.VolumeState("vol-0aaa") != "in-use" {
 		t.Error("the volume was detached with wrong keys")
+	}
+}
+
+// TestForceDetachOnlyOfTheInstanceStopped: the fence recorded the instance it stopped; node-1
+// now names another (deleted and registered again under its name by a new instance that took
+// the stopped one's address). Its volumes are not detached: ReleaseVolumes refuses with
+// FenceTargetChanged and sends EC2 nothing.
+func TestForceDetachOnlyOfTheInstanceStopped(t *testing.T) {
+	const other = "i-00000000000000001"
+	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance, other},
+		Volumes: map[string]string{"vol-0aaa": instance, "vol-0ccc": other}})
+	s := newScene(t, ep, "aws:///us-east-1a/"+other, "", nil)
+	req := s.req(1, false)
+	stopped, err := newScene(t, ep, providerID, "", nil).p.FenceTarget(context.Background(), req) // before: node-1 on instance
+	if err != nil || !strings.Contains(stopped, instance) {
+		t.Fatalf("FenceTarget = %q, %v; want instance %s", stopped, err, instance)
+	}
+	req.Fence.Status.Steps = []v1alpha1.Step{
+		{Name: v1alpha1.StepPowerOff, Method: s.method.Name, State: v1alpha1.StepSucceeded, Target: stopped},
+		{Name: v1alpha1.StepDetachVolumes, Method: s.method.Name, State: v1alpha1.StepStarted}}
+	st, err := s.p.ReleaseVolumes(context.Background(), req)
+	if providers.ReasonOf(err) != providers.ReasonTargetChanged || !strings.Contains(fmt.Sprint(err), instance) || !strings.Contains(fmt.Sprint(err), other) {
+		t.Fatalf("ReleaseVolumes of another instance = %+v, %v; want %s naming both instances", st, err, providers.ReasonTargetChanged)
+	}
+	for _, c := range ep.Calls() {
+		t.Errorf("EC2 got %s %+v", c.Action, c)
+	}
+	for vol, want := range map[string]string{"vol-0aaa": "in-use", "vol-0ccc": "in-use"} {
+		if got := ep.VolumeState(vol); got != want {
+			t.Errorf("volume %s: %s, want %s", vol, got, want)
+		}
 	}
 }

@@ -33,6 +33,12 @@ func (p *Provider) Fence(ctx context.Context, req providers.Request) (providers.
 	return p.fencer().Fence(ctx, req)
 }
 
+// FenceTarget names the node's machine (its BMC), for the fence to record before the off
+// command (providers.TargetNamer).
+func (p *Provider) FenceTarget(ctx context.Context, req providers.Request) (string, error) {
+	return p.fencer().FenceTarget(ctx, req)
+}
+
 // Check reads the power state back until it is Off, re-sending the off command every
 // power.ResendOffEvery attempts while it is not.
 func (p *Provider) Check(ctx context.Context, req providers.Request) (providers.Status, error) {

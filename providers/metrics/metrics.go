@@ -74,6 +74,7 @@ var (
 	_ providers.VolumeReleaser = (*decorator)(nil)
 	_ providers.Unfencer       = (*decorator)(nil)
 	_ providers.PowerRestorer  = (*decorator)(nil)
+	_ providers.TargetNamer    = (*decorator)(nil)
 )
 
 // Decorate wraps p so that every call is measured. Wrapping an already decorated provider
@@ -138,6 +139,15 @@ func (d *decorator) Unfence(ctx context.Context, req providers.Request) (provide
 	st, err := u.Unfence(ctx, req)
 	d.observe(MethodUnfence, start, err)
 	return st, err
+}
+
+// FenceTarget is the wrapped provider's FenceTarget (not measured: it only reads the Node and
+// its Secret); "" for a provider that names no machine.
+func (d *decorator) FenceTarget(ctx context.Context, req providers.Request) (string, error) {
+	if n, ok := d.p.(providers.TargetNamer); ok {
+		return n.FenceTarget(ctx, req)
+	}
+	return "", nil
 }
 
 // RestorePower measures the wrapped provider's RestorePower; a provider without one answers an

@@ -34,7 +34,10 @@ const (
 const ResendOffEvery = 5
 
 // Switch is a method's access to the machines' power. T is its target (the machine and the
-// credentials to reach it); its String must never print a credential.
+// credentials to reach it); its String must never print a credential. String is also the
+// machine's name recorded on a fence (providers.TargetNamer): two machines must never share
+// one, and it must not change between versions, or a fence under way across an upgrade
+// fails with ReasonTargetChanged.
 type Switch[T fmt.Stringer] interface {
 	// Target resolves the machine behind the fenced node from the Node, the method's settings
 	// and its Secrets.
@@ -66,8 +69,38 @@ func (f *Fencer[T]) withHint(err error) error {
 	return providers.WithHint(err, f.hints[providers.ReasonOf(err)])
 }
 
+// FenceTarget names the machine the node's settings name now (T's String), for the caller to
+// record before the off command (providers.TargetNamer).
+func (f *Fencer[T]) FenceTarget(ctx context.Context, req providers.Request) (string, error) {
+	t, err := f.sw.Target(ctx, req)
+	if err != nil {
+		return "", f.withHint(err)
+	}
+	name := t.String()
+	if len(name) > providers.MaxTargetLength {
+		return "", providers.NewError(providers.ReasonBadTarget, fmt.Errorf("the machine of node %s is named in %d bytes, more than the %d a fence can record: shorten its settings", req.Node(), len(name), providers.MaxTargetLength))
+	}
+	return name, nil
+}
+
+// BoundTarget resolves the target of req, and refuses one that is not the machine recorded
+// for the method (req.FencedTarget) with ReasonTargetChanged: every call after the name was
+// recorded acts on that machine or on none.
+func (f *Fencer[T]) BoundTarget(ctx context.Context, req providers.Request) (T, error) {
+	t, err := f.sw.Target(ctx, req)
+	if err != nil {
+		return t, f.withHint(err)
+	}
+	if named := req.FencedTarget(); named != "" && named != t.String() {
+		return t, providers.NewError(providers.ReasonTargetChanged, fmt.Errorf(
+			"this fence acts on %s, but the node's settings now name %s: nothing is read from or sent to another machine (its power state says nothing about this node's). Find which machine runs node %s and set its settings right; the chain's next method fences the node meanwhile, and deleting this NodeFence starts a fence of the machine the settings name",
+			named, t, req.Node()))
+	}
+	return t, nil
+}
+
 // RestorePower powers the machine back on, when its Switch can (PowerOn); the caller does it
-// only after the fence was released.
+// only after the fence was released, and only the machine the fence turned off.
 func (f *Fencer[T]) RestorePower(ctx context.Context, req providers.Request) error {
 	on, ok := f.sw.(interface {
 		PowerOn(ctx context.Context, t T) error
@@ -75,13 +108,9 @@ func (f *Fencer[T]) RestorePower(ctx context.Context, req providers.Request) err
 	if !ok {
 		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s cannot power a machine on", f.name))
 	}
-	t, err := f.sw.Target(ctx, req)
+	t, err := f.BoundTarget(ctx, req)
 	if err != nil {
-		return f.withHint(err)
-	}
-	if off := req.FencedTarget(); off != "" && off != t.String() {
-		return providers.NewError(providers.ReasonTargetChanged, fmt.Errorf(
-			"the power-off went to %s, but the node's settings now name %s: power the machine that was turned off back on by hand", off, t))
+		return err
 	}
 	if err := on.PowerOn(ctx, t); err != nil {
 		return f.withHint(err)
@@ -89,32 +118,25 @@ func (f *Fencer[T]) RestorePower(ctx context.Context, req providers.Request) err
 	return nil
 }
 
-// Fence sends the off command.
+// Fence sends the off command to the machine the fence acts on (BoundTarget).
 func (f *Fencer[T]) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
-	t, err := f.sw.Target(ctx, req)
+	t, err := f.BoundTarget(ctx, req)
 	if err != nil {
-		return providers.Status{}, f.withHint(err)
+		return providers.Status{}, err
 	}
 	if err := f.sw.PowerOff(ctx, t); err != nil {
 		return providers.Status{}, f.withHint(err)
 	}
-	return providers.Status{State: providers.InProgress, Target: t.String(),
-		Message: fmt.Sprintf("power-off command accepted by %s of %s", f.what, t)}, nil
+	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("power-off command accepted by %s of %s", f.what, t)}, nil
 }
 
 // Check reads the power state back until it is Off, re-sending the off command every
 // ResendOffEvery attempts while it is not; once the method has expired, power still On is a
-// failure. It reads back only the machine the off command went to: a node whose fence target
-// changed since (its BMC address or system annotation edited) fails the method with
-// ReasonTargetChanged, and the chain's next method fences the node.
+// failure. It reads back only the machine the fence acts on (BoundTarget).
 func (f *Fencer[T]) Check(ctx context.Context, req providers.Request) (providers.Status, error) {
-	t, err := f.sw.Target(ctx, req)
+	t, err := f.BoundTarget(ctx, req)
 	if err != nil {
-		return providers.Status{}, f.withHint(err)
-	}
-	if off := req.FencedTarget(); off != "" && off != t.String() {
-		return providers.Status{State: providers.Failed, Reason: providers.ReasonTargetChanged,
-			Message: fmt.Sprintf("the power-off went to %s, but the node's settings now name %s: a read-back of another machine cannot confirm the fence, and nothing is sent to it. Check which machine runs node %s and set its settings right, then delete this NodeFence to fence it again", off, t, req.Node())}, nil
+		return providers.Status{}, err
 	}
 	state, err := f.sw.PowerState(ctx, t)
 	if err != nil {
