@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,7 +50,8 @@ func (r *NodeFenceReconciler) request(nf *v1alpha1.NodeFence, m v1alpha1.Method)
 // nameTarget records on the fence step, before its command is sent, the machine the method acts
 // on (a provider that names one: providers.TargetNamer): every later call of the method acts
 // on that machine or refuses. named is false, with the outcome to record, while the name is
-// not recorded yet.
+// not recorded yet; a refused write aborts the pass (the copy may be stale: the next pass
+// reads afresh).
 func (r *NodeFenceReconciler) nameTarget(ctx context.Context, f providers.Fencer, req providers.Request) (outcome, bool) {
 	n, ok := f.(providers.TargetNamer)
 	step := lastStep(req.Fence)
@@ -65,8 +67,7 @@ func (r *NodeFenceReconciler) nameTarget(ctx context.Context, f providers.Fencer
 	}
 	step.Target = target
 	if err := r.saveStatus(ctx, req.Fence); err != nil {
-		step.Target = ""
-		return pending(retryFence, ReasonAPIError, "recording the machine %s before the fence command: %v", target, err), false
+		return outcome{abort: fmt.Errorf("recording the machine %s before the fence command: %w", target, err)}, false
 	}
 	return outcome{}, true
 }

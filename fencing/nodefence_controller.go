@@ -84,6 +84,9 @@ type outcome struct {
 	reason  string
 	message string
 	retry   time.Duration
+	// abort: a write the step needed before acting was refused; the pass ends with it, and
+	// the step is taken again from a fresh read (nothing of it was done).
+	abort error
 }
 
 func done(format string, args ...any) outcome {
@@ -246,6 +249,9 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 	}
 	lastStep(nf).Attempts++
 	out := r.take(ctx, nf, a)
+	if out.abort != nil {
+		return ctrl.Result{}, false, out.abort
+	}
 	step := lastStep(nf)
 	if out.state == v1alpha1.StepStarted {
 		step.Reason, step.Message = out.reason, out.message

@@ -17,6 +17,8 @@ const (
 	retryFence   = 2 * time.Second
 	retryConfirm = 500 * time.Millisecond
 	retryRelease = time.Second
+	// retryStuck: a release step that waits for a person (the error says what to do).
+	retryStuck = 30 * time.Second
 )
 
 // providerFailure turns a provider error into a retry or, when it cannot help or the method

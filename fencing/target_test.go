@@ -2,11 +2,15 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
@@ -28,6 +32,8 @@ type switches struct {
 	lying    map[string]bool
 	offs     map[string]int // off commands taken, by address
 	failOffs int            // so many off commands time out first, not taken
+	// recorded is the target the API server's copy of n1's fence held at each off command.
+	recorded []string
 }
 
 func (s *switches) Target(ctx context.Context, req providers.Request) (machine, error) {
@@ -38,7 +44,12 @@ func (s *switches) Target(ctx context.Context, req providers.Request) (machine, 
 	return machine{node: n.Name, addr: n.Annotations[v1alpha1.AnnotationBMCAddress]}, nil
 }
 
-func (s *switches) PowerOff(_ context.Context, m machine) error {
+func (s *switches) PowerOff(ctx context.Context, m machine) error {
+	nf := &v1alpha1.NodeFence{}
+	if err := s.c.Get(ctx, client.ObjectKey{Name: m.node}, nf); err != nil {
+		return err
+	}
+	s.recorded = append(s.recorded, lastStep(nf).Target)
 	if s.failOffs > 0 {
 		s.failOffs--
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s: timed out", m))
@@ -122,6 +133,14 @@ func TestConfirmationOnlyByTheMachineTurnedOff(t *testing.T) {
 			if off == nil || off.Target != "n1 (10.0.0.1)" {
 				t.Fatalf("the PowerOff step records target %+v, want n1 (10.0.0.1)", off)
 			}
+			for i, r := range sw.recorded {
+				if r != "n1 (10.0.0.1)" {
+					t.Errorf("off command %d sent with %q on record, want n1 (10.0.0.1) recorded before it", i+1, r)
+				}
+			}
+			if len(sw.recorded) != 1 { // the one before the change; none after it
+				t.Errorf("%d off commands, want 1", len(sw.recorded))
+			}
 			if changed == nil || changed.Reason != string(providers.ReasonTargetChanged) {
 				t.Fatalf("the ipmi method failed with %+v, want reason %s", changed, providers.ReasonTargetChanged)
 			}
@@ -129,5 +148,38 @@ func TestConfirmationOnlyByTheMachineTurnedOff(t *testing.T) {
 				t.Errorf("phase %s by method %s, want Released by the chain's next method, executor", nf.Status.Phase, nf.Status.Method)
 			}
 		})
+	}
+}
+
+// No off command goes out before the API server holds the machine's name: a refused write of
+// it (a conflict: this copy may be stale) ends the pass with nothing sent, and the next pass
+// names the machine again from a fresh read.
+func TestNoOffCommandBeforeItsMachineIsRecorded(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	sw := &switches{c: w.c, on: map[string]bool{"10.0.0.1": true}, offs: map[string]int{}}
+	w.r.Fencers[v1alpha1.MethodIPMI] = power.NewFencer[machine]("ipmi", sw, "the BMC", nil)
+	refused := 0
+	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok && refused < 2 {
+				if s := stepOf(nf, v1alpha1.StepPowerOff); s.State == v1alpha1.StepStarted && s.Target != "" {
+					refused++
+					return apierrors.NewConflict(schema.GroupResource{Group: "fencing.palisade.dev", Resource: "nodefences"}, nf.Name, errors.New("the object has been modified"))
+				}
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	w.reconcileErrors = true
+	nf, _ := w.advance(t)
+	t.Logf("trace:\n%s", goldenTrace(nf))
+	if refused != 2 {
+		t.Fatalf("%d writes of the machine's name refused, want 2: the test did not test", refused)
+	}
+	if nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("phase %s, want Released once the name is recorded", nf.Status.Phase)
+	}
+	if len(sw.recorded) != 1 || sw.recorded[0] != "n1 (10.0.0.1)" {
+		t.Errorf("off commands sent with %q on record, want one, with n1 (10.0.0.1)", sw.recorded)
 	}
 }

@@ -39,7 +39,11 @@ func (r *NodeFenceReconciler) detachVolumes(ctx context.Context, nf *v1alpha1.No
 		if hint := providers.HintOf(err); hint != "" {
 			msg += " (" + hint + ")"
 		}
-		return pending(retryRelease, string(providers.ReasonOf(err)), "force-detaching the volumes through method %s: %s", m.Name, msg)
+		retry := retryRelease
+		if !providers.IsRetryable(err) {
+			retry = retryStuck // a person must act: no write a second meanwhile
+		}
+		return pending(retry, string(providers.ReasonOf(err)), "force-detaching the volumes through method %s: %s", m.Name, msg)
 	}
 	if st.State == providers.Confirmed {
 		return done("%s", st.Message)

@@ -65,8 +65,9 @@ const (
 	// command may or may not have taken effect.
 	ReasonGatewayUnreachable Reason = "StorageGatewayUnreachable"
 	// ReasonTargetChanged: the node's fence target (its BMC address, system, instance or VM)
-	// names another machine than the one the method's fence command went to: a read-back of
-	// it cannot confirm the fence, and a power-on may not go to it. Not retried.
+	// names another machine than the one recorded on the method's fence step before its
+	// command: a read-back of it cannot confirm the fence, and no command may go to it. Not
+	// retried.
 	ReasonTargetChanged Reason = "FenceTargetChanged"
 	// ReasonTimedOut: the method did not confirm within its timeout.
 	ReasonTimedOut Reason = "MethodTimedOut"

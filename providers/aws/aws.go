@@ -125,6 +125,9 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error
 // it cannot start again: the recovery's power-on would fail.
 func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (providers.Status, error) {
 	t, err := p.BoundTarget(ctx, req) // only the instance the fence stopped
+	if providers.ReasonOf(err) == providers.ReasonTargetChanged {
+		return providers.Status{}, providers.WithHint(err, "The Node was registered anew for another instance: nothing is detached from it. Force-detach the workload's volumes from the instance this fence stopped by hand (aws ec2 detach-volume --force); this step cannot list them and keeps waiting: delete this NodeFence once they are detached.")
+	}
 	if err != nil {
 		return providers.Status{}, err
 	}

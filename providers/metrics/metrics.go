@@ -29,6 +29,8 @@ const (
 	MethodUnfence = "Unfence"
 	// MethodRestorePower: providers.PowerRestorer's RestorePower.
 	MethodRestorePower = "RestorePower"
+	// MethodFenceTarget: providers.TargetNamer's FenceTarget, before a power method's Fence.
+	MethodFenceTarget = "FenceTarget"
 )
 
 var (
@@ -141,13 +143,17 @@ func (d *decorator) Unfence(ctx context.Context, req providers.Request) (provide
 	return st, err
 }
 
-// FenceTarget is the wrapped provider's FenceTarget (not measured: it only reads the Node and
-// its Secret); "" for a provider that names no machine.
+// FenceTarget measures the wrapped provider's FenceTarget; "" for a provider that names no
+// machine. A power method's missing or malformed target shows here (BadTarget), before Fence.
 func (d *decorator) FenceTarget(ctx context.Context, req providers.Request) (string, error) {
-	if n, ok := d.p.(providers.TargetNamer); ok {
-		return n.FenceTarget(ctx, req)
+	n, ok := d.p.(providers.TargetNamer)
+	if !ok {
+		return "", nil
 	}
-	return "", nil
+	start := time.Now()
+	name, err := n.FenceTarget(ctx, req)
+	d.observe(MethodFenceTarget, start, err)
+	return name, err
 }
 
 // RestorePower measures the wrapped provider's RestorePower; a provider without one answers an

@@ -92,9 +92,9 @@ func (f *Fencer[T]) BoundTarget(ctx context.Context, req providers.Request) (T, 
 		return t, f.withHint(err)
 	}
 	if named := req.FencedTarget(); named != "" && named != t.String() {
-		return t, providers.NewError(providers.ReasonTargetChanged, fmt.Errorf(
-			"this fence acts on %s, but the node's settings now name %s: nothing is read from or sent to another machine (its power state says nothing about this node's). Find which machine runs node %s and set its settings right; the chain's next method fences the node meanwhile, and deleting this NodeFence starts a fence of the machine the settings name",
-			named, t, req.Node()))
+		err := providers.NewError(providers.ReasonTargetChanged, fmt.Errorf(
+			"this fence acts on %s, but the node's settings now name %s: nothing is read from or sent to that machine, whose power state says nothing about this node's", named, t))
+		return t, providers.WithHint(err, fmt.Sprintf("Find which machine runs node %s and set its settings right; the chain's next method, if there is one, fences the node.", req.Node()))
 	}
 	return t, nil
 }
