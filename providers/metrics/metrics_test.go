@@ -262,3 +262,35 @@ func TestDecorateRestorePower(t *testing.T) {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
 }
+
+// namer is a provider that names the machine it fences.
+type namer struct {
+	*fake.Provider
+	calls int
+}
+
+func (n *namer) FenceTarget(context.Context, providers.Request) (string, error) {
+	n.calls++
+	return "", providers.NewError(providers.ReasonBadTarget, errors.New("no palisade.dev/bmc-address"))
+}
+
+// TestDecorateFenceTarget: FenceTarget reaches a provider that has it, measured under its own
+// method label (a power method's missing target shows there, before any Fence); a provider
+// without it names no machine, and nothing is measured.
+func TestDecorateFenceTarget(t *testing.T) {
+	reg := newRegistry(t)
+	n := &namer{Provider: fake.New()}
+	if _, err := Decorate(n).(providers.TargetNamer).FenceTarget(context.Background(), request("n1")); n.calls != 1 || providers.ReasonOf(err) != providers.ReasonBadTarget {
+		t.Errorf("FenceTarget = %v after %d calls; want the provider's answer", err, n.calls)
+	}
+	if name, err := Decorate(fake.New()).(providers.TargetNamer).FenceTarget(context.Background(), request("n1")); name != "" || err != nil {
+		t.Errorf("FenceTarget of a provider without it = %q, %v; want none", name, err)
+	}
+	want := map[string]float64{
+		"palisade_provider_duration_seconds{method=FenceTarget,provider=fake}":              1,
+		"palisade_provider_errors_total{method=FenceTarget,provider=fake,reason=BadTarget}": 1,
+	}
+	if diff := cmp.Diff(want, samples(t, reg)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}
