@@ -240,6 +240,14 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 	if a.step == v1alpha1.StepVerifyFenced {
 		before = nf.Status.DeepCopy()
 	}
+	if s := lastStep(nf); releaseStep(s.Name) && !r.memory.begunHere(nf) {
+		// A release step this controller did not begin, resumed from a copy it did not write
+		// (a new leader's cache, behind the old leader's last writes): the step acts before its
+		// end's write would be refused, and the record may since say the node showed life.
+		if err := r.stillCurrent(ctx, nf); err != nil {
+			return ctrl.Result{}, false, fmt.Errorf("not resuming step %s of a stale copy: %w", s.Name, err)
+		}
+	}
 	if s := lastStep(nf); s.Attempts == 0 && releaseStep(s.Name) && !r.memory.begunHere(nf) {
 		// Begun by another controller (or before a restart) and never recorded as taken: it
 		// may have acted and died before recording so. Counted as one attempt, so that a sign

@@ -3,9 +3,11 @@ package fencing
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -176,5 +178,66 @@ func TestStaleCopyUnreadPastTakesNoStep(t *testing.T) {
 	}
 	if writes != 0 {
 		t.Errorf("%d writes from a stale copy (Taint started, the record since gone on), want none", writes)
+	}
+}
+
+// A new leader does not resume a release step from a copy of the record it did not write: its
+// cache may be behind the old leader's last writes. The old leader took DeletePods (the pod's
+// mark refused, so the step stays Started), then recorded that the node showed life, failing
+// the step and the fence. The new leader's cache still shows DeletePods Started: it checks
+// the record on the API server first and deletes nothing. Before, it force-deleted the pod of
+// a node that was alive, and only its record of the step was refused.
+func TestNewLeaderResumesNoReleaseStepOfAStaleCopy(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	ctx := context.Background()
+	oldLeader := w.r
+	oldLeader.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				return errors.New("the API server is away")
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	nf := &v1alpha1.NodeFence{}
+	for range 60 {
+		_, _ = oldLeader.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+			t.Fatal(err)
+		}
+		if s := lastStep(nf); s.Name == v1alpha1.StepDeletePods && s.Attempts > 0 {
+			break
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	if s := lastStep(nf); s.Name != v1alpha1.StepDeletePods || s.State != v1alpha1.StepStarted {
+		t.Fatalf("the old leader's record ends in %s %s, want DeletePods Started", s.Name, s.State)
+	}
+	stale := nf.DeepCopy()
+	// The old leader's last write: the node showed life, the release stops.
+	s := lastStep(nf)
+	s.State, s.Reason, s.Message, s.Method = v1alpha1.StepFailed, v1alpha1.ReasonNodeAliveAfterFence, "node n1 renewed its Lease", nf.Status.Method
+	nf.Status.Phase = v1alpha1.PhaseFailed
+	if err := w.c.Status().Update(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+
+	newLeader := &NodeFenceReconciler{APIReader: w.c, Fencers: oldLeader.Fencers, Attachments: oldLeader.Attachments, Now: oldLeader.Now, Tokens: oldLeader.Tokens}
+	newLeader.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok {
+				stale.DeepCopyInto(nf) // its cache, behind
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	_, err := newLeader.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+	if err == nil || !strings.Contains(err.Error(), "stale copy") {
+		t.Errorf("the new leader's reconcile of a stale copy = %v, want an error saying so", err)
+	}
+	pod := &corev1.Pod{}
+	if err := w.c.Get(ctx, client.ObjectKey{Namespace: "db", Name: "db-0"}, pod); err != nil || pod.Status.Phase != corev1.PodRunning {
+		t.Errorf("pod db-0 of the node that showed life: %v, phase %s; want it left Running", err, pod.Status.Phase)
 	}
 }
