@@ -60,13 +60,16 @@ func (r *NodeReconciler) fenceOnRecord(ctx context.Context, node string) (bool, 
 	return !nf.Spec.DryRun && nf.Status.Phase != v1alpha1.PhaseRecovered && nf.DeletionTimestamp.IsZero(), nil
 }
 
-// deleted handles a node being deleted: fence it, then let the deletion go on.
+// deleted handles a node being deleted: fence it, then let the deletion go on. The fence is
+// read from the API server, not the cache: letting the deletion go lets PodGC force-delete
+// the node's pods, and a cache behind (a new leader's) may still show a fence verified that the
+// record since says the node's signs of life disproved.
 func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
 	if !controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerFenceOnDelete) {
 		return nil
 	}
 	nf := &v1alpha1.NodeFence{}
-	err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, nf)
+	err := apiOr(r.APIReader, r.Client).Get(ctx, client.ObjectKey{Name: node.Name}, nf)
 	if apierrors.IsNotFound(err) {
 		return r.fenceDeleted(ctx, node, nil)
 	}

@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/observe"
@@ -165,4 +166,41 @@ func TestMachineGoneConfirms(t *testing.T) {
 	nf := w.run(t)
 	checkGolden(t, "machine-gone", goldenTrace(nf))
 	checkReleased(t, w, true)
+}
+
+// A deleted node's fence is judged from the API server's record: a cache behind it (a new
+// leader's) that still shows the fence verified does not let the deletion go when the record
+// says the node showed life after the confirmation. Before, the finalizer went and PodGC
+// force-deleted the pods of a node that was alive.
+func TestNodeDeletionJudgedOnTheRecordNotTheCache(t *testing.T) {
+	ok := v1alpha1.StepSucceeded
+	objs, _ := cluster(map[string]string{"n1": dead})
+	for _, o := range objs {
+		if n, isNode := o.(*corev1.Node); isNode {
+			now := metav1.NewTime(t0)
+			n.DeletionTimestamp, n.Finalizers = &now, []string{v1alpha1.FinalizerFenceOnDelete}
+		}
+	}
+	record := fenceIn(v1alpha1.PhaseFencing, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok), alive(v1alpha1.StepTaint, "ipmi"))
+	cached := fenceIn(v1alpha1.PhaseReleasing, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok))
+	objs = append(objs, poolPolicy(ipmiMethod), record)
+	api := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
+	cache := interceptor.NewClient(api.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if nf, isFence := obj.(*v1alpha1.NodeFence); isFence {
+				cached.DeepCopyInto(nf)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r := &NodeReconciler{Client: cache, APIReader: api, Recorder: &recorder{}, Observer: observe.Observer{Reader: api}, Now: func() time.Time { return t0 }}
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{}
+	if err := api.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil || !slices.Contains(node.Finalizers, v1alpha1.FinalizerFenceOnDelete) {
+		t.Errorf("node n1 (%v): finalizers %v; want %s kept: its fence's record says it showed life", err, node.Finalizers, v1alpha1.FinalizerFenceOnDelete)
+	}
 }
