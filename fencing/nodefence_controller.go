@@ -244,16 +244,16 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		// A release step this controller did not begin, resumed from a copy it did not write
 		// (a new leader's cache, behind the old leader's last writes): the step acts before its
 		// end's write would be refused, and the record may since say the node showed life.
-		if err := r.stillCurrent(ctx, nf); err != nil {
-			return ctrl.Result{}, false, fmt.Errorf("not resuming step %s of a stale copy: %w", s.Name, err)
+		if res, current, err := r.resumable(ctx, nf); !current {
+			return res, err == nil && res.IsZero(), err
 		}
-	}
-	if s := lastStep(nf); s.Attempts == 0 && releaseStep(s.Name) && !r.memory.begunHere(nf) {
-		// Begun by another controller (or before a restart) and never recorded as taken: it
-		// may have acted and died before recording so. Counted as one attempt, so that a sign
-		// of life found now does not read as found before the step did anything
-		// (untaintedAfterRelease keeps the storage fence).
-		s.Attempts++
+		if s.Attempts == 0 {
+			// Begun by another controller (or before a restart) and never recorded as taken:
+			// it may have acted and died before recording so. Counted as one attempt, so that
+			// a sign of life found now does not read as found before the step did anything
+			// (untaintedAfterRelease keeps the storage fence).
+			s.Attempts++
+		}
 	}
 	lastStep(nf).Attempts++
 	out := r.take(ctx, nf, a)
@@ -270,7 +270,13 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		if step.Attempts == 1 || step.Attempts%10 == 0 {
 			r.event(ctx, nf, corev1.EventTypeNormal, ReasonStepRetrying, "%s: %s", step.Name, out.message)
 		}
-		return ctrl.Result{RequeueAfter: out.retry}, false, r.saveCounted(ctx, nf, nil)
+		if err := r.saveCounted(ctx, nf, nil); err != nil {
+			return ctrl.Result{}, false, err
+		}
+		if releaseStep(step.Name) {
+			r.memory.began(nf) // this write of the step is this controller's: no need to check again
+		}
+		return ctrl.Result{RequeueAfter: out.retry}, false, nil
 	}
 	step.Reason = out.reason
 	if out.state == v1alpha1.StepFailed && disproving(out.reason) {

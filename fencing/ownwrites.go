@@ -3,7 +3,10 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -17,7 +20,31 @@ import (
 // remembers the resourceVersion of its last write of each fence and, while the cache shows
 // another, reads the fence from the API server instead: it never acts on a record older than
 // its own write. Only this controller's writes are remembered, in its fenceMemory (memory.go);
-// a new leader reads the cache.
+// a new leader reads the cache, and before it resumes a release step it did not begin it
+// checks its copy against the API server's (resumable).
+
+// resumable reads the fence from the API server before a release step this controller did not
+// begin is resumed, and says whether nf is that record. When it is not, the API server's copy
+// replaces nf and the caller plans again from it (res zero, no error); a fence deleted or made
+// anew under its name is looked at again in a second; a failed read is an error.
+func (r *NodeFenceReconciler) resumable(ctx context.Context, nf *v1alpha1.NodeFence) (res ctrl.Result, current bool, err error) {
+	fresh := &v1alpha1.NodeFence{}
+	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(nf), fresh); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{RequeueAfter: time.Second}, false, nil
+		}
+		return ctrl.Result{}, false, fmt.Errorf("reading NodeFence %s before resuming step %s: %w", nf.Name, lastStep(nf).Name, err)
+	}
+	switch {
+	case fresh.UID != nf.UID:
+		return ctrl.Result{RequeueAfter: time.Second}, false, nil
+	case fresh.ResourceVersion != nf.ResourceVersion:
+		*nf = *fresh
+		r.memory.settle(fresh)
+		return ctrl.Result{}, false, nil
+	}
+	return ctrl.Result{}, true, nil
+}
 
 // latest replaces a cached fence that is behind this controller's own last write with the
 // API server's copy. When that read fails, nothing is taken from the stale copy and the

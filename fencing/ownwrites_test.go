@@ -3,7 +3,6 @@ package fencing
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -185,34 +184,13 @@ func TestStaleCopyUnreadPastTakesNoStep(t *testing.T) {
 // cache may be behind the old leader's last writes. The old leader took DeletePods (the pod's
 // mark refused, so the step stays Started), then recorded that the node showed life, failing
 // the step and the fence. The new leader's cache still shows DeletePods Started: it checks
-// the record on the API server first and deletes nothing. Before, it force-deleted the pod of
-// a node that was alive, and only its record of the step was refused.
+// the record on the API server first, plans again from it, and deletes nothing. Before, it
+// force-deleted the pod of a node that was alive, and only its record of the step was refused.
 func TestNewLeaderResumesNoReleaseStepOfAStaleCopy(t *testing.T) {
 	w := newWorld(t, "ipmi")
 	ctx := context.Background()
 	oldLeader := w.r
-	oldLeader.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			if _, ok := obj.(*corev1.Pod); ok {
-				return errors.New("the API server is away")
-			}
-			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-		},
-	})
-	nf := &v1alpha1.NodeFence{}
-	for range 60 {
-		_, _ = oldLeader.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
-		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
-			t.Fatal(err)
-		}
-		if s := lastStep(nf); s.Name == v1alpha1.StepDeletePods && s.Attempts > 0 {
-			break
-		}
-		w.now = w.now.Add(time.Second)
-	}
-	if s := lastStep(nf); s.Name != v1alpha1.StepDeletePods || s.State != v1alpha1.StepStarted {
-		t.Fatalf("the old leader's record ends in %s %s, want DeletePods Started", s.Name, s.State)
-	}
+	nf := leaderDiesInDeletePods(t, w)
 	stale := nf.DeepCopy()
 	// The old leader's last write: the node showed life, the release stops.
 	s := lastStep(nf)
@@ -232,12 +210,70 @@ func TestNewLeaderResumesNoReleaseStepOfAStaleCopy(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	_, err := newLeader.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
-	if err == nil || !strings.Contains(err.Error(), "stale copy") {
-		t.Errorf("the new leader's reconcile of a stale copy = %v, want an error saying so", err)
+	if _, err := newLeader.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+		t.Errorf("the new leader's reconcile of a stale copy: %v; want it to plan again from the API server's record", err)
+	}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil || nf.Status.Phase != v1alpha1.PhaseFailed || lastStep(nf).Name != v1alpha1.StepDeletePods {
+		t.Errorf("the record after the new leader's reconcile (%v): phase %s, last step %s; want it as the old leader left it", err, nf.Status.Phase, lastStep(nf).Name)
 	}
 	pod := &corev1.Pod{}
 	if err := w.c.Get(ctx, client.ObjectKey{Namespace: "db", Name: "db-0"}, pod); err != nil || pod.Status.Phase != corev1.PodRunning {
 		t.Errorf("pod db-0 of the node that showed life: %v, phase %s; want it left Running", err, pod.Status.Phase)
+	}
+}
+
+// leaderDiesInDeletePods runs w's reconciler, the pods' marks refused, until its record shows
+// DeletePods Started and taken, and returns that record: the old leader died there.
+func leaderDiesInDeletePods(t *testing.T, w *world) *v1alpha1.NodeFence {
+	t.Helper()
+	ctx := context.Background()
+	r := &NodeFenceReconciler{APIReader: w.c, Fencers: w.r.Fencers, Attachments: w.r.Attachments, Now: w.r.Now, Tokens: w.r.Tokens}
+	r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				return errors.New("the API server is away")
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	nf := &v1alpha1.NodeFence{}
+	for range 60 {
+		_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+			t.Fatal(err)
+		}
+		if s := lastStep(nf); s.Name == v1alpha1.StepDeletePods && s.Attempts > 0 {
+			break
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	if s := lastStep(nf); s.Name != v1alpha1.StepDeletePods || s.State != v1alpha1.StepStarted {
+		t.Fatalf("the old leader's record ends in %s %s, want DeletePods Started", s.Name, s.State)
+	}
+	return nf
+}
+
+// A new leader whose copy is the record resumes the release step after one read of the API
+// server's copy, and finishes the release.
+func TestNewLeaderResumesAReleaseStepOfACurrentCopy(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	leaderDiesInDeletePods(t, w)
+	reads := 0
+	newLeader := &NodeFenceReconciler{Client: w.c, Fencers: w.r.Fencers, Attachments: w.r.Attachments, Now: w.r.Now, Tokens: w.r.Tokens}
+	newLeader.APIReader = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*v1alpha1.NodeFence); ok {
+				reads++
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	w.r = newLeader
+	nf := w.run(t)
+	if nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.PodsDeleted != 1 {
+		t.Errorf("phase %s, %d pods deleted; want Released, 1", nf.Status.Phase, nf.Status.PodsDeleted)
+	}
+	if reads != 1 {
+		t.Errorf("%d reads of the NodeFence from the API server, want 1 (before the resumed step)", reads)
 	}
 }
