@@ -40,6 +40,9 @@ type Options struct {
 	// Systems are the Names of its ComputerSystems, at /redfish/v1/Systems/1, /2, … (default
 	// one system, "System-1"), every one powered on.
 	Systems []string
+	// UUIDs, parallel to Systems, are the systems' UUID properties; a system without one (the
+	// default: none) is served without the property.
+	UUIDs []string
 	// Addr is where it listens (default 127.0.0.1:0).
 	Addr string
 }
@@ -83,6 +86,9 @@ func New(o Options) (*Service, error) {
 	}
 	if len(o.Systems) == 0 {
 		o.Systems = []string{"System-1"}
+	}
+	if len(o.UUIDs) > len(o.Systems) {
+		return nil, fmt.Errorf("redfishsim: %d UUIDs for %d systems", len(o.UUIDs), len(o.Systems))
 	}
 	if o.Addr == "" {
 		o.Addr = "127.0.0.1:0"
@@ -272,7 +278,7 @@ func (s *Service) computerSystem(i int) map[string]any {
 		state = "On"
 	}
 	self := fmt.Sprintf("%s/%d", systemsPath, i+1)
-	return map[string]any{
+	sys := map[string]any{
 		"@odata.id": self, "@odata.type": "#ComputerSystem.v1_10_0.ComputerSystem",
 		"Id": fmt.Sprint(i + 1), "Name": s.opts.Systems[i], "SystemType": "Physical", "PowerState": state,
 		"Status": map[string]any{"State": "Enabled", "Health": "OK"},
@@ -281,6 +287,10 @@ func (s *Service) computerSystem(i int) map[string]any {
 			"ResetType@Redfish.AllowableValues": []string{"On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle"},
 		}},
 	}
+	if i < len(s.opts.UUIDs) && s.opts.UUIDs[i] != "" {
+		sys["UUID"] = s.opts.UUIDs[i]
+	}
+	return sys
 }
 
 func (s *Service) reset(w http.ResponseWriter, r *http.Request, i int) {
