@@ -16,6 +16,7 @@ import (
 	bmcredfish "github.com/bmc-toolbox/bmclib/v2/providers/redfish"
 	"github.com/stmcginnis/gofish"
 	"github.com/stmcginnis/gofish/common"
+	rf "github.com/stmcginnis/gofish/redfish"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,25 +51,29 @@ func New(reader client.Reader, opts ...power.Option) *Provider {
 	return p
 }
 
-// PowerOff resets the system with ForceOff, unless it already reads Off.
+// PowerOff resets the system with ForceOff, unless it already reads Off. The system must be
+// the node's machine (checkSystem).
 func (p *Provider) PowerOff(ctx context.Context, t Target) error {
-	return p.call(ctx, t, "powering off", func(ctx context.Context, c *bmclib.Client) error {
+	return p.call(ctx, t, "powering off", command, func(ctx context.Context, c *bmclib.Client) error {
 		return power.SetBMCPower(ctx, c, "off") // bmclib's "off" is ResetType ForceOff
 	})
 }
 
-// PowerOn resets the system with On. Fencing never calls it; recovery and tests do.
+// PowerOn resets the system with On. Fencing never calls it; recovery and tests do. The system
+// must be the node's machine (checkSystem).
 func (p *Provider) PowerOn(ctx context.Context, t Target) error {
-	return p.call(ctx, t, "powering on", func(ctx context.Context, c *bmclib.Client) error {
+	return p.call(ctx, t, "powering on", command, func(ctx context.Context, c *bmclib.Client) error {
 		return power.SetBMCPower(ctx, c, "on")
 	})
 }
 
 // PowerState reads the system's PowerState; one it does not know (PoweringOn, PoweringOff,
-// Paused) is power.Unknown, which never confirms a fence.
+// Paused) is power.Unknown, which never confirms a fence. It does not compare UUIDs: the
+// read-back stays one listing cheaper, and reads the system the command went to (the same
+// Name at the address recorded on the fence, power.Fencer.BoundTarget).
 func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error) {
 	state := power.Unknown
-	err := p.call(ctx, t, "reading the power state of", func(ctx context.Context, c *bmclib.Client) error {
+	err := p.call(ctx, t, "reading the power state of", read, func(ctx context.Context, c *bmclib.Client) error {
 		s, err := c.GetPowerState(ctx)
 		if err != nil {
 			return err
@@ -87,10 +92,18 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error
 	return state, nil
 }
 
+// kind says whether a call sends a command (checked against the node's systemUUID) or reads.
+type kind bool
+
+const (
+	read    kind = false
+	command kind = true
+)
+
 // call checks the target, opens a bmclib client restricted to its Redfish provider, runs fn
 // and closes the client (deleting the session), all within the per-call timeout, and
 // classifies any error.
-func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(context.Context, *bmclib.Client) error) error {
+func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn func(context.Context, *bmclib.Client) error) error {
 	host, port, err := splitAddress(t.Address)
 	if err != nil {
 		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: %w", verb, t, err))
@@ -102,7 +115,7 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(cont
 	defer cancel()
 	start := time.Now()
 	log := p.Log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "system", t.System, "action", verb)
-	err = p.checkSystem(ctx, host, port, t)
+	err = p.checkSystem(ctx, host, port, t, k == command)
 	if err == nil {
 		bmc := p.client(host, port, t)
 		if err = bmc.Open(ctx); err == nil {
@@ -119,42 +132,88 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(cont
 	return providers.NewError(reason, fmt.Errorf("%s node %s: %w", verb, t, cause))
 }
 
-// errAmbiguousSystem marks a system name that more than one of the BMC's systems has.
-var errAmbiguousSystem = errors.New("ambiguous system")
+var (
+	// errAmbiguousSystem marks a system name that more than one of the BMC's systems has.
+	errAmbiguousSystem = errors.New("ambiguous system")
+	// errOtherMachine marks a system whose UUID is not the node's systemUUID.
+	errOtherMachine = errors.New("not the node's machine")
+)
 
-// checkSystem makes sure that the system the node's annotation names is one system. bmclib
-// picks the first system whose Name matches, in whatever order gofish fetched them, but
+// checkSystem makes sure that the system bmclib will act on is one system and, before a
+// command (verifyUUID), that it is the node's machine.
+//
+// bmclib picks the first system whose Name matches, in whatever order gofish fetched them, but
 // Redfish keeps only a system's Id unique, not its Name: with two systems of the same Name the
 // command could power off one and the read-back confirm the other. bmclib shows no list of
-// systems, so a gofish client of its own lists them (and deletes its session). A target
-// without a system name needs no check: bmclib then takes the BMC's only system and refuses to
-// choose among several.
-func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target) error {
-	if t.System == "" {
+// systems, so a gofish client of its own lists them (and deletes its session).
+//
+// A wrong palisade.dev/bmc-address (two nodes' swapped, a typo naming another live server)
+// would power off another machine and read it back Off while the node runs on. So before a
+// command the system's UUID (the SMBIOS system UUID) must be the node's systemUUID, which the
+// kubelet reads from the same SMBIOS table; the two may differ in the byte order of their
+// first three groups (sameUUID). A mismatch is errOtherMachine and nothing is sent. When
+// either is empty nothing is compared: a BMC that reports no UUID, or a node that reports
+// none, cannot be verified this way.
+//
+// With neither a system name nor a UUID to compare there is no listing: bmclib then takes the
+// BMC's only system and refuses to choose among several.
+func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target, verifyUUID bool) error {
+	verifyUUID = verifyUUID && bareUUID(t.SystemUUID) != ""
+	if t.System == "" && !verifyUUID {
 		return nil
 	}
+	systems, err := p.systems(ctx, host, port, t)
+	if err != nil {
+		return err
+	}
+	s, err := actedOn(systems, t.System)
+	if err != nil || s == nil || !verifyUUID || bareUUID(s.UUID) == "" {
+		return err // no system: bmclib refuses with "no matching redfish system"
+	}
+	if !sameUUID(s.UUID, t.SystemUUID) {
+		return fmt.Errorf("%w: the BMC at %s says its system %q (Id %s) has UUID %s, but node %s reports systemUUID %s: the node's %s or %s names a machine that is not the node's, and no command was sent to it; set them to the node's own BMC and system",
+			errOtherMachine, t.Address, s.Name, s.ID, bareUUID(s.UUID), t.Node, bareUUID(t.SystemUUID),
+			v1alpha1.AnnotationBMCAddress, v1alpha1.AnnotationRedfishSystem)
+	}
+	return nil
+}
+
+// systems lists the BMC's ComputerSystems through a gofish client of its own, whose session it
+// deletes.
+func (p *Provider) systems(ctx context.Context, host, port string, t Target) ([]*rf.ComputerSystem, error) {
 	c, err := gofish.ConnectContext(ctx, gofish.ClientConfig{Endpoint: "https://" + net.JoinHostPort(host, port),
 		Username: t.Username, Password: t.Password, HTTPClient: p.httpClient(t), BasicAuth: t.BasicAuth})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.Logout()
-	systems, err := c.Service.Systems()
-	if err != nil {
-		return err
+	return c.Service.Systems()
+}
+
+// actedOn is the system bmclib acts on for the name (its redfishwrapper.Client.System): the
+// only system when name is "", else the one whose Name it is; nil when there is none, and
+// errAmbiguousSystem when several have it.
+func actedOn(systems []*rf.ComputerSystem, name string) (*rf.ComputerSystem, error) {
+	systems = slices.DeleteFunc(systems, func(s *rf.ComputerSystem) bool { return s == nil })
+	if name == "" && len(systems) == 1 {
+		return systems[0], nil
 	}
+	var named []*rf.ComputerSystem
 	var ids []string
 	for _, s := range systems {
-		if s != nil && s.Name == t.System {
-			ids = append(ids, s.ID)
+		if s.Name == name {
+			named, ids = append(named, s), append(ids, s.ID)
 		}
 	}
-	if len(ids) > 1 {
+	if len(named) > 1 {
 		slices.Sort(ids) // gofish fetches the systems concurrently
-		return fmt.Errorf("%w %q: %d systems on the BMC have this Name (Ids %s), and a Redfish Name, unlike an Id, need not be unique: give the systems distinct Names on the BMC so that %s names one",
-			errAmbiguousSystem, t.System, len(ids), strings.Join(ids, ", "), v1alpha1.AnnotationRedfishSystem)
+		return nil, fmt.Errorf("%w %q: %d systems on the BMC have this Name (Ids %s), and a Redfish Name, unlike an Id, need not be unique: give the systems distinct Names on the BMC so that %s names one",
+			errAmbiguousSystem, name, len(ids), strings.Join(ids, ", "), v1alpha1.AnnotationRedfishSystem)
 	}
-	return nil
+	if len(named) == 0 {
+		return nil, nil
+	}
+	return named[0], nil
 }
 
 // httpClient is an HTTP client that verifies the BMC's certificate unless the target says not
@@ -216,7 +275,7 @@ func classify(ctx context.Context, err error, password string) (providers.Reason
 	)
 	lower := strings.ToLower(msg)
 	switch {
-	case errors.Is(err, errAmbiguousSystem):
+	case errors.Is(err, errAmbiguousSystem), errors.Is(err, errOtherMachine):
 		return providers.ReasonBadTarget, errors.New(msg)
 	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify),
 		strings.Contains(lower, "x509: "), strings.Contains(lower, "tls: failed to verify certificate"):

@@ -34,12 +34,19 @@ type scene struct {
 
 func newScene(t *testing.T, svc *redfishsim.Service, nodeAnnotations map[string]string, edit func(*v1alpha1.RedfishMethod), opts ...power.Option) *scene {
 	t.Helper()
+	return newSceneOfUUID(t, svc, "", nodeAnnotations, edit, opts...)
+}
+
+// newSceneOfUUID is newScene with a node whose kubelet reports systemUUID.
+func newSceneOfUUID(t *testing.T, svc *redfishsim.Service, systemUUID string, nodeAnnotations map[string]string, edit func(*v1alpha1.RedfishMethod), opts ...power.Option) *scene {
+	t.Helper()
 	ann := map[string]string{v1alpha1.AnnotationBMCAddress: svc.Address()}
 	for k, v := range nodeAnnotations {
 		ann[k] = v
 	}
 	objs := []client.Object{
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Annotations: ann}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Annotations: ann},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{SystemUUID: systemUUID}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc"}, Data: map[string][]byte{"username": []byte(svc.Username()), "password": []byte(svc.Password())}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong"}, Data: map[string][]byte{"username": []byte(svc.Username()), "password": []byte("not-the-password")}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc-ca"}, Data: map[string][]byte{redfish.CABundleKey: svc.CACert()}},
@@ -241,5 +248,86 @@ func TestBadTargets(t *testing.T) {
 	}
 	if len(svc.Resets(0)) != 0 || svc.AuthFailures() != 0 {
 		t.Error("a bad target reached the BMC")
+	}
+}
+
+// The node's SMBIOS UUID as its kubelet reports it, the same UUID with its first three groups
+// byte-swapped (SMBIOS before 2.6, some BMCs), and another machine's.
+const (
+	nodeUUID    = "4c4c4544-0047-3610-8031-b4c04f564433"
+	swappedUUID = "44454c4c-4700-1036-8031-b4c04f564433"
+	otherUUID   = "4c4c4544-0047-3610-8031-b4c04f564434"
+)
+
+func TestPowerOffOnlyOfTheNodesMachine(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		nodeUUID   string
+		systems    []string
+		uuids      []string
+		annotation string // palisade.dev/redfish-system
+		want       int    // the system powered off, -1 for none
+	}{
+		{name: "same UUID", nodeUUID: nodeUUID, uuids: []string{nodeUUID}, want: 0},
+		{name: "same UUID, other case and braces", nodeUUID: " " + strings.ToUpper(nodeUUID), uuids: []string{"{" + nodeUUID + "}"}, want: 0},
+		{name: "first three groups byte-swapped", nodeUUID: nodeUUID, uuids: []string{swappedUUID}, want: 0},
+		{name: "another machine", nodeUUID: nodeUUID, uuids: []string{otherUUID}, want: -1},
+		{name: "node reports no UUID", uuids: []string{otherUUID}, want: 0},
+		{name: "system reports no UUID", nodeUUID: nodeUUID, want: 0},
+		{name: "the named system's UUID", nodeUUID: nodeUUID, systems: []string{"blade-a", "blade-b"}, uuids: []string{otherUUID, nodeUUID}, annotation: "blade-b", want: 1},
+		{name: "the named system is another machine", nodeUUID: nodeUUID, systems: []string{"blade-a", "blade-b"}, uuids: []string{nodeUUID, otherUUID}, annotation: "blade-b", want: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := redfishsim.Start(t, redfishsim.Options{Systems: tc.systems, UUIDs: tc.uuids})
+			var ann map[string]string
+			if tc.annotation != "" {
+				ann = map[string]string{v1alpha1.AnnotationRedfishSystem: tc.annotation}
+			}
+			s := newSceneOfUUID(t, svc, tc.nodeUUID, ann, nil)
+			st, err := s.fenceAndCheck(t)
+			if tc.want >= 0 {
+				if err != nil || st.State != providers.Confirmed {
+					t.Fatalf("Check = %+v, %v; want Confirmed", st, err)
+				}
+			} else {
+				if providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) {
+					t.Fatalf("Fence error = %v (reason %s), want %s, not retryable", err, providers.ReasonOf(err), providers.ReasonBadTarget)
+				}
+				for _, want := range []string{"UUID " + otherUUID, "systemUUID " + nodeUUID, svc.Address(), v1alpha1.AnnotationBMCAddress, v1alpha1.AnnotationRedfishSystem} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("Fence error %q does not say %q", err, want)
+					}
+				}
+			}
+			for i := range max(len(tc.systems), 1) {
+				wantResets := 0
+				if i == tc.want {
+					wantResets = 1
+				}
+				if got := svc.Resets(i); len(got) != wantResets || svc.PoweredOn(i) != (i != tc.want) {
+					t.Errorf("system %d: resets %v, on %v; want %d ForceOff and on %v", i, got, svc.PoweredOn(i), wantResets, i != tc.want)
+				}
+			}
+			if n := svc.Sessions(); n != 0 {
+				t.Errorf("%d sessions left open on the BMC, want each call to delete its own", n)
+			}
+		})
+	}
+}
+
+func TestPowerOnOnlyOfTheNodesMachine(t *testing.T) {
+	svc := redfishsim.Start(t, redfishsim.Options{UUIDs: []string{otherUUID}})
+	svc.SetPower(0, false)
+	s := newSceneOfUUID(t, svc, nodeUUID, nil, nil)
+	target, err := s.p.Target(context.Background(), s.req(1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.p.PowerOn(context.Background(), target)
+	if providers.ReasonOf(err) != providers.ReasonBadTarget || !strings.Contains(err.Error(), "UUID "+otherUUID) {
+		t.Fatalf("PowerOn error = %v (reason %s), want %s naming the system's UUID", err, providers.ReasonOf(err), providers.ReasonBadTarget)
+	}
+	if got := svc.Resets(0); len(got) != 0 || svc.PoweredOn(0) {
+		t.Errorf("resets %v, on %v; want no command and the machine left off", got, svc.PoweredOn(0))
 	}
 }

@@ -30,9 +30,14 @@ type Target struct {
 	// Address is "host" or "host:port".
 	Address string
 	// System is the ComputerSystem's Name, "" for the BMC's only system.
-	System   string
-	Username string
-	Password string
+	System string
+	// SystemUUID is the node's status.nodeInfo.systemUUID, the SMBIOS UUID its kubelet read
+	// from the machine it runs on; before a command the system's UUID must be this one (""
+	// checks nothing). It is not part of String: the node reports it, the settings do not
+	// name it.
+	SystemUUID string
+	Username   string
+	Password   string
 	// RootCAs verify the BMC's certificate; nil means the system's CAs.
 	RootCAs *x509.CertPool
 	// InsecureSkipVerify skips that verification.
@@ -65,7 +70,8 @@ func (p *Provider) Target(ctx context.Context, req providers.Request) (Target, e
 		return Target{}, power.BadTarget("node %s: annotation %s: %v", req.Node(), v1alpha1.AnnotationBMCAddress, err)
 	}
 	t := Target{Node: req.Node(), Address: b.Address, System: b.Node.Annotations[v1alpha1.AnnotationRedfishSystem],
-		Username: b.Username, Password: b.Password, InsecureSkipVerify: m.Redfish.InsecureSkipVerify, BasicAuth: m.Redfish.BasicAuth}
+		SystemUUID: b.Node.Status.NodeInfo.SystemUUID, Username: b.Username, Password: b.Password,
+		InsecureSkipVerify: m.Redfish.InsecureSkipVerify, BasicAuth: m.Redfish.BasicAuth}
 	if ca := m.Redfish.CABundleSecretRef; ca != nil && !t.InsecureSkipVerify {
 		if t.RootCAs, err = power.CAPool(ctx, p.Reader, *ca, "the CA bundle of the BMCs"); err != nil {
 			return Target{}, err

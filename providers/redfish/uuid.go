@@ -1,0 +1,46 @@
+package redfish
+
+import (
+	"encoding/hex"
+	"slices"
+	"strings"
+)
+
+// sameUUID says whether a and b are the same SMBIOS system UUID: equal in any case, inside
+// braces and spaces or not, or equal once the first three groups of one are byte-swapped.
+// SMBIOS before 2.6 and some BMCs store those three fields little-endian, so one machine may
+// read 00112233-4455-6677-8899-aabbccddeeff on one side and 33221100-5544-7766-8899-aabbccddeeff
+// on the other. Texts that are not 8-4-4-4-12 hex are compared as they are, ignoring case.
+func sameUUID(a, b string) bool {
+	a, b = bareUUID(a), bareUUID(b)
+	x, okA := uuidBytes(a)
+	y, okB := uuidBytes(b)
+	if !okA || !okB {
+		return strings.EqualFold(a, b)
+	}
+	return x == y || x == swapUUID(y)
+}
+
+// bareUUID is s without surrounding spaces and braces.
+func bareUUID(s string) string {
+	return strings.TrimSpace(strings.Trim(strings.TrimSpace(s), "{}"))
+}
+
+// uuidBytes reads a UUID in its 8-4-4-4-12 hex form.
+func uuidBytes(s string) ([16]byte, bool) {
+	var u [16]byte
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, false
+	}
+	n, err := hex.Decode(u[:], []byte(strings.ReplaceAll(s, "-", "")))
+	return u, err == nil && n == len(u)
+}
+
+// swapUUID reverses the bytes of u's first three groups (time_low, time_mid,
+// time_hi_and_version).
+func swapUUID(u [16]byte) [16]byte {
+	slices.Reverse(u[0:4])
+	slices.Reverse(u[4:6])
+	slices.Reverse(u[6:8])
+	return u
+}

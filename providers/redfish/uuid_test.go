@@ -1,0 +1,28 @@
+package redfish
+
+import "testing"
+
+func TestSameUUID(t *testing.T) {
+	const u = "00112233-4455-6677-8899-aabbccddeeff"
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{u, u, true},
+		{u, "00112233-4455-6677-8899-AABBCCDDEEFF", true},
+		{u, " {00112233-4455-6677-8899-aabbccddeeff}\n", true},
+		{u, "33221100-5544-7766-8899-aabbccddeeff", true},
+		{"33221100-5544-7766-8899-aabbccddeeff", u, true},
+		{u, "00112233-4455-6677-8899-aabbccddeef0", false},
+		{u, "33221100-5544-7766-9988-aabbccddeeff", false}, // the fourth group is never swapped
+		{u, "33221100-4455-6677-8899-aabbccddeeff", false}, // one group swapped is another UUID
+		{u, "00112233445566778899aabbccddeeff", false},
+		{"not-a-uuid", "NOT-A-UUID", true},
+		{"not-a-uuid", u, false},
+		{"0011223x-4455-6677-8899-aabbccddeeff", "0011223x-4455-6677-8899-aabbccddeeff", true},
+	} {
+		if got := sameUUID(tc.a, tc.b); got != tc.want {
+			t.Errorf("sameUUID(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
