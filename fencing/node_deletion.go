@@ -54,7 +54,7 @@ func (r *NodeReconciler) keepFinalizer(ctx context.Context, node *corev1.Node, p
 // not a dry run's record, not Recovered, not being deleted.
 func (r *NodeReconciler) fenceOnRecord(ctx context.Context, node string) (bool, error) {
 	nf := &v1alpha1.NodeFence{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: node}, nf); err != nil {
+	if err := r.reader().Get(ctx, client.ObjectKey{Name: node}, nf); err != nil { // not a cache behind a fence just made
 		return false, client.IgnoreNotFound(err)
 	}
 	return !nf.Spec.DryRun && nf.Status.Phase != v1alpha1.PhaseRecovered && nf.DeletionTimestamp.IsZero(), nil
@@ -69,7 +69,7 @@ func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
 		return nil
 	}
 	nf := &v1alpha1.NodeFence{}
-	err := apiOr(r.APIReader, r.Client).Get(ctx, client.ObjectKey{Name: node.Name}, nf)
+	err := r.reader().Get(ctx, client.ObjectKey{Name: node.Name}, nf)
 	if apierrors.IsNotFound(err) {
 		return r.fenceDeleted(ctx, node, nil)
 	}

@@ -168,39 +168,64 @@ func TestMachineGoneConfirms(t *testing.T) {
 	checkReleased(t, w, true)
 }
 
-// A deleted node's fence is judged from the API server's record: a cache behind it (a new
-// leader's) that still shows the fence verified does not let the deletion go when the record
-// says the node showed life after the confirmation. Before, the finalizer went and PodGC
-// force-deleted the pods of a node that was alive.
-func TestNodeDeletionJudgedOnTheRecordNotTheCache(t *testing.T) {
+// The fence-on-delete finalizer is judged from the API server's record of the node's fence, not
+// the cache: a cache behind it (a new leader's, or one that has not seen a fence made a moment
+// ago) lets no deletion go that the record holds. Before, the finalizer went and PodGC
+// force-deleted the pods of a node whose fence had not confirmed it off.
+func TestNodeFinalizerJudgedOnTheRecordNotTheCache(t *testing.T) {
 	ok := v1alpha1.StepSucceeded
-	objs, _ := cluster(map[string]string{"n1": dead})
-	for _, o := range objs {
-		if n, isNode := o.(*corev1.Node); isNode {
-			now := metav1.NewTime(t0)
-			n.DeletionTimestamp, n.Finalizers = &now, []string{v1alpha1.FinalizerFenceOnDelete}
-		}
+	now := metav1.NewTime(t0)
+	tests := []struct {
+		name     string
+		deleting bool // the Node is being deleted (else only held, no policy covering it)
+		policy   *v1alpha1.FencingPolicy
+		record   *v1alpha1.NodeFence
+		// cached is what the cache shows of the fence: nil for nothing yet.
+		cached *v1alpha1.NodeFence
+	}{
+		{"a deleted node whose fence the cache shows verified, the record disproved", true, poolPolicy(ipmiMethod),
+			fenceIn(v1alpha1.PhaseFencing, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok), alive(v1alpha1.StepTaint, "ipmi")),
+			fenceIn(v1alpha1.PhaseReleasing, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok))},
+		{"a node no policy covers, with a fence under way the cache does not show yet", false, nil,
+			fenceIn(v1alpha1.PhaseFencing, st(v1alpha1.StepPowerOff, "ipmi", v1alpha1.StepStarted)), nil},
 	}
-	record := fenceIn(v1alpha1.PhaseFencing, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok), alive(v1alpha1.StepTaint, "ipmi"))
-	cached := fenceIn(v1alpha1.PhaseReleasing, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok))
-	objs = append(objs, poolPolicy(ipmiMethod), record)
-	api := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
-	cache := interceptor.NewClient(api.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if nf, isFence := obj.(*v1alpha1.NodeFence); isFence {
-				cached.DeepCopyInto(nf)
-				return nil
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs, _ := cluster(map[string]string{"n1": dead})
+			for _, o := range objs {
+				if n, isNode := o.(*corev1.Node); isNode {
+					n.Finalizers = []string{v1alpha1.FinalizerFenceOnDelete}
+					if tt.deleting {
+						n.DeletionTimestamp = &now
+					}
+				}
 			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
-	r := &NodeReconciler{Client: cache, APIReader: api, Recorder: &recorder{}, Observer: observe.Observer{Reader: api}, Now: func() time.Time { return t0 }}
-	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
-	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
-		t.Fatal(err)
-	}
-	node := &corev1.Node{}
-	if err := api.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil || !slices.Contains(node.Finalizers, v1alpha1.FinalizerFenceOnDelete) {
-		t.Errorf("node n1 (%v): finalizers %v; want %s kept: its fence's record says it showed life", err, node.Finalizers, v1alpha1.FinalizerFenceOnDelete)
+			objs = append(objs, tt.record)
+			if tt.policy != nil {
+				objs = append(objs, tt.policy)
+			}
+			api := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
+			cache := interceptor.NewClient(api.(client.WithWatch), interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if nf, isFence := obj.(*v1alpha1.NodeFence); isFence {
+						if tt.cached == nil {
+							return apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("nodefences").GroupResource(), key.Name)
+						}
+						tt.cached.DeepCopyInto(nf)
+						return nil
+					}
+					return c.Get(ctx, key, obj, opts...)
+				},
+			})
+			r := &NodeReconciler{Client: cache, APIReader: api, Recorder: &recorder{}, Observer: observe.Observer{Reader: api}, Now: func() time.Time { return t0 }}
+			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+				t.Fatal(err)
+			}
+			node := &corev1.Node{}
+			if err := api.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil || !slices.Contains(node.Finalizers, v1alpha1.FinalizerFenceOnDelete) {
+				t.Errorf("node n1 (%v): finalizers %v; want %s kept, as the fence's record holds it", err, node.Finalizers, v1alpha1.FinalizerFenceOnDelete)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -134,6 +135,15 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	defer fenceStates.observe(nf) // where it stands once this reconcile is done
 	res, err := r.reconcileFence(ctx, nf)
+	for range 3 { // bounded: each round needs another write of the record in between
+		if !errors.Is(err, errCopyReplaced) {
+			break
+		}
+		res, err = r.reconcileFence(ctx, nf)
+	}
+	if errors.Is(err, errCopyReplaced) {
+		res, err = ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	// Taken again by priority too (byPriority): a fence whose pods' budgets are at their limit is
 	// not kept waiting behind others' requeues, nor a verify pass behind others' releases.
 	res.Priority = ptr.To(queuePriority(nf))
@@ -245,7 +255,7 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		// (a new leader's cache, behind the old leader's last writes): the step acts before its
 		// end's write would be refused, and the record may since say the node showed life.
 		if res, current, err := r.resumable(ctx, nf); !current {
-			return res, err == nil && res.IsZero(), err
+			return res, false, err
 		}
 		if s.Attempts == 0 {
 			// Begun by another controller (or before a restart) and never recorded as taken:

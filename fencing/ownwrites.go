@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,10 +24,15 @@ import (
 // a new leader reads the cache, and before it resumes a release step it did not begin it
 // checks its copy against the API server's (resumable).
 
+// errCopyReplaced says that the record in hand was replaced by the API server's copy: the
+// reconcile starts again from the top with it (it may be Released, Recovered or being deleted
+// by now).
+var errCopyReplaced = errors.New("the NodeFence in hand was replaced by the API server's copy")
+
 // resumable reads the fence from the API server before a release step this controller did not
 // begin is resumed, and says whether nf is that record. When it is not, the API server's copy
-// replaces nf and the caller plans again from it (res zero, no error); a fence deleted or made
-// anew under its name is looked at again in a second; a failed read is an error.
+// replaces nf and err is errCopyReplaced; a fence deleted or made anew under its name is looked
+// at again in a second; a failed read is an error.
 func (r *NodeFenceReconciler) resumable(ctx context.Context, nf *v1alpha1.NodeFence) (res ctrl.Result, current bool, err error) {
 	fresh := &v1alpha1.NodeFence{}
 	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(nf), fresh); err != nil {
@@ -41,7 +47,7 @@ func (r *NodeFenceReconciler) resumable(ctx context.Context, nf *v1alpha1.NodeFe
 	case fresh.ResourceVersion != nf.ResourceVersion:
 		*nf = *fresh
 		r.memory.settle(fresh)
-		return ctrl.Result{}, false, nil
+		return ctrl.Result{}, false, errCopyReplaced
 	}
 	return ctrl.Result{}, true, nil
 }

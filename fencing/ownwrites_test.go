@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -189,7 +190,6 @@ func TestStaleCopyUnreadPastTakesNoStep(t *testing.T) {
 func TestNewLeaderResumesNoReleaseStepOfAStaleCopy(t *testing.T) {
 	w := newWorld(t, "ipmi")
 	ctx := context.Background()
-	oldLeader := w.r
 	nf := leaderDiesInDeletePods(t, w)
 	stale := nf.DeepCopy()
 	// The old leader's last write: the node showed life, the release stops.
@@ -200,16 +200,7 @@ func TestNewLeaderResumesNoReleaseStepOfAStaleCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	newLeader := &NodeFenceReconciler{APIReader: w.c, Fencers: oldLeader.Fencers, Attachments: oldLeader.Attachments, Now: oldLeader.Now, Tokens: oldLeader.Tokens}
-	newLeader.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if nf, ok := obj.(*v1alpha1.NodeFence); ok {
-				stale.DeepCopyInto(nf) // its cache, behind
-				return nil
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
+	newLeader := leaderWithCacheAt(w, stale)
 	if _, err := newLeader.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
 		t.Errorf("the new leader's reconcile of a stale copy: %v; want it to plan again from the API server's record", err)
 	}
@@ -276,4 +267,73 @@ func TestNewLeaderResumesAReleaseStepOfACurrentCopy(t *testing.T) {
 	if reads != 1 {
 		t.Errorf("%d reads of the NodeFence from the API server, want 1 (before the resumed step)", reads)
 	}
+}
+
+// A new leader that finds its copy behind the API server's takes the fence from the top with
+// the API server's copy: one the old leader released goes on to its recovery (not left
+// waiting for the Node's next change), and one being deleted is finished, not released
+// further.
+func TestNewLeaderTakesTheRecordFromTheTop(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		then func(t *testing.T, w *world) // what the old leader's record became
+		want func(t *testing.T, w *world, nf *v1alpha1.NodeFence, err error)
+	}{
+		{"released", func(t *testing.T, w *world) {
+			if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
+				t.Fatalf("the old leader's fence ended %s, want Released", nf.Status.Phase)
+			}
+		}, func(t *testing.T, w *world, nf *v1alpha1.NodeFence, err error) {
+			if err != nil || nf.Status.Phase != v1alpha1.PhaseReleased || meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered) == nil {
+				t.Errorf("after the new leader's reconcile (%v): phase %s, Recovered condition %v; want Released, its recovery judged",
+					err, nf.Status.Phase, meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered))
+			}
+		}},
+		{"being deleted", func(t *testing.T, w *world) {
+			nf := &v1alpha1.NodeFence{}
+			if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+				t.Fatal(err)
+			}
+			nf.Finalizers = append(nf.Finalizers, "example.com/hold")
+			if err := w.c.Update(context.Background(), nf); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.c.Delete(context.Background(), nf); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T, w *world, nf *v1alpha1.NodeFence, err error) {
+			pod := &corev1.Pod{}
+			if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "db", Name: "db-0"}, pod); err != nil || pod.Status.Phase != corev1.PodRunning {
+				t.Errorf("pod db-0 of a fence being deleted: %v, phase %s; want no release step taken", err, pod.Status.Phase)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, "ipmi")
+			stale := leaderDiesInDeletePods(t, w).DeepCopy()
+			tt.then(t, w)
+			_, err := leaderWithCacheAt(w, stale).Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+			nf := &v1alpha1.NodeFence{}
+			if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+			tt.want(t, w, nf, err)
+		})
+	}
+}
+
+// leaderWithCacheAt is a new leader of w whose cache shows the fence as stale, whatever the API
+// server holds.
+func leaderWithCacheAt(w *world, stale *v1alpha1.NodeFence) *NodeFenceReconciler {
+	r := &NodeFenceReconciler{APIReader: w.c, Fencers: w.r.Fencers, Attachments: w.r.Attachments, Now: w.r.Now, Tokens: w.r.Tokens}
+	r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok {
+				stale.DeepCopyInto(nf)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	return r
 }
