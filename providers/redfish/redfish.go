@@ -152,13 +152,13 @@ var (
 // command the system's UUID (the SMBIOS system UUID) must be the node's systemUUID, which the
 // kubelet reads from the same SMBIOS table; the two may differ in the byte order of their
 // first three groups (sameUUID). A mismatch is errOtherMachine and nothing is sent. When
-// either is empty nothing is compared: a BMC that reports no UUID, or a node that reports
-// none, cannot be verified this way.
+// either is empty or a placeholder (all zeros, all F, AMI's default: verifiable) nothing is
+// compared: a BMC or a node that reports no UUID of its own cannot be verified this way.
 //
 // With neither a system name nor a UUID to compare there is no listing: bmclib then takes the
 // BMC's only system and refuses to choose among several.
 func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target, verifyUUID bool) error {
-	verifyUUID = verifyUUID && bareUUID(t.SystemUUID) != ""
+	verifyUUID = verifyUUID && verifiable(t.SystemUUID)
 	if t.System == "" && !verifyUUID {
 		return nil
 	}
@@ -167,7 +167,7 @@ func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target,
 		return err
 	}
 	s, err := actedOn(systems, t.System)
-	if err != nil || s == nil || !verifyUUID || bareUUID(s.UUID) == "" {
+	if err != nil || s == nil || !verifyUUID || !verifiable(s.UUID) {
 		return err // no system: bmclib refuses with "no matching redfish system"
 	}
 	if !sameUUID(s.UUID, t.SystemUUID) {

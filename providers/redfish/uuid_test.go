@@ -16,13 +16,31 @@ func TestSameUUID(t *testing.T) {
 		{u, "00112233-4455-6677-8899-aabbccddeef0", false},
 		{u, "33221100-5544-7766-9988-aabbccddeeff", false}, // the fourth group is never swapped
 		{u, "33221100-4455-6677-8899-aabbccddeeff", false}, // one group swapped is another UUID
-		{u, "00112233445566778899aabbccddeeff", false},
+		{u, "00112233445566778899AABBCCDDEEFF", true},
+		{u, "0011223344556677-8899aabbccddeeff", false},
 		{"not-a-uuid", "NOT-A-UUID", true},
 		{"not-a-uuid", u, false},
 		{"0011223x-4455-6677-8899-aabbccddeeff", "0011223x-4455-6677-8899-aabbccddeeff", true},
 	} {
 		if got := sameUUID(tc.a, tc.b); got != tc.want {
 			t.Errorf("sameUUID(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// Placeholders that firmware reports on every machine of a kind tell none apart: no check.
+func TestVerifiableUUID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"00112233-4455-6677-8899-aabbccddeeff": true,
+		"":                                     false,
+		" {} ":                                 false,
+		"00000000-0000-0000-0000-000000000000": false,
+		"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF": false,
+		"03000200-0400-0500-0006-000700080009": false,
+		"00020003-0004-0005-0006-000700080009": false, // the AMI default, byte-swapped
+	} {
+		if got := verifiable(s); got != want {
+			t.Errorf("verifiable(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
