@@ -486,17 +486,21 @@ func (st *striker) awaitFences(s Schedule, d time.Duration) {
 // like a fenced node coming back to life.
 func (st *striker) settle(timeout time.Duration) {
 	var open []string
+	var last []v1alpha1.Step // the last steps of the first fence under way, for the log
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var list v1alpha1.NodeFenceList
 		if err := st.sc.Cluster.Client.List(ctx, &list); err != nil {
 			return false, nil
 		}
-		open = open[:0]
+		open, last = open[:0], nil
 		for _, nf := range list.Items {
 			// Recovered comes after Released: a machine whose fault ended by itself (power back
 			// on) rebooted and was unfenced before the heal.
 			if nf.Status.Phase != v1alpha1.PhaseReleased && nf.Status.Phase != v1alpha1.PhaseFailed && nf.Status.Phase != v1alpha1.PhaseRecovered {
 				open = append(open, fmt.Sprintf("%s %s (method %s)", nf.Spec.NodeName, nf.Status.Phase, nf.Status.Method))
+				if last == nil {
+					last = nf.Status.Steps[max(0, len(nf.Status.Steps)-3):]
+				}
 			}
 		}
 		return len(open) == 0, nil
@@ -504,6 +508,9 @@ func (st *striker) settle(timeout time.Duration) {
 	if err != nil {
 		// Healed anyway; check (d) judges the fences against its own bound.
 		st.t.Logf("settle: fences still under way after %s, healing anyway: %v", timeout, open)
+		for _, s := range last { // what the first one waits for
+			st.t.Logf("settle:   %s %s %s attempts=%d: %s", s.Name, s.State, s.Reason, s.Attempts, s.Message)
+		}
 	}
 }
 
