@@ -487,6 +487,7 @@ func (st *striker) awaitFences(s Schedule, d time.Duration) {
 func (st *striker) settle(timeout time.Duration) {
 	var open []string
 	var last []v1alpha1.Step // the last steps of the first fence under way, for the log
+	var node string          // its node
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var list v1alpha1.NodeFenceList
 		if err := st.sc.Cluster.Client.List(ctx, &list); err != nil {
@@ -499,7 +500,7 @@ func (st *striker) settle(timeout time.Duration) {
 			if nf.Status.Phase != v1alpha1.PhaseReleased && nf.Status.Phase != v1alpha1.PhaseFailed && nf.Status.Phase != v1alpha1.PhaseRecovered {
 				open = append(open, fmt.Sprintf("%s %s (method %s)", nf.Spec.NodeName, nf.Status.Phase, nf.Status.Method))
 				if last == nil {
-					last = nf.Status.Steps[max(0, len(nf.Status.Steps)-3):]
+					last, node = nf.Status.Steps[max(0, len(nf.Status.Steps)-3):], nf.Spec.NodeName
 				}
 			}
 		}
@@ -510,6 +511,9 @@ func (st *striker) settle(timeout time.Duration) {
 		st.t.Logf("settle: fences still under way after %s, healing anyway: %v", timeout, open)
 		for _, s := range last { // what the first one waits for
 			st.t.Logf("settle:   %s %s %s attempts=%d: %s", s.Name, s.State, s.Reason, s.Attempts, s.Message)
+		}
+		if m := st.sc.Machine(node); m != nil {
+			st.t.Logf("settle: the last of %s's agent log:\n%s", node, m.LogTail(realscene.AgentDaemon, 25))
 		}
 	}
 }
