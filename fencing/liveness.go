@@ -262,9 +262,12 @@ func (r *NodeFenceReconciler) workloadWatchUntil(nf *v1alpha1.NodeFence, now tim
 //   - stopped, when the agent reports that it stopped the kubelet for this fence's order before
 //     terminating and the kubelet is not healthy: nothing restarts the workload, and three of
 //     the agent's heartbeat intervals of read-back suffice;
-//   - the kubelet's longest crash back-off when the heartbeat sees it healthy (a kubelet that
-//     runs, cut off from the API server, never learns that its pods were deleted, and restarts
-//     a container that exited often before only minutes later, after the release);
+//   - the kubelet's longest crash back-off when the heartbeat sees it healthy after the order
+//     ended (a kubelet that runs, cut off from the API server, never learns that its pods were
+//     deleted, and restarts a container that exited often before only minutes later, after
+//     the release). A probe from before (a heartbeat received before the confirmation, or
+//     carrying the order still running) says nothing of the kubelet after the agent's stop:
+//     the confirmation may come through the API server while the latest heartbeat is older;
 //   - its first back-off otherwise (a kubelet that is down and comes back reaches the API
 //     server, the Executor's KubeletDown case, and restarts nothing deleted there).
 func (r *NodeFenceReconciler) kubeletWindow(nf *v1alpha1.NodeFence) (span time.Duration, stopped bool) {
@@ -272,15 +275,15 @@ func (r *NodeFenceReconciler) kubeletWindow(nf *v1alpha1.NodeFence) (span time.D
 		return kubeletRestartBackOff, false
 	}
 	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
+	order := agent.OrderID(providers.Request{Fence: nf, Method: v1alpha1.Method{Name: nf.Status.Method}})
 	switch {
 	case !ok:
 		return kubeletRestartBackOff, false
-	case hb.KubeletHealthy:
+	case hb.KubeletHealthy && probedAfter(hb, order, fencedAt(nf)):
 		return kubeletMaxRestartBackOff, false
-	case hb.Executor == nil:
+	case hb.KubeletHealthy, hb.Executor == nil:
 		return kubeletRestartBackOff, false
 	}
-	order := agent.OrderID(providers.Request{Fence: nf, Method: v1alpha1.Method{Name: nf.Status.Method}})
 	if st := hb.Executor; st.ID != order || st.State != agentwire.ExecutorConfirmed || !st.KubeletStopped {
 		return kubeletRestartBackOff, false
 	}
@@ -289,6 +292,16 @@ func (r *NodeFenceReconciler) kubeletWindow(nf *v1alpha1.NodeFence) (span time.D
 		every = DefaultHeartbeatInterval
 	}
 	return 3 * every, true
+}
+
+// probedAfter says whether hb's kubelet probe was made after the order ended: its heartbeat
+// carries the order confirmed (the agent reads its order's status before it probes), or,
+// carrying no status of the order, came at or after the confirmation.
+func probedAfter(hb agentwire.Heartbeat, order string, confirmed time.Time) bool {
+	if st := hb.Executor; st != nil && st.ID == order {
+		return st.State == agentwire.ExecutorConfirmed
+	}
+	return !hb.Received.Before(confirmed)
 }
 
 // watchUntil is the end of the default watch window, window (one renewal interval of the node's

@@ -605,6 +605,25 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 			hb.Executor.State = agentwire.ExecutorRunning
 			return true
 		}, long, true},
+		// The latest heartbeat when the confirmation comes (through the API server) is from
+		// before the order: its probe saw the kubelet the agent stopped since. Seed 8179 of the
+		// chaos runs watched 5 min for it.
+		{"healthy-before-the-order", func(hb *agentwire.Heartbeat, since time.Duration) bool {
+			if since < 0 {
+				hb.Executor, hb.KubeletHealthy, hb.Received = nil, true, hb.Received.Add(-time.Second)
+			}
+			return true
+		}, long, true},
+		{"healthy-while-the-order-runs", func(hb *agentwire.Heartbeat, since time.Duration) bool {
+			if since < 0 {
+				hb.Executor.State, hb.KubeletHealthy = agentwire.ExecutorRunning, true
+			}
+			return true
+		}, long, true},
+		{"healthy-after-the-confirmation-without-the-order", func(hb *agentwire.Heartbeat, since time.Duration) bool {
+			hb.Executor, hb.KubeletHealthy = nil, since >= 0 // an agent restarted: its order's status gone
+			return true
+		}, longest, true},
 		{"no-heartbeat-at-the-confirmation", func(hb *agentwire.Heartbeat, since time.Duration) bool { return since > 0 }, long, true},
 		{"kubelet-back-restarts-the-workload", func(hb *agentwire.Heartbeat, since time.Duration) bool {
 			hb.KubeletHealthy = since >= 2*time.Second
