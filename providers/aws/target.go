@@ -9,6 +9,7 @@ import (
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"palisade.dev/palisade/providers"
@@ -69,26 +70,38 @@ func RegionOfZone(zone string) string {
 	return m[1]
 }
 
-// target reads the node's instance from its providerID and the method's credentials.
-// Target resolves the machine behind the fenced node (the power.Switch's).
+// Target resolves the machine behind the fenced node (the power.Switch's): the instance of the
+// Node's providerID, with the method's credentials. A Node deleted after its fence (node
+// deletion lets it go once the fence holds; the volumes are detached after that) is resolved
+// from the instance the fence recorded before its off command (targetOfRecord).
 func (p *Provider) Target(ctx context.Context, req providers.Request) (Target, error) {
 	m := req.Method
 	if p.Reader == nil {
 		return Target{}, power.BadTarget("the aws provider has no API reader to find the instance of node %s", req.Node())
 	}
+	var t Target
 	node := &corev1.Node{}
-	if err := p.Reader.Get(ctx, client.ObjectKey{Name: req.Node()}, node); err != nil {
+	switch err := p.Reader.Get(ctx, client.ObjectKey{Name: req.Node()}, node); {
+	case apierrors.IsNotFound(err):
+		if t, err = targetOfRecord(req); err != nil {
+			return Target{}, err
+		}
+	case err != nil:
 		return Target{}, providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading node %s: %w", req.Node(), err))
-	}
-	zone, instance, err := ParseProviderID(node.Spec.ProviderID)
-	if err != nil {
-		return Target{}, power.BadTarget("node %s: %v", req.Node(), err)
-	}
-	t := Target{Node: req.Node(), InstanceID: instance, Region: RegionOfZone(zone)}
-	if m.AWS != nil {
-		if m.AWS.Region != "" {
+	default:
+		zone, instance, err := ParseProviderID(node.Spec.ProviderID)
+		if err != nil {
+			return Target{}, power.BadTarget("node %s: %v", req.Node(), err)
+		}
+		t = Target{Node: req.Node(), InstanceID: instance, Region: RegionOfZone(zone)}
+		if m.AWS != nil && m.AWS.Region != "" {
 			t.Region = m.AWS.Region
 		}
+		if t.Region == "" {
+			return Target{}, power.BadTarget("node %s: no region: its providerID's zone %q names none; set the method's aws.region", req.Node(), zone)
+		}
+	}
+	if m.AWS != nil {
 		t.Endpoint = m.AWS.Endpoint
 		if ref := m.AWS.CredentialsSecretRef; ref != nil {
 			s, err := power.Secret(ctx, p.Reader, *ref, "the AWS credentials")
@@ -103,8 +116,24 @@ func (p *Provider) Target(ctx context.Context, req providers.Request) (Target, e
 			t.secretKey = sk
 		}
 	}
-	if t.Region == "" {
-		return Target{}, power.BadTarget("node %s: no region: its providerID's zone %q names none; set the method's aws.region", req.Node(), zone)
-	}
 	return t, nil
+}
+
+// recordedTarget reads back a Target's String: node, instance and region.
+var recordedTarget = regexp.MustCompile(`^(.+) \((i-[0-9a-f]{8,17}) in ([a-z0-9-]+)\)$`)
+
+// targetOfRecord is the instance this fence recorded for the method (providers.Request.FencedTarget,
+// a Target's String), for a Node that is gone: the machine the fence stopped, and the only one
+// it may act on. Without a record there is no instance to act on: BadTarget, not retried.
+func targetOfRecord(req providers.Request) (Target, error) {
+	named := req.FencedTarget()
+	if named == "" {
+		return Target{}, providers.WithHint(power.BadTarget("node %s is gone, and this fence recorded no instance for method %s: there is nothing to act on", req.Node(), req.Method.Name),
+			"If the node's instance may still run, stop it and force-detach its volumes by hand (aws ec2 stop-instances --force, aws ec2 detach-volume --force); then delete this NodeFence.")
+	}
+	m := recordedTarget.FindStringSubmatch(named)
+	if m == nil || m[1] != req.Node() {
+		return Target{}, power.BadTarget("node %s is gone, and this fence's record of its instance, %q, names none of it", req.Node(), named)
+	}
+	return Target{Node: m[1], InstanceID: m[2], Region: m[3]}, nil
 }

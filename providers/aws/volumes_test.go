@@ -7,8 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/aws"
 	"palisade.dev/palisade/test/testbed/ec2sim"
 )
 
@@ -97,6 +102,57 @@ func TestForceDetachOnlyOfTheInstanceStopped(t *testing.T) {
 		t.Errorf("EC2 got %s %+v", c.Action, c)
 	}
 	for vol, want := range map[string]string{"vol-0aaa": "in-use", "vol-0ccc": "in-use"} {
+		if got := ep.VolumeState(vol); got != want {
+			t.Errorf("volume %s: %s, want %s", vol, got, want)
+		}
+	}
+}
+
+// TestForceDetachAfterTheNodeIsGone: node deletion lets the Node go once its fence holds, and
+// the volumes are detached after that. With the Node gone, ReleaseVolumes acts on the instance
+// the fence recorded before its off command — and only on it; a fence that recorded none (or
+// another node's) gets BadTarget, not retried, and EC2 gets nothing.
+func TestForceDetachAfterTheNodeIsGone(t *testing.T) {
+	const other = "i-00000000000000001"
+	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance, other},
+		Volumes: map[string]string{"vol-0aaa": instance, "vol-0ccc": other}})
+	s := newScene(t, ep, providerID, "", nil)
+	ctx := context.Background()
+	stopped, err := s.p.FenceTarget(ctx, s.req(1, false))
+	if err != nil || !strings.Contains(stopped, instance) {
+		t.Fatalf("FenceTarget = %q, %v; want instance %s", stopped, err, instance)
+	}
+	reader := fake.NewClientBuilder().WithObjects(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "aws"},
+		Data: map[string][]byte{aws.KeyAccessKeyID: []byte(ep.AccessKeyID()), aws.KeySecretAccessKey: []byte(ep.SecretAccessKey())}}).Build()
+	gone := aws.New(reader) // the Node is deleted: only the Secret is left
+	withRecord := func(target string) providers.Request {
+		req := s.req(1, false)
+		req.Fence.Status.Steps = []v1alpha1.Step{
+			{Name: v1alpha1.StepPowerOff, Method: s.method.Name, State: v1alpha1.StepSucceeded, Target: target},
+			{Name: v1alpha1.StepDetachVolumes, Method: s.method.Name, State: v1alpha1.StepStarted}}
+		return req
+	}
+	for name, target := range map[string]string{"no record": "", "another node's record": strings.Replace(stopped, "node-1", "node-2", 1), "garbled record": "node-1 (an instance)"} {
+		st, err := gone.ReleaseVolumes(ctx, withRecord(target))
+		if providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) || st.State == providers.Confirmed || !strings.Contains(fmt.Sprint(err), "node-1 is gone") {
+			t.Errorf("%s: ReleaseVolumes = %+v, %v; want BadTarget, not retried, saying the node is gone", name, st, err)
+		}
+		if providers.HintOf(err) == "" {
+			t.Errorf("%s: no hint of what to do", name)
+		}
+	}
+	for _, c := range ep.Calls() {
+		t.Errorf("EC2 got %s %+v without a record of the instance", c.Action, c)
+	}
+	st, err := gone.ReleaseVolumes(ctx, withRecord(stopped))
+	if err != nil || st.State != providers.InProgress || !strings.Contains(st.Message, "vol-0aaa") {
+		t.Fatalf("ReleaseVolumes of the recorded instance = %+v, %v; want InProgress, detaching vol-0aaa", st, err)
+	}
+	st, err = gone.ReleaseVolumes(ctx, withRecord(stopped))
+	if err != nil || st.State != providers.Confirmed {
+		t.Fatalf("ReleaseVolumes once detached = %+v, %v; want Confirmed", st, err)
+	}
+	for vol, want := range map[string]string{"vol-0aaa": "available", "vol-0ccc": "in-use"} {
 		if got := ep.VolumeState(vol); got != want {
 			t.Errorf("volume %s: %s, want %s", vol, got, want)
 		}

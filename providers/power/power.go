@@ -66,6 +66,9 @@ func NewFencer[T fmt.Stringer](name string, sw Switch[T], what string, hints map
 func (f *Fencer[T]) Name() string { return f.name }
 
 func (f *Fencer[T]) withHint(err error) error {
+	if err == nil || providers.HintOf(err) != "" { // the Switch's own, for this case
+		return err
+	}
 	return providers.WithHint(err, f.hints[providers.ReasonOf(err)])
 }
 

@@ -2,13 +2,16 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -159,4 +162,68 @@ func waitNodeReady(t *testing.T, env *scenario.Env, name string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("node %s not Ready in 1m", name)
+}
+
+// `kubectl delete node` of a cut-off node on an EC2 instance whose policy force-detaches its
+// volumes: node deletion lets the Node go once the fence holds, and the volumes are detached
+// after that. The detach is kept "detaching" until the Node is gone, so that the step must find
+// the instance with no Node to read: it acts on the instance the fence recorded before its
+// stop, and the fence is released.
+func TestDeletingAnAWSNodeDetachesItsVolumes(t *testing.T) {
+	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{awsInstance}, Volumes: map[string]string{"vol-0db0": awsInstance}})
+	ep.SetStuckDetaching(true)
+	env := startScene(t, scenario.Options{
+		LeaseTimeout: 10 * time.Minute, // the deletion, not the detectors, fences the node
+		Node: func(i int, so *simnode.Options) {
+			if i == 1 {
+				so.Power = instancePower{ep}
+				so.ProviderID = "aws:///us-east-1c/" + awsInstance
+			}
+		},
+		Policy: func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods = []v1alpha1.Method{{Name: "ec2", Type: v1alpha1.MethodAWS,
+				AWS: &v1alpha1.AWSMethod{Endpoint: ep.URL(), CredentialsSecretRef: &v1alpha1.SecretReference{Namespace: scenario.SecretNamespace, Name: "aws"},
+					ForceDetachVolumes: true}}}
+		},
+	})
+	ctx := context.Background()
+	if err := env.Cluster.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "aws"},
+		StringData: map[string]string{aws.KeyAccessKeyID: ep.AccessKeyID(), aws.KeySecretAccessKey: ep.SecretAccessKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	startController(t, env)
+	deploy(t, env)
+	n1 := env.Node(1)
+	waitNode(t, env, n1.Name(), "to carry the finalizer", func(n *corev1.Node) bool {
+		return slices.Contains(n.Finalizers, v1alpha1.FinalizerFenceOnDelete)
+	})
+	n1.PauseHeartbeats() // cut off; the instance runs on
+	if err := env.Cluster.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n1.Name()}}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := env.Cluster.Client.Get(ctx, client.ObjectKey{Name: n1.Name()}, &corev1.Node{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		t.Fatalf("the Node was not deleted after its fence: %v", err)
+	}
+	if got := ep.State(awsInstance); got != "stopped" {
+		t.Errorf("instance state %s once the Node is gone, want stopped", got)
+	}
+	ep.SetStuckDetaching(false)
+	nf := waitFence(t, env.Cluster, n1.Name(), time.Minute, phaseIs(v1alpha1.PhaseReleased))
+	if nf.Spec.Trigger != v1alpha1.TriggerNodeDeleted {
+		t.Errorf("trigger %s, want %s", nf.Spec.Trigger, v1alpha1.TriggerNodeDeleted)
+	}
+	detached := false
+	for _, c := range ep.Calls() {
+		detached = detached || (c.Action == "DetachVolume" && c.Force && c.Volume == "vol-0db0")
+	}
+	if got := ep.VolumeState("vol-0db0"); got != "available" || !detached {
+		t.Errorf("volume vol-0db0 %s, forced DetachVolume %v: want available after a forced detach", got, detached)
+	}
+	if !slices.Contains(trace(nf), "DetachVolumes:Succeeded") {
+		t.Errorf("step trace %v: want DetachVolumes:Succeeded", trace(nf))
+	}
 }
