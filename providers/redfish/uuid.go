@@ -30,12 +30,14 @@ var placeholders = []string{
 	"03000200-0400-0500-0006-000700080009", // AMI firmware's default
 }
 
-// verifiable says whether s can tell the machine from others: a UUID, not empty, not a
-// placeholder (in either byte order).
+// verifiable says whether s can tell the machine from others: a UUID (8-4-4-4-12 or 32 hex
+// digits), not a placeholder (in either byte order). Anything else (empty, a serial number, a
+// vendor's own format) is not compared: a BMC and a kubelet may write the same machine's
+// identity differently, and a mismatch would refuse every fence of that node.
 func verifiable(s string) bool {
 	s = bareUUID(s)
-	if s == "" {
-		return false
+	if _, ok := uuidBytes(s); !ok {
+		return false // empty, or not a UUID: nothing to compare it with reliably
 	}
 	for _, p := range placeholders {
 		if sameUUID(s, p) {

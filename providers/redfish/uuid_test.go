@@ -31,13 +31,18 @@ func TestSameUUID(t *testing.T) {
 // Placeholders that firmware reports on every machine of a kind tell none apart: no check.
 func TestVerifiableUUID(t *testing.T) {
 	for s, want := range map[string]bool{
-		"00112233-4455-6677-8899-aabbccddeeff": true,
-		"":                                     false,
-		" {} ":                                 false,
-		"00000000-0000-0000-0000-000000000000": false,
-		"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF": false,
-		"03000200-0400-0500-0006-000700080009": false,
-		"00020003-0004-0005-0006-000700080009": false, // the AMI default, byte-swapped
+		"00112233-4455-6677-8899-aabbccddeeff":   true,
+		"":                                       false,
+		" {} ":                                   false,
+		"00000000-0000-0000-0000-000000000000":   false,
+		"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF":   false,
+		"03000200-0400-0500-0006-000700080009":   false,
+		"00020003-0004-0005-0006-000700080009":   false, // the AMI default, byte-swapped
+		"00112233445566778899AABBCCDDEEFF":       true,
+		"{00112233-4455-6677-8899-aabbccddeeff}": true,
+		"VMware-42 1a 2b 3c":                     false, // not a UUID: not compared
+		"SN-4F7K2L9":                             false,
+		"00112233-4455-6677-8899-aabbccddeefg":   false,
 	} {
 		if got := verifiable(s); got != want {
 			t.Errorf("verifiable(%q) = %v, want %v", s, got, want)
