@@ -7,8 +7,10 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,6 +29,9 @@ type Result struct {
 	FinalizersRemoved int
 	// Remaining names the node's attachments that still exist.
 	Remaining []string
+	// Kept names the node's attachments left alone because a pod still on the node uses their
+	// volume ("attachment (volume, used by namespace/pod)"); they are not in Remaining.
+	Kept []string
 }
 
 // Releaser deletes a node's VolumeAttachments. Reader should read from the API server, not a
@@ -51,16 +56,34 @@ type Releaser struct {
 // mounted, and its kernel may still write the killed processes' dirty pages: skipping the
 // attacher's ControllerUnpublishVolume would let the replacement's node mount a volume that
 // node still writes, so its attachments wait for the attacher, however long.
+//
+// An attachment whose volume a pod still on the node uses (one the fence did not delete: it
+// tolerates the out-of-service taint, or came since) is kept, as Kubernetes' attach-detach
+// controller keeps a volume attached while a pod on its node uses it: deleting it would have the
+// attacher unpublish the volume under that pod, which may run (Result.Kept).
 func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Result, error) {
 	var list storagev1.VolumeAttachmentList
 	if err := r.Reader.List(ctx, &list); err != nil {
 		return Result{}, fmt.Errorf("listing volume attachments: %w", err)
 	}
 	r.prune(list.Items)
-	var res Result
+	var (
+		res   Result
+		inUse map[string]string // read once, when the node has an attachment
+	)
 	for i := range list.Items {
 		va := &list.Items[i]
 		if va.Spec.NodeName != node {
+			continue
+		}
+		if inUse == nil {
+			var err error
+			if inUse, err = r.volumesInUse(ctx, node); err != nil {
+				return res, err
+			}
+		}
+		if pv := va.Spec.Source.PersistentVolumeName; pv != nil && inUse[*pv] != "" {
+			res.Kept = append(res.Kept, fmt.Sprintf("%s (%s, used by %s)", va.Name, *pv, inUse[*pv]))
 			continue
 		}
 		gone, err := r.releaseOne(ctx, va, mayForce, &res)
@@ -72,6 +95,46 @@ func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Res
 		}
 	}
 	return res, nil
+}
+
+// volumesInUse names the persistent volumes that the pods on node use, each with one such pod
+// (namespace/name), as the attach-detach controller counts them: every pod bound to the node
+// that has not ended (Succeeded or Failed; a pod a fence force-deleted is marked Failed or is
+// gone), through its claims and its generic ephemeral volumes' claims. The map is never nil.
+func (r *Releaser) volumesInUse(ctx context.Context, node string) (map[string]string, error) {
+	inUse := map[string]string{}
+	var pods corev1.PodList
+	if err := r.Reader.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)}); err != nil {
+		return nil, fmt.Errorf("listing the pods on node %s: %w", node, err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, v := range pod.Spec.Volumes {
+			var claim string
+			switch {
+			case v.PersistentVolumeClaim != nil:
+				claim = v.PersistentVolumeClaim.ClaimName
+			case v.Ephemeral != nil:
+				claim = pod.Name + "-" + v.Name // the ephemeral volume controller's name for it
+			default:
+				continue
+			}
+			pvc := &corev1.PersistentVolumeClaim{}
+			if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: claim}, pvc); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, fmt.Errorf("reading claim %s/%s of pod %s on node %s: %w", pod.Namespace, claim, pod.Name, node, err)
+			}
+			if pv := pvc.Spec.VolumeName; pv != "" && inUse[pv] == "" {
+				inUse[pv] = pod.Namespace + "/" + pod.Name
+			}
+		}
+	}
+	return inUse, nil
 }
 
 // releaseOne deletes va, or frees it from a stuck attacher; it reports whether va is gone.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,6 +35,49 @@ func va(name, node string, deleting time.Duration, detachErr bool, finalizers ..
 }
 
 var now = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+// newClient is a fake API server holding objs, with the API server's pod field selector on
+// spec.nodeName.
+func newClient(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		Build()
+}
+
+// attachmentsLeft names the attachments in c, of any node.
+func attachmentsLeft(t *testing.T, c client.Client) []string {
+	t.Helper()
+	var list storagev1.VolumeAttachmentList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, v := range list.Items {
+		left = append(left, v.Name)
+	}
+	return left
+}
+
+// podUsing is a pod in namespace db on node, in phase, with a volume of each claim.
+func podUsing(name, node string, phase corev1.PodPhase, tolerations []corev1.Toleration, claims ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: name}, Spec: corev1.PodSpec{NodeName: node, Tolerations: tolerations},
+		Status: corev1.PodStatus{Phase: phase}}
+	for _, c := range claims {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: c, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
+	}
+	return p
+}
+
+// claim is claim name in namespace db, bound to volume pv.
+func claim(name, pv string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: name}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}}
+}
 
 func TestRelease(t *testing.T) {
 	tests := []struct {
@@ -65,11 +109,7 @@ func TestRelease(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := runtime.NewScheme()
-			if err := clientgoscheme.AddToScheme(s); err != nil {
-				t.Fatal(err)
-			}
-			c := fake.NewClientBuilder().WithScheme(s).WithObjects(tt.objs...).Build()
+			c := newClient(t, tt.objs...)
 			clock := now.Add(-tt.errorSeenFor)
 			r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
 			if tt.errorSeenFor > 0 {
@@ -85,15 +125,7 @@ func TestRelease(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("result (-want +got):\n%s", diff)
 			}
-			var list storagev1.VolumeAttachmentList
-			if err := c.List(context.Background(), &list); err != nil {
-				t.Fatal(err)
-			}
-			var left []string
-			for _, v := range list.Items {
-				left = append(left, v.Name)
-			}
-			if diff := cmp.Diff(tt.wantLeft, left); diff != "" {
+			if diff := cmp.Diff(tt.wantLeft, attachmentsLeft(t, c)); diff != "" {
 				t.Errorf("attachments left (-want +got):\n%s", diff)
 			}
 		})
@@ -103,13 +135,8 @@ func TestRelease(t *testing.T) {
 // The detach error must last: one cleared between passes, or forgotten by a new Releaser (a new
 // leader), starts the count again; an attachment gone is forgotten.
 func TestDetachErrorMustLast(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	a := va("a", "n1", time.Hour, true, finalizer)
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(a).Build()
+	c := newClient(t, va("a", "n1", time.Hour, true, finalizer))
 	clock := now
 	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
 	pass := func(when time.Duration, detachErr bool, want Result) {
@@ -155,11 +182,7 @@ func TestDetachErrorMustLast(t *testing.T) {
 // a stuck attacher's finalizer removed: skipping the unpublish would let the replacement's node
 // mount a volume that node's kernel may still write. The attachment waits for the attacher.
 func TestRunningNodeWaitsForItsAttacher(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(va("a", "n1", time.Hour, true, finalizer)).Build()
+	c := newClient(t, va("a", "n1", time.Hour, true, finalizer))
 	clock := now.Add(-time.Hour)
 	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
 	for _, at := range []time.Time{now.Add(-time.Hour), now} { // the error seen for an hour
@@ -175,5 +198,51 @@ func TestRunningNodeWaitsForItsAttacher(t *testing.T) {
 	var left storagev1.VolumeAttachment
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "a"}, &left); err != nil || len(left.Finalizers) != 1 {
 		t.Errorf("attachment a: finalizers %v (%v), want the attacher's kept", left.Finalizers, err)
+	}
+}
+
+// An attachment whose volume a pod still on the node uses is kept, as the attach-detach
+// controller keeps it: a pod that tolerates the out-of-service taint is not deleted by the fence
+// and may run on (the Executor leaves the node running); deleting its attachment would have the
+// attacher unpublish the volume under it. The volumes of pods that ended (a fence marks the pods
+// it force-deletes Failed), of pods on other nodes, and of claims gone are released; an
+// attachment already being deleted is not freed from its attacher either.
+func TestAttachmentsOfPodsLeftOnTheNodeAreKept(t *testing.T) {
+	tolerates := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	ephemeral := podUsing("cache-0", "n1", corev1.PodRunning, tolerates)
+	ephemeral.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}}}
+	c := newClient(t,
+		va("a", "n1", 0, false), va("b", "n1", 0, false), va("c", "n1", 0, false), va("d", "n1", 0, false),
+		va("e", "n1", time.Hour, true, finalizer), va("f", "n1", 0, false),
+		podUsing("backup-0", "n1", corev1.PodRunning, tolerates, "data-a", "data-b"), claim("data-a", "pv-a"), claim("data-b", "pv-b"),
+		ephemeral, claim("cache-0-scratch", "pv-c"),
+		podUsing("db-0", "n1", corev1.PodFailed, nil, "data-d"), claim("data-d", "pv-d"),
+		podUsing("job-0", "n1", corev1.PodPending, nil, "data-e"), claim("data-e", "pv-e"),
+		podUsing("db-1", "n2", corev1.PodRunning, nil, "data-f"), claim("data-f", "pv-f"),
+		podUsing("gone-0", "n1", corev1.PodRunning, tolerates, "no-such-claim"))
+	clock := now.Add(-time.Hour)
+	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
+	for _, at := range []time.Time{now.Add(-time.Hour), now} { // e's detach error seen for an hour
+		clock = at
+		got, err := r.Release(context.Background(), "n1", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Result{Kept: []string{"a (pv-a, used by db/backup-0)", "b (pv-b, used by db/backup-0)", "c (pv-c, used by db/cache-0)", "e (pv-e, used by db/job-0)"}}
+		if at.Equal(now) {
+			want.Deleted = 0
+		} else {
+			want.Deleted = 2 // d and f
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("pass at %s (-want +got):\n%s", at, diff)
+		}
+	}
+	var e storagev1.VolumeAttachment
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "e"}, &e); err != nil || len(e.Finalizers) != 1 {
+		t.Errorf("attachment e, its volume in use: %v, finalizers %v; want its attacher's kept", err, e.Finalizers)
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c", "e"}, attachmentsLeft(t, c)); diff != "" {
+		t.Errorf("attachments left (-want +got):\n%s", diff)
 	}
 }

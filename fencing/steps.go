@@ -89,5 +89,9 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 			"waiting for %s to go: %s; the CSI attacher detaches each (ControllerUnpublishVolume) and then removes its finalizer, which Palisade removes only after the attacher has reported a detach error for %s: if none goes, check that the driver's attacher runs",
 			countOf(len(res.Remaining), "volume attachment"), firstFew(res.Remaining), r.Attachments.Force())
 	}
+	if len(res.Kept) > 0 {
+		return done("%s of the node released; kept %s whose volume a pod still on the node uses (it tolerates the out-of-service taint, so the fence did not delete it; Kubernetes keeps them attached too): %s",
+			countOf(int(nf.Status.AttachmentsReleased), "volume attachment"), countOf(len(res.Kept), "attachment"), firstFew(res.Kept))
+	}
 	return done("%s of the node released", countOf(int(nf.Status.AttachmentsReleased), "volume attachment"))
 }

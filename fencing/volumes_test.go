@@ -3,11 +3,16 @@ package fencing
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	attachercontroller "github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -131,6 +136,55 @@ func TestStuckAttacherOfARunningNode(t *testing.T) {
 			err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, va)
 			if kept := err == nil && len(va.Finalizers) == 1; kept == tt.released {
 				t.Errorf("attacher's finalizer kept %v (%v), want %v", kept, err, !tt.released)
+			}
+		})
+	}
+}
+
+// A pod that tolerates the out-of-service taint is left on the fenced node (the Executor leaves
+// the node running, and the pod with it), and so is its volume's attachment: deleting it would
+// have the attacher unpublish the volume under a pod that may run. The node's other attachments
+// are released, and the step says which it kept and why.
+func TestAttachmentOfAPodLeftRunningIsKept(t *testing.T) {
+	for _, method := range []string{"executor", "ipmi"} {
+		t.Run(method, func(t *testing.T) {
+			w := newWorld(t, method)
+			ctx := context.Background()
+			for _, o := range []client.Object{
+				&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "backup-0"}, Spec: corev1.PodSpec{NodeName: "n1",
+					Tolerations: []corev1.Toleration{{Key: v1alpha1.TaintOutOfService, Operator: corev1.TolerationOpExists}},
+					Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-backup-0"}}}}},
+					Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+				&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "data-backup-0"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-backup"}},
+				&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-backup"}, Spec: storagev1.VolumeAttachmentSpec{NodeName: "n1", Attacher: "x.csi",
+					Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-backup")}}},
+			} {
+				if err := w.c.Create(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			nf := w.run(t)
+			if nf.Status.Phase != v1alpha1.PhaseReleased {
+				t.Fatalf("phase %s, want Released\n%s", nf.Status.Phase, goldenTrace(nf))
+			}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "va-backup"}, &storagev1.VolumeAttachment{}); err != nil {
+				t.Errorf("the attachment of the pod left on the node: %v, want it kept", err)
+			}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, &storagev1.VolumeAttachment{}); !apierrors.IsNotFound(err) {
+				t.Errorf("the node's other attachment: %v, want it released", err)
+			}
+			if err := w.c.Get(ctx, client.ObjectKey{Namespace: "db", Name: "backup-0"}, &corev1.Pod{}); err != nil {
+				t.Errorf("the pod tolerating the taint: %v, want it left alone", err)
+			}
+			var msg string
+			for _, s := range nf.Status.Steps {
+				if s.Name == v1alpha1.StepReleaseAttachments {
+					msg = s.Message
+				}
+			}
+			if !strings.Contains(msg, "kept 1 attachment") || !strings.Contains(msg, "va-backup (pv-backup, used by db/backup-0)") {
+				t.Errorf("ReleaseAttachments says %q: want the attachment kept, and why", msg)
 			}
 		})
 	}
