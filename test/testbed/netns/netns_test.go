@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -357,4 +358,68 @@ func deadPID(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return max + 1
+}
+
+// The relay forwards datagrams too, as a Service with a UDP port does: a node's datagram to the
+// relay's address reaches the target's UDP port of the same number as its TCP one, and the
+// target's answer comes back to the node. When the target moves (a new leader) the next datagram
+// goes to the new one; a cut of the relay's address drops datagrams as it does connections.
+func TestRelayForwardsDatagrams(t *testing.T) {
+	t.Parallel()
+	lan := netns.New(t)
+	a := lan.AddNode("a")
+	first, second := udpAnswerer(t, "first"), udpAnswerer(t, "second")
+	var mu sync.Mutex
+	target := first
+	relay := lan.RelayTo(t, "the answerers", func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return target
+	})
+	c, err := a.Dial(t.Context(), "udp", relay)
+	must(t, err)
+	defer c.Close()
+	ask := func(want string) error {
+		msg := datagram()
+		if _, err := c.Write(msg); err != nil {
+			return fmt.Errorf("sending: %w", err)
+		}
+		return await(c.SetReadDeadline, c.Read, append([]byte(want+" "), msg...))
+	}
+	if err := ask("first"); err != nil {
+		t.Fatalf("a datagram through the relay: %v", err)
+	}
+	mu.Lock()
+	target = second
+	mu.Unlock()
+	if err := ask("second"); err != nil {
+		t.Fatalf("a datagram through the relay after its target moved: %v", err)
+	}
+	must(t, a.Cut(endpoint(t, relay)))
+	if err := ask("second"); err == nil {
+		t.Error("a datagram through the relay's cut address was answered")
+	}
+	must(t, a.Heal())
+	if err := ask("second"); err != nil {
+		t.Errorf("a datagram through the relay after Heal: %v", err)
+	}
+}
+
+// udpAnswerer answers every datagram on a UDP port of 127.0.0.1 with name, a space and the
+// datagram; it returns the port's address.
+func udpAnswerer(t *testing.T, name string) string {
+	t.Helper()
+	pc, err := udpOnHost(t, "127.0.0.1", 0)
+	must(t, err)
+	go func() {
+		buf := make([]byte, 1024)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(append([]byte(name+" "), buf[:n]...), from)
+		}
+	}()
+	return pc.LocalAddr().String()
 }

@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -18,6 +19,11 @@ const relayDialTimeout = 5 * time.Second
 // is untouched, and TLS runs end to end through the relay. Cut the returned address
 // (ParseEndpoint) to cut a node off from the service alone. The relay and its connections
 // are closed in t.Cleanup. It returns the address "HostIP:port".
+//
+// The relay forwards UDP datagrams too, on the same port number, to the target's UDP port of
+// the same number as its TCP one, as a Service with a UDP port does (the agents' heartbeat
+// datagrams): each client's datagrams go out from a socket of their own, so the target's
+// answers come back to that client. A cut of the address drops both.
 func (l *LAN) Relay(t testing.TB, target string) string {
 	t.Helper()
 	addr := l.RelayTo(t, target, func() string { return target })
@@ -31,24 +37,112 @@ func (l *LAN) Relay(t testing.TB, target string) string {
 // names the target in errors.
 func (l *LAN) RelayTo(t testing.TB, what string, target func() string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(l.HostIP(), "0"))
+	ln, pc, err := listenBoth(l.HostIP())
 	if err != nil {
 		t.Fatalf("netns: starting relay to %s: %v", what, err)
 	}
-	r := &relay{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	r := &relay{ln: ln, udp: pc, target: target, conns: map[net.Conn]bool{}, sessions: map[string]*udpSession{}}
 	r.wg.Go(r.serve)
+	r.wg.Go(r.serveDatagrams)
 	t.Cleanup(r.close)
 	return ln.Addr().String()
 }
 
+// listenBoth listens on host at a free TCP port and on the UDP port of the same number.
+func listenBoth(host string) (net.Listener, *net.UDPConn, error) {
+	var err error
+	for range 20 { // the UDP port of a free TCP port is rarely taken; try another one if it is
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+			return nil, nil, err
+		}
+		var pc *net.UDPConn
+		if pc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(ln.Addr().(*net.TCPAddr).AddrPort())); err == nil {
+			return ln, pc, nil
+		}
+		ln.Close()
+	}
+	return nil, nil, err
+}
+
 type relay struct {
 	ln     net.Listener
+	udp    *net.UDPConn
 	target func() string
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]bool
+	mu       sync.Mutex
+	closed   bool
+	conns    map[net.Conn]bool
+	sessions map[string]*udpSession // by client address
+}
+
+// udpSession is one client's datagram path: its socket to the target, and the target it goes to.
+type udpSession struct {
+	target string
+	up     *net.UDPConn
+}
+
+// serveDatagrams forwards each datagram to the current target from its client's session.
+func (r *relay) serveDatagrams() {
+	buf := make([]byte, 64<<10)
+	for {
+		n, from, err := r.udp.ReadFromUDP(buf)
+		if err != nil {
+			return // closed
+		}
+		target := r.target()
+		if target == "" {
+			continue
+		}
+		if up := r.session(from, target); up != nil {
+			_, _ = up.Write(buf[:n])
+		}
+	}
+}
+
+// session is the socket from's datagrams go out from to target: the one it has, or a new one
+// when it has none or had another target (the leader moved); nil once the relay is closed or
+// when target cannot be dialed. A new socket's answers are copied back to from.
+func (r *relay) session(from *net.UDPAddr, target string) *net.UDPConn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	key := from.String()
+	if s := r.sessions[key]; s != nil {
+		if s.target == target {
+			return s.up
+		}
+		s.up.Close() // its copy back ends
+		delete(r.conns, s.up)
+	}
+	delete(r.sessions, key)
+	addr, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		return nil
+	}
+	up, err := net.DialUDP("udp", nil, addr)
+	if err != nil {
+		return nil
+	}
+	r.sessions[key] = &udpSession{target: target, up: up}
+	r.conns[up] = true
+	r.wg.Go(func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := up.Read(buf)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue // an ICMP error (nobody listening yet): the next datagram tries again
+			}
+			_, _ = r.udp.WriteToUDP(buf[:n], from)
+		}
+	})
+	return up
 }
 
 func (r *relay) serve() {
@@ -116,6 +210,7 @@ func (r *relay) close() {
 	r.mu.Lock()
 	r.closed = true
 	r.ln.Close()
+	r.udp.Close()
 	for c := range r.conns {
 		c.Close()
 	}
