@@ -84,6 +84,8 @@ type Heartbeat struct {
 	ProbedBy []PeerReport
 	// Received is when the server accepted it, on the server's clock.
 	Received time.Time
+	// SentAt is when the agent sent it, on the agent's clock (the Report's); zero when not given.
+	SentAt time.Time
 	// CertNotAfter is when the agent's client certificate expires.
 	CertNotAfter time.Time
 	// Executor is the executor status this heartbeat carried, nil for none (see also

@@ -510,7 +510,7 @@ func validate(rep agentwire.Report) error {
 func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartbeat {
 	hb := agentwire.Heartbeat{
 		Node: rep.Node, BootID: rep.BootID, Seq: rep.Seq, KubeletHealthy: rep.KubeletHealthy,
-		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, CertNotAfter: notAfter,
+		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, SentAt: rep.SentAt, CertNotAfter: notAfter,
 		Executor: rep.Executor, RunningContainers: rep.RunningContainers,
 	}
 	var skew time.Duration
@@ -535,10 +535,35 @@ func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartb
 	return hb
 }
 
+// overtakenFor bounds overtaken: a node's heartbeats are taken again, whatever their Seq and
+// SentAt, once none was recorded for this long.
+const overtakenFor = time.Minute
+
+// overtaken says whether hb was sent before prev, the node's heartbeat recorded already: the
+// network delayed it. An HTTPS heartbeat sent during a partition (its request in the TCP send
+// buffer when the agent gave up on it) is retransmitted after the heal and can arrive seconds
+// after heartbeats the agent sent since, on a new connection or as datagrams. Recorded, it would
+// show the node as it was before: its kubelet healthy before the agent stopped it for an order
+// it had not received yet, which made the Executor's window its longest (chaos seed 56), or
+// peers' reports stamped as fresh. The same boot, a lower Seq and an earlier SentAt: an agent
+// restarted (its Seq from 1 again) sends later, and a clock stepped back leaves the Seq rising.
+// Both at once are taken again after overtakenFor without a heartbeat recorded.
+func overtaken(prev, hb agentwire.Heartbeat) bool {
+	return hb.BootID == prev.BootID && hb.Seq < prev.Seq && !hb.SentAt.IsZero() && hb.SentAt.Before(prev.SentAt) &&
+		hb.Received.Sub(prev.Received) < overtakenFor
+}
+
 // record keeps hb (and its executor status) and returns the node's pending command, if any.
 func (s *Server) record(hb agentwire.Heartbeat) (agentwire.Command, bool) {
 	s.mu.Lock()
 	prev, seen := s.nodes[hb.Node]
+	if seen && overtaken(prev, hb) {
+		cmd, pending := s.commands[hb.Node]
+		s.mu.Unlock()
+		s.log.V(1).Info("ignored a heartbeat sent before the one recorded (delayed in the network)", "Node", klog.KRef("", hb.Node),
+			"seq", hb.Seq, "sentAt", hb.SentAt, "recordedSeq", prev.Seq, "recordedSentAt", prev.SentAt)
+		return cmd, pending
+	}
 	s.nodes[hb.Node] = hb
 	s.reindex(prev, hb)
 	prevStatus, hadStatus := s.statuses[hb.Node]

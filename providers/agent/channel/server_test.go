@@ -38,7 +38,7 @@ func TestHeartbeatAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := agentwire.Heartbeat{
-		Node: "n1", BootID: "b1", Seq: 7, KubeletHealthy: true, Interval: time.Second, Received: t0,
+		Node: "n1", BootID: "b1", Seq: 7, KubeletHealthy: true, Interval: time.Second, Received: t0, SentAt: agentClock,
 		CertNotAfter: loadPair(t, certFile, keyFile).Leaf.NotAfter,
 		// On the controller's clock; a time in the future is clamped to the receipt.
 		Peers: []agentwire.PeerReport{{Node: "n2", Reachable: true, At: t0.Add(-2 * time.Second)}, {Node: "n3", At: t0}},
@@ -52,6 +52,52 @@ func TestHeartbeatAccepted(t *testing.T) {
 	if id, err := c.Identity(); err != nil || id != "n1" {
 		t.Errorf("Identity() = %q, %v; want n1", id, err)
 	}
+}
+
+// A heartbeat the network delayed (an HTTPS request sent during a partition, retransmitted
+// after the heal) arrives after heartbeats its agent sent since: it is not recorded, so the node
+// is not shown as it was before (its kubelet healthy, no order yet) at a time it no longer is.
+// A restarted agent's heartbeats (Seq from 1 again, sent later), a new boot's, one whose agent's
+// clock stepped back (Seq rising) are recorded; so is any once none was for overtakenFor.
+func TestOvertakenHeartbeatNotRecorded(t *testing.T) {
+	p := newPKI(t)
+	now := t0
+	s := startServer(t, p, ServerOptions{Now: func() time.Time { return now }})
+	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
+	c := newClient(t, p, s.Addr(), certFile, keyFile)
+	agentClock := t0.Add(-time.Hour)
+	send := func(boot string, seq uint64, sentAt time.Time, healthy bool) {
+		t.Helper()
+		if _, err := c.Send(context.Background(), agentwire.Report{Node: "n1", BootID: boot, Seq: seq, KubeletHealthy: healthy, SentAt: sentAt}); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+	}
+	latest := func(want uint64, what string) {
+		t.Helper()
+		if hb, _, ok := s.Latest("n1"); !ok || hb.Seq != want {
+			t.Errorf("%s: latest heartbeat seq %d (%v), want %d", what, hb.Seq, ok, want)
+		}
+	}
+	send("b1", 63, agentClock.Add(63*time.Second), true)
+	send("b1", 64, agentClock.Add(64*time.Second), false) // the agent stopped its kubelet
+	send("b1", 50, agentClock.Add(50*time.Second), true)  // sent during the partition
+	latest(64, "a heartbeat sent before the latest, delayed")
+	if hb, _, _ := s.Latest("n1"); hb.KubeletHealthy {
+		t.Error("the delayed heartbeat's kubelet probe was recorded")
+	}
+	send("b1", 3, agentClock.Add(70*time.Second), true) // the agent restarted
+	latest(3, "a restarted agent's")
+	send("b1", 4, agentClock.Add(10*time.Second), true) // its clock stepped back an hour
+	latest(4, "after the agent's clock stepped back")
+	send("b2", 1, agentClock, true) // a new boot, its clock behind
+	latest(1, "a new boot's")
+	send("b2", 9, agentClock.Add(9*time.Second), true)
+	send("b2", 2, agentClock.Add(2*time.Second), true)
+	latest(9, "another delayed one")
+	now = now.Add(overtakenFor)
+	send("b2", 2, agentClock.Add(2*time.Second), true) // restarted with its clock stepped back: after a minute
+	latest(2, "after overtakenFor with none recorded")
 }
 
 // TestHeartbeatsShareOneConnection: heartbeats go over HTTP/1.1, and an agent's heartbeats,
