@@ -126,14 +126,14 @@ var recordedTarget = regexp.MustCompile(`^(.+) \((i-[0-9a-f]{8,17}) in ([a-z0-9-
 // a Target's String), for a Node that is gone: the machine the fence stopped, and the only one
 // it may act on. Without a record there is no instance to act on: BadTarget, not retried.
 func targetOfRecord(req providers.Request) (Target, error) {
+	const byHand = "If the node's instance may still run, stop it and force-detach its volumes by hand (aws ec2 stop-instances --force, aws ec2 detach-volume --force); then delete this NodeFence."
 	named := req.FencedTarget()
 	if named == "" {
-		return Target{}, providers.WithHint(power.BadTarget("node %s is gone, and this fence recorded no instance for method %s: there is nothing to act on", req.Node(), req.Method.Name),
-			"If the node's instance may still run, stop it and force-detach its volumes by hand (aws ec2 stop-instances --force, aws ec2 detach-volume --force); then delete this NodeFence.")
+		return Target{}, providers.WithHint(power.BadTarget("node %s is gone, and this fence recorded no instance for method %s: there is nothing to act on", req.Node(), req.Method.Name), byHand)
 	}
 	m := recordedTarget.FindStringSubmatch(named)
 	if m == nil || m[1] != req.Node() {
-		return Target{}, power.BadTarget("node %s is gone, and this fence's record of its instance, %q, names none of it", req.Node(), named)
+		return Target{}, providers.WithHint(power.BadTarget("node %s is gone, and this fence's record of its instance, %q, names none of it", req.Node(), named), byHand)
 	}
 	return Target{Node: m[1], InstanceID: m[2], Region: m[3]}, nil
 }

@@ -137,8 +137,8 @@ func TestForceDetachAfterTheNodeIsGone(t *testing.T) {
 		if providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) || st.State == providers.Confirmed || !strings.Contains(fmt.Sprint(err), "node-1 is gone") {
 			t.Errorf("%s: ReleaseVolumes = %+v, %v; want BadTarget, not retried, saying the node is gone", name, st, err)
 		}
-		if providers.HintOf(err) == "" {
-			t.Errorf("%s: no hint of what to do", name)
+		if !strings.Contains(providers.HintOf(err), "by hand") {
+			t.Errorf("%s: hint %q, want what to do by hand for a node that is gone", name, providers.HintOf(err))
 		}
 	}
 	for _, c := range ep.Calls() {

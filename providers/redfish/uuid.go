@@ -11,7 +11,7 @@ import (
 // SMBIOS before 2.6 and some BMCs store those three fields little-endian, so one machine may
 // read 00112233-4455-6677-8899-aabbccddeeff on one side and 33221100-5544-7766-8899-aabbccddeeff
 // on the other. Texts that are not 8-4-4-4-12 hex (or 32 hex digits) are compared as they are,
-// ignoring case.
+// ignoring case (the fence compares only verifiable UUIDs, so it never reaches that).
 func sameUUID(a, b string) bool {
 	a, b = bareUUID(a), bareUUID(b)
 	x, okA := uuidBytes(a)
