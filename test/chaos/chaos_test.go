@@ -104,6 +104,8 @@ func TestChaos(t *testing.T) {
 			t.Error("Palisade switched off and the operator force-deleting at NotReady, yet the checker saw no violation")
 		}
 	})
+	// At most parallel runs at once, whatever go test's -parallel (GOMAXPROCS by default).
+	slots := make(chan struct{}, parallel)
 	for _, s := range schedules {
 		name := fmt.Sprintf("seed=%d", s.Seed)
 		if s.Name != "" {
@@ -113,6 +115,8 @@ func TestChaos(t *testing.T) {
 			if parallel > 1 {
 				t.Parallel()
 			}
+			slots <- struct{}{}
+			t.Cleanup(func() { <-slots }) // the first cleanup registered runs last: after the run's own
 			t.Logf("%s", s)
 			v := run(t, s, vanilla)
 			mu.Lock()
@@ -131,7 +135,7 @@ func TestChaos(t *testing.T) {
 }
 
 // parallelFromEnv is envParallel: how many runs at once (go test's -parallel must allow as
-// many; make chaos passes both).
+// many; make chaos passes both; TestChaos never runs more, whatever -parallel allows).
 func parallelFromEnv(t *testing.T) int {
 	v := os.Getenv(envParallel)
 	if v == "" {
