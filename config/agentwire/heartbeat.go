@@ -18,6 +18,9 @@ const MaxIntervalMillis = 60_000
 // MaxBodyBytes bounds a heartbeat body and its answer: MaxPeers reports fit many times over.
 const MaxBodyBytes = 64 << 10
 
+// MaxInstance bounds a Report's Instance.
+const MaxInstance = 64
+
 // Report is the JSON body of one heartbeat, as the agent sends it.
 type Report struct {
 	// Node must be the CommonName of the agent's client certificate.
@@ -26,6 +29,9 @@ type Report struct {
 	BootID string `json:"bootID"`
 	// Seq counts the heartbeats of this agent process, from 1.
 	Seq uint64 `json:"seq"`
+	// Instance names this agent process (random, drawn at its start; at most MaxInstance
+	// bytes): Seq orders the heartbeats of one Instance. Empty from agents before it.
+	Instance string `json:"instance,omitempty"`
 	// KubeletHealthy is the agent's view of its kubelet (its healthz endpoint).
 	KubeletHealthy bool `json:"kubeletHealthy"`
 	// Peers are the agent's latest probes of its peers.
@@ -74,6 +80,7 @@ type Heartbeat struct {
 	Node           string
 	BootID         string
 	Seq            uint64
+	Instance       string
 	KubeletHealthy bool
 	Interval       time.Duration
 	// Peers are the node's probes of its peers, their times on the server's clock. The slice
@@ -84,8 +91,6 @@ type Heartbeat struct {
 	ProbedBy []PeerReport
 	// Received is when the server accepted it, on the server's clock.
 	Received time.Time
-	// SentAt is when the agent sent it, on the agent's clock (the Report's); zero when not given.
-	SentAt time.Time
 	// CertNotAfter is when the agent's client certificate expires.
 	CertNotAfter time.Time
 	// Executor is the executor status this heartbeat carried, nil for none (see also

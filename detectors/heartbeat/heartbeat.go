@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -115,6 +116,7 @@ type Heartbeater struct {
 	// with its policy's.
 	interval       time.Duration
 	seq            uint64
+	instance       string // this process's, drawn at New: seq orders its heartbeats
 	kubeletHealthy *bool  // nil until the first check
 	sendState      string // of the last heartbeat: "" before the first, "accepted", "refused <code>", "unreachable"
 }
@@ -124,7 +126,8 @@ type Heartbeater struct {
 func New(o Config, c Exchanger, cmds Orders, fence Fencer, peers Prober, log logr.Logger) *Heartbeater {
 	// The kubelet's healthz is plain HTTP on loopback: never through a proxy.
 	tr := &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: 4 * o.Interval}
-	return &Heartbeater{opts: o, client: c, kubelet: &http.Client{Transport: tr}, log: log, cmds: cmds, fence: fence, peers: peers, interval: o.Interval}
+	return &Heartbeater{opts: o, client: c, kubelet: &http.Client{Transport: tr}, log: log, cmds: cmds, fence: fence, peers: peers, interval: o.Interval,
+		instance: rand.Text()}
 }
 
 // Seq is the number of heartbeats sent; read it once Run returned.
@@ -168,7 +171,7 @@ func (h *Heartbeater) beat(ctx context.Context) {
 		peers, probedBy = h.peers.Reports(), h.peers.ProbedBy(pathWindow*h.interval)
 	}
 	resp, err := h.client.Exchange(sendCtx, agentwire.Report{
-		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, KubeletHealthy: healthy,
+		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, Instance: h.instance, KubeletHealthy: healthy,
 		Peers: peers, ProbedBy: probedBy, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
 		Executor: status, RunningContainers: h.cmds.ReadBack(sendCtx),
 		ProbePort: h.opts.ProbePort, ProbeHost: h.opts.ProbeHost, KubeletPort: h.opts.KubeletPort,

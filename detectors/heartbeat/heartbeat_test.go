@@ -134,6 +134,11 @@ func TestBeat(t *testing.T) {
 			if r.Node != "a" || r.BootID != "boot" || r.Seq != 1 || !r.KubeletHealthy || r.ProbePort != 9444 || r.KubeletPort != 10250 || r.IntervalMillis != 1000 {
 				t.Errorf("report %+v", r)
 			}
+			// Seq orders one process's heartbeats: each Heartbeater names itself apart.
+			again := New(Config{Node: "a", BootID: "boot", Interval: time.Second}, x, o, f, p, logr.Discard())
+			if r.Instance == "" || len(r.Instance) > agentwire.MaxInstance || r.Instance == again.instance {
+				t.Errorf("report's Instance %q, another Heartbeater's %q: want each its own, at most %d bytes", r.Instance, again.instance, agentwire.MaxInstance)
+			}
 		})
 	}
 }

@@ -477,6 +477,9 @@ func clientCert(r *http.Request) *x509.Certificate {
 }
 
 func validate(rep agentwire.Report) error {
+	if len(rep.Instance) > agentwire.MaxInstance {
+		return fmt.Errorf("instance of %d bytes, at most %d", len(rep.Instance), agentwire.MaxInstance)
+	}
 	if len(rep.Peers) > agentwire.MaxPeers {
 		return fmt.Errorf("%d peer reports, at most %d", len(rep.Peers), agentwire.MaxPeers)
 	}
@@ -509,8 +512,8 @@ func validate(rep agentwire.Report) error {
 // toHeartbeat records rep as received at now, moving peer times onto the server's clock.
 func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartbeat {
 	hb := agentwire.Heartbeat{
-		Node: rep.Node, BootID: rep.BootID, Seq: rep.Seq, KubeletHealthy: rep.KubeletHealthy,
-		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, SentAt: rep.SentAt, CertNotAfter: notAfter,
+		Node: rep.Node, BootID: rep.BootID, Seq: rep.Seq, Instance: rep.Instance, KubeletHealthy: rep.KubeletHealthy,
+		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, CertNotAfter: notAfter,
 		Executor: rep.Executor, RunningContainers: rep.RunningContainers,
 	}
 	var skew time.Duration
@@ -535,22 +538,17 @@ func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartb
 	return hb
 }
 
-// overtakenFor bounds overtaken: a node's heartbeats are taken again, whatever their Seq and
-// SentAt, once none was recorded for this long.
-const overtakenFor = time.Minute
-
 // overtaken says whether hb was sent before prev, the node's heartbeat recorded already: the
-// network delayed it. An HTTPS heartbeat sent during a partition (its request in the TCP send
-// buffer when the agent gave up on it) is retransmitted after the heal and can arrive seconds
-// after heartbeats the agent sent since, on a new connection or as datagrams. Recorded, it would
-// show the node as it was before: its kubelet healthy before the agent stopped it for an order
-// it had not received yet, which made the Executor's window its longest (chaos seed 56), or
-// peers' reports stamped as fresh. The same boot, a lower Seq and an earlier SentAt: an agent
-// restarted (its Seq from 1 again) sends later, and a clock stepped back leaves the Seq rising.
-// Both at once are taken again after overtakenFor without a heartbeat recorded.
+// same agent process (its boot and Instance) numbered it lower, so the network delayed it. An
+// HTTPS heartbeat sent during a partition (its request in the TCP send buffer when the agent gave
+// up on it) is retransmitted after the heal and can arrive seconds after heartbeats the agent
+// sent since, on a new connection or as datagrams. Taken, it would show the node as it was
+// before: its kubelet healthy before the agent stopped it for an order it had not received yet,
+// which made the Executor's window its longest (likely chaos seed 56), or its peers' reports
+// moved onto the server's clock as fresh. A restarted agent has another Instance; an agent that
+// names none (before Instance) is never overtaken.
 func overtaken(prev, hb agentwire.Heartbeat) bool {
-	return hb.BootID == prev.BootID && hb.Seq < prev.Seq && !hb.SentAt.IsZero() && hb.SentAt.Before(prev.SentAt) &&
-		hb.Received.Sub(prev.Received) < overtakenFor
+	return hb.Instance != "" && hb.Instance == prev.Instance && hb.BootID == prev.BootID && hb.Seq < prev.Seq
 }
 
 // record keeps hb (and its executor status) and returns the node's pending command, if any.
@@ -558,10 +556,19 @@ func (s *Server) record(hb agentwire.Heartbeat) (agentwire.Command, bool) {
 	s.mu.Lock()
 	prev, seen := s.nodes[hb.Node]
 	if seen && overtaken(prev, hb) {
+		// Its arrival still shows the agent alive (its Received counts, as any heartbeat's); what it
+		// says is older than what is recorded and is not taken.
+		if hb.Received.After(prev.Received) {
+			prev.Received = hb.Received
+			s.nodes[hb.Node] = prev
+		}
 		cmd, pending := s.commands[hb.Node]
 		s.mu.Unlock()
-		s.log.V(1).Info("ignored a heartbeat sent before the one recorded (delayed in the network)", "Node", klog.KRef("", hb.Node),
-			"seq", hb.Seq, "sentAt", hb.SentAt, "recordedSeq", prev.Seq, "recordedSentAt", prev.SentAt)
+		s.log.V(1).Info("a heartbeat sent before the one recorded (delayed in the network): its arrival counts, not what it says", "Node", klog.KRef("", hb.Node),
+			"seq", hb.Seq, "recordedSeq", prev.Seq)
+		if s.opts.OnHeartbeat != nil {
+			s.opts.OnHeartbeat(prev)
+		}
 		return cmd, pending
 	}
 	s.nodes[hb.Node] = hb

@@ -38,7 +38,7 @@ func TestHeartbeatAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := agentwire.Heartbeat{
-		Node: "n1", BootID: "b1", Seq: 7, KubeletHealthy: true, Interval: time.Second, Received: t0, SentAt: agentClock,
+		Node: "n1", BootID: "b1", Seq: 7, KubeletHealthy: true, Interval: time.Second, Received: t0,
 		CertNotAfter: loadPair(t, certFile, keyFile).Leaf.NotAfter,
 		// On the controller's clock; a time in the future is clamped to the receipt.
 		Peers: []agentwire.PeerReport{{Node: "n2", Reachable: true, At: t0.Add(-2 * time.Second)}, {Node: "n3", At: t0}},
@@ -55,49 +55,47 @@ func TestHeartbeatAccepted(t *testing.T) {
 }
 
 // A heartbeat the network delayed (an HTTPS request sent during a partition, retransmitted
-// after the heal) arrives after heartbeats its agent sent since: it is not recorded, so the node
-// is not shown as it was before (its kubelet healthy, no order yet) at a time it no longer is.
-// A restarted agent's heartbeats (Seq from 1 again, sent later), a new boot's, one whose agent's
-// clock stepped back (Seq rising) are recorded; so is any once none was for overtakenFor.
+// after the heal) arrives after heartbeats its agent process sent since: what it says is not
+// recorded, so the node is not shown as it was before (its kubelet healthy, no order yet) at a
+// time it no longer is; its arrival still counts (Received), as any heartbeat's. A restarted
+// agent's heartbeats (another Instance, Seq from 1 again), a new boot's, and those of an agent
+// that names no Instance are recorded as before.
 func TestOvertakenHeartbeatNotRecorded(t *testing.T) {
 	p := newPKI(t)
 	now := t0
-	s := startServer(t, p, ServerOptions{Now: func() time.Time { return now }})
+	var heard []time.Time
+	s := startServer(t, p, ServerOptions{Now: func() time.Time { return now }, OnHeartbeat: func(hb agentwire.Heartbeat) { heard = append(heard, hb.Received) }})
 	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
 	c := newClient(t, p, s.Addr(), certFile, keyFile)
-	agentClock := t0.Add(-time.Hour)
-	send := func(boot string, seq uint64, sentAt time.Time, healthy bool) {
+	send := func(boot, instance string, seq uint64, healthy bool) {
 		t.Helper()
-		if _, err := c.Send(context.Background(), agentwire.Report{Node: "n1", BootID: boot, Seq: seq, KubeletHealthy: healthy, SentAt: sentAt}); err != nil {
+		now = now.Add(time.Second)
+		if _, err := c.Send(context.Background(), agentwire.Report{Node: "n1", BootID: boot, Instance: instance, Seq: seq, KubeletHealthy: healthy}); err != nil {
 			t.Fatal(err)
 		}
-		now = now.Add(time.Second)
 	}
-	latest := func(want uint64, what string) {
+	latest := func(wantSeq uint64, wantHealthy bool, what string) {
 		t.Helper()
-		if hb, _, ok := s.Latest("n1"); !ok || hb.Seq != want {
-			t.Errorf("%s: latest heartbeat seq %d (%v), want %d", what, hb.Seq, ok, want)
+		hb, _, ok := s.Latest("n1")
+		if !ok || hb.Seq != wantSeq || hb.KubeletHealthy != wantHealthy || !hb.Received.Equal(now) {
+			t.Errorf("%s: latest heartbeat seq %d kubelet healthy %v received %s (%v), want seq %d, %v, received %s",
+				what, hb.Seq, hb.KubeletHealthy, hb.Received, ok, wantSeq, wantHealthy, now)
+		}
+		if n := len(heard); n == 0 || !heard[n-1].Equal(now) {
+			t.Errorf("%s: OnHeartbeat heard %v, want the arrival at %s last", what, heard, now)
 		}
 	}
-	send("b1", 63, agentClock.Add(63*time.Second), true)
-	send("b1", 64, agentClock.Add(64*time.Second), false) // the agent stopped its kubelet
-	send("b1", 50, agentClock.Add(50*time.Second), true)  // sent during the partition
-	latest(64, "a heartbeat sent before the latest, delayed")
-	if hb, _, _ := s.Latest("n1"); hb.KubeletHealthy {
-		t.Error("the delayed heartbeat's kubelet probe was recorded")
-	}
-	send("b1", 3, agentClock.Add(70*time.Second), true) // the agent restarted
-	latest(3, "a restarted agent's")
-	send("b1", 4, agentClock.Add(10*time.Second), true) // its clock stepped back an hour
-	latest(4, "after the agent's clock stepped back")
-	send("b2", 1, agentClock, true) // a new boot, its clock behind
-	latest(1, "a new boot's")
-	send("b2", 9, agentClock.Add(9*time.Second), true)
-	send("b2", 2, agentClock.Add(2*time.Second), true)
-	latest(9, "another delayed one")
-	now = now.Add(overtakenFor)
-	send("b2", 2, agentClock.Add(2*time.Second), true) // restarted with its clock stepped back: after a minute
-	latest(2, "after overtakenFor with none recorded")
+	send("b1", "i1", 63, true)
+	send("b1", "i1", 64, false) // the agent stopped its kubelet
+	send("b1", "i1", 50, true)  // sent during the partition, arrived after the heal
+	latest(64, false, "a heartbeat sent before the latest, delayed")
+	send("b1", "i2", 1, true) // the agent restarted
+	latest(1, true, "a restarted agent's")
+	send("b2", "i2", 1, false) // a new boot (an Instance drawn alike is no matter)
+	latest(1, false, "a new boot's")
+	send("b2", "", 9, true)
+	send("b2", "", 2, false) // an agent naming no Instance: taken as before
+	latest(2, false, "an agent without Instance")
 }
 
 // TestHeartbeatsShareOneConnection: heartbeats go over HTTP/1.1, and an agent's heartbeats,
