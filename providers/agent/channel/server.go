@@ -544,31 +544,37 @@ func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartb
 // up on it) is retransmitted after the heal and can arrive seconds after heartbeats the agent
 // sent since, on a new connection or as datagrams. Taken, it would show the node as it was
 // before: its kubelet healthy before the agent stopped it for an order it had not received yet,
-// which made the Executor's window its longest (likely chaos seed 56), or its peers' reports
-// moved onto the server's clock as fresh. A restarted agent has another Instance; an agent that
-// names none (before Instance) is never overtaken.
+// which made the Executor's window its longest (likely chaos seed 56), its peers' reports moved
+// onto the server's clock as fresh, and a heartbeat sent before a fence's confirmation as life
+// after it. It is not taken at all: the agent's later heartbeats already arrived.
+//
+// Only while those keep arriving: when prev is older than overtakenFor heartbeat intervals, a
+// lower Seq of the same process is taken (a machine restored from a memory snapshot numbers
+// again from where the snapshot was, and is alive), so that no live agent goes unheard for
+// longer than the silence that counts it lost. A restarted agent has another Instance; an agent
+// that names none (before Instance) is never overtaken.
 func overtaken(prev, hb agentwire.Heartbeat) bool {
-	return hb.Instance != "" && hb.Instance == prev.Instance && hb.BootID == prev.BootID && hb.Seq < prev.Seq
+	every := prev.Interval
+	if every <= 0 {
+		every = time.Second // the agent's default
+	}
+	return hb.Instance != "" && hb.Instance == prev.Instance && hb.BootID == prev.BootID && hb.Seq < prev.Seq &&
+		hb.Received.Sub(prev.Received) < overtakenFor*every
 }
+
+// overtakenFor is overtaken's bound, in heartbeat intervals: the silence after which the
+// controller counts an agent lost.
+const overtakenFor = 3
 
 // record keeps hb (and its executor status) and returns the node's pending command, if any.
 func (s *Server) record(hb agentwire.Heartbeat) (agentwire.Command, bool) {
 	s.mu.Lock()
 	prev, seen := s.nodes[hb.Node]
 	if seen && overtaken(prev, hb) {
-		// Its arrival still shows the agent alive (its Received counts, as any heartbeat's); what it
-		// says is older than what is recorded and is not taken.
-		if hb.Received.After(prev.Received) {
-			prev.Received = hb.Received
-			s.nodes[hb.Node] = prev
-		}
 		cmd, pending := s.commands[hb.Node]
 		s.mu.Unlock()
-		s.log.V(1).Info("a heartbeat sent before the one recorded (delayed in the network): its arrival counts, not what it says", "Node", klog.KRef("", hb.Node),
+		s.log.V(1).Info("ignored a heartbeat sent before the one recorded (delayed in the network)", "Node", klog.KRef("", hb.Node),
 			"seq", hb.Seq, "recordedSeq", prev.Seq)
-		if s.opts.OnHeartbeat != nil {
-			s.opts.OnHeartbeat(prev)
-		}
 		return cmd, pending
 	}
 	s.nodes[hb.Node] = hb
