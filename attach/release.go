@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	attachercontroller "github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
 
 // DefaultForceAfter is how long a deleted attachment's attacher must have reported a detach error
@@ -29,9 +31,14 @@ type Result struct {
 	FinalizersRemoved int
 	// Remaining names the node's attachments that still exist.
 	Remaining []string
-	// Kept names the node's attachments left alone because a pod still on the node uses their
-	// volume ("attachment (volume, used by namespace/pod)"); they are not in Remaining.
+	// Kept names the node's attachments left alone because a pod the fence leaves on the node
+	// (one tolerating the out-of-service taint) uses their volume ("attachment (volume, used by
+	// namespace/pod)"); they are not in Remaining.
 	Kept []string
+	// InUse names, alike, the node's attachments not deleted yet because a pod that is to go
+	// still uses their volume (not ended, and not tolerating the taint: with the policy's
+	// deletePods off, Kubernetes' own eviction deletes it); not in Remaining either.
+	InUse []string
 }
 
 // Releaser deletes a node's VolumeAttachments. Reader should read from the API server, not a
@@ -57,10 +64,13 @@ type Releaser struct {
 // attacher's ControllerUnpublishVolume would let the replacement's node mount a volume that
 // node still writes, so its attachments wait for the attacher, however long.
 //
-// An attachment whose volume a pod still on the node uses (one the fence did not delete: it
-// tolerates the out-of-service taint, or came since) is kept, as Kubernetes' attach-detach
-// controller keeps a volume attached while a pod on its node uses it: deleting it would have the
-// attacher unpublish the volume under that pod, which may run (Result.Kept).
+// An attachment whose volume a pod still on the node uses is not deleted, as Kubernetes'
+// attach-detach controller keeps a volume attached while a pod on its node uses it: deleting it
+// would have the attacher unpublish the volume under that pod, which may run. A pod tolerating
+// the out-of-service taint stays (Result.Kept); any other is to go, and its attachments wait for
+// it (Result.InUse). An attachment already being deleted is waited for, its attacher's finalizer
+// never removed while a pod uses its volume. Attachments of inline volumes (migrated in-tree
+// ones, no PersistentVolume) are not matched to pods.
 func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Result, error) {
 	var list storagev1.VolumeAttachmentList
 	if err := r.Reader.List(ctx, &list); err != nil {
@@ -69,7 +79,7 @@ func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Res
 	r.prune(list.Items)
 	var (
 		res   Result
-		inUse map[string]string // read once, when the node has an attachment
+		inUse map[string]podUse // read once, when the node has an attachment
 	)
 	for i := range list.Items {
 		va := &list.Items[i]
@@ -82,11 +92,23 @@ func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Res
 				return res, err
 			}
 		}
-		if pv := va.Spec.Source.PersistentVolumeName; pv != nil && inUse[*pv] != "" {
-			res.Kept = append(res.Kept, fmt.Sprintf("%s (%s, used by %s)", va.Name, *pv, inUse[*pv]))
-			continue
+		force := mayForce
+		if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
+			if u, used := inUse[*pv]; used {
+				named := fmt.Sprintf("%s (%s, used by %s)", va.Name, *pv, u.pod)
+				switch {
+				case va.DeletionTimestamp != nil:
+					force = false // already going: its attacher's unpublish is waited for
+				case u.stays:
+					res.Kept = append(res.Kept, named)
+					continue
+				default:
+					res.InUse = append(res.InUse, named)
+					continue
+				}
+			}
 		}
-		gone, err := r.releaseOne(ctx, va, mayForce, &res)
+		gone, err := r.releaseOne(ctx, va, force, &res)
 		if err != nil {
 			return res, err
 		}
@@ -97,12 +119,20 @@ func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Res
 	return res, nil
 }
 
+// podUse is a pod that uses a volume: its namespace/name, and whether it stays on the fenced
+// node (it tolerates the out-of-service taint).
+type podUse struct {
+	pod   string
+	stays bool
+}
+
 // volumesInUse names the persistent volumes that the pods on node use, each with one such pod
-// (namespace/name), as the attach-detach controller counts them: every pod bound to the node
-// that has not ended (Succeeded or Failed; a pod a fence force-deleted is marked Failed or is
-// gone), through its claims and its generic ephemeral volumes' claims. The map is never nil.
-func (r *Releaser) volumesInUse(ctx context.Context, node string) (map[string]string, error) {
-	inUse := map[string]string{}
+// (one that stays, if any does), as the attach-detach controller counts them: every pod bound to
+// the node that has not ended (Succeeded or Failed; a pod a fence force-deleted is marked Failed
+// or is gone), through its claims and its generic ephemeral volumes' claims. The map is never
+// nil.
+func (r *Releaser) volumesInUse(ctx context.Context, node string) (map[string]podUse, error) {
+	inUse := map[string]podUse{}
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)}); err != nil {
 		return nil, fmt.Errorf("listing the pods on node %s: %w", node, err)
@@ -129,8 +159,8 @@ func (r *Releaser) volumesInUse(ctx context.Context, node string) (map[string]st
 				}
 				return nil, fmt.Errorf("reading claim %s/%s of pod %s on node %s: %w", pod.Namespace, claim, pod.Name, node, err)
 			}
-			if pv := pvc.Spec.VolumeName; pv != "" && inUse[pv] == "" {
-				inUse[pv] = pod.Namespace + "/" + pod.Name
+			if pv := pvc.Spec.VolumeName; pv != "" && !inUse[pv].stays {
+				inUse[pv] = podUse{pod: pod.Namespace + "/" + pod.Name, stays: v1alpha1.ToleratesOutOfService(pod.Spec.Tolerations)}
 			}
 		}
 	}

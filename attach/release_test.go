@@ -201,24 +201,27 @@ func TestRunningNodeWaitsForItsAttacher(t *testing.T) {
 	}
 }
 
-// An attachment whose volume a pod still on the node uses is kept, as the attach-detach
-// controller keeps it: a pod that tolerates the out-of-service taint is not deleted by the fence
-// and may run on (the Executor leaves the node running); deleting its attachment would have the
-// attacher unpublish the volume under it. The volumes of pods that ended (a fence marks the pods
-// it force-deletes Failed), of pods on other nodes, and of claims gone are released; an
-// attachment already being deleted is not freed from its attacher either.
+// An attachment whose volume a pod still on the node uses is not deleted, as the attach-detach
+// controller keeps it. A pod that tolerates the out-of-service taint is not deleted by the fence
+// and may run on (the Executor leaves the node running): its attachments are Kept, since deleting
+// one would have the attacher unpublish the volume under it. Another pod still there is to go
+// (with the policy's deletePods off, Kubernetes' eviction deletes it): its attachments wait for
+// it (InUse). One already being deleted is waited for, its finalizer never removed while its
+// volume is in use. The volumes of pods that ended (a fence marks the pods it force-deletes
+// Failed), of pods on other nodes, and of claims gone are released.
 func TestAttachmentsOfPodsLeftOnTheNodeAreKept(t *testing.T) {
 	tolerates := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	ephemeral := podUsing("cache-0", "n1", corev1.PodRunning, tolerates)
 	ephemeral.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}}}
 	c := newClient(t,
 		va("a", "n1", 0, false), va("b", "n1", 0, false), va("c", "n1", 0, false), va("d", "n1", 0, false),
-		va("e", "n1", time.Hour, true, finalizer), va("f", "n1", 0, false),
+		va("e", "n1", time.Hour, true, finalizer), va("f", "n1", 0, false), va("g", "n1", 0, false),
 		podUsing("backup-0", "n1", corev1.PodRunning, tolerates, "data-a", "data-b"), claim("data-a", "pv-a"), claim("data-b", "pv-b"),
 		ephemeral, claim("cache-0-scratch", "pv-c"),
 		podUsing("db-0", "n1", corev1.PodFailed, nil, "data-d"), claim("data-d", "pv-d"),
-		podUsing("job-0", "n1", corev1.PodPending, nil, "data-e"), claim("data-e", "pv-e"),
+		podUsing("job-0", "n1", corev1.PodPending, tolerates, "data-e"), claim("data-e", "pv-e"),
 		podUsing("db-1", "n2", corev1.PodRunning, nil, "data-f"), claim("data-f", "pv-f"),
+		podUsing("db-2", "n1", corev1.PodRunning, nil, "data-g"), claim("data-g", "pv-g"),
 		podUsing("gone-0", "n1", corev1.PodRunning, tolerates, "no-such-claim"))
 	clock := now.Add(-time.Hour)
 	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
@@ -228,10 +231,9 @@ func TestAttachmentsOfPodsLeftOnTheNodeAreKept(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := Result{Kept: []string{"a (pv-a, used by db/backup-0)", "b (pv-b, used by db/backup-0)", "c (pv-c, used by db/cache-0)", "e (pv-e, used by db/job-0)"}}
-		if at.Equal(now) {
-			want.Deleted = 0
-		} else {
+		want := Result{Kept: []string{"a (pv-a, used by db/backup-0)", "b (pv-b, used by db/backup-0)", "c (pv-c, used by db/cache-0)"},
+			Remaining: []string{"e"}, InUse: []string{"g (pv-g, used by db/db-2)"}}
+		if !at.Equal(now) {
 			want.Deleted = 2 // d and f
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
@@ -242,7 +244,7 @@ func TestAttachmentsOfPodsLeftOnTheNodeAreKept(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "e"}, &e); err != nil || len(e.Finalizers) != 1 {
 		t.Errorf("attachment e, its volume in use: %v, finalizers %v; want its attacher's kept", err, e.Finalizers)
 	}
-	if diff := cmp.Diff([]string{"a", "b", "c", "e"}, attachmentsLeft(t, c)); diff != "" {
+	if diff := cmp.Diff([]string{"a", "b", "c", "e", "g"}, attachmentsLeft(t, c)); diff != "" {
 		t.Errorf("attachments left (-want +got):\n%s", diff)
 	}
 }

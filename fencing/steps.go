@@ -79,6 +79,15 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 	if err != nil {
 		return pending(retryRelease, ReasonAPIError, "releasing attachments: %v", err)
 	}
+	if len(res.InUse) > 0 && !stepEnabled(nf, v1alpha1.StepTaint) && !stepEnabled(nf, v1alpha1.StepDeletePods) {
+		// Nothing of the release removes those pods: their attachments stay, as Kubernetes keeps them.
+		res.Kept, res.InUse = append(res.Kept, res.InUse...), nil
+	}
+	if len(res.InUse) > 0 {
+		return pending(retryRelease, ReasonAttachmentsRemaining,
+			"waiting for the pods still on the node that use the volumes of %s to go before releasing them: %s; a pod of the node is deleted by DeletePods, or with the policy's deletePods off by Kubernetes (the out-of-service taint's eviction, then PodGC)",
+			countOf(len(res.InUse), "volume attachment"), firstFew(res.InUse))
+	}
 	if len(res.Remaining) > 0 && nodeRuns {
 		return pending(retryRelease, ReasonAttachmentsRemaining,
 			"waiting for %s to go: %s; the CSI attacher detaches each (ControllerUnpublishVolume) and then removes its finalizer. Node %s runs (method %s stopped its workload), its volumes still mounted, so Palisade never removes the finalizer itself: if the attacher keeps failing, unmount the volumes on the node or power it off",
@@ -90,7 +99,7 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 			countOf(len(res.Remaining), "volume attachment"), firstFew(res.Remaining), r.Attachments.Force())
 	}
 	if len(res.Kept) > 0 {
-		return done("%s of the node released; kept %s whose volume a pod still on the node uses (it tolerates the out-of-service taint, so the fence did not delete it; Kubernetes keeps them attached too): %s",
+		return done("%s of the node released; kept %s whose volume a pod left on the node uses (one tolerating the out-of-service taint, or any with the policy's outOfServiceTaint and deletePods off: it is not deleted, and Kubernetes keeps them attached too): %s",
 			countOf(int(nf.Status.AttachmentsReleased), "volume attachment"), countOf(len(res.Kept), "attachment"), firstFew(res.Kept))
 	}
 	return done("%s of the node released", countOf(int(nf.Status.AttachmentsReleased), "volume attachment"))

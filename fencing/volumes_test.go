@@ -189,3 +189,77 @@ func TestAttachmentOfAPodLeftRunningIsKept(t *testing.T) {
 		})
 	}
 }
+
+// With the policy's deletePods off, the fence deletes no pod: Kubernetes' eviction does, once
+// the out-of-service taint is on. Until the pod is gone its volume's attachment is not deleted
+// (the attach-detach controller keeps it too): the step waits, naming it, and then releases it.
+func TestAttachmentWaitsForThePodUsingIt(t *testing.T) {
+	w, pod := withDBVolume(t, func(r *v1alpha1.Release) { r.DeletePods = ptr.To(false) })
+	ctx := context.Background()
+	w.ticks = 20
+	got, ended := w.advance(t)
+	last := got.Status.Steps[len(got.Status.Steps)-1]
+	if ended || last.Name != v1alpha1.StepReleaseAttachments || !strings.Contains(last.Message, "va-db-0 (pv-db-0, used by db/db-0)") {
+		t.Fatalf("with db-0 still on the node: phase %s, last step %s %s: %s; want ReleaseAttachments waiting for db-0", got.Status.Phase, last.Name, last.State, last.Message)
+	}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "va-db-0"}, &storagev1.VolumeAttachment{}); err != nil {
+		t.Errorf("db-0's attachment while db-0 is on the node: %v, want it kept", err)
+	}
+	if err := w.c.Delete(ctx, pod); err != nil { // Kubernetes' eviction and PodGC
+		t.Fatal(err)
+	}
+	if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("phase %s once db-0 is gone, want Released", nf.Status.Phase)
+	}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "va-db-0"}, &storagev1.VolumeAttachment{}); !apierrors.IsNotFound(err) {
+		t.Errorf("db-0's attachment after db-0 went: %v, want it released", err)
+	}
+}
+
+// With neither the out-of-service taint nor deletePods, nothing of the release removes the pods:
+// their attachments are kept (Kubernetes keeps them attached too), and the fence is released.
+func TestAttachmentsOfPodsNothingRemovesAreKept(t *testing.T) {
+	w, _ := withDBVolume(t, func(r *v1alpha1.Release) { r.DeletePods, r.OutOfServiceTaint = ptr.To(false), ptr.To(false) })
+	ctx := context.Background()
+	got := w.run(t)
+	if got.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("phase %s, want Released", got.Status.Phase)
+	}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "va-db-0"}, &storagev1.VolumeAttachment{}); err != nil {
+		t.Errorf("db-0's attachment: %v, want it kept", err)
+	}
+}
+
+// withDBVolume is an IPMI world whose fence's release settings edit sets, and whose pod db-0 on
+// n1 uses claim data-db-0, bound to pv-db-0, attached to n1 as va-db-0.
+func withDBVolume(t *testing.T, edit func(*v1alpha1.Release)) (*world, *corev1.Pod) {
+	t.Helper()
+	w := newWorld(t, "ipmi")
+	ctx := context.Background()
+	nf := &v1alpha1.NodeFence{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	edit(&nf.Spec.Release)
+	if err := w.c.Update(ctx, nf); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{}
+	if err := w.c.Get(ctx, client.ObjectKey{Namespace: "db", Name: "db-0"}, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
+	if err := w.c.Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "data-db-0"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-db-0"}},
+		&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-db-0"}, Spec: storagev1.VolumeAttachmentSpec{NodeName: "n1", Attacher: "x.csi",
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-db-0")}}},
+	} {
+		if err := w.c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w, pod
+}
