@@ -310,6 +310,19 @@ func (s *Server) reindex(old, hb agentwire.Heartbeat) {
 			}
 		}
 	})
+	s.reachedBy(hb)
+	hb.Sightings(func(about string, sg agentwire.Sighting) {
+		m := s.about[about]
+		if m == nil {
+			m = map[string][]agentwire.Sighting{}
+			s.about[about] = m
+		}
+		m[hb.Node] = append(m[hb.Node], sg)
+	})
+}
+
+// reachedBy keeps, in LastReached, the latest acknowledged probe of each node that hb reports.
+func (s *Server) reachedBy(hb agentwire.Heartbeat) {
 	hb.Sightings(func(about string, sg agentwire.Sighting) {
 		if sg.Inbound && sg.At.After(s.reached[about]) {
 			if s.reached == nil {
@@ -317,12 +330,6 @@ func (s *Server) reindex(old, hb agentwire.Heartbeat) {
 			}
 			s.reached[about] = sg.At
 		}
-		m := s.about[about]
-		if m == nil {
-			m = map[string][]agentwire.Sighting{}
-			s.about[about] = m
-		}
-		m[hb.Node] = append(m[hb.Node], sg)
 	})
 }
 
@@ -452,8 +459,11 @@ func (s *Server) accept(rep agentwire.Report, node string, now, notAfter time.Ti
 	}
 	hb := toHeartbeat(rep, now, notAfter)
 	hb.ProbeAddresses = probeAddresses(rep, remote)
-	s.peers.update(node, hb.ProbeAddresses)
-	return s.record(hb)
+	cmd, pending, taken := s.record(hb)
+	if taken { // an overtaken heartbeat's addresses are as old as the rest of it
+		s.peers.update(node, hb.ProbeAddresses)
+	}
+	return cmd, pending
 }
 
 // answer is what node's agent, which heartbeats at intervalMillis, is told besides a command:
@@ -548,10 +558,9 @@ func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartb
 // onto the server's clock as fresh, and a heartbeat sent before a fence's confirmation as life
 // after it. It is not taken at all: the agent's later heartbeats already arrived.
 //
-// Only while those keep arriving: when prev is older than overtakenFor heartbeat intervals, a
+// Only while prev is recent (a minute, or three of its intervals if longer): after that a
 // lower Seq of the same process is taken (a machine restored from a memory snapshot numbers
-// again from where the snapshot was, and is alive), so that no live agent goes unheard for
-// longer than the silence that counts it lost. A restarted agent has another Instance; an agent
+// again from where the snapshot was, and is alive). A restarted agent has another Instance; an agent
 // that names none (before Instance) is never overtaken.
 func overtaken(prev, hb agentwire.Heartbeat) bool {
 	every := prev.Interval
@@ -559,23 +568,30 @@ func overtaken(prev, hb agentwire.Heartbeat) bool {
 		every = time.Second // the agent's default
 	}
 	return hb.Instance != "" && hb.Instance == prev.Instance && hb.BootID == prev.BootID && hb.Seq < prev.Seq &&
-		hb.Received.Sub(prev.Received) < overtakenFor*every
+		hb.Received.Sub(prev.Received) < max(overtakenIntervals*every, overtakenFor)
 }
 
-// overtakenFor is overtaken's bound, in heartbeat intervals: the silence after which the
-// controller counts an agent lost.
-const overtakenFor = 3
+// overtaken's bound: a lower Seq of one process is taken again once the recorded heartbeat is
+// this many of its intervals old, and at least overtakenFor. The longer it is, the later a
+// heartbeat delayed in the network can arrive and still be recognised (TCP retransmits a
+// request for minutes); the shorter, the sooner a machine restored from a snapshot is heard
+// (its Lease renewals and its peers show it alive meanwhile).
+const (
+	overtakenIntervals = 3
+	overtakenFor       = time.Minute
+)
 
 // record keeps hb (and its executor status) and returns the node's pending command, if any.
-func (s *Server) record(hb agentwire.Heartbeat) (agentwire.Command, bool) {
+func (s *Server) record(hb agentwire.Heartbeat) (cmd agentwire.Command, pending, taken bool) {
 	s.mu.Lock()
 	prev, seen := s.nodes[hb.Node]
 	if seen && overtaken(prev, hb) {
+		s.reachedBy(hb) // its peers' acknowledgements are kept as any heartbeat's: LastReached must miss none
 		cmd, pending := s.commands[hb.Node]
 		s.mu.Unlock()
 		s.log.V(1).Info("ignored a heartbeat sent before the one recorded (delayed in the network)", "Node", klog.KRef("", hb.Node),
 			"seq", hb.Seq, "recordedSeq", prev.Seq)
-		return cmd, pending
+		return cmd, pending, false
 	}
 	s.nodes[hb.Node] = hb
 	s.reindex(prev, hb)
@@ -583,7 +599,7 @@ func (s *Server) record(hb agentwire.Heartbeat) (agentwire.Command, bool) {
 	if hb.Executor != nil {
 		s.statuses[hb.Node] = *hb.Executor
 	}
-	cmd, pending := s.commands[hb.Node]
+	cmd, pending = s.commands[hb.Node]
 	s.mu.Unlock()
 	switch {
 	case !seen:
@@ -598,7 +614,7 @@ func (s *Server) record(hb agentwire.Heartbeat) (agentwire.Command, bool) {
 	if s.opts.OnHeartbeat != nil {
 		s.opts.OnHeartbeat(hb)
 	}
-	return cmd, pending
+	return cmd, pending, true
 }
 
 // logWriter sends the http.Server's own errors (failed TLS handshakes among them) to the logger.

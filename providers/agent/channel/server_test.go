@@ -59,8 +59,9 @@ func TestHeartbeatAccepted(t *testing.T) {
 // the node is not shown as it was before (its kubelet healthy, no order yet) at a time it no
 // longer is, nor heard after a moment it was sent before. A restarted agent's heartbeats
 // (another Instance, Seq from 1 again), a new boot's, those of an agent that names no Instance,
-// and a lower Seq once the recorded one is overtakenFor intervals old (a machine restored from
-// a memory snapshot) are recorded.
+// and a lower Seq once the recorded one is overtakenFor old (a machine restored from a memory
+// snapshot) are recorded. An overtaken heartbeat's peers' acknowledgements still count in
+// LastReached, which must miss none.
 func TestOvertakenHeartbeatNotRecorded(t *testing.T) {
 	p := newPKI(t)
 	now := t0
@@ -68,10 +69,12 @@ func TestOvertakenHeartbeatNotRecorded(t *testing.T) {
 	s := startServer(t, p, ServerOptions{Now: func() time.Time { return now }, OnHeartbeat: func(agentwire.Heartbeat) { heard++ }})
 	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
 	c := newClient(t, p, s.Addr(), certFile, keyFile)
+	var probedBy []agentwire.PeerReport
 	send := func(after time.Duration, boot, instance string, seq uint64, healthy bool) {
 		t.Helper()
 		now = now.Add(after)
-		if _, err := c.Send(context.Background(), agentwire.Report{Node: "n1", BootID: boot, Instance: instance, Seq: seq, KubeletHealthy: healthy, IntervalMillis: 1000}); err != nil {
+		if _, err := c.Send(context.Background(), agentwire.Report{Node: "n1", BootID: boot, Instance: instance, Seq: seq, KubeletHealthy: healthy,
+			IntervalMillis: 1000, SentAt: now, ProbedBy: probedBy}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,18 +89,25 @@ func TestOvertakenHeartbeatNotRecorded(t *testing.T) {
 	send(time.Second, "b1", "i1", 63, true)
 	send(time.Second, "b1", "i1", 64, false) // the agent stopped its kubelet
 	at64 := now
+	probedBy = []agentwire.PeerReport{{Node: "n2", Reachable: true, At: now.Add(time.Second)}}
 	send(2*time.Second, "b1", "i1", 50, true) // sent during the partition, arrived after the heal
+	probedBy = nil
 	latest(64, false, at64, "a heartbeat sent before the latest, delayed")
 	if heard != 2 {
 		t.Errorf("OnHeartbeat called %d times, want 2: not for the delayed one", heard)
+	}
+	if got := s.LastReached("n2"); !got.Equal(at64.Add(time.Second)) {
+		t.Errorf("LastReached(n2) = %s, want the delayed heartbeat's acknowledgement at %s", got, at64.Add(time.Second))
 	}
 	send(time.Second, "b1", "i2", 1, true) // the agent restarted
 	latest(1, true, now, "a restarted agent's")
 	send(time.Second, "b2", "i2", 1, false) // a new boot (an Instance drawn alike is no matter)
 	latest(1, false, now, "a new boot's")
 	send(time.Second, "b2", "i2", 40, false)
-	send(overtakenFor*time.Second, "b2", "i2", 20, true) // restored from a snapshot, after the silence that counts it lost
-	latest(20, true, now, "a lower Seq after overtakenFor intervals")
+	send(overtakenFor-time.Second, "b2", "i2", 20, true)
+	latest(40, false, now.Add(-overtakenFor+time.Second), "a lower Seq within overtakenFor")
+	send(time.Second, "b2", "i2", 21, true) // restored from a snapshot
+	latest(21, true, now, "a lower Seq after overtakenFor")
 	send(time.Second, "b2", "", 9, true)
 	send(time.Second, "b2", "", 2, false) // an agent naming no Instance: taken as before
 	latest(2, false, now, "an agent without Instance")
