@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,11 +68,12 @@ type Releaser struct {
 // An attachment whose volume a pod still on the node uses is not deleted, as Kubernetes'
 // attach-detach controller keeps a volume attached while a pod on its node uses it: deleting it
 // would have the attacher unpublish the volume under that pod, which may run. A pod tolerating
-// the out-of-service taint stays (Result.Kept); any other is to go, and its attachments wait for
-// it (Result.InUse). An attachment already being deleted is waited for, its attacher's finalizer
-// never removed while a pod uses its volume. Attachments of inline volumes (migrated in-tree
-// ones, no PersistentVolume) are not matched to pods.
-func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Result, error) {
+// the out-of-service taint stays (Result.Kept), and so does one created after stayAfter (the
+// fence's confirmation: not a pod the fence found there, such as a replacement scheduled onto
+// a node left running); any other is to go, and its attachments wait for it (Result.InUse). An
+// attachment already being deleted goes as any other. Attachments of inline volumes (migrated
+// in-tree ones, no PersistentVolume) are not matched to pods.
+func (r *Releaser) Release(ctx context.Context, node string, mayForce bool, stayAfter time.Time) (Result, error) {
 	var list storagev1.VolumeAttachmentList
 	if err := r.Reader.List(ctx, &list); err != nil {
 		return Result{}, fmt.Errorf("listing volume attachments: %w", err)
@@ -88,27 +90,22 @@ func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Res
 		}
 		if inUse == nil {
 			var err error
-			if inUse, err = r.volumesInUse(ctx, node); err != nil {
+			if inUse, err = r.volumesInUse(ctx, node, stayAfter); err != nil {
 				return res, err
 			}
 		}
-		force := mayForce
-		if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
+		if pv := va.Spec.Source.PersistentVolumeName; pv != nil && va.DeletionTimestamp == nil {
 			if u, used := inUse[*pv]; used {
 				named := fmt.Sprintf("%s (%s, used by %s)", va.Name, *pv, u.pod)
-				switch {
-				case va.DeletionTimestamp != nil:
-					force = false // already going: its attacher's unpublish is waited for
-				case u.stays:
+				if u.stays {
 					res.Kept = append(res.Kept, named)
-					continue
-				default:
+				} else {
 					res.InUse = append(res.InUse, named)
-					continue
 				}
+				continue
 			}
 		}
-		gone, err := r.releaseOne(ctx, va, force, &res)
+		gone, err := r.releaseOne(ctx, va, mayForce, &res)
 		if err != nil {
 			return res, err
 		}
@@ -120,7 +117,7 @@ func (r *Releaser) Release(ctx context.Context, node string, mayForce bool) (Res
 }
 
 // podUse is a pod that uses a volume: its namespace/name, and whether it stays on the fenced
-// node (it tolerates the out-of-service taint).
+// node (it tolerates the out-of-service taint, or came after the fence's confirmation).
 type podUse struct {
 	pod   string
 	stays bool
@@ -128,10 +125,10 @@ type podUse struct {
 
 // volumesInUse names the persistent volumes that the pods on node use, each with one such pod
 // (one that stays, if any does), as the attach-detach controller counts them: every pod bound to
-// the node that has not ended (Succeeded or Failed; a pod a fence force-deleted is marked Failed
-// or is gone), through its claims and its generic ephemeral volumes' claims. The map is never
-// nil.
-func (r *Releaser) volumesInUse(ctx context.Context, node string) (map[string]podUse, error) {
+// the node that has not ended (Succeeded or Failed, or deleted with none of its containers
+// running; a pod a fence force-deleted is marked Failed or is gone), through its claims and its
+// generic ephemeral volumes' claims (those the pod owns). The map is never nil.
+func (r *Releaser) volumesInUse(ctx context.Context, node string, stayAfter time.Time) (map[string]podUse, error) {
 	inUse := map[string]podUse{}
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)}); err != nil {
@@ -139,9 +136,10 @@ func (r *Releaser) volumesInUse(ctx context.Context, node string) (map[string]po
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if ended(pod) {
 			continue
 		}
+		stays := v1alpha1.ToleratesOutOfService(pod.Spec.Tolerations) || !stayAfter.IsZero() && pod.CreationTimestamp.After(stayAfter)
 		for _, v := range pod.Spec.Volumes {
 			var claim string
 			switch {
@@ -159,12 +157,34 @@ func (r *Releaser) volumesInUse(ctx context.Context, node string) (map[string]po
 				}
 				return nil, fmt.Errorf("reading claim %s/%s of pod %s on node %s: %w", pod.Namespace, claim, pod.Name, node, err)
 			}
+			if v.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod) {
+				continue // a claim of that name made for another pod
+			}
 			if pv := pvc.Spec.VolumeName; pv != "" && !inUse[pv].stays {
-				inUse[pv] = podUse{pod: pod.Namespace + "/" + pod.Name, stays: v1alpha1.ToleratesOutOfService(pod.Spec.Tolerations)}
+				inUse[pv] = podUse{pod: pod.Namespace + "/" + pod.Name, stays: stays}
 			}
 		}
 	}
 	return inUse, nil
+}
+
+// ended says whether pod no longer uses its volumes, as the attach-detach controller judges it:
+// Succeeded or Failed, or deleted with none of its containers running.
+func ended(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, c := range statuses {
+			if c.State.Running != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // releaseOne deletes va, or frees it from a stuck attacher; it reports whether va is gone.

@@ -113,12 +113,12 @@ func TestRelease(t *testing.T) {
 			clock := now.Add(-tt.errorSeenFor)
 			r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
 			if tt.errorSeenFor > 0 {
-				if _, err := r.Release(context.Background(), "n1", true); err != nil {
+				if _, err := r.Release(context.Background(), "n1", true, time.Time{}); err != nil {
 					t.Fatal(err)
 				}
 				clock = now
 			}
-			got, err := r.Release(context.Background(), "n1", true)
+			got, err := r.Release(context.Background(), "n1", true, time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,7 @@ func TestDetachErrorMustLast(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got, err := r.Release(ctx, "n1", true)
+		got, err := r.Release(ctx, "n1", true, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func TestRunningNodeWaitsForItsAttacher(t *testing.T) {
 	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
 	for _, at := range []time.Time{now.Add(-time.Hour), now} { // the error seen for an hour
 		clock = at
-		got, err := r.Release(context.Background(), "n1", false)
+		got, err := r.Release(context.Background(), "n1", false, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,48 +203,64 @@ func TestRunningNodeWaitsForItsAttacher(t *testing.T) {
 
 // An attachment whose volume a pod still on the node uses is not deleted, as the attach-detach
 // controller keeps it. A pod that tolerates the out-of-service taint is not deleted by the fence
-// and may run on (the Executor leaves the node running): its attachments are Kept, since deleting
-// one would have the attacher unpublish the volume under it. Another pod still there is to go
-// (with the policy's deletePods off, Kubernetes' eviction deletes it): its attachments wait for
-// it (InUse). One already being deleted is waited for, its finalizer never removed while its
-// volume is in use. The volumes of pods that ended (a fence marks the pods it force-deletes
-// Failed), of pods on other nodes, and of claims gone are released.
+// and may run on (the Executor leaves the node running), nor is one created after the fence's
+// confirmation (a replacement scheduled onto a node left running): their attachments are Kept,
+// since deleting one would have the attacher unpublish the volume under it. Another pod still
+// there is to go (with the policy's deletePods off, Kubernetes' eviction deletes it): its
+// attachments wait for it (InUse). The volumes of pods that ended (a fence marks the pods it
+// force-deletes Failed; a deleted pod with no container running), of pods on other nodes, of
+// claims gone, and of an ephemeral claim of that name made for another pod are released; so is
+// an attachment already being deleted, freed from a stuck attacher as any other.
 func TestAttachmentsOfPodsLeftOnTheNodeAreKept(t *testing.T) {
 	tolerates := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	confirmed := now.Add(-2 * time.Hour)
 	ephemeral := podUsing("cache-0", "n1", corev1.PodRunning, tolerates)
+	ephemeral.UID = "cache-0-uid"
 	ephemeral.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}}}
+	owned := claim("cache-0-scratch", "pv-c")
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "cache-0", UID: "cache-0-uid", Controller: ptr.To(true)}}
+	notOwned := podUsing("cache-1", "n1", corev1.PodRunning, tolerates)
+	notOwned.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}}}
+	replacement := podUsing("db-3", "n1", corev1.PodRunning, nil, "data-h")
+	replacement.CreationTimestamp = metav1.NewTime(confirmed.Add(time.Minute))
+	stopped := podUsing("db-4", "n1", corev1.PodRunning, nil, "data-i")
+	stopped.DeletionTimestamp, stopped.Finalizers = &metav1.Time{Time: now}, []string{"example.com/hold"}
+	stopped.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "db", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}}
 	c := newClient(t,
 		va("a", "n1", 0, false), va("b", "n1", 0, false), va("c", "n1", 0, false), va("d", "n1", 0, false),
-		va("e", "n1", time.Hour, true, finalizer), va("f", "n1", 0, false), va("g", "n1", 0, false),
+		va("e", "n1", time.Hour, true, finalizer), va("f", "n1", 0, false), va("g", "n1", 0, false), va("h", "n1", 0, false),
+		va("i", "n1", 0, false), va("j", "n1", 0, false),
 		podUsing("backup-0", "n1", corev1.PodRunning, tolerates, "data-a", "data-b"), claim("data-a", "pv-a"), claim("data-b", "pv-b"),
-		ephemeral, claim("cache-0-scratch", "pv-c"),
+		ephemeral, owned, notOwned, claim("cache-1-scratch", "pv-j"),
 		podUsing("db-0", "n1", corev1.PodFailed, nil, "data-d"), claim("data-d", "pv-d"),
 		podUsing("job-0", "n1", corev1.PodPending, tolerates, "data-e"), claim("data-e", "pv-e"),
 		podUsing("db-1", "n2", corev1.PodRunning, nil, "data-f"), claim("data-f", "pv-f"),
 		podUsing("db-2", "n1", corev1.PodRunning, nil, "data-g"), claim("data-g", "pv-g"),
+		replacement, claim("data-h", "pv-h"), stopped, claim("data-i", "pv-i"),
 		podUsing("gone-0", "n1", corev1.PodRunning, tolerates, "no-such-claim"))
 	clock := now.Add(-time.Hour)
 	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
-	for _, at := range []time.Time{now.Add(-time.Hour), now} { // e's detach error seen for an hour
+	kept := []string{"a (pv-a, used by db/backup-0)", "b (pv-b, used by db/backup-0)", "c (pv-c, used by db/cache-0)", "h (pv-h, used by db/db-3)"}
+	inUse := []string{"g (pv-g, used by db/db-2)"}
+	for _, pass := range []struct { // e's detach error seen for an hour
+		at   time.Time
+		want Result
+	}{
+		{now.Add(-time.Hour), Result{Deleted: 4, Remaining: []string{"e"}, Kept: kept, InUse: inUse}}, // d, f, i and j
+		{now, Result{FinalizersRemoved: 1, Kept: kept, InUse: inUse}},
+	} {
+		at, want := pass.at, pass.want
 		clock = at
-		got, err := r.Release(context.Background(), "n1", true)
+		got, err := r.Release(context.Background(), "n1", true, confirmed)
 		if err != nil {
 			t.Fatal(err)
-		}
-		want := Result{Kept: []string{"a (pv-a, used by db/backup-0)", "b (pv-b, used by db/backup-0)", "c (pv-c, used by db/cache-0)"},
-			Remaining: []string{"e"}, InUse: []string{"g (pv-g, used by db/db-2)"}}
-		if !at.Equal(now) {
-			want.Deleted = 2 // d and f
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("pass at %s (-want +got):\n%s", at, diff)
 		}
 	}
-	var e storagev1.VolumeAttachment
-	if err := c.Get(context.Background(), client.ObjectKey{Name: "e"}, &e); err != nil || len(e.Finalizers) != 1 {
-		t.Errorf("attachment e, its volume in use: %v, finalizers %v; want its attacher's kept", err, e.Finalizers)
-	}
-	if diff := cmp.Diff([]string{"a", "b", "c", "e", "g"}, attachmentsLeft(t, c)); diff != "" {
+	if diff := cmp.Diff([]string{"a", "b", "c", "g", "h"}, attachmentsLeft(t, c)); diff != "" {
 		t.Errorf("attachments left (-want +got):\n%s", diff)
 	}
 }
+

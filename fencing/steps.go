@@ -74,7 +74,7 @@ func (r *NodeFenceReconciler) taint(ctx context.Context, nf *v1alpha1.NodeFence)
 // the Executor left running).
 func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
 	nodeRuns := !checksLiveness(nf)
-	res, err := r.Attachments.Release(ctx, nf.Spec.NodeName, !nodeRuns)
+	res, err := r.Attachments.Release(ctx, nf.Spec.NodeName, !nodeRuns, fencedAt(nf))
 	nf.Status.AttachmentsReleased += int32(res.Deleted)
 	if err != nil {
 		return pending(retryRelease, ReasonAPIError, "releasing attachments: %v", err)
