@@ -263,4 +263,3 @@ func TestAttachmentsOfPodsLeftOnTheNodeAreKept(t *testing.T) {
 		t.Errorf("attachments left (-want +got):\n%s", diff)
 	}
 }
-
