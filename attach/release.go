@@ -32,9 +32,9 @@ type Result struct {
 	FinalizersRemoved int
 	// Remaining names the node's attachments that still exist.
 	Remaining []string
-	// Kept names the node's attachments left alone because a pod the fence leaves on the node
-	// (one tolerating the out-of-service taint) uses their volume ("attachment (volume, used by
-	// namespace/pod)"); they are not in Remaining.
+	// Kept names the node's attachments left alone because a pod that stays on the node (one
+	// tolerating the out-of-service taint, or created after the fence's confirmation) uses their
+	// volume ("attachment (volume, used by namespace/pod)"); they are not in Remaining.
 	Kept []string
 	// InUse names, alike, the node's attachments not deleted yet because a pod that is to go
 	// still uses their volume (not ended, and not tolerating the taint: with the policy's

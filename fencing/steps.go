@@ -99,7 +99,7 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 			countOf(len(res.Remaining), "volume attachment"), firstFew(res.Remaining), r.Attachments.Force())
 	}
 	if len(res.Kept) > 0 {
-		return done("%s of the node released; kept %s whose volume a pod left on the node uses (one tolerating the out-of-service taint, or any with the policy's outOfServiceTaint and deletePods off: it is not deleted, and Kubernetes keeps them attached too): %s",
+		return done("%s of the node released; kept %s whose volume a pod left on the node uses (one tolerating the out-of-service taint, one created after the confirmation, or any with the policy's outOfServiceTaint and deletePods off: it is not deleted, and Kubernetes keeps them attached too): %s",
 			countOf(int(nf.Status.AttachmentsReleased), "volume attachment"), countOf(len(res.Kept), "attachment"), firstFew(res.Kept))
 	}
 	return done("%s of the node released", countOf(int(nf.Status.AttachmentsReleased), "volume attachment"))
