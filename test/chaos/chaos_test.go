@@ -75,7 +75,48 @@ const (
 	// heal is given to be fenced: on a loaded machine (three runs side by side) detection can
 	// take longer, and a run healed before the fence began tests no fence at all.
 	awaitFence = time.Minute
+	// settleCut is how long the fences are given to end before the heal while the controllers
+	// cannot reach the API server until it (their API access cut): they cannot end before it.
+	settleCut = 3 * time.Minute
 )
+
+// Check (d)'s bound beyond the policy's method timeouts (fenceBound).
+const (
+	// executorWindow is the Executor's longest verify window by design: the kubelet's longest
+	// crash back-off and 1 s after the confirmation, then three heartbeat intervals for a
+	// read-back (README, "No release while the node shows life").
+	executorWindow = 5*time.Minute + time.Second + 3*time.Second
+	// powerWindow is any other method's: a kubelet renewal interval and 1 s after the last
+	// renewal seen, the agent's three intervals, and a Lease renewal's worth more.
+	powerWindow = 11*time.Second + 3*time.Second + 10*time.Second
+	// releaseAllowance is the release (taint, pod deletions, attachments detached by the CSI
+	// attacher), a controller restarted or a leader handed over, and the work queue's
+	// back-offs, on a machine running several runs side by side.
+	releaseAllowance = 2 * time.Minute
+)
+
+// fenceBound is check (d)'s bound for the fences of policy p (nil: vanilla, no fences): the
+// longest a fence may take by design when every method of its chain takes its whole timeout
+// and is followed by its longest verify window, and the release. With the Executor first
+// (1 min) and IPMI (30 s), 8 min 58 s.
+func fenceBound(p *v1alpha1.FencingPolicy) time.Duration {
+	if p == nil {
+		return 0
+	}
+	d := releaseAllowance
+	for _, m := range p.Spec.Methods {
+		timeout := time.Minute // the API's default
+		if m.Timeout != nil {
+			timeout = m.Timeout.Duration
+		}
+		window := powerWindow
+		if m.Type == v1alpha1.MethodExecutor {
+			window = executorWindow
+		}
+		d += timeout + window
+	}
+	return d
+}
 
 // TestChaos runs seeded fault schedules on three real machines running a 3-replica witness
 // StatefulSet and two palisade-controller replicas, heals everything, and judges the run with
@@ -208,7 +249,7 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	sc := realscene.Start(t, o)
 	st := &striker{t: t, sc: sc}
 	if !vanilla {
-		sc.CreatePolicy(t, 20*time.Second, policy)
+		st.bound = fenceBound(sc.CreatePolicy(t, 20*time.Second, policy))
 		st.ctrls = sc.StartControllers(t, 2)
 	}
 	t.Logf("scene: controllers started at %s", time.Since(begin).Round(100*time.Millisecond))
@@ -229,7 +270,7 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	time.Sleep(time.Until(start.Add(s.Quiet() + detectAfter)))
 	st.awaitFences(s, awaitFence)
 	settleFrom := time.Now()
-	st.settle(3 * time.Minute)
+	st.settle(false)
 	fences, err := st.logFences()
 	if !vanilla {
 		st.checkFenced(fences, err, s.Fenced)
@@ -244,12 +285,15 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 		pods[i] = realscene.PodName(i)
 		st.waitWrite(pods[i], healed, 3*time.Minute)
 	}
+	// Check (d) judges every fence: one still open is given the rest of its bound to end.
+	st.settle(true)
 	t.Logf("phases: scene %s, faults and detection %s, fences ending and faults held %s, heal %s, replicas writing again %s",
 		start.Sub(begin).Round(time.Second), settleFrom.Sub(start).Round(time.Second), healFrom.Sub(settleFrom).Round(time.Second),
 		healed.Sub(healFrom).Round(time.Second), time.Since(healed).Round(time.Second))
 	return checker.Check(checker.Input{
 		History: sc.History(t), Audit: sc.Audit(t), Releasers: []string{realscene.ControllerUser},
-		MayFence: st.mayFence(s), PowerOffs: st.powerOffs(s), End: time.Now(), Pods: pods, Healed: healed, Fences: st.fencesNow(),
+		MayFence: st.mayFence(s), PowerOffs: st.powerOffs(s), FenceBound: st.bound, Outages: st.outagesNow(),
+		End: time.Now(), Pods: pods, Healed: healed, Fences: st.fencesNow(),
 	})
 }
 
@@ -276,6 +320,59 @@ type striker struct {
 	// a fence of it before then is of a healthy node.
 	mu     sync.Mutex
 	struck map[string]time.Time
+	// outages are the spans in which the controllers could not reach the API server (their
+	// access cut, the API server restarting after an etcd cut), each with its kind; a zero To
+	// is under way.
+	outages     []checker.Outage
+	outageKinds []Kind
+	// bound is check (d)'s bound (fenceBound).
+	bound time.Duration
+}
+
+// outage records an outage of kind starting now and returns what ends it alone.
+func (st *striker) outage(kind Kind) (end func()) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.outages, st.outageKinds = append(st.outages, checker.Outage{From: time.Now()}), append(st.outageKinds, kind)
+	i := len(st.outages) - 1
+	return func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.outages[i].To.IsZero() {
+			st.outages[i].To = time.Now()
+		}
+	}
+}
+
+// endOutages ends every outage of kind under way (healing the controllers' access heals
+// every cut of it).
+func (st *striker) endOutages(kind Kind) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for i := range st.outages {
+		if st.outageKinds[i] == kind && st.outages[i].To.IsZero() {
+			st.outages[i].To = time.Now()
+		}
+	}
+}
+
+// underWay says whether an outage of kind is under way.
+func (st *striker) underWay(kind Kind) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for i, o := range st.outages {
+		if st.outageKinds[i] == kind && o.To.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// outagesNow are the outages so far.
+func (st *striker) outagesNow() []checker.Outage {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.Clone(st.outages)
 }
 
 // holds counts the faults holding something down: of overlapping faults on the same process,
@@ -353,7 +450,11 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 		if down == 0 {
 			down = 30 * time.Second
 		}
-		st.wg.Go(func() { st.check(st.sc.Cluster.RestartAPIServer(context.Background(), down)) })
+		end := st.outage(EtcdCut)
+		st.wg.Go(func() {
+			st.check(st.sc.Cluster.RestartAPIServer(context.Background(), down))
+			end()
+		})
 	case KubeletKill:
 		if !m.Running() {
 			return nil
@@ -405,7 +506,11 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 			return nil // vanilla: no controller to cut
 		}
 		st.check(st.sc.CutControllersFromAPI())
-		return st.sc.HealControllers
+		st.outage(ControllerAPICut)
+		return func() error {
+			defer st.endOutages(ControllerAPICut)
+			return st.sc.HealControllers()
+		}
 	}
 	return nil
 }
@@ -487,17 +592,23 @@ func (st *striker) awaitFences(s Schedule, d time.Duration) {
 }
 
 // settle waits until no NodeFence is under way, so that healing (power back on) cannot look
-// like a fenced node coming back to life.
-func (st *striker) settle(timeout time.Duration) {
+// like a fenced node coming back to life, and so that check (d) judges every fence: it gives
+// each open fence the rest of its bound (st.bound, not counting the outages). It gives up
+// sooner only before the heal while the controllers' API access is cut until it (settleCut).
+func (st *striker) settle(healed bool) {
 	var open []string
 	var last []v1alpha1.Step // the last steps of the first fence under way, for the log
 	var node string          // its node
-	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	from := time.Now()
+	why := ""
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*st.bound+settleCut, true, func(ctx context.Context) (bool, error) {
 		var list v1alpha1.NodeFenceList
 		if err := st.sc.Cluster.Client.List(ctx, &list); err != nil {
 			return false, nil
 		}
 		open, last = open[:0], nil
+		outages := st.outagesNow()
+		past := 0 // open fences past their bound
 		for _, nf := range list.Items {
 			// Recovered comes after Released: a machine whose fault ended by itself (power back
 			// on) rebooted and was unfenced before the heal.
@@ -506,13 +617,33 @@ func (st *striker) settle(timeout time.Duration) {
 				if last == nil {
 					last, node = nf.Status.Steps[max(0, len(nf.Status.Steps)-3):], nf.Spec.NodeName
 				}
+				if checker.ActiveTime(nf.CreationTimestamp.Time, time.Now(), outages) > st.bound {
+					past++
+				}
 			}
 		}
-		return len(open) == 0, nil
+		switch {
+		case len(open) == 0:
+			return true, nil
+		case past == len(open):
+			why = fmt.Sprintf("past their bound %s", st.bound)
+			return true, nil
+		case !healed && st.underWay(ControllerAPICut) && time.Since(from) > settleCut:
+			why = fmt.Sprintf("the controllers cut from the API server until the heal, after %s", settleCut)
+			return true, nil
+		}
+		return false, nil
 	})
 	if err != nil {
-		// Healed anyway; check (d) judges the fences against its own bound.
-		st.t.Logf("settle: fences still under way after %s, healing anyway: %v", timeout, open)
+		why = fmt.Sprintf("not ended after %s", time.Since(from).Round(time.Second))
+	}
+	if len(open) > 0 {
+		// Check (d) judges them.
+		then := "healing anyway"
+		if healed {
+			then = "ending the run"
+		}
+		st.t.Logf("settle: fences still under way, %s, %s: %v", why, then, open)
 		for _, s := range last { // what the first one waits for
 			st.t.Logf("settle:   %s %s %s attempts=%d: %s", s.Name, s.State, s.Reason, s.Attempts, s.Message)
 		}
@@ -640,6 +771,7 @@ func (st *striker) healAll() time.Time {
 		}
 	}
 	st.check(st.sc.HealControllers())
+	st.endOutages(ControllerAPICut)
 	for _, c := range st.ctrls {
 		if !c.Running() {
 			st.check(c.Restart())

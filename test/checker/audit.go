@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -273,8 +274,16 @@ func NoHealthyFenced(evs []Event, mayFence map[string]time.Time, offs []PowerOff
 	return v
 }
 
-// FencesEnd is check (d).
-func FencesEnd(evs []Event, bound time.Duration, end time.Time) []Violation {
+// Outage is a span in which the controllers could not reach the API server (the run's own
+// faults: their API access cut, the API server cut from etcd and restarting). A fence cannot
+// advance then, so (d) does not count it. A zero To lasts until the run's end.
+type Outage struct{ From, To time.Time }
+
+// FencesEnd is check (d): every fence ended, Released or Failed with a reason, within bound of
+// its creation, not counting the outages. A fence still open at end is a violation either way:
+// past its bound it did not end; within it, the run ended before it could be judged (a harness
+// must wait for its fences, as the chaos runner does).
+func FencesEnd(evs []Event, bound time.Duration, end time.Time, outages []Outage) []Violation {
 	type fence struct {
 		node    string
 		created time.Time
@@ -305,14 +314,51 @@ func FencesEnd(evs []Event, bound time.Duration, end time.Time) []Violation {
 	var v []Violation
 	for _, name := range order {
 		x := fences[name]
-		switch took := x.ended.Sub(x.created); {
-		case x.ended.IsZero() && end.Sub(x.created) > bound:
-			v = append(v, Violation{"d FencesEnd", fmt.Sprintf("NodeFence %s of node %s created at %s has not ended %s later",
-				name, x.node, x.created.Format("15:04:05.000"), end.Sub(x.created).Round(time.Second))})
-		case !x.ended.IsZero() && took > bound:
-			v = append(v, Violation{"d FencesEnd", fmt.Sprintf("NodeFence %s of node %s ended (%s) only %s after its creation, bound %s",
-				name, x.node, x.how, took.Round(time.Second), bound)})
+		to := x.ended
+		if to.IsZero() {
+			to = end
+		}
+		took := ActiveTime(x.created, to, outages)
+		out := ""
+		if d := to.Sub(x.created) - took; d > 0 {
+			out = fmt.Sprintf(" (%s of it outside the controllers' outages)", took.Round(time.Second))
+		}
+		switch {
+		case x.ended.IsZero() && took > bound:
+			v = append(v, Violation{"d FencesEnd", fmt.Sprintf("NodeFence %s of node %s created at %s has not ended %s later%s, bound %s",
+				name, x.node, x.created.Format("15:04:05.000"), end.Sub(x.created).Round(time.Second), out, bound)})
+		case x.ended.IsZero():
+			v = append(v, Violation{"d FencesEnd", fmt.Sprintf("NodeFence %s of node %s created at %s was still open when the run ended %s later%s, within its bound %s: the run did not wait to judge it",
+				name, x.node, x.created.Format("15:04:05.000"), end.Sub(x.created).Round(time.Second), out, bound)})
+		case took > bound:
+			v = append(v, Violation{"d FencesEnd", fmt.Sprintf("NodeFence %s of node %s ended (%s) only %s after its creation%s, bound %s",
+				name, x.node, x.how, x.ended.Sub(x.created).Round(time.Second), out, bound)})
 		}
 	}
 	return v
+}
+
+// ActiveTime is the time from from to to outside the outages (an outage under way, with no To,
+// lasts until to; overlapping outages count once).
+func ActiveTime(from, to time.Time, outages []Outage) time.Duration {
+	var in []Outage // the outages clipped to [from, to], by start
+	for _, o := range outages {
+		if o.To.IsZero() {
+			o.To = to
+		}
+		if s, e := maxTime(from, o.From), minTime(to, o.To); e.After(s) {
+			in = append(in, Outage{s, e})
+		}
+	}
+	slices.SortFunc(in, func(a, b Outage) int { return a.From.Compare(b.From) })
+	d := to.Sub(from)
+	var covered time.Time // the end of the outages subtracted so far
+	for _, o := range in {
+		s := maxTime(o.From, covered)
+		if o.To.After(s) {
+			d -= o.To.Sub(s)
+			covered = o.To
+		}
+	}
+	return d
 }

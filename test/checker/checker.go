@@ -35,9 +35,10 @@ type Input struct {
 	// it struck (zero: not known); PowerOffs what the BMCs received.
 	MayFence  map[string]time.Time
 	PowerOffs []PowerOff
-	// FenceBound is how long a fence may take to end; default 5 minutes. End is the end of
-	// the run (fences still open then have not ended).
+	// FenceBound is how long a fence may take to end, not counting Outages; default 5
+	// minutes. End is the end of the run: a fence still open then is a violation (d).
 	FenceBound time.Duration
+	Outages    []Outage
 	End        time.Time
 	// Pods must all write after Healed.
 	Pods   []string
@@ -56,7 +57,7 @@ func Check(in Input) []Violation {
 	v = append(v, NoWriteAfterRemoval(in.History, in.Audit, time.Second)...)
 	v = append(v, NoEarlyRelease(in.Audit, in.Releasers)...)
 	v = append(v, NoHealthyFenced(in.Audit, in.MayFence, in.PowerOffs)...)
-	v = append(v, FencesEnd(in.Audit, in.FenceBound, in.End)...)
+	v = append(v, FencesEnd(in.Audit, in.FenceBound, in.End, in.Outages)...)
 	v = append(v, ReplicasReturn(in.History, in.Pods, in.Healed)...)
 	return v
 }

@@ -258,19 +258,30 @@ func TestNoHealthyFenced(t *testing.T) {
 
 func TestFencesEnd(t *testing.T) {
 	bound := 10 * time.Second
+	created := fence(0, "create", "n1", "", "", "")
+	released := func(at int) Event { return fence(at, "update", "n1", "Released", "True", "PowerOff") }
 	for name, tc := range map[string]struct {
-		evs  []Event
-		want []string
+		evs     []Event
+		outages []Outage
+		want    []string
 	}{
-		"released in time":        {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(5000, "update", "n1", "Released", "True", "PowerOff")}},
-		"failed with a reason":    {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(5000, "update", "n1", "Failed", "False", "BMCUnreachable")}},
-		"failed without a reason": {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(5000, "update", "n1", "Failed", "False", "")}, want: []string{"d FencesEnd"}},
-		"never ended":             {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(5000, "update", "n1", "Fencing", "", "")}, want: []string{"d FencesEnd"}},
-		"ended too late":          {evs: []Event{fence(0, "create", "n1", "", "", ""), fence(15000, "update", "n1", "Released", "True", "PowerOff")}, want: []string{"d FencesEnd"}},
-		"still young at the end":  {evs: []Event{fence(15000, "create", "n1", "", "", "")}},
+		"released in time":        {evs: []Event{created, released(5000)}},
+		"failed with a reason":    {evs: []Event{created, fence(5000, "update", "n1", "Failed", "False", "BMCUnreachable")}},
+		"failed without a reason": {evs: []Event{created, fence(5000, "update", "n1", "Failed", "False", "")}, want: []string{"d FencesEnd"}},
+		"never ended":             {evs: []Event{created, fence(5000, "update", "n1", "Fencing", "", "")}, want: []string{"d FencesEnd"}},
+		"ended too late":          {evs: []Event{created, released(15000)}, want: []string{"d FencesEnd"}},
+		// The run ended before the fence's bound: it cannot be judged, and that is the run's fault.
+		"still young at the end":                          {evs: []Event{fence(15000, "create", "n1", "", "", "")}, want: []string{"d FencesEnd"}},
+		"open at the end, the controllers cut until then": {evs: []Event{created}, outages: []Outage{{From: ms(5000)}}, want: []string{"d FencesEnd"}},
+		// The time the controllers could not reach the API server is not the fence's.
+		"late, the controllers cut meanwhile": {evs: []Event{created, released(15000)}, outages: []Outage{{ms(2000), ms(9000)}}},
+		"late, an outage before the fence":    {evs: []Event{fence(6000, "create", "n1", "", "", ""), released(17000)}, outages: []Outage{{ms(0), ms(5000)}}, want: []string{"d FencesEnd"}},
+		"late, outages that overlap count once": {evs: []Event{created, released(17000)}, outages: []Outage{{ms(2000), ms(8000)}, {ms(3000), ms(8000)}},
+			want: []string{"d FencesEnd"}},
+		"late, two outages apart": {evs: []Event{created, released(17000)}, outages: []Outage{{ms(2000), ms(6000)}, {ms(10000), ms(14000)}}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			v := FencesEnd(tc.evs, bound, ms(20000))
+			v := FencesEnd(tc.evs, bound, ms(20000), tc.outages)
 			if diff := cmp.Diff(tc.want, checks(v)); diff != "" {
 				t.Errorf("FencesEnd (-want +got):\n%s\n%v", diff, v)
 			}

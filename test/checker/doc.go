@@ -19,7 +19,10 @@
 //     Input.MayFence (the nodes the run's faults struck), nor for one of them before the first
 //     fault that may fence it struck.
 //   - FencesEnd (d): every NodeFence reaches phase Released, or Failed with a reason in its
-//     Fenced condition, within Input.FenceBound of its creation.
+//     Fenced condition, within Input.FenceBound of its creation, not counting Input.Outages
+//     (spans in which the controllers could not reach the API server). A fence still open at
+//     the run's end is a violation: past its bound it did not end, within it the run ended
+//     before it could be judged.
 //   - ReplicasReturn (e): every pod of Input.Pods has an accepted write after Input.Healed.
 //   - AuditComplete: the audit log holds the creation of every pod UID that wrote and of every
 //     NodeFence in Input.Fences, so that (b)–(d) cannot pass on a log that lost what they judge.

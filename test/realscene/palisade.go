@@ -29,8 +29,8 @@ import (
 const ControllerUser = "admin"
 
 // CreatePolicy creates the BMC Secret and the scene's FencingPolicy (IPMI, the given Lease
-// timeout) over every machine, changed by edit.
-func (s *Scene) CreatePolicy(t testing.TB, leaseTimeout time.Duration, edit ...func(*v1alpha1.FencingPolicy)) {
+// timeout) over every machine, changed by edit, and returns it.
+func (s *Scene) CreatePolicy(t testing.TB, leaseTimeout time.Duration, edit ...func(*v1alpha1.FencingPolicy)) *v1alpha1.FencingPolicy {
 	t.Helper()
 	ctx := context.Background()
 	if err := s.Cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scenario.SecretNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -48,6 +48,7 @@ func (s *Scene) CreatePolicy(t testing.TB, leaseTimeout time.Duration, edit ...f
 	if err := s.Cluster.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	return p
 }
 
 // Controller is one palisade-controller process (a replica) in the scene's controller
