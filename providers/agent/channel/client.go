@@ -36,6 +36,9 @@ type ClientOptions struct {
 	Logger logr.Logger
 	// NoDatagrams sends every heartbeat over HTTPS (see agentwire's "Heartbeat datagrams").
 	NoDatagrams bool
+	// Dial opens the TCP connection to Address; default a net.Dialer's (tests dial from a
+	// network namespace).
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Client sends an agent's heartbeats to the controller: as authenticated datagrams once the
@@ -78,8 +81,20 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	}
 	roots, _, _ := pool.Get()
 	c := &Client{url: "https://" + opts.Address + agentwire.HeartbeatPath, cert: cert, timeout: opts.Timeout}
+	dial := opts.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
 	c.newTransport = func() *http.Transport {
 		return &http.Transport{
+			DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+				conn, err := dial(ctx, network, address)
+				if err != nil {
+					return nil, err
+				}
+				abortOnClose(conn)
+				return conn, nil
+			},
 			TLSClientConfig: &tls.Config{
 				MinVersion: tls.VersionTLS13,
 				RootCAs:    roots,
@@ -99,6 +114,18 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		c.dg = &clientDatagrams{address: opts.Address, timeout: opts.Timeout, log: opts.Logger}
 	}
 	return c, nil
+}
+
+// abortOnClose makes closing conn abort it (a reset, SO_LINGER 0) instead of ending it in
+// order, which discards what it has not yet delivered. The transport closes a connection when
+// a heartbeat's time runs out; ended in order, the kernel would keep retransmitting the
+// request the network dropped, after the agent gave up on it, and deliver it once the network
+// heals: the node's state from before, arriving as news. The controller ignores such a
+// heartbeat when a newer one of the agent came first (its Seq), not when it comes first.
+func abortOnClose(conn net.Conn) {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
 }
 
 // httpClient returns the client of the current transport. When the certificate files changed
