@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"strings"
@@ -143,6 +144,81 @@ func TestHandshakeQueueWaitBounded(t *testing.T) {
 	acceptHandshaken(t, l)
 }
 
+// TestHandshakesNewestFirst: of the connections waiting for a worker, the newest is handshaken
+// first. Under more load than the processors can handshake, the oldest are those whose agents
+// gave up: served first, every handshake went to a closed connection. The only worker is held
+// by a handshaken connection nobody accepts yet, while two more connect, one after the other.
+func TestHandshakesNewestFirst(t *testing.T) {
+	p := newPKI(t)
+	s, l, _ := listenHandshakes(t, p, ServerOptions{MaxHandshakes: 1, handshakeTimeout: 5 * time.Second})
+	config := agentTLSConfig(t, p)
+	first, err := dialAgent(s.Addr(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	waiting := make([]net.Conn, 2) // oldest first
+	for i := range waiting {
+		raw, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		go func() { _, _ = agentHandshake(raw, config) }()
+		waiting[i] = raw
+		waitUntil(t, fmt.Sprintf("%d connections queued", i+1), func() bool { return l.queue.len() == i+1 })
+	}
+	for i, want := range []net.Conn{first, waiting[1], waiting[0]} {
+		conn, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		if got := conn.RemoteAddr().String(); got != want.LocalAddr().String() {
+			t.Errorf("accepted %d: the connection from %s, want %s (first, then the newest, then the oldest: %s, %s, %s)",
+				i+1, got, want.LocalAddr(), first.LocalAddr(), waiting[1].LocalAddr(), waiting[0].LocalAddr())
+		}
+	}
+}
+
+// A full queue takes a new connection in place of the one that waited longest; connections are
+// taken newest first.
+func TestConnStack(t *testing.T) {
+	s := newConnStack(2)
+	q := func(i int) queuedConn { return queuedConn{at: t0.Add(time.Duration(i) * time.Second)} }
+	for i := range 2 {
+		if _, full := s.push(q(i)); full {
+			t.Fatalf("push %d into a queue of 2: full", i)
+		}
+	}
+	if old, full := s.push(q(2)); !full || !old.at.Equal(q(0).at) {
+		t.Fatalf("push into a full queue returned %v, %v; want the oldest (%v), full", old.at, full, q(0).at)
+	}
+	if _, full := s.push(q(3)); !full {
+		t.Fatal("push into a full queue: not full")
+	}
+	for _, want := range []int{3, 2} {
+		select {
+		case <-s.ready:
+		default:
+			t.Fatalf("no token for the connection of %d", want)
+		}
+		if got := s.pop(); !got.at.Equal(q(want).at) {
+			t.Errorf("pop = %v, want %v", got.at, q(want).at)
+		}
+	}
+	select {
+	case <-s.ready:
+		t.Error("a token left with the queue empty")
+	default:
+	}
+	s.push(q(4))
+	s.push(q(5))
+	if d := s.drain(); len(d) != 2 || !d[0].at.Equal(q(4).at) || s.len() != 0 {
+		t.Errorf("drain = %d connections (first %v), %d left; want 2, the oldest first, none left", len(d), d[0].at, s.len())
+	}
+}
+
 // TestHandshakeListenerClose: Close while one connection is being handshaken and 19 wait in
 // the queue closes them all, makes a pending and every later Accept return net.ErrClosed, stops
 // the port, and returns once the handshake, the accept loop and the worker have ended. (Its
@@ -152,7 +228,7 @@ func TestHandshakeListenerClose(t *testing.T) {
 	p := newPKI(t)
 	s, l, _ := listenHandshakes(t, p, ServerOptions{MaxHandshakes: 1, handshakeTimeout: 5 * time.Second, helloTimeout: 5 * time.Second})
 	stalled := dialStalled(t, s.Addr(), 20)
-	waitUntil(t, "1 handshake in progress and 19 queued", func() bool { return s.handshaking.Load() == 1 && len(l.queue) == 19 })
+	waitUntil(t, "1 handshake in progress and 19 queued", func() bool { return s.handshaking.Load() == 1 && l.queue.len() == 19 })
 	accepted := make(chan error, 1)
 	go func() {
 		_, err := l.Accept()
