@@ -321,19 +321,25 @@ type striker struct {
 	mu     sync.Mutex
 	struck map[string]time.Time
 	// outages are the spans in which the controllers could not reach the API server (their
-	// access cut, the API server restarting after an etcd cut), each with its kind; a zero To
-	// is under way.
-	outages     []checker.Outage
-	outageKinds []Kind
+	// access cut, the API server restarting after an etcd cut).
+	outages []outage
 	// bound is check (d)'s bound (fenceBound).
 	bound time.Duration
 }
 
-// outage records an outage of kind starting now and returns what ends it alone.
-func (st *striker) outage(kind Kind) (end func()) {
+// outage is one of the striker's outages: its span (a zero To is under way), its fault's
+// kind, and whether the fault holds it until the final heal.
+type outage struct {
+	checker.Outage
+	kind Kind
+	held bool
+}
+
+// outage records an outage of kind starting now and returns what ends it.
+func (st *striker) outage(kind Kind, held bool) (end func()) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.outages, st.outageKinds = append(st.outages, checker.Outage{From: time.Now()}), append(st.outageKinds, kind)
+	st.outages = append(st.outages, outage{Outage: checker.Outage{From: time.Now()}, kind: kind, held: held})
 	i := len(st.outages) - 1
 	return func() {
 		st.mu.Lock()
@@ -344,24 +350,24 @@ func (st *striker) outage(kind Kind) (end func()) {
 	}
 }
 
-// endOutages ends every outage of kind under way (healing the controllers' access heals
-// every cut of it).
+// endOutages ends every outage of kind under way (the final heal).
 func (st *striker) endOutages(kind Kind) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for i := range st.outages {
-		if st.outageKinds[i] == kind && st.outages[i].To.IsZero() {
+		if st.outages[i].kind == kind && st.outages[i].To.IsZero() {
 			st.outages[i].To = time.Now()
 		}
 	}
 }
 
-// underWay says whether an outage of kind is under way.
-func (st *striker) underWay(kind Kind) bool {
+// heldUntilHeal says whether an outage of kind that its fault holds until the final heal is
+// under way.
+func (st *striker) heldUntilHeal(kind Kind) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for i, o := range st.outages {
-		if st.outageKinds[i] == kind && o.To.IsZero() {
+	for _, o := range st.outages {
+		if o.kind == kind && o.held && o.To.IsZero() {
 			return true
 		}
 	}
@@ -372,7 +378,11 @@ func (st *striker) underWay(kind Kind) bool {
 func (st *striker) outagesNow() []checker.Outage {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return slices.Clone(st.outages)
+	out := make([]checker.Outage, len(st.outages))
+	for i, o := range st.outages {
+		out[i] = o.Outage
+	}
+	return out
 }
 
 // holds counts the faults holding something down: of overlapping faults on the same process,
@@ -450,7 +460,7 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 		if down == 0 {
 			down = 30 * time.Second
 		}
-		end := st.outage(EtcdCut)
+		end := st.outage(EtcdCut, false)
 		st.wg.Go(func() {
 			st.check(st.sc.Cluster.RestartAPIServer(context.Background(), down))
 			end()
@@ -505,11 +515,14 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 		if st.ctrls == nil {
 			return nil // vanilla: no controller to cut
 		}
-		st.check(st.sc.CutControllersFromAPI())
-		st.outage(ControllerAPICut)
-		return func() error {
-			defer st.endOutages(ControllerAPICut)
-			return st.sc.HealControllers()
+		if err := st.sc.CutControllersFromAPI(); err != nil {
+			st.check(err)
+			return nil
+		}
+		end := st.outage(ControllerAPICut, f.For == 0)
+		return func() error { // this cut alone: another fault's stays
+			defer end()
+			return st.sc.UncutControllersFromAPI()
 		}
 	}
 	return nil
@@ -628,7 +641,7 @@ func (st *striker) settle(healed bool) {
 		case past == len(open):
 			why = fmt.Sprintf("past their bound %s", st.bound)
 			return true, nil
-		case !healed && st.underWay(ControllerAPICut) && time.Since(from) > settleCut:
+		case !healed && st.heldUntilHeal(ControllerAPICut) && time.Since(from) > settleCut:
 			why = fmt.Sprintf("the controllers cut from the API server until the heal, after %s", settleCut)
 			return true, nil
 		}

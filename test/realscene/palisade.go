@@ -125,6 +125,15 @@ func (s *Scene) CutControllersFromAPI() error {
 	return s.controllerNet.Cut(api)
 }
 
+// UncutControllersFromAPI takes back one CutControllersFromAPI, leaving the others in force.
+func (s *Scene) UncutControllersFromAPI() error {
+	api, err := netns.ParseEndpoint(s.Relay)
+	if err != nil {
+		return err
+	}
+	return s.controllerNet.Uncut(api)
+}
+
 // CutFromControlPlane cuts machine m off from the control plane: the API server, the
 // controllers and their heartbeat relay (everything on the host's LAN address and in the
 // controllers' namespace). Its pods keep running, and its peers stay reachable.
