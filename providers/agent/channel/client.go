@@ -121,7 +121,10 @@ func NewClient(opts ClientOptions) (*Client, error) {
 // a heartbeat's time runs out; ended in order, the kernel would keep retransmitting the
 // request the network dropped, after the agent gave up on it, and deliver it once the network
 // heals: the node's state from before, arriving as news. The controller ignores such a
-// heartbeat when a newer one of the agent came first (its Seq), not when it comes first.
+// heartbeat when a newer one of the agent came first (its Seq), not when it comes first. This
+// holds for HTTP/1.1, which the transport speaks (a TLSClientConfig and a DialContext of its
+// own, no ForceAttemptHTTP2): a request given up on closes its connection. Over HTTP/2 it would
+// reset the stream and keep the connection, and the request with it.
 func abortOnClose(conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)

@@ -18,7 +18,9 @@ import (
 // reconnecting agents wait in the queue, where their wait is measured (see handshakeListener),
 // rather than in the kernel's backlog, where it is not. A connection accepted while the queue
 // is full takes the place of the one that waited longest, which is closed. A waiting
-// connection costs a file, which MaxConns counts, and a few hundred bytes, no goroutine.
+// connection costs a file, which MaxConns counts, and a few hundred bytes, no goroutine. With a
+// MaxConns below the queue's length and the workers, the queue never fills: the listener stops
+// accepting at MaxConns, and the connections beyond wait in the kernel's backlog, oldest first.
 const handshakeQueueLen = 4096
 
 // handshakeListener completes the TLS server handshakes of its inner listener's connections in
@@ -43,7 +45,8 @@ const handshakeQueueLen = 4096
 // is no matter. A handshake has the timeout, counted from when
 // its worker starts it, so that a connection stalling its handshake holds a worker that long at
 // most. A connection that waited longer than the timeout for a worker is closed without a
-// handshake: an agent gives up on its handshake after its Client's Timeout (the transport's
+// handshake when a worker takes it, or when a newer one takes its place in a full queue (until
+// then, under lasting overload, it holds its file and its place under MaxConns): an agent gives up on its handshake after its Client's Timeout (the transport's
 // TLSHandshakeTimeout: palisade-agent's heartbeat interval, 1 s by default; the Client's own
 // default is 5 s), counted from its TCP connect, so including its time in the kernel's backlog
 // and in the queue. After the timeout (the server's ReadHeaderTimeout, 10 s) in the queue, the

@@ -215,7 +215,7 @@ func TestConnStack(t *testing.T) {
 	s.push(q(4))
 	s.push(q(5))
 	if d := s.drain(); len(d) != 2 || !d[0].at.Equal(q(4).at) || s.len() != 0 {
-		t.Errorf("drain = %d connections (first %v), %d left; want 2, the oldest first, none left", len(d), d[0].at, s.len())
+		t.Errorf("drain = %v, %d left; want the 2 queued, the oldest (%v) first, none left", d, s.len(), q(4).at)
 	}
 }
 
