@@ -106,14 +106,7 @@ func TestHandshakeTimeout(t *testing.T) {
 // handshake timeout is closed without a handshake (its agent has given up), and the next one
 // is handshaken. The only worker is held by a handshaken connection nobody accepts yet.
 func TestHandshakeQueueWaitBounded(t *testing.T) {
-	p := newPKI(t)
-	s, l, logs := listenHandshakes(t, p, ServerOptions{MaxHandshakes: 1, handshakeTimeout: 300 * time.Millisecond})
-	config := agentTLSConfig(t, p)
-	first, err := dialAgent(s.Addr(), config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Close()
+	s, l, logs, config, _ := holdOnlyWorker(t, 300*time.Millisecond)
 
 	raw, err := net.Dial("tcp", s.Addr())
 	if err != nil {
@@ -149,14 +142,7 @@ func TestHandshakeQueueWaitBounded(t *testing.T) {
 // gave up: served first, every handshake went to a closed connection. The only worker is held
 // by a handshaken connection nobody accepts yet, while two more connect, one after the other.
 func TestHandshakesNewestFirst(t *testing.T) {
-	p := newPKI(t)
-	s, l, _ := listenHandshakes(t, p, ServerOptions{MaxHandshakes: 1, handshakeTimeout: 5 * time.Second})
-	config := agentTLSConfig(t, p)
-	first, err := dialAgent(s.Addr(), config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Close()
+	s, l, _, config, first := holdOnlyWorker(t, 5*time.Second)
 	waiting := make([]net.Conn, 2) // oldest first
 	for i := range waiting {
 		raw, err := net.Dial("tcp", s.Addr())
@@ -260,6 +246,22 @@ func TestHandshakeListenerClose(t *testing.T) {
 		conn.Close()
 		t.Error("the port still accepts connections after Close")
 	}
+}
+
+// holdOnlyWorker listens with one handshake worker and the handshake timeout, and holds that
+// worker with a connection it handshook and nobody accepts yet (first, closed when the test
+// ends), dialled with config, an agent's.
+func holdOnlyWorker(t *testing.T, timeout time.Duration) (s *Server, l *handshakeListener, logs *logLines, config *tls.Config, first *tls.Conn) {
+	t.Helper()
+	p := newPKI(t)
+	s, l, logs = listenHandshakes(t, p, ServerOptions{MaxHandshakes: 1, handshakeTimeout: timeout})
+	config = agentTLSConfig(t, p)
+	first, err := dialAgent(s.Addr(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { first.Close() })
+	return s, l, logs, config, first
 }
 
 // listenHandshakes opens the port of a Server that is not started, and returns the listener
