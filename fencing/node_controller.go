@@ -55,6 +55,8 @@ type NodeReconciler struct {
 	// looks are the nodes judged not failed by their latest reconcile, with a look again
 	// pending at their Deadline (lease_events.go).
 	looks lookPending
+	// said thins the lines every recheck of a node repeats (repeats.go).
+	said repeats
 }
 
 // SetupWithManager watches Nodes, their Leases, policies and NodeFences.
@@ -88,6 +90,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forgetAgent(req.Name)
+			r.said.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -192,7 +195,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		msg := fmt.Sprintf("not fencing node %s (%s): %d of %d nodes of policy %s look failed or late (Suspect), more than the storm guard's %d; the controller may be the one cut off",
 			node.Name, obs.Reason, h.Unhealthy, h.Nodes, p.Name, h.MaxUnhealthy)
 		r.Recorder.Eventf(node, p, corev1.EventTypeWarning, ReasonStormGuard, "Detect", msg)
-		ctrl.LoggerFrom(ctx).Info("storm guard holds", "unhealthy", h.Unhealthy, "nodes", h.Nodes, "maxUnhealthy", h.MaxUnhealthy)
+		r.repeated(ctx, node.Name, "storm guard holds", "unhealthy", h.Unhealthy, "nodes", h.Nodes, "maxUnhealthy", h.MaxUnhealthy)
 		return ctrl.Result{RequeueAfter: stormRecheck}, nil
 	}
 	wait, err := podsWaiting(ctx, r.reader(), node.Name, p.Spec.Workloads)
@@ -231,6 +234,16 @@ func lookAgain(obs detectors.Observation, timeout time.Duration, now time.Time) 
 		after += timeout / 10
 	}
 	return after
+}
+
+// repeated writes a line that every recheck of node repeats: at the default verbosity once every
+// repeatEvery, at V(1) in between.
+func (r *NodeReconciler) repeated(ctx context.Context, node, msg string, kvs ...any) {
+	log := ctrl.LoggerFrom(ctx)
+	if !r.said.due(node, msg, r.now()) {
+		log = log.V(1)
+	}
+	log.Info(msg, kvs...)
 }
 
 // forgetAgent drops a deleted node's agent heartbeats, so that its silence is not counted as
@@ -287,7 +300,7 @@ func methodsFor(chain []v1alpha1.Method, v detectors.Verdict) []v1alpha1.Method 
 func (r *NodeReconciler) aliveNotFencing(ctx context.Context, node *corev1.Node, obs detectors.Observation) (ctrl.Result, error) {
 	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonAliveNotFencing, "Detect",
 		"not powering off node %s: %s: %s", node.Name, obs.Verdict, obs.Reason)
-	ctrl.LoggerFrom(ctx).Info("node failed on the API's view but alive on others: not fencing", "verdict", obs.Verdict, "reason", obs.Reason)
+	r.repeated(ctx, node.Name, "node failed on the API's view but alive on others: not fencing", "verdict", obs.Verdict, "reason", obs.Reason)
 	return ctrl.Result{RequeueAfter: aliveRecheck}, nil
 }
 

@@ -145,7 +145,7 @@ func (s *Server) serveDatagrams() {
 			return
 		}
 		if err != nil {
-			s.log.Info("reading heartbeat datagrams failed", "error", err.Error())
+			s.noisy.Info("reading heartbeat datagrams failed", "error", err.Error())
 			continue
 		}
 		now := s.opts.Now()
@@ -216,9 +216,9 @@ func (s *Server) handleDatagram(b []byte, from netip.AddrPort, now time.Time) []
 		err = validate(rep)
 	}
 	if err != nil {
-		// Authenticated, so the agent's own fault: logged for every such datagram.
+		// Authenticated, so the agent's own fault: logged (at most linesPerSecond a second).
 		s.dg.counts[dgInvalid].Add(1)
-		s.log.Info("dropped an invalid heartbeat datagram", "Node", klog.KRef("", k.node), "error", err.Error())
+		s.noisy.Info("dropped an invalid heartbeat datagram", "Node", klog.KRef("", k.node), "error", err.Error())
 		return nil
 	}
 	s.mu.Lock()

@@ -97,8 +97,10 @@ func defaultMaxConns() int {
 // Server receives the direct heartbeats of node agents over mutually authenticated TLS,
 // independent of the API server, and remembers the latest one of each node.
 type Server struct {
-	opts  ServerOptions
-	log   logr.Logger
+	opts ServerOptions
+	log  logr.Logger
+	// noisy writes the lines that come per connection, request or datagram (lineLimit).
+	noisy *lineLimit
 	srv   *http.Server
 	lis   net.Listener
 	mu    sync.RWMutex
@@ -139,7 +141,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts: opts, log: opts.Logger, nodes: map[string]agentwire.Heartbeat{},
 		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{},
 		about: map[string]map[string][]agentwire.Sighting{}, peers: newPeerBook(opts.ProbePeers),
-		dg: newDatagramState(),
+		dg: newDatagramState(), noisy: newLineLimit(opts.Logger, linesPerSecond),
 	}
 	cert, err := pki.KeyPairSource(opts.CertFile, opts.KeyFile, s.log)
 	if err != nil {
@@ -159,7 +161,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          stdlog.New(logWriter{s.log}, "", 0),
+		ErrorLog:          stdlog.New(logWriter{s.noisy}, "", 0),
 		// HTTP/1.1 with keep-alive: every agent keeps one connection open and sends one request
 		// at a time on it, so HTTP/2's streams buy nothing, and its framing costs a second
 		// goroutine per connection, a goroutine and several frames per heartbeat, and HPACK
@@ -418,7 +420,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	node := cert.Subject.CommonName
 	if rep.Node != node {
-		s.log.Info("rejected heartbeat naming another node", "Node", klog.KRef("", node), "bodyNode", rep.Node, "remote", r.RemoteAddr)
+		s.noisy.Info("rejected heartbeat naming another node", "Node", klog.KRef("", node), "bodyNode", rep.Node, "remote", r.RemoteAddr)
 		http.Error(w, fmt.Sprintf("certificate is for node %q, heartbeat names %q", node, rep.Node), http.StatusForbidden)
 		return
 	}
@@ -442,7 +444,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(resp); err != nil {
-		s.log.Info("answering a heartbeat failed", "Node", klog.KRef("", node), "error", err.Error())
+		s.noisy.Info("answering a heartbeat failed", "Node", klog.KRef("", node), "error", err.Error())
 	}
 }
 
@@ -453,7 +455,7 @@ func (s *Server) accept(rep agentwire.Report, node string, now, notAfter time.Ti
 	if rep.Executor != nil {
 		if err := rep.Executor.Validate(); err != nil {
 			// The heartbeat still says the node is alive: keep it, without the status.
-			s.log.Info("ignored an invalid executor status", "Node", klog.KRef("", node), "error", err.Error())
+			s.noisy.Info("ignored an invalid executor status", "Node", klog.KRef("", node), "error", err.Error())
 			rep.Executor = nil
 		}
 	}
@@ -618,7 +620,7 @@ func (s *Server) record(hb agentwire.Heartbeat) (cmd agentwire.Command, pending,
 }
 
 // logWriter sends the http.Server's own errors (failed TLS handshakes among them) to the logger.
-type logWriter struct{ log logr.Logger }
+type logWriter struct{ log *lineLimit }
 
 func (w logWriter) Write(p []byte) (int, error) {
 	w.log.Info("heartbeat server", "message", strings.TrimSpace(string(p)))
