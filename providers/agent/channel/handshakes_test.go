@@ -189,8 +189,8 @@ func TestConnStack(t *testing.T) {
 		default:
 			t.Fatalf("no token for the connection of %d", want)
 		}
-		if got := s.pop(); !got.at.Equal(q(want).at) {
-			t.Errorf("pop = %v, want %v", got.at, q(want).at)
+		if got, ok := s.pop(); !ok || !got.at.Equal(q(want).at) {
+			t.Errorf("pop = %v, %v; want %v", got.at, ok, q(want).at)
 		}
 	}
 	select {
@@ -198,11 +198,74 @@ func TestConnStack(t *testing.T) {
 		t.Error("a token left with the queue empty")
 	default:
 	}
+	if got, ok := s.pop(); ok {
+		t.Errorf("pop from an empty queue = %v, true", got.at)
+	}
 	s.push(q(4))
 	s.push(q(5))
 	if d := s.drain(); len(d) != 2 || !d[0].at.Equal(q(4).at) || s.len() != 0 {
 		t.Errorf("drain = %v, %d left; want the 2 queued, the oldest (%v) first, none left", d, s.len(), q(4).at)
 	}
+}
+
+// TestConnStackExpire: expire takes the connections queued before its time, oldest first, and
+// their tokens, so that every token left still finds a connection; a token a worker received
+// before the expiry finds none (pop says false) rather than another's.
+func TestConnStackExpire(t *testing.T) {
+	s := newConnStack(4)
+	q := func(i int) queuedConn { return queuedConn{at: t0.Add(time.Duration(i) * time.Second)} }
+	for i := range 4 {
+		s.push(q(i))
+	}
+	<-s.ready // a worker took a token, and has not popped yet
+	old := s.expire(q(2).at)
+	if len(old) != 2 || !old[0].at.Equal(q(0).at) || !old[1].at.Equal(q(1).at) {
+		t.Fatalf("expire before %v took %v; want the connections of 0 and 1", q(2).at, old)
+	}
+	if got := s.expire(q(2).at); len(got) != 0 {
+		t.Errorf("expire again took %v; want none", got)
+	}
+	if s.len() != 2 || len(s.ready) != 1 {
+		t.Fatalf("after expire: %d queued, %d tokens; want 2 and 1 (the worker holds the other)", s.len(), len(s.ready))
+	}
+	for _, want := range []int{3, 2} { // the worker's token, then the one left
+		if want == 2 {
+			<-s.ready
+		}
+		if got, ok := s.pop(); !ok || !got.at.Equal(q(want).at) {
+			t.Errorf("pop = %v, %v; want %v", got.at, ok, q(want).at)
+		}
+	}
+	// Expired while a worker holds the token of the last one: its pop finds the queue empty.
+	s.push(q(5))
+	<-s.ready
+	if got := s.expire(q(6).at); len(got) != 1 {
+		t.Fatalf("expire took %d connections, want 1", len(got))
+	}
+	if got, ok := s.pop(); ok {
+		t.Errorf("pop after the connection expired = %v, true", got.at)
+	}
+}
+
+// TestExpiredConnectionsClosed: while the only worker is held, connections that waited in the
+// queue longer than the handshake timeout are closed as the next one is accepted, not left
+// holding their files until a worker reaches them (newest first, under lasting overload, it
+// would not).
+func TestExpiredConnectionsClosed(t *testing.T) {
+	s, l, logs, _, _ := holdOnlyWorker(t, 300*time.Millisecond)
+	stale := dialStalled(t, s.Addr(), 5)
+	waitUntil(t, "5 connections queued", func() bool { return l.queue.len() == 5 })
+	time.Sleep(400 * time.Millisecond) // longer than the handshake timeout
+	dialStalled(t, s.Addr(), 1)
+	for i, c := range stale {
+		if err := readUntilClosed(c, time.Now().Add(2*time.Second)); err != nil {
+			t.Errorf("expired connection %d: %v", i, err)
+		}
+	}
+	if n := l.queue.len(); n != 1 {
+		t.Errorf("%d connections queued, want the new one only", n)
+	}
+	logs.waitFor(t, "http: TLS handshake error from "+stale[0].LocalAddr().String(), "not started: waited", "longer than the handshake timeout 300ms")
 }
 
 // TestHandshakeListenerClose: Close while one connection is being handshaken and 19 wait in
