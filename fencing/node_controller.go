@@ -173,6 +173,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		// Look again the moment the node would turn failed if nothing new arrives; until then,
 		// a plain renewal of its Lease changes nothing to act on (lease_events.go).
 		r.looks.set(node.Name, true)
+		r.said.forget(node.Name)
 		return ctrl.Result{RequeueAfter: lookAgain(obs, timeout, now)}, nil
 	}
 	if res, blind := r.blind(ctx, node, obs); blind {

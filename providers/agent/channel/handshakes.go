@@ -196,13 +196,18 @@ func (l *handshakeListener) work() {
 
 // connStack is the queue of connections waiting for a handshake worker, taken newest first
 // (see handshakeListener): a ring of its size. ready holds a token per connection queued: a
-// worker that receives one pops a connection.
+// worker that receives one pops a connection. The tokens out (in ready, or received and not yet
+// popped) are always n + owed: expire takes back what it can of its connections' tokens from
+// ready, and owes the rest (received by workers meanwhile); the next pushes send no token while
+// anything is owed, and a pop that finds the queue empty pays one back. So no queued connection
+// lacks a token, and ready never holds more tokens than its capacity (push never blocks).
 type connStack struct {
 	ready chan struct{}
 	mu    sync.Mutex
 	ring  []queuedConn
 	first int // the oldest's index in ring
 	n     int // how many are queued
+	owed  int // tokens out beyond n (see above)
 }
 
 func newConnStack(size int) connStack {
@@ -217,11 +222,15 @@ func (s *connStack) push(q queuedConn) (old queuedConn, full bool) {
 	if s.n == len(s.ring) {
 		old, s.ring[s.first] = s.ring[s.first], q
 		s.first = (s.first + 1) % len(s.ring)
-		return old, true // as many connections as tokens: none added
+		return old, true // as many connections as before: no token added
 	}
 	s.ring[(s.first+s.n)%len(s.ring)] = q
 	s.n++
-	s.ready <- struct{}{}
+	if s.owed > 0 {
+		s.owed-- // a token already out, one expire could not take back, stands for q
+	} else {
+		s.ready <- struct{}{}
+	}
 	return queuedConn{}, false
 }
 
@@ -231,6 +240,7 @@ func (s *connStack) pop() (queuedConn, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n == 0 {
+		s.owed = max(s.owed-1, 0) // the token was one expire could not take back
 		return queuedConn{}, false
 	}
 	i := (s.first + s.n - 1) % len(s.ring)
@@ -243,7 +253,7 @@ func (s *connStack) pop() (queuedConn, bool) {
 // expire takes the connections queued before before, the oldest ones, for the caller to close:
 // under lasting overload the workers, newest first, would not reach them, and each would hold
 // its file and its place in the queue until a newer one took it. Their tokens are taken back
-// from ready; a token a worker received meanwhile finds the queue one shorter (pop says false).
+// from ready; those workers received meanwhile are owed (see connStack).
 func (s *connStack) expire(before time.Time) []queuedConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -258,6 +268,7 @@ func (s *connStack) expire(before time.Time) []queuedConn {
 		select {
 		case <-s.ready:
 		default:
+			s.owed++
 		}
 	}
 	return out

@@ -245,6 +245,28 @@ func TestConnStackExpire(t *testing.T) {
 	if got, ok := s.pop(); ok {
 		t.Errorf("pop after the connection expired = %v, true", got.at)
 	}
+
+	// Two workers received tokens of connections that expire with a third; the two pushed next
+	// are theirs to pop, and no token is left over, which would fill ready under lasting load
+	// and block push (the review's sequence).
+	for i := 10; i < 13; i++ {
+		s.push(q(i))
+	}
+	<-s.ready
+	<-s.ready
+	s.push(q(13))
+	if got := s.expire(q(13).at); len(got) != 3 {
+		t.Fatalf("expire took %d connections, want 3", len(got))
+	}
+	s.push(q(14))
+	for _, want := range []int{14, 13} {
+		if got, ok := s.pop(); !ok || !got.at.Equal(q(want).at) {
+			t.Errorf("pop = %v, %v; want %v", got.at, ok, q(want).at)
+		}
+	}
+	if len(s.ready) != 0 || s.len() != 0 {
+		t.Errorf("%d tokens left for %d connections queued; want none", len(s.ready), s.len())
+	}
 }
 
 // TestExpiredConnectionsClosed: while the only worker is held, connections that waited in the

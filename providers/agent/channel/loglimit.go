@@ -14,7 +14,7 @@ const linesPerSecond = 20
 // reconnection storm fails thousands of TLS handshakes in a second), one message at a time: each
 // message passes at most linesPerSecond times a second, and the lines it holds back are counted
 // and reported once, when their second is over ("held back" and the count), so that no line goes
-// missing unaccounted. Lines about a node's state (its first heartbeat, a reboot, an executor
+// missing unaccounted (but for a report still due when the process exits). Lines about a node's state (its first heartbeat, a reboot, an executor
 // status) do not go through it: they come once per event and are always written.
 //
 // The controller's logger itself does not sample (zap's production sampling dropped lines with
@@ -23,7 +23,9 @@ type lineLimit struct {
 	log logr.Logger
 	per int
 	now func() time.Time
-	mu  sync.Mutex
+	// after runs a function once a duration has passed (time.AfterFunc; a test's own).
+	after func(time.Duration, func())
+	mu    sync.Mutex
 	// windows is, by message, the second under way (its start, its lines, those held back).
 	windows map[string]*lineWindow
 }
@@ -35,7 +37,8 @@ type lineWindow struct {
 }
 
 func newLineLimit(log logr.Logger, perSecond int) *lineLimit {
-	return &lineLimit{log: log, per: perSecond, now: time.Now, windows: map[string]*lineWindow{}}
+	after := func(d time.Duration, f func()) { time.AfterFunc(d, f) }
+	return &lineLimit{log: log, per: perSecond, now: time.Now, after: after, windows: map[string]*lineWindow{}}
 }
 
 // Info writes the line unless its message has used up its second.
@@ -57,7 +60,7 @@ func (l *lineLimit) Info(msg string, kvs ...any) {
 	first := w.held == 1
 	l.mu.Unlock()
 	if first {
-		time.AfterFunc(w.start.Add(time.Second).Sub(now), func() { l.report(msg, w) })
+		l.after(w.start.Add(time.Second).Sub(now), func() { l.report(msg, w) })
 	}
 }
 

@@ -1,6 +1,7 @@
 package channel
 
 import (
+	stdlog "log"
 	"net"
 	"regexp"
 	"strconv"
@@ -38,6 +39,8 @@ func TestLineLimit(t *testing.T) {
 	l := newLineLimit(logs.logger(), linesPerSecond)
 	clock := time.Now()
 	l.now = func() time.Time { return clock } // the burst within one second, however slow the machine
+	var due []func()
+	l.after = func(_ time.Duration, f func()) { due = append(due, f) }
 	for i := range 1000 {
 		l.Info("burst", "i", i)
 	}
@@ -50,6 +53,10 @@ func TestLineLimit(t *testing.T) {
 	if w, _ := lineCounts(logs, "other"); w != 5 {
 		t.Errorf("another message: %d of 5 lines written", w)
 	}
+	if len(due) != 1 {
+		t.Fatalf("%d reports due, want the burst's one", len(due))
+	}
+	due[0]() // the second is over
 	logs.waitFor(t, `"msg"="burst (more lines held back)"`, `"heldBack"=980`, `"written"=20`)
 	clock = clock.Add(time.Second)
 	l.Info("burst", "i", "after")
@@ -88,5 +95,27 @@ func TestHandshakeErrorsLimited(t *testing.T) {
 	}
 	if written >= n {
 		t.Errorf("all %d handshake errors written one by one, none held back", n)
+	}
+}
+
+// TestServerErrorsNotAllLimited: of the http.Server's own error lines, only the failed TLS
+// handshakes go through the line limit; any other (a handler's panic, an accept error) is
+// written every time.
+func TestServerErrorsNotAllLimited(t *testing.T) {
+	logs := &logLines{}
+	w := stdlog.New(logWriter{log: logs.logger(), noisy: newLineLimit(logs.logger(), linesPerSecond)}, "", 0)
+	for range 2 * linesPerSecond {
+		w.Printf("http: TLS handshake error from 127.0.0.1:1: EOF")
+		w.Printf("http: panic serving 127.0.0.1:1: boom")
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	var handshakes, panics int
+	for _, l := range logs.lines {
+		handshakes += strings.Count(l, "TLS handshake error")
+		panics += strings.Count(l, "panic serving")
+	}
+	if handshakes != linesPerSecond || panics != 2*linesPerSecond {
+		t.Errorf("%d handshake errors and %d panics written of %d each; want %d and all", handshakes, panics, 2*linesPerSecond, linesPerSecond)
 	}
 }

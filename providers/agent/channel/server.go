@@ -161,7 +161,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          stdlog.New(logWriter{s.noisy}, "", 0),
+		ErrorLog:          stdlog.New(logWriter{log: s.log, noisy: s.noisy}, "", 0),
 		// HTTP/1.1 with keep-alive: every agent keeps one connection open and sends one request
 		// at a time on it, so HTTP/2's streams buy nothing, and its framing costs a second
 		// goroutine per connection, a goroutine and several frames per heartbeat, and HPACK
@@ -619,10 +619,20 @@ func (s *Server) record(hb agentwire.Heartbeat) (cmd agentwire.Command, pending,
 	return cmd, pending, true
 }
 
-// logWriter sends the http.Server's own errors (failed TLS handshakes among them) to the logger.
-type logWriter struct{ log *lineLimit }
+// logWriter sends the http.Server's own errors to the logger: the failed TLS handshakes, which
+// a storm of reconnecting agents makes by the thousand, through the line limit, and the rest
+// (a handler's panic, an accept error) as they come.
+type logWriter struct {
+	log   logr.Logger
+	noisy *lineLimit
+}
 
 func (w logWriter) Write(p []byte) (int, error) {
-	w.log.Info("heartbeat server", "message", strings.TrimSpace(string(p)))
+	msg := strings.TrimSpace(string(p))
+	if strings.HasPrefix(msg, "http: TLS handshake error") {
+		w.noisy.Info("heartbeat server", "message", msg)
+	} else {
+		w.log.Info("heartbeat server", "message", msg)
+	}
 	return len(p), nil
 }
