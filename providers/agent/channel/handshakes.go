@@ -33,27 +33,26 @@ const handshakeQueueLen = 4096
 //
 // One goroutine accepts connections into a queue (a waiting connection holds no goroutine), and
 // the workers take them newest first. Under more load than the processors can handshake, the
-// newest connections are the ones whose agents still wait: an agent gives up on a handshake
-// after its timeout and connects again for its next heartbeat, so a queue served oldest first
-// spends every handshake on a connection its agent already closed (it reads the ClientHello
-// the agent sent at its connect, does the key exchange and signs, then reads the close), the
-// next connections wait as long, and no agent gets through while the load lasts. At 5000
-// agents connecting at a controller's start on a busy machine, that was at least 54 496
-// handshakes failed with EOF in 10 minutes and 51 384 of 59 359 heartbeats failed; newest first, the queue is worked
-// down while it lasts, and each agent that gets through sends datagrams from then on, so the
-// load falls. When the load is less, the queue is empty whenever a worker looks, and the order
-// is no matter. A handshake has the timeout, counted from when
-// its worker starts it, so that a connection stalling its handshake holds a worker that long at
-// most. A connection that waited longer than the timeout for a worker is closed without a
-// handshake when a worker takes it, or when the next connection is accepted, or when a newer one
-// takes its place in a full queue: an agent gives up on its handshake after its Client's Timeout (the transport's
-// TLSHandshakeTimeout: palisade-agent's heartbeat interval, 1 s by default; the Client's own
-// default is 5 s), counted from its TCP connect, so including its time in the kernel's backlog
-// and in the queue. After the timeout (the server's ReadHeaderTimeout, 10 s) in the queue, the
-// agents at their defaults have given up, and a handshake would be wasted on a closed
-// connection; an agent with a longer interval reconnects for its next heartbeat. Connections
-// given up on sooner are still handshaken: the server cannot tell an agent's timeout before
-// its handshake.
+// newest connections are the ones whose agents still wait: an agent gives up on a handshake after
+// its timeout and connects again for its next heartbeat, so a queue served oldest first spends
+// every handshake on a connection its agent already closed (it reads the ClientHello the agent
+// sent at its connect, does the key exchange and signs, then reads the close), the next
+// connections wait as long, and no agent gets through while the load lasts. At 5000 agents
+// connecting at a controller's start on a busy machine, that was at least 54 496 handshakes failed
+// with EOF in 10 minutes and 51 384 of 59 359 heartbeats failed; newest first, the queue is worked
+// down while it lasts, and each agent that gets through sends datagrams from then on, so the load
+// falls. When the load is less, the queue is empty whenever a worker looks, and the order is no
+// matter. A handshake has the timeout, counted from when its worker starts it, so that a
+// connection stalling its handshake holds a worker that long at most. A connection that waited
+// longer than the timeout for a worker is closed without a handshake when a worker takes it, or
+// when the next connection is accepted, or when a newer one takes its place in a full queue: an
+// agent gives up on its handshake after its Client's Timeout (the transport's TLSHandshakeTimeout:
+// palisade-agent's heartbeat interval, 1 s by default; the Client's own default is 5 s), counted
+// from its TCP connect, so including its time in the kernel's backlog and in the queue. After the
+// timeout (the server's ReadHeaderTimeout, 10 s) in the queue, the agents at their defaults have
+// given up, and a handshake would be wasted on a closed connection; an agent with a longer
+// interval reconnects for its next heartbeat. Connections given up on sooner are still handshaken:
+// the server cannot tell an agent's timeout before its handshake.
 //
 // A worker waits at most helloTimeout for the connection's ClientHello, then the rest of the
 // timeout for the handshake's end. An agent sends its ClientHello as soon as it connects, so a

@@ -12,10 +12,11 @@ const linesPerSecond = 20
 
 // lineLimit bounds the lines the server writes about what thousands of agents do at once (a
 // reconnection storm fails thousands of TLS handshakes in a second), one message at a time: each
-// message passes at most linesPerSecond times a second, and the lines it holds back are counted
-// and reported once, when their second is over ("held back" and the count), so that no line goes
-// missing unaccounted (but for a report still due when the process exits). Lines about a node's state (its first heartbeat, a reboot, an executor
-// status) do not go through it: they come once per event and are always written.
+// message passes at most linesPerSecond times a second, and the lines it holds back are counted and
+// reported once, when their second is over ("held back" and the count), so that no line goes
+// missing unaccounted (but for a report still due when the process exits). Lines about a node's
+// state (its first heartbeat, a reboot, an executor status) do not go through it: they come once
+// per event and are always written.
 //
 // The controller's logger itself does not sample (zap's production sampling dropped lines with
 // no trace, "first heartbeat from node" among them, when 5000 agents started at once).
