@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"palisade.dev/palisade/config/logging"
 	"palisade.dev/palisade/providers/agent/gateway"
 )
 
@@ -84,7 +85,7 @@ func runGateway(args []string) error {
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	log, flush, err := newLogger(o.verbosity)
+	log, flush, err := logging.New(o.verbosity)
 	if err != nil {
 		return err
 	}

@@ -22,13 +22,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/zapr"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 
 	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/config/logging"
 	"palisade.dev/palisade/detectors/heartbeat"
 	"palisade.dev/palisade/providers/agent/channel"
 	"palisade.dev/palisade/providers/agent/orders"
@@ -136,17 +133,6 @@ func parseFlags(args []string) (options, error) {
 	return o, errors.Join(missing...)
 }
 
-func newLogger(verbosity int) (logr.Logger, func(), error) {
-	cfg := zap.NewProductionConfig() // JSON to stderr
-	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-verbosity))
-	cfg.Sampling = nil
-	zl, err := cfg.Build()
-	if err != nil {
-		return logr.Discard(), func() {}, fmt.Errorf("building logger: %w", err)
-	}
-	return zapr.NewLogger(zl), func() { _ = zl.Sync() }, nil
-}
-
 func run(args []string) error {
 	if len(args) > 0 && args[0] == "gateway" {
 		return runGateway(args[1:])
@@ -158,7 +144,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	log, flush, err := newLogger(o.verbosity)
+	log, flush, err := logging.New(o.verbosity)
 	if err != nil {
 		return err
 	}

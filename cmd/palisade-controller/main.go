@@ -11,22 +11,19 @@ import (
 	"strings"
 	"time"
 
-	"palisade.dev/palisade/providers/power"
-
 	"github.com/go-logr/logr"
-	"github.com/go-logr/zapr"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	"palisade.dev/palisade/cmd/palisade-controller/uninstall"
+	"palisade.dev/palisade/config/logging"
 	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/providers/ipmi"
 	providermetrics "palisade.dev/palisade/providers/metrics"
+	"palisade.dev/palisade/providers/power"
 )
 
 func main() {
@@ -114,28 +111,15 @@ func run() error {
 	return mgr.Start(ctx)
 }
 
-// newLogger logs JSON to stderr, and is controller-runtime's logger too.
+// newLogger logs JSON to stderr (config/logging), and is controller-runtime's logger too.
 func newLogger(verbosity int) (logr.Logger, error) {
-	zl, err := loggerConfig(verbosity).Build()
+	zlog, _, err := logging.New(verbosity)
 	if err != nil {
-		return logr.Discard(), fmt.Errorf("building logger: %w", err)
+		return logr.Discard(), err
 	}
-	log := app.LazyValues(zapr.NewLogger(zl))
+	log := app.LazyValues(zlog)
 	ctrl.SetLogger(log)
 	return log, nil
-}
-
-// loggerConfig is zap's production configuration without its sampling, as the agent's and the
-// executor's. Sampling keeps the first 100 lines of a message a second and then one in 100, with
-// no trace of the rest: when 5000 agents started at once, "first heartbeat from node" was
-// missing for about a fifth of them (make bench-scale). The lines that thousands of agents or
-// nodes repeat are thinned where they are written instead, and say how many they held back
-// (the heartbeat server's lineLimit, the node reconciler's repeats).
-func loggerConfig(verbosity int) zap.Config {
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-verbosity))
-	cfg.Sampling = nil
-	return cfg
 }
 
 // runUninstall is `palisade-controller uninstall`, the chart's pre-delete hook: see package

@@ -23,12 +23,9 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/zapr"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 
+	"palisade.dev/palisade/config/logging"
 	"palisade.dev/palisade/providers/executor/node"
 )
 
@@ -60,17 +57,6 @@ func parseFlags(args []string) (options, error) {
 	return o, nil
 }
 
-func newLogger(verbosity int) (logr.Logger, func(), error) {
-	cfg := zap.NewProductionConfig() // JSON to stderr, as the agent's
-	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-verbosity))
-	cfg.Sampling = nil
-	zl, err := cfg.Build()
-	if err != nil {
-		return logr.Discard(), func() {}, fmt.Errorf("building logger: %w", err)
-	}
-	return zapr.NewLogger(zl).WithName("executor"), func() { _ = zl.Sync() }, nil
-}
-
 func run(args []string) error {
 	o, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -83,10 +69,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	log, flush, err := newLogger(o.verbosity)
+	log, flush, err := logging.New(o.verbosity)
 	if err != nil {
 		return err
 	}
+	log = log.WithName("executor")
 	defer flush()
 	klog.SetLogger(log.WithName("klog")) // the CRI client's logs, as JSON like the rest
 	// An interrupt from a terminal reaches the agent's whole process group: the agent ends this

@@ -1,4 +1,4 @@
-package main
+package logging
 
 import (
 	"os"
@@ -9,11 +9,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// TestLoggerDoesNotSample: the controller's logger writes every line of a message repeated far
+// TestLoggerDoesNotSample: the binaries' logger writes every line of a message repeated far
 // more than zap's production sampling lets through (the first 100 a second, then one in 100).
 func TestLoggerDoesNotSample(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "log")
-	cfg := loggerConfig(0)
+	cfg := Config(0)
 	cfg.OutputPaths = []string{file}
 	zl, err := cfg.Build()
 	if err != nil {
