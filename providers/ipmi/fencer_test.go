@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/test/testbed/ipmisim"
 )
 
 // The read-back confirms only the machine the off command went to. Node n1's off command goes
@@ -34,20 +35,9 @@ func TestReadBackOnlyOfTheMachineTurnedOff(t *testing.T) {
 	if err := other.SetPower(false); err != nil {
 		t.Fatal(err)
 	}
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: own.Address()}}}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "palisade-system", Name: "bmc"},
-		Data: map[string][]byte{"username": []byte(own.Username()), "password": []byte(own.Password())}}
-	c := fakeclient.NewClientBuilder().WithScheme(s).WithObjects(node, secret).Build()
-	p := New(c)
+	c, p, req := fenceScene(t, own, "")
 	ctx := context.Background()
-	method := v1alpha1.Method{Name: "ipmi", Type: v1alpha1.MethodIPMI,
-		IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}
-	nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}}
-	req := providers.Request{Fence: nf, Method: method, Attempt: 1, Now: time.Now()}
+	nf := req.Fence
 
 	target, err := p.FenceTarget(ctx, req)
 	if err != nil {
@@ -108,6 +98,26 @@ func TestReadBackOnlyOfTheMachineTurnedOff(t *testing.T) {
 	if st, err := p.Check(ctx, req); err != nil || st.State != providers.Confirmed {
 		t.Fatalf("Check with no recorded target = %+v, %v; want Confirmed from the BMC the node names", st, err)
 	}
+}
+
+// fenceScene is node n1, whose kubelet reports systemUUID, with its address on b and its
+// Secret in a fake client (the provider only reads them), the provider over it, and a request
+// to fence n1 through IPMI.
+func fenceScene(t *testing.T, b *ipmisim.BMC, systemUUID string) (client.Client, *Provider, providers.Request) {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: b.Address()}},
+		Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{SystemUUID: systemUUID}}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "palisade-system", Name: "bmc"},
+		Data: map[string][]byte{"username": []byte(b.Username()), "password": []byte(b.Password())}}
+	c := fakeclient.NewClientBuilder().WithScheme(s).WithObjects(node, secret).Build()
+	method := v1alpha1.Method{Name: "ipmi", Type: v1alpha1.MethodIPMI,
+		IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}
+	nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}}
+	return c, New(c), providers.Request{Fence: nf, Method: method, Attempt: 1, Now: time.Now()}
 }
 
 func setAddress(t *testing.T, c client.Client, addr string) {

@@ -87,7 +87,7 @@ func (p *Provider) Name() string { return ProviderName }
 
 // PowerOff sends "chassis power off" unless the BMC already reports the chassis off.
 func (p *Provider) PowerOff(ctx context.Context, t Target) error {
-	return p.call(ctx, t, "powering off", func(ctx context.Context, c *bmclib.Client) error {
+	return p.call(ctx, t, "powering off", command, func(ctx context.Context, c *bmclib.Client) error {
 		return power.SetBMCPower(ctx, c, "off")
 	})
 }
@@ -95,7 +95,7 @@ func (p *Provider) PowerOff(ctx context.Context, t Target) error {
 // PowerOn sends "chassis power on" unless the BMC already reports the chassis on. Fencing
 // never calls it; recovery and tests do.
 func (p *Provider) PowerOn(ctx context.Context, t Target) error {
-	return p.call(ctx, t, "powering on", func(ctx context.Context, c *bmclib.Client) error {
+	return p.call(ctx, t, "powering on", command, func(ctx context.Context, c *bmclib.Client) error {
 		return power.SetBMCPower(ctx, c, "on")
 	})
 }
@@ -104,7 +104,7 @@ func (p *Provider) PowerOn(ctx context.Context, t Target) error {
 // PowerUnknown (parsePowerState).
 func (p *Provider) PowerState(ctx context.Context, t Target) (PowerState, error) {
 	state := PowerUnknown
-	err := p.call(ctx, t, "reading the power state of", func(ctx context.Context, c *bmclib.Client) error {
+	err := p.call(ctx, t, "reading the power state of", read, func(ctx context.Context, c *bmclib.Client) error {
 		s, err := c.GetPowerState(ctx)
 		if err != nil {
 			return err
@@ -153,9 +153,18 @@ func parsePowerState(s string) PowerState {
 	return PowerOff
 }
 
-// call checks the target, pings the BMC, opens a bmclib client restricted to ipmitool, runs fn
-// and closes the client, all within the per-call timeout, and classifies any error.
-func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(context.Context, *bmclib.Client) error) error {
+// kind says whether a call sends a command (checked against the node's systemUUID) or reads.
+type kind bool
+
+const (
+	read    kind = false
+	command kind = true
+)
+
+// call checks the target, pings the BMC, makes sure before a command that the BMC is the
+// node's machine's (checkMachine), opens a bmclib client restricted to ipmitool, runs fn and
+// closes the client, all within the per-call timeout, and classifies any error.
+func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn func(context.Context, *bmclib.Client) error) error {
 	host, port, err := p.check(t)
 	if err != nil {
 		return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: %w", verb, t, err))
@@ -167,6 +176,12 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, fn func(cont
 	if err := probe(ctx, net.JoinHostPort(host, port), p.probeTimeout); err != nil {
 		log.V(1).Info("BMC did not answer the IPMI ping", "duration", time.Since(start), "error", err.Error())
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
+	}
+	if k == command {
+		if err := checkMachine(ctx, net.JoinHostPort(host, port), t, log); err != nil {
+			log.V(1).Info("IPMI call refused", "duration", time.Since(start), "reason", providers.ReasonBadTarget, "error", err.Error())
+			return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: %w", verb, t, err))
+		}
 	}
 	bmc := p.client(host, port, t)
 	step := time.Now()

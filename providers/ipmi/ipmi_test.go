@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,9 +21,16 @@ import (
 
 func startBMC(t *testing.T) *ipmisim.BMC {
 	t.Helper()
+	return startBMCOf(t, ipmisim.Options{Password: "s3cr3t-pw"})
+}
+
+// startBMCOf starts an ipmi_sim of opts in a directory of the test's, stopped at its end.
+func startBMCOf(t *testing.T, opts ipmisim.Options) *ipmisim.BMC {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b, err := ipmisim.Start(ctx, ipmisim.Options{Dir: t.TempDir(), Password: "s3cr3t-pw"})
+	opts.Dir = t.TempDir()
+	b, err := ipmisim.Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("starting ipmi_sim: %v", err)
 	}
@@ -260,9 +268,10 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
-// silentBMC answers the first datagram (the ping) and then nothing: a BMC that goes away in
-// the middle of a call.
-func silentBMC(t *testing.T) string {
+// fakeBMC is a stand-in for a BMC that misbehaves in ways ipmi_sim cannot be made to (goes
+// silent in the middle of a call, keeps quiet on or refuses Get System GUID outside a session;
+// no such BMC runs here). It answers each datagram with what answer returns (nothing for nil).
+func fakeBMC(t *testing.T, answer func([]byte) []byte) string {
 	t.Helper()
 	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -271,15 +280,29 @@ func silentBMC(t *testing.T) string {
 	t.Cleanup(func() { conn.Close() })
 	go func() {
 		buf := make([]byte, 512)
-		n, from, err := conn.ReadFrom(buf)
-		if err == nil && n >= 4 {
-			_, _ = conn.WriteTo([]byte{0x06, 0x00, 0xff, 0x07}, from)
-		}
-		for err == nil {
-			_, _, err = conn.ReadFrom(buf)
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if a := answer(buf[:n]); a != nil {
+				_, _ = conn.WriteTo(a, from)
+			}
 		}
 	}()
 	return conn.LocalAddr().String()
+}
+
+// silentBMC answers the first datagram (the ping) and then nothing: a BMC that goes away in
+// the middle of a call.
+func silentBMC(t *testing.T) string {
+	var answered atomic.Bool
+	return fakeBMC(t, func(b []byte) []byte {
+		if len(b) >= 4 && !answered.Swap(true) {
+			return []byte{0x06, 0x00, 0xff, 0x07}
+		}
+		return nil
+	})
 }
 
 func TestBMCStopsAnsweringWithinTheCallTimeout(t *testing.T) {

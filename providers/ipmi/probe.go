@@ -26,13 +26,26 @@ var pingPacket = []byte{
 // An error means nothing answered: the BMC is down, the address is wrong or the network drops
 // the traffic.
 func probe(ctx context.Context, addr string, timeout time.Duration) error {
+	start := time.Now()
+	answered, err := exchange(ctx, addr, pingPacket, timeout, isPong)
+	if err != nil {
+		return fmt.Errorf("pinging BMC: %w", err)
+	}
+	if !answered {
+		return fmt.Errorf("no answer to IPMI ping from %s in %s", addr, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// exchange sends packet to addr probeAttempts times, evenly spread over timeout, until a
+// datagram arrives that accept takes (true). It returns false when none did in time.
+func exchange(ctx context.Context, addr string, packet []byte, timeout time.Duration, accept func([]byte) bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	start := time.Now()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "udp", addr)
 	if err != nil {
-		return fmt.Errorf("pinging BMC: %w", err)
+		return false, err
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() }) // unblock Read on cancel
@@ -42,21 +55,22 @@ func probe(ctx context.Context, addr string, timeout time.Duration) error {
 	interval := timeout / probeAttempts
 	for attempt := 0; attempt < probeAttempts && ctx.Err() == nil; attempt++ {
 		until := time.Now().Add(interval)
-		_, _ = conn.Write(pingPacket) // a refused write is an ICMP answer to an earlier ping
-		if pongBefore(ctx, conn, buf, until) {
-			return nil
+		_, _ = conn.Write(packet) // a refused write is an ICMP answer to an earlier one
+		if answerBefore(ctx, conn, buf, until, accept) {
+			return true, nil
 		}
 	}
-	return fmt.Errorf("no answer to IPMI ping from %s in %s", addr, time.Since(start).Round(time.Millisecond))
+	return false, nil
 }
 
-// pongBefore reads until an IPMI datagram arrives (true) or until passes (false). ICMP "port
-// unreachable" errors are not answers: a BMC that is starting up may not have bound its port.
-func pongBefore(ctx context.Context, conn net.Conn, buf []byte, until time.Time) bool {
+// answerBefore reads until a datagram that accept takes arrives (true) or until passes
+// (false). ICMP "port unreachable" errors are not answers: a BMC that is starting up may not
+// have bound its port.
+func answerBefore(ctx context.Context, conn net.Conn, buf []byte, until time.Time, accept func([]byte) bool) bool {
 	for ctx.Err() == nil && time.Now().Before(until) {
 		_ = conn.SetReadDeadline(until)
 		n, err := conn.Read(buf)
-		if err == nil && isPong(buf[:n]) {
+		if err == nil && accept(buf[:n]) {
 			return true
 		}
 		var ne net.Error

@@ -28,6 +28,10 @@ type Target struct {
 	Password string
 	// CipherSuite is the IPMI cipher suite, "" for the provider's default.
 	CipherSuite string
+	// SystemUUID is the node's status.nodeInfo.systemUUID, the SMBIOS UUID its kubelet read
+	// from the machine: before a command, the BMC's system GUID must name the same machine
+	// (checkMachine).
+	SystemUUID string
 }
 
 // String never prints the credentials.
@@ -44,7 +48,8 @@ func (p *Provider) target(ctx context.Context, req providers.Request) (Target, e
 	if err != nil {
 		return Target{}, err
 	}
-	t := Target{Node: req.Node(), Address: b.Address, Username: b.Username, Password: b.Password}
+	t := Target{Node: req.Node(), Address: b.Address, Username: b.Username, Password: b.Password,
+		SystemUUID: b.Node.Status.NodeInfo.SystemUUID}
 	if m.IPMI.CipherSuite != nil {
 		t.CipherSuite = fmt.Sprint(*m.IPMI.CipherSuite)
 	}

@@ -147,18 +147,19 @@ var (
 // command could power off one and the read-back confirm the other. bmclib shows no list of
 // systems, so a gofish client of its own lists them (and deletes its session).
 //
-// A wrong palisade.dev/bmc-address (two nodes' swapped, a typo naming another live server)
-// would power off another machine and read it back Off while the node runs on. So before a
-// command the system's UUID (the SMBIOS system UUID) must be the node's systemUUID, which the
-// kubelet reads from the same SMBIOS table; the two may differ in the byte order of their
-// first three groups (sameUUID). A mismatch is errOtherMachine and nothing is sent. When
-// either is empty or a placeholder (all zeros, all F, AMI's default: verifiable) nothing is
-// compared: a BMC or a node that reports no UUID of its own cannot be verified this way.
+// A wrong palisade.dev/bmc-address (two nodes' swapped, a typo naming another live server) would
+// power off another machine and read it back Off while the node runs on. So before a command the
+// system's UUID (the SMBIOS system UUID) must be the node's systemUUID, which the kubelet reads
+// from the same SMBIOS table; the two may differ in the byte order of their first three groups
+// (power.SameUUID). A mismatch is errOtherMachine and nothing is sent. When either is empty or a
+// placeholder (all zeros, all F, AMI's default: power.VerifiableUUID), or the node's is not an
+// SMBIOS UUID (a machine-id: power.NodeSMBIOSUUID), nothing is compared: a BMC or a node that
+// reports no UUID of its own cannot be verified this way.
 //
 // With neither a system name nor a UUID to compare there is no listing: bmclib then takes the
 // BMC's only system and refuses to choose among several.
 func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target, verifyUUID bool) error {
-	verifyUUID = verifyUUID && verifiable(t.SystemUUID)
+	verifyUUID = verifyUUID && power.NodeSMBIOSUUID(t.SystemUUID)
 	if t.System == "" && !verifyUUID {
 		return nil
 	}
@@ -167,12 +168,12 @@ func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target,
 		return err
 	}
 	s, err := actedOn(systems, t.System)
-	if err != nil || s == nil || !verifyUUID || !verifiable(s.UUID) {
+	if err != nil || s == nil || !verifyUUID || !power.VerifiableUUID(s.UUID) {
 		return err // no system: bmclib refuses with "no matching redfish system"
 	}
-	if !sameUUID(s.UUID, t.SystemUUID) {
+	if !power.SameUUID(s.UUID, t.SystemUUID) {
 		return fmt.Errorf("%w: the BMC at %s says its system %q (Id %s) has UUID %s, but node %s reports systemUUID %s: the node's %s or %s names a machine that is not the node's, and no command was sent to it; set them to the node's own BMC and system",
-			errOtherMachine, t.Address, s.Name, s.ID, bareUUID(s.UUID), t.Node, bareUUID(t.SystemUUID),
+			errOtherMachine, t.Address, s.Name, s.ID, power.BareUUID(s.UUID), t.Node, power.BareUUID(t.SystemUUID),
 			v1alpha1.AnnotationBMCAddress, v1alpha1.AnnotationRedfishSystem)
 	}
 	return nil

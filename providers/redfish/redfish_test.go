@@ -273,6 +273,7 @@ func TestPowerOffOnlyOfTheNodesMachine(t *testing.T) {
 		{name: "first three groups byte-swapped", nodeUUID: nodeUUID, uuids: []string{swappedUUID}, want: 0},
 		{name: "another machine", nodeUUID: nodeUUID, uuids: []string{otherUUID}, want: -1},
 		{name: "node reports no UUID", uuids: []string{otherUUID}, want: 0},
+		{name: "node reports its machine-id (no SMBIOS tables)", nodeUUID: "4c4c4544004736108031b4c04f564433", uuids: []string{otherUUID}, want: 0},
 		{name: "system reports no UUID", nodeUUID: nodeUUID, want: 0},
 		{name: "the named system's UUID", nodeUUID: nodeUUID, systems: []string{"blade-a", "blade-b"}, uuids: []string{otherUUID, nodeUUID}, annotation: "blade-b", want: 1},
 		{name: "the named system is another machine", nodeUUID: nodeUUID, systems: []string{"blade-a", "blade-b"}, uuids: []string{nodeUUID, otherUUID}, annotation: "blade-b", want: -1},

@@ -48,7 +48,7 @@ set_working_mc 0x20
     allowed_auths_user none md2 md5 straight
     allowed_auths_operator none md2 md5 straight
     allowed_auths_admin none md2 md5 straight
-    guid %032x
+    guid %s
   endlan
   chassis_control "/bin/sh %s 0x20"
   user 2 true "%s" "%s" admin 10 none md2 md5 straight
@@ -58,6 +58,14 @@ const emu = `mc_setbmc 0x20
 mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr
 mc_enable 0x20
 `
+
+// GUID is the system GUID the BMC sends, its bytes in the order sent, as 32 hex digits.
+func (b *BMC) GUID() string {
+	if b.guid != "" {
+		return b.guid
+	}
+	return fmt.Sprintf("%032x", b.port)
+}
 
 // writeFiles writes lan.conf, the .emu file and the chassis script, and a power file saying
 // "on" unless one is already there.
@@ -71,7 +79,7 @@ func (b *BMC) writeFiles() error {
 		mode os.FileMode
 	}{
 		{scriptFile, strings.ReplaceAll(chassisScript, "{{DIR}}", b.dir), 0o755},
-		{lanConfFile, fmt.Sprintf(lanConf, b.host, b.port, b.port, b.path(scriptFile), b.username, b.password), 0o600},
+		{lanConfFile, fmt.Sprintf(lanConf, b.host, b.port, b.GUID(), b.path(scriptFile), b.username, b.password), 0o600},
 		{emuFile, emu, 0o644},
 	}
 	for _, f := range files {

@@ -3,6 +3,7 @@ package ipmisim
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -53,6 +54,10 @@ type Options struct {
 	Host string
 	// Port is the UDP port on Host; 0 picks a free one.
 	Port int
+	// GUID is the system GUID the BMC sends for Get System GUID, its 16 bytes in the order
+	// sent, as 32 hex digits; "" is one made of the port number (unique per BMC, and the same
+	// for a BMC restarted on its port).
+	GUID string
 }
 
 // BMC is one running ipmi_sim process.
@@ -61,6 +66,7 @@ type BMC struct {
 	username, password string
 	host               string
 	port               int
+	guid               string
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once the process has been waited for
@@ -88,7 +94,7 @@ func Start(ctx context.Context, opts Options) (*BMC, error) {
 }
 
 func start(ctx context.Context, opts Options, pickPort bool) (*BMC, error) {
-	b := &BMC{dir: opts.Dir, username: opts.Username, password: opts.Password, host: opts.Host, port: opts.Port}
+	b := &BMC{dir: opts.Dir, username: opts.Username, password: opts.Password, host: opts.Host, port: opts.Port, guid: opts.GUID}
 	if pickPort {
 		port, err := freeUDPPort(opts.Host)
 		if err != nil {
@@ -134,6 +140,9 @@ func withDefaults(opts Options) (Options, error) {
 		if strings.ContainsAny(s, " \t\n\"'\\") {
 			return opts, fmt.Errorf("ipmisim: %s must not contain spaces, quotes or backslashes", what)
 		}
+	}
+	if g, err := hex.DecodeString(opts.GUID); err != nil || len(g) != 16 && opts.GUID != "" {
+		return opts, fmt.Errorf("ipmisim: GUID %q is not 32 hex digits", opts.GUID)
 	}
 	if len(opts.Username) > 16 || len(opts.Password) > 20 {
 		return opts, errors.New("ipmisim: username is at most 16 bytes and password at most 20")

@@ -1,4 +1,4 @@
-package redfish
+package power
 
 import "testing"
 
@@ -22,8 +22,25 @@ func TestSameUUID(t *testing.T) {
 		{"not-a-uuid", u, false},
 		{"0011223x-4455-6677-8899-aabbccddeeff", "0011223x-4455-6677-8899-aabbccddeeff", true},
 	} {
-		if got := sameUUID(tc.a, tc.b); got != tc.want {
-			t.Errorf("sameUUID(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		if got := SameUUID(tc.a, tc.b); got != tc.want {
+			t.Errorf("SameUUID(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// A node's systemUUID is compared only when it is an SMBIOS UUID, not the machine-id cadvisor
+// reports on machines without SMBIOS tables.
+func TestNodeSMBIOSUUID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"00112233-4455-6677-8899-aabbccddeeff":    true,
+		" {00112233-4455-6677-8899-AABBCCDDEEFF}": true,
+		"3d1219c7c4c5404aaa1f6d2a48adfda4":        false, // /etc/machine-id
+		"00000000-0000-0000-0000-000000000000":    false,
+		"":                                        false,
+		"simnode-1":                               false,
+	} {
+		if got := NodeSMBIOSUUID(s); got != want {
+			t.Errorf("NodeSMBIOSUUID(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
@@ -44,8 +61,8 @@ func TestVerifiableUUID(t *testing.T) {
 		"SN-4F7K2L9":                             false,
 		"00112233-4455-6677-8899-aabbccddeefg":   false,
 	} {
-		if got := verifiable(s); got != want {
-			t.Errorf("verifiable(%q) = %v, want %v", s, got, want)
+		if got := VerifiableUUID(s); got != want {
+			t.Errorf("VerifiableUUID(%q) = %v, want %v", s, got, want)
 		}
 	}
 }

@@ -1,0 +1,268 @@
+package ipmi
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/test/testbed/ipmisim"
+)
+
+// answers are datagrams as ipmi_sim sent them (captured on this machine), and ones made from
+// them.
+const (
+	// ipmi_sim's answer to guidPacket, its GUID configured as 0123456789abcdef0011223344556677.
+	simGUIDAnswer = "0600ff0700000000000000000018811c63200437000123456789abcdef001122334455667709"
+	// ipmi_sim's answer to a session-less App command it does not serve outside a session
+	// (0x99, sequence 2): completion code 0xd5.
+	simRefusal = "0600ff0700000000000000000008811c63200899d56a"
+	// simRefusal made an answer to guidPacket: sequence 1, command 0x37, completion code 0xd4.
+	guidRefusal = "0600ff0700000000000000000008811c63200437d4d1"
+	// ipmi_sim's answer to the ping (sequence 0, command 0x38).
+	pongAnswer = "0600ff0700000000000000000010811c6320003800019704030000000009"
+)
+
+func decode(t testing.TB, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The request is a well-formed session-less IPMI message: both checksums hold.
+func TestGUIDPacket(t *testing.T) {
+	msg := guidPacket[14:]
+	if int(guidPacket[13]) != len(msg) || checksum(msg[:2]) != msg[2] || checksum(msg[3:len(msg)-1]) != msg[len(msg)-1] {
+		t.Fatalf("malformed Get System GUID request % x", guidPacket)
+	}
+}
+
+func TestParseGUIDAnswer(t *testing.T) {
+	guid, err := parseGUIDAnswer(decode(t, simGUIDAnswer))
+	if err != nil || hex.EncodeToString(guid[:]) != "0123456789abcdef0011223344556677" {
+		t.Fatalf("ipmi_sim's answer: %x, %v", guid, err)
+	}
+	if _, err := parseGUIDAnswer(decode(t, guidRefusal)); err == nil || errors.Is(err, errNotGUIDAnswer) || !strings.Contains(err.Error(), "0xd4") {
+		t.Errorf("a refusal: %v, want an error naming its completion code", err)
+	}
+	short := decode(t, simGUIDAnswer)
+	short = short[:len(short)-3] // 14 bytes of GUID, the checksum recomputed
+	short[13] -= 2
+	short = append(short, checksum(short[17:]))
+	if _, err := parseGUIDAnswer(short); err == nil || errors.Is(err, errNotGUIDAnswer) || !strings.Contains(err.Error(), "14 bytes") {
+		t.Errorf("an answer of 14 bytes: %v, want an error", err)
+	}
+	bad := decode(t, simGUIDAnswer)
+	bad[len(bad)-1]++
+	for name, b := range map[string][]byte{
+		"the refusal of another command": decode(t, simRefusal),
+		"an answer to the ping":          decode(t, pongAnswer),
+		"a bad checksum":                 bad,
+		"cut short":                      decode(t, simGUIDAnswer)[:30],
+		"empty":                          nil,
+		"not RMCP":                       decode(t, "0700ff07"+simGUIDAnswer[8:]),
+		"in a session":                   decode(t, "0600ff0702"+simGUIDAnswer[10:]),
+	} {
+		if _, err := parseGUIDAnswer(b); !errors.Is(err, errNotGUIDAnswer) {
+			t.Errorf("%s: %v, want errNotGUIDAnswer", name, err)
+		}
+	}
+}
+
+const simGUID = "00112233445566778899aabbccddeeff" // the bytes a BMC sends
+
+// A BMC whose GUID is another machine's gets no power command: the address names another live
+// server, and powering it off would read back Off while the node runs on. Reads still work.
+func TestOtherMachineGetsNoCommand(t *testing.T) {
+	b := startBMCOf(t, ipmisim.Options{GUID: simGUID})
+	p := New(nil)
+	target := targetOf(b)
+	target.SystemUUID = "00112233-4455-6677-8899-aabbccddee00"
+
+	err := p.PowerOff(context.Background(), target)
+	wantReason(t, err, providers.ReasonBadTarget)
+	for _, want := range []string{"not the node's machine", "00112233-4455-6677-8899-aabbccddeeff", target.SystemUUID, "palisade.dev/bmc-address"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if n := offCommands(t, b); n != 0 || !poweredOn(t, b) {
+		t.Fatalf("%d power-off commands reached the other machine (on: %v)", n, poweredOn(t, b))
+	}
+	if got := powerState(t, p, target); got != PowerOn {
+		t.Errorf("PowerState = %v, want on (reads are not refused)", got)
+	}
+
+	if err := b.SetPower(false); err != nil {
+		t.Fatal(err)
+	}
+	wantReason(t, p.PowerOn(context.Background(), target), providers.ReasonBadTarget)
+	if poweredOn(t, b) {
+		t.Errorf("the other machine was powered on")
+	}
+}
+
+// The node's own BMC gets its command whichever byte order the BMC sends its GUID in: as the
+// UUID is written, with the first three groups swapped (SMBIOS), reversed (IPMI's least
+// significant byte first), or reversed and swapped.
+func TestNodesMachineInEveryByteOrder(t *testing.T) {
+	b := startBMCOf(t, ipmisim.Options{GUID: simGUID})
+	p := New(nil)
+	for i, uuid := range []string{
+		"00112233-4455-6677-8899-aabbccddeeff",
+		"33221100-5544-7766-8899-aabbccddeeff",
+		"ffeeddcc-bbaa-9988-7766-554433221100",
+		"CCDDEEFF-AABB-8899-7766-554433221100",
+	} {
+		if err := b.SetPower(true); err != nil {
+			t.Fatal(err)
+		}
+		target := targetOf(b)
+		target.SystemUUID = uuid
+		if err := p.PowerOff(context.Background(), target); err != nil {
+			t.Fatalf("node of systemUUID %s: %v", uuid, err)
+		}
+		if n := offCommands(t, b); n != i+1 || poweredOn(t, b) {
+			t.Fatalf("node of systemUUID %s: %d power-off commands, on: %v", uuid, n, poweredOn(t, b))
+		}
+	}
+}
+
+// Nothing is compared when either side names no machine of its own: the node reports no UUID
+// (or a placeholder, or something else), or the BMC's GUID is a placeholder.
+func TestUnverifiableIdentityNotCompared(t *testing.T) {
+	for _, tc := range []struct{ name, guid, nodeUUID string }{
+		{"node reports none", simGUID, ""},
+		{"node reports zeros", simGUID, "00000000-0000-0000-0000-000000000000"},
+		{"node reports no UUID", simGUID, "simnode-1"},
+		{"node reports its machine-id (no SMBIOS tables)", simGUID, "3d1219c7c4c5404aaa1f6d2a48adfda4"},
+		{"BMC's GUID is zeros", "00000000000000000000000000000000", "00112233-4455-6677-8899-aabbccddee00"},
+		{"BMC's GUID is AMI's default, reversed", "09000800070006000005000400020003", "00112233-4455-6677-8899-aabbccddee00"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := startBMCOf(t, ipmisim.Options{GUID: tc.guid})
+			target := targetOf(b)
+			target.SystemUUID = tc.nodeUUID
+			if err := New(nil).PowerOff(context.Background(), target); err != nil {
+				t.Fatalf("PowerOff: %v", err)
+			}
+			if n := offCommands(t, b); n != 1 {
+				t.Fatalf("%d power-off commands, want 1", n)
+			}
+		})
+	}
+}
+
+// A BMC that does not tell its GUID outside a session is not compared: silent, within
+// guidTimeout; refusing, at once.
+func TestGUIDNotTold(t *testing.T) {
+	target := Target{Node: "node-1", SystemUUID: "00112233-4455-6677-8899-aabbccddee00"}
+	for name, tc := range map[string]struct {
+		answer  []byte
+		longest time.Duration
+	}{
+		"silent":  {nil, guidTimeout + 500*time.Millisecond},
+		"refuses": {decode(t, guidRefusal), guidTimeout / 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var asked atomic.Int32
+			addr := fakeBMC(t, func(b []byte) []byte {
+				if string(b) == string(guidPacket) {
+					asked.Add(1)
+					return tc.answer
+				}
+				return nil
+			})
+			start := time.Now()
+			var logs logSink
+			if err := checkMachine(context.Background(), addr, target, logs.logger()); err != nil {
+				t.Fatalf("checkMachine: %v", err)
+			}
+			if took := time.Since(start); took > tc.longest || asked.Load() == 0 {
+				t.Errorf("took %s (at most %s), asked %d times", took, tc.longest, asked.Load())
+			}
+			if !strings.Contains(logs.String(), "not compared") {
+				t.Errorf("nothing logged: %q", logs.String())
+			}
+		})
+	}
+	// The same stand-in answering ipmi_sim's GUID is compared, and refused.
+	addr := fakeBMC(t, func(b []byte) []byte { return decode(t, simGUIDAnswer) })
+	if err := checkMachine(context.Background(), addr, target, logr.Discard()); !errors.Is(err, errOtherMachine) {
+		t.Fatalf("checkMachine = %v, want errOtherMachine", err)
+	}
+}
+
+// Through the fence: the node's systemUUID comes from its status. n1's address names another
+// machine's BMC: the fence fails with BadTarget and that machine gets no command; with the
+// address on n1's own BMC, the fence goes through.
+func TestFenceOfAnotherMachineRefused(t *testing.T) {
+	own := startBMCOf(t, ipmisim.Options{GUID: simGUID})
+	other := startBMCOf(t, ipmisim.Options{GUID: "00112233445566778899aabbccddee01"})
+	c, p, req := fenceScene(t, other, "00112233-4455-6677-8899-aabbccddeeff")
+	if _, err := p.Fence(context.Background(), req); providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) {
+		t.Fatalf("Fence through another machine's BMC: %v, want %s", err, providers.ReasonBadTarget)
+	}
+	if n := offCommands(t, other); n != 0 || !poweredOn(t, other) {
+		t.Fatalf("the other machine got %d off commands", n)
+	}
+	setAddress(t, c, own.Address())
+	if _, err := p.Fence(context.Background(), req); err != nil {
+		t.Fatalf("Fence through the node's own BMC: %v", err)
+	}
+	if n := offCommands(t, own); n != 1 || poweredOn(t, own) {
+		t.Fatalf("the node's machine got %d off commands", n)
+	}
+}
+
+// FuzzParseGUIDAnswer checks the reader of a BMC's answer to Get System GUID, whatever comes
+// back: it never panics and reads the same datagram the same way; it takes a GUID only from a
+// well-formed answer to this request (RMCP class IPMI, no session, both checksums right,
+// netFn App response, sequence 1, command 0x37, completion code 0, 16 bytes), and those 16
+// bytes are the datagram's own; bytes after the message change nothing; and it reports a
+// refusal or a wrong length only for an answer to this request. The corpus under
+// testdata/fuzz/FuzzParseGUIDAnswer holds ipmi_sim's answers.
+func FuzzParseGUIDAnswer(f *testing.F) {
+	for _, s := range []string{simGUIDAnswer, simRefusal, guidRefusal, pongAnswer, "", "0600ff07"} {
+		b, _ := hex.DecodeString(s)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		guid, err := parseGUIDAnswer(b)
+		if g2, err2 := parseGUIDAnswer(b); g2 != guid || (err == nil) != (err2 == nil) {
+			t.Fatalf("parseGUIDAnswer(% x) is not deterministic", b)
+		}
+		if err != nil && errors.Is(err, errNotGUIDAnswer) {
+			return
+		}
+		// A GUID, a refusal or a wrong length: an answer to this request.
+		if len(b) < 22 || b[0] != 0x06 || b[3]&0x1f != 0x07 || b[4] != 0 || int(b[13]) > len(b)-14 {
+			t.Fatalf("parseGUIDAnswer(% x) = %v: not a session-less IPMI datagram", b, err)
+		}
+		msg := b[14 : 14+int(b[13])]
+		if checksum(msg[:2]) != msg[2] || checksum(msg[3:len(msg)-1]) != msg[len(msg)-1] ||
+			msg[1]>>2 != 0x07 || msg[4]>>2 != 1 || msg[5] != 0x37 {
+			t.Fatalf("parseGUIDAnswer(% x) = %v: not an answer to Get System GUID", b, err)
+		}
+		if err != nil {
+			return
+		}
+		if msg[6] != 0 || len(msg) != 24 || !bytes.Equal(guid[:], msg[7:23]) {
+			t.Fatalf("parseGUIDAnswer(% x) = %x: not the answer's 16 bytes", b, guid)
+		}
+		if g2, err := parseGUIDAnswer(append(slices.Clone(b), 0xff, 0x00)); err != nil || g2 != guid {
+			t.Fatalf("parseGUIDAnswer(% x) with two bytes after the message = %x, %v", b, g2, err)
+		}
+	})
+}
