@@ -1,7 +1,7 @@
 // Package logging is the one logger configuration of Palisade's binaries (the controller, the
 // node agent and its gateway, the executor): zap's production JSON to stderr, at the `-v`
 // verbosity, without sampling. It sits on the lowest floor so that every command can link it;
-// it imports zap and zapr alone, within the agent's dependency budget.
+// it imports zap, zapr and logr alone, within the agent's dependency budget.
 package logging
 
 import (

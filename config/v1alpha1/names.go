@@ -30,6 +30,10 @@ const (
 	// AnnotationRedfishSystem on a Node names its ComputerSystem (the system's Name) on a
 	// Redfish BMC that has several; unset, the BMC's only system.
 	AnnotationRedfishSystem = "palisade.dev/redfish-system"
+	// AnnotationBMCIdentityCheck on a Node, "false", stops the IPMI and Redfish methods from
+	// comparing the BMC's system GUID or UUID with the node's systemUUID before a power command:
+	// for a BMC that is the node's own but reports another identity. Unset or "true" checks.
+	AnnotationBMCIdentityCheck = "palisade.dev/bmc-identity-check"
 	// AnnotationExecutorCommand on a NodeFence is the controller's order to the node's agent
 	// when the order goes through the API server (a node whose kubelet is down but whose agent
 	// sees the API server): the JSON of an agentwire Command (config/agentwire). The agent watches its own

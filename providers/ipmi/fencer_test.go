@@ -122,11 +122,17 @@ func fenceScene(t *testing.T, b *ipmisim.BMC, systemUUID string) (client.Client,
 
 func setAddress(t *testing.T, c client.Client, addr string) {
 	t.Helper()
+	setAnnotation(t, c, v1alpha1.AnnotationBMCAddress, addr)
+}
+
+// setAnnotation sets one annotation of node n1.
+func setAnnotation(t *testing.T, c client.Client, key, value string) {
+	t.Helper()
 	n := &corev1.Node{}
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, n); err != nil {
 		t.Fatal(err)
 	}
-	n.Annotations[v1alpha1.AnnotationBMCAddress] = addr
+	n.Annotations[key] = value
 	if err := c.Update(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,9 @@ import (
 	"palisade.dev/palisade/providers/power"
 )
 
-// guidTimeout bounds the session-less Get System GUID before a command. The BMC has just
-// answered the ping, so a BMC that keeps quiet now does not serve the command outside a
+// guidTimeout bounds the session-less Get System GUID before a command (at most a quarter of
+// the call's timeout, so that ping and GUID leave ipmitool half of it). The BMC has just
+// answered the ping, so a BMC that keeps quiet now does not serve the request outside a
 // session: the fence goes on without the comparison rather than wait longer.
 const guidTimeout = time.Second
 
@@ -129,13 +130,13 @@ var errOtherMachine = errors.New("not the node's machine")
 //
 // Nothing is compared when the node reports no SMBIOS UUID (empty, a placeholder, a machine-id:
 // power.NodeSMBIOSUUID), when the BMC's GUID is a placeholder, or when the BMC does not answer Get
-// System GUID outside a session within guidTimeout (logged at V(1)): such a BMC cannot be checked
+// System GUID outside a session within timeout (logged at V(1)): such a BMC cannot be checked
 // this way, and the verify window still catches a node that runs on after its fence.
-func checkMachine(ctx context.Context, addr string, t Target, log logr.Logger) error {
+func checkMachine(ctx context.Context, addr string, t Target, timeout time.Duration, log logr.Logger) error {
 	if !power.NodeSMBIOSUUID(t.SystemUUID) {
 		return nil
 	}
-	guid, err := systemGUID(ctx, addr, guidTimeout)
+	guid, err := systemGUID(ctx, addr, timeout)
 	if err != nil {
 		log.V(1).Info("the BMC's system GUID is not compared with the node's systemUUID", "error", err.Error())
 		return nil
@@ -151,6 +152,6 @@ func checkMachine(ctx context.Context, addr string, t Target, log logr.Logger) e
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: the BMC at %s says its system GUID is %s (bytes as sent), but node %s reports systemUUID %s: the node's %s names a machine that is not the node's, and no command was sent to it; set it to the node's own BMC",
-		errOtherMachine, t.Address, guidText(guid), t.Node, power.BareUUID(t.SystemUUID), v1alpha1.AnnotationBMCAddress)
+	return fmt.Errorf("%w: the BMC at %s says its system GUID is %s (the bytes as sent, as `ipmitool raw 0x06 0x37` prints them), and none of its byte orders is node %s's systemUUID %s: the node's %s names a machine that is not the node's, and no command was sent to it; set it to the node's own BMC (only if it is the node's own BMC and it reports another identity, annotate the node %s=false)",
+		errOtherMachine, t.Address, guidText(guid), t.Node, power.BareUUID(t.SystemUUID), v1alpha1.AnnotationBMCAddress, v1alpha1.AnnotationBMCIdentityCheck)
 }

@@ -178,7 +178,7 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
 	}
 	if k == command {
-		if err := checkMachine(ctx, net.JoinHostPort(host, port), t, log); err != nil {
+		if err := checkMachine(ctx, net.JoinHostPort(host, port), t, min(guidTimeout, p.timeout/4), log); err != nil {
 			log.V(1).Info("IPMI call refused", "duration", time.Since(start), "reason", providers.ReasonBadTarget, "error", err.Error())
 			return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: %w", verb, t, err))
 		}

@@ -49,7 +49,7 @@ func (p *Provider) target(ctx context.Context, req providers.Request) (Target, e
 		return Target{}, err
 	}
 	t := Target{Node: req.Node(), Address: b.Address, Username: b.Username, Password: b.Password,
-		SystemUUID: b.Node.Status.NodeInfo.SystemUUID}
+		SystemUUID: b.SystemUUID}
 	if m.IPMI.CipherSuite != nil {
 		t.CipherSuite = fmt.Sprint(*m.IPMI.CipherSuite)
 	}

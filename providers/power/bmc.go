@@ -23,6 +23,10 @@ type BMC struct {
 	Node               *corev1.Node
 	Address            string
 	Username, Password string
+	// SystemUUID is the node's status.nodeInfo.systemUUID, for the method to check the BMC's
+	// identity against before a power command; "" when the node's
+	// palisade.dev/bmc-identity-check annotation is "false".
+	SystemUUID string
 }
 
 // NodeBMC reads node's BMC address from its palisade.dev/bmc-address annotation and the
@@ -40,6 +44,15 @@ func NodeBMC(ctx context.Context, reader client.Reader, provider, nodeName strin
 	if addr == "" {
 		return BMC{}, BadTarget("node %s has no annotation %s: set it to the BMC's host[:port]", nodeName, v1alpha1.AnnotationBMCAddress)
 	}
+	systemUUID := node.Status.NodeInfo.SystemUUID
+	switch check := node.Annotations[v1alpha1.AnnotationBMCIdentityCheck]; check {
+	case "", "true":
+	case "false":
+		systemUUID = ""
+	default:
+		return BMC{}, BadTarget("node %s's annotation %s=%q is neither \"true\" nor \"false\": remove it to check that the BMC is the node's machine before a power command, or set \"false\" only for the node's own BMC when it reports another identity than the node's systemUUID",
+			nodeName, v1alpha1.AnnotationBMCIdentityCheck, check)
+	}
 	if name := node.Annotations[v1alpha1.AnnotationBMCSecret]; name != "" {
 		// A name the API refuses in a path ("a/b", "..") fails in client-go with an error that
 		// is not NotFound, which would be retried as an APIError for the method's whole time.
@@ -53,7 +66,8 @@ func NodeBMC(ctx context.Context, reader client.Reader, provider, nodeName strin
 	if err != nil {
 		return BMC{}, err
 	}
-	b := BMC{Node: node, Address: addr, Username: string(secret.Data["username"]), Password: string(secret.Data["password"])}
+	b := BMC{Node: node, Address: addr, Username: string(secret.Data["username"]), Password: string(secret.Data["password"]),
+		SystemUUID: systemUUID}
 	if b.Username == "" || b.Password == "" {
 		return BMC{}, BadTarget("Secret %s/%s needs the keys username and password", ref.Namespace, ref.Name)
 	}

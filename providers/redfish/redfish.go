@@ -172,9 +172,9 @@ func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target,
 		return err // no system: bmclib refuses with "no matching redfish system"
 	}
 	if !power.SameUUID(s.UUID, t.SystemUUID) {
-		return fmt.Errorf("%w: the BMC at %s says its system %q (Id %s) has UUID %s, but node %s reports systemUUID %s: the node's %s or %s names a machine that is not the node's, and no command was sent to it; set them to the node's own BMC and system",
+		return fmt.Errorf("%w: the BMC at %s says its system %q (Id %s) has UUID %s, but node %s reports systemUUID %s: the node's %s or %s names a machine that is not the node's, and no command was sent to it; set them to the node's own BMC and system (only if they are the node's own and the system reports another identity, annotate the node %s=false)",
 			errOtherMachine, t.Address, s.Name, s.ID, power.BareUUID(s.UUID), t.Node, power.BareUUID(t.SystemUUID),
-			v1alpha1.AnnotationBMCAddress, v1alpha1.AnnotationRedfishSystem)
+			v1alpha1.AnnotationBMCAddress, v1alpha1.AnnotationRedfishSystem, v1alpha1.AnnotationBMCIdentityCheck)
 	}
 	return nil
 }

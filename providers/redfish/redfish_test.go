@@ -266,12 +266,14 @@ func TestPowerOffOnlyOfTheNodesMachine(t *testing.T) {
 		systems    []string
 		uuids      []string
 		annotation string // palisade.dev/redfish-system
+		noCheck    bool   // palisade.dev/bmc-identity-check: "false"
 		want       int    // the system powered off, -1 for none
 	}{
 		{name: "same UUID", nodeUUID: nodeUUID, uuids: []string{nodeUUID}, want: 0},
 		{name: "same UUID, other case and braces", nodeUUID: " " + strings.ToUpper(nodeUUID), uuids: []string{"{" + nodeUUID + "}"}, want: 0},
 		{name: "first three groups byte-swapped", nodeUUID: nodeUUID, uuids: []string{swappedUUID}, want: 0},
 		{name: "another machine", nodeUUID: nodeUUID, uuids: []string{otherUUID}, want: -1},
+		{name: "another machine, the check turned off", nodeUUID: nodeUUID, uuids: []string{otherUUID}, noCheck: true, want: 0},
 		{name: "node reports no UUID", uuids: []string{otherUUID}, want: 0},
 		{name: "node reports its machine-id (no SMBIOS tables)", nodeUUID: "4c4c4544004736108031b4c04f564433", uuids: []string{otherUUID}, want: 0},
 		{name: "system reports no UUID", nodeUUID: nodeUUID, want: 0},
@@ -280,9 +282,12 @@ func TestPowerOffOnlyOfTheNodesMachine(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			svc := redfishsim.Start(t, redfishsim.Options{Systems: tc.systems, UUIDs: tc.uuids})
-			var ann map[string]string
+			ann := map[string]string{}
 			if tc.annotation != "" {
-				ann = map[string]string{v1alpha1.AnnotationRedfishSystem: tc.annotation}
+				ann[v1alpha1.AnnotationRedfishSystem] = tc.annotation
+			}
+			if tc.noCheck {
+				ann[v1alpha1.AnnotationBMCIdentityCheck] = "false"
 			}
 			s := newSceneOfUUID(t, svc, tc.nodeUUID, ann, nil)
 			st, err := s.fenceAndCheck(t)
@@ -294,7 +299,7 @@ func TestPowerOffOnlyOfTheNodesMachine(t *testing.T) {
 				if providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) {
 					t.Fatalf("Fence error = %v (reason %s), want %s, not retryable", err, providers.ReasonOf(err), providers.ReasonBadTarget)
 				}
-				for _, want := range []string{"UUID " + otherUUID, "systemUUID " + nodeUUID, svc.Address(), v1alpha1.AnnotationBMCAddress, v1alpha1.AnnotationRedfishSystem} {
+				for _, want := range []string{"UUID " + otherUUID, "systemUUID " + nodeUUID, svc.Address(), v1alpha1.AnnotationBMCAddress, v1alpha1.AnnotationRedfishSystem, v1alpha1.AnnotationBMCIdentityCheck + "=false"} {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("Fence error %q does not say %q", err, want)
 					}

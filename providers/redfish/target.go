@@ -70,7 +70,7 @@ func (p *Provider) Target(ctx context.Context, req providers.Request) (Target, e
 		return Target{}, power.BadTarget("node %s: annotation %s: %v", req.Node(), v1alpha1.AnnotationBMCAddress, err)
 	}
 	t := Target{Node: req.Node(), Address: b.Address, System: b.Node.Annotations[v1alpha1.AnnotationRedfishSystem],
-		SystemUUID: b.Node.Status.NodeInfo.SystemUUID, Username: b.Username, Password: b.Password,
+		SystemUUID: b.SystemUUID, Username: b.Username, Password: b.Password,
 		InsecureSkipVerify: m.Redfish.InsecureSkipVerify, BasicAuth: m.Redfish.BasicAuth}
 	if ca := m.Redfish.CABundleSecretRef; ca != nil && !t.InsecureSkipVerify {
 		if t.RootCAs, err = power.CAPool(ctx, p.Reader, *ca, "the CA bundle of the BMCs"); err != nil {

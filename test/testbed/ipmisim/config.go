@@ -59,12 +59,13 @@ mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr
 mc_enable 0x20
 `
 
-// GUID is the system GUID the BMC sends, its bytes in the order sent, as 32 hex digits.
+// GUID is the system GUID the BMC sends, its bytes in the order sent, as 32 hex digits
+// (Options.GUID).
 func (b *BMC) GUID() string {
 	if b.guid != "" {
 		return b.guid
 	}
-	return fmt.Sprintf("%032x", b.port)
+	return strings.Repeat("0", 32)
 }
 
 // writeFiles writes lan.conf, the .emu file and the chassis script, and a power file saying

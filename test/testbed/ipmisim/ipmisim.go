@@ -55,8 +55,10 @@ type Options struct {
 	// Port is the UDP port on Host; 0 picks a free one.
 	Port int
 	// GUID is the system GUID the BMC sends for Get System GUID, its 16 bytes in the order
-	// sent, as 32 hex digits; "" is one made of the port number (unique per BMC, and the same
-	// for a BMC restarted on its port).
+	// sent, as 32 hex digits; "" is all zeros, the placeholder of a BMC whose GUID was never
+	// set, which the IPMI provider does not compare with the node's systemUUID: the test bed's
+	// real machines all report their host's identity (its SMBIOS UUID, or without SMBIOS tables
+	// its machine-id), so none of them could match a GUID of its own.
 	GUID string
 }
 
