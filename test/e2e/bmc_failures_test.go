@@ -15,9 +15,11 @@ import (
 	"palisade.dev/palisade/test/scenario"
 )
 
-// A BMC that cannot be reached, refuses the password, or still reports power On after the off
-// command: the fence fails with a clear reason and nothing is released (invariant 1). Each case
-// asks for a manual fence of node 1, which runs the database pod and holds its attachment.
+// A BMC that cannot be reached, refuses the password, is another machine's (its system GUID is
+// not the node's systemUUID), or still reports power On after the off command: the fence fails
+// with a clear reason and nothing is released (invariant 1), and the other machine gets no
+// command. Each case asks for a manual fence of node 1, which runs the database pod and holds
+// its attachment.
 func TestBMCFailuresReleaseNothing(t *testing.T) {
 	env := startScene(t, scenario.Options{Policy: func(p *v1alpha1.FencingPolicy) {
 		p.Spec.Methods[0].Timeout = &metav1.Duration{Duration: 6 * time.Second}
@@ -39,6 +41,7 @@ func TestBMCFailuresReleaseNothing(t *testing.T) {
 	}{
 		{"BMC unreachable", map[string]any{v1alpha1.AnnotationBMCAddress: "127.0.0.1:9"}, false, "BMCUnreachable"},
 		{"wrong password", map[string]any{v1alpha1.AnnotationBMCSecret: "wrong-password"}, false, "BMCAuthFailed"},
+		{"another machine's BMC", map[string]any{v1alpha1.AnnotationBMCAddress: env.Node(2).BMC.Address()}, false, "BadTarget"},
 		{"power still on after the off command", nil, true, "PowerStillOn"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,6 +65,9 @@ func TestBMCFailuresReleaseNothing(t *testing.T) {
 				t.Error("no FenceFailed event on the NodeFence")
 			}
 			assertNothingReleased(t, env, w)
+			if n, err := env.Node(2).BMC.OffCommands(); err != nil || n != 0 {
+				t.Errorf("node 2's machine got %d off commands (%v)", n, err)
+			}
 			t.Logf("failed as expected: %s: %s", reason, msg)
 			resetCase(t, env, n1, tc.annotations)
 		})

@@ -27,11 +27,14 @@ import (
 	"palisade.dev/palisade/test/testbed/simnode"
 )
 
-// Node 1's BMC address is node 3's (a swapped address): the power-off of node 1 turns node 3
-// off and reads back Off from node 3's BMC. Node 1 keeps renewing its Lease, so nothing of
-// node 1 is released; the method fails with NodeAliveAfterFence, the chain escalates to its
-// next method (a self-fence, which cannot confirm while the node renews and fails in turn),
-// and the fence ends Failed with the node's workload untouched.
+// Node 1's BMC address is node 3's (a swapped address): the power-off of node 1 turns node 3 off
+// and reads back Off from node 3's BMC. Node 1 keeps renewing its Lease, so nothing of node 1 is
+// released; the method fails with NodeAliveAfterFence, the chain escalates to its next method (a
+// self-fence, which cannot confirm while the node renews and fails in turn), and the fence ends
+// Failed with the node's workload untouched. Node 1's identity check is turned off
+// (palisade.dev/bmc-identity-check: "false"), as for a BMC that reports no identity of its own:
+// with it on, the power-off would not reach node 3 at all (TestBMCFailuresReleaseNothing), and the
+// verify window is the line this test holds.
 func TestFenceOfTheWrongMachineReleasesNothing(t *testing.T) {
 	env := startScene(t, scenario.Options{Policy: func(p *v1alpha1.FencingPolicy) {
 		p.Spec.Methods = append(p.Spec.Methods, v1alpha1.Method{Name: "self-fence", Type: v1alpha1.MethodSelfFence,
@@ -41,7 +44,7 @@ func TestFenceOfTheWrongMachineReleasesNothing(t *testing.T) {
 	startController(t, env)
 	w := deploy(t, env)
 	n1, n3 := env.Node(1), env.Node(3)
-	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationBMCAddress: n3.BMC.Address()})
+	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationBMCAddress: n3.BMC.Address(), v1alpha1.AnnotationBMCIdentityCheck: "false"})
 	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: "e2e: fence node 1 through a swapped BMC address"})
 
 	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, phaseIs(v1alpha1.PhaseFailed))
@@ -219,14 +222,15 @@ func (p powerOf) PoweredOn() (bool, error) { return p(), nil }
 // address with a partition on top). When the node comes back it posts its status with the boot
 // ID it had when fenced, which a machine that lost power cannot do: its NodeFence says
 // PowerOffDisproved (not the routine BootIDUnchanged), with a Warning on the Node, and the node
-// stays tainted.
+// stays tainted. As above, node 1's identity check is turned off, so that the power-off can
+// reach the other machine.
 func TestPowerOffDisprovedWhenTheNodeComesBack(t *testing.T) {
 	env := startScene(t, scenario.Options{})
 	startController(t, env)
 	n1, n3 := env.Node(1), env.Node(3)
 	boot := n1.BootID()
 	n1.PauseHeartbeats()
-	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationBMCAddress: n3.BMC.Address()})
+	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationBMCAddress: n3.BMC.Address(), v1alpha1.AnnotationBMCIdentityCheck: "false"})
 	patchAnnotations(t, env, n1.Name(), map[string]any{v1alpha1.AnnotationFenceRequest: "e2e: fence node 1 through a swapped BMC address while it is cut off"})
 	nf := waitFence(t, env.Cluster, n1.Name(), 2*time.Minute, fenceEnded)
 	if nf.Status.Phase != v1alpha1.PhaseReleased {

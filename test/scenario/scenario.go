@@ -2,10 +2,13 @@ package scenario
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -134,9 +137,16 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	return e, nil
 }
 
+// addNode starts node i and its BMC. The node's kubelet reports an SMBIOS UUID of its own,
+// which its BMC sends as its system GUID least significant byte first, as the IPMI
+// specification has it: every IPMI fence of a scene checks that the BMC is the node's machine.
 func (e *Env) addNode(ctx context.Context, i int) error {
 	name := fmt.Sprintf("node-%d", i)
-	bmc, err := ipmisim.Start(ctx, ipmisim.Options{Dir: filepath.Join(e.dir, name+"-bmc")})
+	systemUUID, guid, err := machineIdentity()
+	if err != nil {
+		return err
+	}
+	bmc, err := ipmisim.Start(ctx, ipmisim.Options{Dir: filepath.Join(e.dir, name+"-bmc"), GUID: guid})
 	if err != nil {
 		return fmt.Errorf("starting BMC of %s: %w", name, err)
 	}
@@ -147,6 +157,7 @@ func (e *Env) addNode(ctx context.Context, i int) error {
 		Name: name, Power: bmc, LeaseRenewInterval: e.opts.LeaseRenewInterval, Logf: e.opts.Logf,
 		Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: bmc.Address()},
 		Labels:      map[string]string{"palisade.dev/fenced-by": "ipmi"},
+		SystemUUID:  systemUUID,
 	}
 	if e.opts.Node != nil {
 		e.opts.Node(i, &so)
@@ -156,6 +167,20 @@ func (e *Env) addNode(ctx context.Context, i int) error {
 		return fmt.Errorf("starting node %s: %w", name, err)
 	}
 	return nil
+}
+
+// machineIdentity makes up a machine's SMBIOS UUID (random, version 4) as a kubelet reports it,
+// and the GUID its BMC sends: the same 16 bytes reversed, as 32 hex digits.
+func machineIdentity() (systemUUID, guid string, err error) {
+	var u [16]byte
+	if _, err := rand.Read(u[:]); err != nil {
+		return "", "", fmt.Errorf("making up a machine's UUID: %w", err)
+	}
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	systemUUID = fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+	slices.Reverse(u[:])
+	return systemUUID, hex.EncodeToString(u[:]), nil
 }
 
 func (e *Env) createSecret(ctx context.Context) error {

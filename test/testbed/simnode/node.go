@@ -88,7 +88,7 @@ func (n *Node) setNodeStatus(st *corev1.NodeStatus, bootID string, now metav1.Ti
 	st.DaemonEndpoints = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}}
 	st.NodeInfo = corev1.NodeSystemInfo{
 		MachineID:               fmt.Sprintf("simnode-%d", n.seq),
-		SystemUUID:              fmt.Sprintf("simnode-%d", n.seq),
+		SystemUUID:              n.systemUUID(),
 		BootID:                  bootID,
 		KernelVersion:           "6.1.0-simnode",
 		OSImage:                 "Palisade simulated node",
@@ -105,6 +105,14 @@ func (n *Node) setNodeStatus(st *corev1.NodeStatus, bootID string, now metav1.Ti
 	} {
 		setNodeCondition(st, c, now)
 	}
+}
+
+// systemUUID is Options.SystemUUID, or simnode-<n>.
+func (n *Node) systemUUID() string {
+	if n.opts.SystemUUID != "" {
+		return n.opts.SystemUUID
+	}
+	return fmt.Sprintf("simnode-%d", n.seq)
 }
 
 // setNodeCondition sets c with a fresh heartbeat; LastTransitionTime changes only with Status.

@@ -36,6 +36,9 @@ type Options struct {
 	Annotations map[string]string
 	// ProviderID is the Node's spec.providerID, as a cloud's kubelet sets it ("aws:///<zone>/<id>").
 	ProviderID string
+	// SystemUUID is the Node's status.nodeInfo.systemUUID, the SMBIOS UUID a kubelet reads from
+	// its machine; default "simnode-<n>", which no BMC identity check compares.
+	SystemUUID string
 	// CPU, Memory and Pods are the node's capacity and allocatable; default "4", "16Gi", "110".
 	CPU, Memory, Pods string
 	// LeaseRenewInterval is how often the Lease is renewed and the Node's status checked;
