@@ -64,12 +64,15 @@ func BenchmarkProviders(b *testing.B) {
 		{"ipmi", func(b *testing.B) (v1alpha1.Method, func(), []client.Object) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			bmc, err := ipmisim.Start(ctx, ipmisim.Options{Dir: b.TempDir()})
+			// The node's SMBIOS UUID, which its BMC sends least significant byte first: every
+			// command is preceded by the identity check's Get System GUID.
+			bmc, err := ipmisim.Start(ctx, ipmisim.Options{Dir: b.TempDir(), GUID: "3344564fc0b431801036470044454c4c"})
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = bmc.Stop() })
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: bmc.Address()}}}
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Annotations: map[string]string{v1alpha1.AnnotationBMCAddress: bmc.Address()}},
+				Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{SystemUUID: "4c4c4544-0047-3610-8031-b4c04f564433"}}}
 			m := v1alpha1.Method{Name: "ipmi", Type: v1alpha1.MethodIPMI, IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: ns, Name: "bmc"}}}
 			on := func() { _ = bmc.SetPower(true) }
 			return m, on, []client.Object{node, secret("bmc", map[string]string{"username": bmc.Username(), "password": bmc.Password()})}
