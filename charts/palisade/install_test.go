@@ -201,6 +201,7 @@ func nodeTargets(t *testing.T, c *testbed.Cluster) {
 		{"removing its BMC address", v1alpha1.AnnotationBMCAddress, ""},
 		{"naming a BMC Secret", v1alpha1.AnnotationBMCSecret, "other-bmc"},
 		{"naming a Redfish system", v1alpha1.AnnotationRedfishSystem, "blade-2"},
+		{"turning its BMC's identity check off", v1alpha1.AnnotationBMCIdentityCheck, "false"},
 		{"setting its storage addresses", v1alpha1.AnnotationStorageCIDRs, "10.9.9.9/32"},
 	} {
 		if err := annotate(kubelet, tc.key, tc.value); err == nil || !strings.Contains(err.Error(), "fence target") {
