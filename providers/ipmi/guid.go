@@ -106,11 +106,10 @@ func guidText(g [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", g[0:4], g[4:6], g[6:8], g[8:10], g[10:16])
 }
 
-// guidReadings are the texts a BMC's GUID may stand for. IPMI sends the GUID least
-// significant byte first (so ipmitool's "mc guid" prints the bytes reversed), but BMCs also
-// send it in the SMBIOS order the kubelet's systemUUID comes from, or as the UUID is written:
-// the bytes as sent and reversed, each compared with power.SameUUID, which also allows the
-// first three groups swapped.
+// guidReadings are the texts a BMC's GUID may stand for. The IPMI specification sends the GUID
+// least significant byte first, but BMCs also send it in the SMBIOS order the kubelet's
+// systemUUID comes from, or as the UUID is written: the bytes as sent and reversed, each
+// compared with power.SameUUID, which also allows the first three groups swapped.
 func guidReadings(g [16]byte) []string {
 	r := g
 	slices.Reverse(r[:])
