@@ -23,23 +23,7 @@ const guidTimeout = time.Second
 // guidPacket is a session-less IPMI v1.5 "Get System GUID" request (netFn App, command 0x37),
 // which IPMI v2.0 lets a BMC answer before any session, as ipmi_sim does. Its sequence number
 // is 1, so that a late answer to a ping (sequence 0) is never taken for its answer.
-var guidPacket = []byte{
-	0x06, 0x00, 0xff, 0x07, // RMCP v1.0, reserved, no RMCP ack, class IPMI
-	0x00, 0, 0, 0, 0, 0, 0, 0, 0, // auth type none, session sequence 0, session id 0
-	0x07,             // IPMI message length
-	0x20, 0x18, 0xc8, // responder: BMC; netFn App (0x06) LUN 0; header checksum
-	0x81, 0x04, 0x37, // requester: remote console; sequence 1; command 0x37
-	0x44, // checksum
-}
-
-// checksum is IPMI's two's complement checksum of the bytes.
-func checksum(b []byte) byte {
-	var sum byte
-	for _, c := range b {
-		sum += c
-	}
-	return -sum
-}
+var guidPacket = appRequest(1, 0x37)
 
 // errNotGUIDAnswer marks a datagram that is not an answer to guidPacket (a late pong, a
 // datagram cut short, a bad checksum): exchange keeps waiting for the answer.

@@ -41,6 +41,17 @@ func decode(t testing.TB, s string) []byte {
 	return b
 }
 
+// The requests are the bytes ipmitool's first message and ipmi_sim's answers were measured
+// with: the ping as ipmitool sends it, Get System GUID with sequence 1.
+func TestRequestBytes(t *testing.T) {
+	if got, want := hex.EncodeToString(pingPacket), "0600ff07 00 00000000 00000000 09 2018c8 810038 8e04b5"; got != strings.ReplaceAll(want, " ", "") {
+		t.Errorf("ping = %s, want %s", got, want)
+	}
+	if got, want := hex.EncodeToString(guidPacket), "0600ff07 00 00000000 00000000 07 2018c8 810437 44"; got != strings.ReplaceAll(want, " ", "") {
+		t.Errorf("Get System GUID = %s, want %s", got, want)
+	}
+}
+
 // The request is a well-formed session-less IPMI message: both checksums hold.
 func TestGUIDPacket(t *testing.T) {
 	msg := guidPacket[14:]

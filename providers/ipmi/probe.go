@@ -12,14 +12,30 @@ import (
 const probeAttempts = 3
 
 // pingPacket is a session-less IPMI v1.5 "Get Channel Authentication Capabilities" request in
-// an RMCP datagram: the first message ipmitool sends, which a BMC answers without credentials.
-var pingPacket = []byte{
-	0x06, 0x00, 0xff, 0x07, // RMCP v1.0, reserved, no RMCP ack, class IPMI
-	0x00, 0, 0, 0, 0, 0, 0, 0, 0, // auth type none, session sequence 0, session id 0
-	0x09,             // IPMI message length
-	0x20, 0x18, 0xc8, // responder: BMC; netFn App (0x06) LUN 0; header checksum
-	0x81, 0x00, 0x38, // requester: remote console; sequence 0; command 0x38
-	0x8e, 0x04, 0xb5, // this channel, with IPMI v2 data; privilege administrator; checksum
+// an RMCP datagram (this channel, with IPMI v2 data; privilege administrator): the first
+// message ipmitool sends, which a BMC answers without credentials.
+var pingPacket = appRequest(0, 0x38, 0x8e, 0x04)
+
+// appRequest is a session-less IPMI v1.5 request of netFn App to the BMC in an RMCP datagram,
+// with its sequence number, command and data, and both checksums.
+func appRequest(seq, cmd byte, data ...byte) []byte {
+	header := []byte{0x20, 0x06 << 2}                    // responder: BMC; netFn App, LUN 0
+	body := append([]byte{0x81, seq << 2, cmd}, data...) // requester: remote console; sequence, LUN 0
+	msg := append(append(header, checksum(header)), append(body, checksum(body))...)
+	return append([]byte{
+		0x06, 0x00, 0xff, 0x07, // RMCP v1.0, reserved, no RMCP ack, class IPMI
+		0x00, 0, 0, 0, 0, 0, 0, 0, 0, // auth type none, session sequence 0, session id 0
+		byte(len(msg)),
+	}, msg...)
+}
+
+// checksum is IPMI's two's complement checksum of the bytes.
+func checksum(b []byte) byte {
+	var sum byte
+	for _, c := range b {
+		sum += c
+	}
+	return -sum
 }
 
 // probe pings the BMC at addr until it answers with any IPMI datagram, for at most timeout.
