@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -45,6 +46,8 @@ type Provider struct {
 	timeout      time.Duration
 	probeTimeout time.Duration
 	log          logr.Logger
+	// lookup resolves a BMC's host name (net.DefaultResolver's LookupNetIP; tests replace it).
+	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // Option configures a Provider.
@@ -67,7 +70,10 @@ func WithLogger(l logr.Logger) Option { return func(p *Provider) { p.log = l } }
 // New returns an IPMI provider that reads Nodes and Secrets through reader (nil: it can only
 // be driven through PowerOff, PowerState and PowerOn with a Target).
 func New(reader client.Reader, opts ...Option) *Provider {
-	p := &Provider{reader: reader, timeout: DefaultTimeout, probeTimeout: DefaultProbeTimeout, log: logr.Discard()}
+	p := &Provider{reader: reader, timeout: DefaultTimeout, probeTimeout: DefaultProbeTimeout, log: logr.Discard(),
+		lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}}
 	for _, o := range opts {
 		o(p)
 	}
@@ -161,7 +167,7 @@ const (
 	command kind = true
 )
 
-// call checks the target, pings the BMC, makes sure before a command that the BMC is the
+// call checks the target, resolves the BMC's host once (resolve), pings the BMC, makes sure before a command that the BMC is the
 // node's machine's (checkMachine), opens a bmclib client restricted to ipmitool, runs fn and
 // closes the client, all within the per-call timeout, and classifies any error.
 func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn func(context.Context, *bmclib.Client) error) error {
@@ -173,6 +179,15 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	defer cancel()
 	start := time.Now()
 	log := p.log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "action", verb)
+	ip, err := p.resolve(ctx, host)
+	if err != nil {
+		log.V(1).Info("BMC address not resolved", "duration", time.Since(start), "error", err.Error())
+		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
+	}
+	if host != ip.String() {
+		host = ip.String()
+		log = log.WithValues("resolvedAddress", host)
+	}
 	if err := probe(ctx, net.JoinHostPort(host, port), p.probeTimeout); err != nil {
 		log.V(1).Info("BMC did not answer the IPMI ping", "duration", time.Since(start), "error", err.Error())
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
@@ -198,6 +213,25 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	reason, cause := classify(ctx, err, time.Since(step), t.Password)
 	log.V(1).Info("IPMI call failed", "duration", time.Since(start), "reason", reason, "error", cause.Error())
 	return providers.NewError(reason, fmt.Errorf("%s node %s: %w", verb, t, cause))
+}
+
+// resolve gives the one address a call talks to: host itself when it is an IP address, else
+// the first address the resolver gives for the name (the one ipmitool and Go's dialer would
+// take). The ping, the identity check and ipmitool then all reach that address. Were the name
+// resolved by each of them, a round-robin name, or one whose record changed between the
+// lookups, could have the identity check ask one machine while ipmitool commands another.
+func (p *Provider) resolve(ctx context.Context, host string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip, nil
+	}
+	ips, err := p.lookup(ctx, host)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("resolving BMC host %q: %w", host, err)
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("BMC host %q resolves to no address", host)
+	}
+	return ips[0].Unmap(), nil
 }
 
 // check validates the target and splits its address into host and port.
