@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -46,8 +45,8 @@ type Provider struct {
 	timeout      time.Duration
 	probeTimeout time.Duration
 	log          logr.Logger
-	// lookup resolves a BMC's host name (net.DefaultResolver's LookupNetIP; tests replace it).
-	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	// lookup resolves a BMC's host name (power.SystemLookup; tests replace it).
+	lookup power.Lookup
 }
 
 // Option configures a Provider.
@@ -70,10 +69,7 @@ func WithLogger(l logr.Logger) Option { return func(p *Provider) { p.log = l } }
 // New returns an IPMI provider that reads Nodes and Secrets through reader (nil: it can only
 // be driven through PowerOff, PowerState and PowerOn with a Target).
 func New(reader client.Reader, opts ...Option) *Provider {
-	p := &Provider{reader: reader, timeout: DefaultTimeout, probeTimeout: DefaultProbeTimeout, log: logr.Discard(),
-		lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		}}
+	p := &Provider{reader: reader, timeout: DefaultTimeout, probeTimeout: DefaultProbeTimeout, log: logr.Discard(), lookup: power.SystemLookup}
 	for _, o := range opts {
 		o(p)
 	}
@@ -167,7 +163,7 @@ const (
 	command kind = true
 )
 
-// call checks the target, resolves the BMC's host once (resolve), pings the BMC, makes sure before a command that the BMC is the
+// call checks the target, resolves the BMC's host once (power.ResolveBMC), pings the BMC, makes sure before a command that the BMC is the
 // node's machine's (checkMachine), opens a bmclib client restricted to ipmitool, runs fn and
 // closes the client, all within the per-call timeout, and classifies any error.
 func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn func(context.Context, *bmclib.Client) error) error {
@@ -179,7 +175,7 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	defer cancel()
 	start := time.Now()
 	log := p.log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "action", verb)
-	ip, err := p.resolve(ctx, host)
+	ip, err := power.ResolveBMC(ctx, p.lookup, host)
 	if err != nil {
 		log.V(1).Info("BMC address not resolved", "duration", time.Since(start), "error", err.Error())
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
@@ -213,25 +209,6 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	reason, cause := classify(ctx, err, time.Since(step), t.Password)
 	log.V(1).Info("IPMI call failed", "duration", time.Since(start), "reason", reason, "error", cause.Error())
 	return providers.NewError(reason, fmt.Errorf("%s node %s: %w", verb, t, cause))
-}
-
-// resolve gives the one address a call talks to: host itself when it is an IP address, else
-// the first address the resolver gives for the name (the one ipmitool and Go's dialer would
-// take). The ping, the identity check and ipmitool then all reach that address. Were the name
-// resolved by each of them, a round-robin name, or one whose record changed between the
-// lookups, could have the identity check ask one machine while ipmitool commands another.
-func (p *Provider) resolve(ctx context.Context, host string) (netip.Addr, error) {
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return ip, nil
-	}
-	ips, err := p.lookup(ctx, host)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("resolving BMC host %q: %w", host, err)
-	}
-	if len(ips) == 0 {
-		return netip.Addr{}, fmt.Errorf("BMC host %q resolves to no address", host)
-	}
-	return ips[0].Unmap(), nil
 }
 
 // check validates the target and splits its address into host and port.

@@ -7,38 +7,23 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
 	"palisade.dev/palisade/test/testbed/ipmisim"
 )
 
 // roundRobin is a resolver that answers name with the next of addrs at each lookup, as a
-// round-robin DNS name does, and counts its lookups.
-type roundRobin struct {
-	name  string
-	addrs []netip.Addr
-
-	mu      sync.Mutex
-	lookups int
-}
-
-func (r *roundRobin) lookup(_ context.Context, host string) ([]netip.Addr, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if host != r.name {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+// round-robin DNS name does, and counts its lookups in n; other names do not resolve.
+func roundRobin(name string, n *atomic.Int32, addrs ...string) power.Lookup {
+	return func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host != name {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		}
+		return []netip.Addr{netip.MustParseAddr(addrs[int(n.Add(1)-1)%len(addrs)])}, nil
 	}
-	a := r.addrs[r.lookups%len(r.addrs)]
-	r.lookups++
-	return []netip.Addr{a}, nil
-}
-
-func (r *roundRobin) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lookups
 }
 
 // A BMC named by a round-robin DNS name, whose addresses are the node's machine's BMC and
@@ -49,17 +34,17 @@ func (r *roundRobin) count() int {
 func TestNameResolvedOncePerCall(t *testing.T) {
 	node := startBMCOf(t, ipmisim.Options{Host: "127.0.0.2", GUID: simGUID})
 	other := startBMCOf(t, ipmisim.Options{Host: "127.0.0.3", Port: node.Port(), GUID: "0f1e2d3c4b5a69788796a5b4c3d2e1f0"})
-	r := &roundRobin{name: "bmc.rack-7.example", addrs: []netip.Addr{netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")}}
+	var lookups atomic.Int32
 	p := New(nil)
-	p.lookup = r.lookup
-	target := Target{Node: "node-1", Address: net.JoinHostPort(r.name, strconv.Itoa(node.Port())),
+	p.lookup = roundRobin("bmc.rack-7.example", &lookups, "127.0.0.2", "127.0.0.3")
+	target := Target{Node: "node-1", Address: net.JoinHostPort("bmc.rack-7.example", strconv.Itoa(node.Port())),
 		Username: node.Username(), Password: node.Password(), SystemUUID: "33221100-5544-7766-8899-aabbccddeeff"}
 
 	if err := p.PowerOff(context.Background(), target); err != nil {
 		t.Fatalf("PowerOff through the name's first address: %v", err)
 	}
-	if r.count() != 1 {
-		t.Errorf("the call looked the name up %d times, want 1", r.count())
+	if lookups.Load() != 1 {
+		t.Errorf("the call looked the name up %d times, want 1", lookups.Load())
 	}
 	if poweredOn(t, node) {
 		t.Errorf("the node's machine is still on")
@@ -74,8 +59,8 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 	if !strings.Contains(err.Error(), "not the node's machine") {
 		t.Errorf("error %q does not say the BMC is not the node's machine", err)
 	}
-	if r.count() != 2 {
-		t.Errorf("two calls looked the name up %d times, want 2", r.count())
+	if lookups.Load() != 2 {
+		t.Errorf("two calls looked the name up %d times, want 2", lookups.Load())
 	}
 	if n := offCommands(t, other); n != 0 || !poweredOn(t, other) {
 		t.Fatalf("%d power-off commands reached the other machine (on: %v)", n, poweredOn(t, other))
@@ -86,7 +71,7 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 // datagram is sent.
 func TestNameNotResolved(t *testing.T) {
 	p := New(nil)
-	p.lookup = (&roundRobin{name: "bmc.rack-7.example", addrs: []netip.Addr{netip.MustParseAddr("127.0.0.2")}}).lookup
+	p.lookup = roundRobin("bmc.rack-7.example", new(atomic.Int32), "127.0.0.2")
 	target := Target{Node: "node-1", Address: "bmc.rack-8.example:623", Username: "admin", Password: "secret"}
 	for _, call := range []func() error{
 		func() error { _, err := p.PowerState(context.Background(), target); return err },
@@ -98,29 +83,5 @@ func TestNameNotResolved(t *testing.T) {
 		if !strings.Contains(err.Error(), `"bmc.rack-8.example"`) || !errors.As(err, &dnsErr) {
 			t.Errorf("error %q does not name the host and the lookup's error", err)
 		}
-	}
-}
-
-// resolve takes an address as it is (a 4-in-6 address written as such included) and a name as
-// its first address, unmapped.
-func TestResolve(t *testing.T) {
-	p := New(nil)
-	p.lookup = func(context.Context, string) ([]netip.Addr, error) {
-		return []netip.Addr{netip.MustParseAddr("::ffff:10.0.0.9"), netip.MustParseAddr("10.0.0.10")}, nil
-	}
-	for host, want := range map[string]string{
-		"10.1.2.3":          "10.1.2.3",
-		"fd00::7":           "fd00::7",
-		"::ffff:10.1.2.3":   "::ffff:10.1.2.3",
-		"bmc-7.example.org": "10.0.0.9",
-	} {
-		got, err := p.resolve(context.Background(), host)
-		if err != nil || got.String() != want {
-			t.Errorf("resolve(%q) = %v, %v; want %s", host, got, err, want)
-		}
-	}
-	p.lookup = func(context.Context, string) ([]netip.Addr, error) { return nil, nil }
-	if _, err := p.resolve(context.Background(), "bmc-7.example.org"); err == nil || !strings.Contains(err.Error(), "no address") {
-		t.Errorf("a name with no address: error %v", err)
 	}
 }

@@ -1,9 +1,11 @@
 package power
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"unicode"
@@ -36,3 +38,31 @@ func SplitAddress(addr, defaultPort string) (host, port string, err error) {
 // spaceOrControl is a character no host name or address holds (a vertical tab once got
 // through: FuzzSplitAddress).
 func spaceOrControl(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
+
+// Lookup resolves a host name to its addresses.
+type Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+
+// SystemLookup is the system's resolver (net.DefaultResolver).
+func SystemLookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+// ResolveBMC gives the one address a provider's call talks to: host itself when it is an IP
+// address, else the first address lookup gives for the name (the one ipmitool and Go's dialer
+// would take). Everything the call sends then goes to that address: were the name resolved
+// anew by each of its steps, a round-robin name, or one whose record changed between the
+// lookups, could have the identity check ask one machine while the power command goes to
+// another.
+func ResolveBMC(ctx context.Context, lookup Lookup, host string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip, nil
+	}
+	ips, err := lookup(ctx, host)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("resolving BMC host %q: %w", host, err)
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("BMC host %q resolves to no address", host)
+	}
+	return ips[0].Unmap(), nil
+}

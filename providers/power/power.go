@@ -177,6 +177,8 @@ type Settings struct {
 	Reader  client.Reader
 	Timeout time.Duration
 	Log     logr.Logger
+	// Lookup resolves a BMC's host name once per call (ResolveBMC); SystemLookup by default.
+	Lookup Lookup
 }
 
 // Option configures a provider's Settings.
@@ -188,9 +190,13 @@ func WithTimeout(d time.Duration) Option { return func(s *Settings) { s.Timeout 
 // WithLogger sets the logger.
 func WithLogger(l logr.Logger) Option { return func(s *Settings) { s.Log = l } }
 
+// WithLookup sets the resolver of BMC host names (tests: a name that resolves differently at
+// each lookup).
+func WithLookup(l Lookup) Option { return func(s *Settings) { s.Lookup = l } }
+
 // NewSettings applies opts over reader, the default timeout and a discarding logger.
 func NewSettings(reader client.Reader, timeout time.Duration, opts []Option) Settings {
-	s := Settings{Reader: reader, Timeout: timeout, Log: logr.Discard()}
+	s := Settings{Reader: reader, Timeout: timeout, Log: logr.Discard(), Lookup: SystemLookup}
 	for _, o := range opts {
 		o(&s)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -100,9 +101,11 @@ const (
 	command kind = true
 )
 
-// call checks the target, opens a bmclib client restricted to its Redfish provider, runs fn
-// and closes the client (deleting the session), all within the per-call timeout, and
-// classifies any error.
+// call checks the target, resolves the BMC's host once (power.ResolveBMC), opens a bmclib
+// client restricted to its Redfish provider, runs fn and closes the client (deleting the
+// session), all within the per-call timeout, and classifies any error. Every connection of the
+// call, the listing of the systems and bmclib's alike, goes to the one resolved address
+// (httpClient), while TLS still verifies the certificate against the host as named.
 func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn func(context.Context, *bmclib.Client) error) error {
 	host, port, err := splitAddress(t.Address)
 	if err != nil {
@@ -115,9 +118,18 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	defer cancel()
 	start := time.Now()
 	log := p.Log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "system", t.System, "action", verb)
-	err = p.checkSystem(ctx, host, port, t, k == command)
+	ip, err := power.ResolveBMC(ctx, p.Lookup, host)
+	if err != nil {
+		log.V(1).Info("BMC address not resolved", "duration", time.Since(start), "error", err.Error())
+		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
+	}
+	if host != ip.String() {
+		log = log.WithValues("resolvedAddress", ip.String())
+	}
+	hc := p.httpClient(t, ip)
+	err = p.checkSystem(ctx, hc, host, port, t, k == command)
 	if err == nil {
-		bmc := p.client(host, port, t)
+		bmc := p.client(hc, host, port, t)
 		if err = bmc.Open(ctx); err == nil {
 			err = fn(ctx, bmc)
 			_ = bmc.Close(ctx) // deletes the session; a failure leaves it to expire on the BMC
@@ -158,12 +170,12 @@ var (
 //
 // With neither a system name nor a UUID to compare there is no listing: bmclib then takes the
 // BMC's only system and refuses to choose among several.
-func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target, verifyUUID bool) error {
+func (p *Provider) checkSystem(ctx context.Context, hc *http.Client, host, port string, t Target, verifyUUID bool) error {
 	verifyUUID = verifyUUID && power.NodeSMBIOSUUID(t.SystemUUID)
 	if t.System == "" && !verifyUUID {
 		return nil
 	}
-	systems, err := p.systems(ctx, host, port, t)
+	systems, err := p.systems(ctx, hc, host, port, t)
 	if err != nil {
 		return err
 	}
@@ -181,9 +193,9 @@ func (p *Provider) checkSystem(ctx context.Context, host, port string, t Target,
 
 // systems lists the BMC's ComputerSystems through a gofish client of its own, whose session it
 // deletes.
-func (p *Provider) systems(ctx context.Context, host, port string, t Target) ([]*rf.ComputerSystem, error) {
+func (p *Provider) systems(ctx context.Context, hc *http.Client, host, port string, t Target) ([]*rf.ComputerSystem, error) {
 	c, err := gofish.ConnectContext(ctx, gofish.ClientConfig{Endpoint: "https://" + net.JoinHostPort(host, port),
-		Username: t.Username, Password: t.Password, HTTPClient: p.httpClient(t), BasicAuth: t.BasicAuth})
+		Username: t.Username, Password: t.Password, HTTPClient: hc, BasicAuth: t.BasicAuth})
 	if err != nil {
 		return nil, err
 	}
@@ -217,23 +229,31 @@ func actedOn(systems []*rf.ComputerSystem, name string) (*rf.ComputerSystem, err
 	return named[0], nil
 }
 
-// httpClient is an HTTP client that verifies the BMC's certificate unless the target says not
-// to, each connection bounded by a third of the call.
-func (p *Provider) httpClient(t Target) *http.Client {
+// httpClient is an HTTP client that connects to ip whatever host a request names, verifies the
+// BMC's certificate (against the host the request names) unless the target says not to, each
+// connection bounded by a third of the call.
+func (p *Provider) httpClient(t Target, ip netip.Addr) *http.Client {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: t.RootCAs, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // only when the method says so
+	d := &net.Dialer{Timeout: p.Timeout / 3}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		return d.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
+	}
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true,
-		DialContext: (&net.Dialer{Timeout: p.Timeout / 3}).DialContext, TLSHandshakeTimeout: p.Timeout / 3}}
+		DialContext: dial, TLSHandshakeTimeout: p.Timeout / 3}}
 }
 
-// client builds a bmclib client that uses the Redfish provider and nothing else, over
-// httpClient.
-func (p *Provider) client(host, port string, t Target) *bmclib.Client {
+// client builds a bmclib client that uses the Redfish provider and nothing else, over hc.
+func (p *Provider) client(hc *http.Client, host, port string, t Target) *bmclib.Client {
 	if strings.Contains(host, ":") {
 		host = "[" + host + "]"
 	}
 	c := bmclib.NewClient(host, t.Username, t.Password,
 		bmclib.WithLogger(p.Log.WithName("bmclib")),
-		bmclib.WithHTTPClient(p.httpClient(t)),
+		bmclib.WithHTTPClient(hc),
 		bmclib.WithRedfishPort(port),
 		bmclib.WithRedfishUseBasicAuth(t.BasicAuth),
 		bmclib.WithRedfishSystemName(t.System),

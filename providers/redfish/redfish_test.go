@@ -2,7 +2,11 @@ package redfish_test
 
 import (
 	"context"
+	"crypto/x509"
+	"net"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,5 +339,63 @@ func TestPowerOnOnlyOfTheNodesMachine(t *testing.T) {
 	}
 	if got := svc.Resets(0); len(got) != 0 || svc.PoweredOn(0) {
 		t.Errorf("resets %v, on %v; want no command and the machine left off", got, svc.PoweredOn(0))
+	}
+}
+
+// A BMC named by a round-robin DNS name whose addresses are the node's machine's BMC and
+// another machine's (each with a certificate for the name): each call resolves the name once,
+// and its listing of the systems and its command both go to that address, the certificate
+// still verified against the name. The call that resolves to the node's BMC powers the node's
+// machine off; the one that resolves to the other machine's is refused by the UUID check, and
+// that machine gets no command either way.
+func TestNameResolvedOncePerCall(t *testing.T) {
+	const name = "bmc.rack-7.example"
+	node := redfishsim.Start(t, redfishsim.Options{Addr: "127.0.0.2:0", UUIDs: []string{nodeUUID}, Names: []string{name}})
+	_, port, _ := net.SplitHostPort(node.Address())
+	other := redfishsim.Start(t, redfishsim.Options{Addr: net.JoinHostPort("127.0.0.3", port), UUIDs: []string{otherUUID}, Names: []string{name}})
+	var lookups atomic.Int32
+	addrs := []netip.Addr{netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")}
+	p := redfish.New(nil, power.WithLookup(func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host != name {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		}
+		i := int(lookups.Add(1)-1) % len(addrs)
+		return addrs[i : i+1], nil
+	}))
+	cas := x509.NewCertPool()
+	cas.AppendCertsFromPEM(node.CACert())
+	cas.AppendCertsFromPEM(other.CACert())
+	target := redfish.Target{Node: "node-1", Address: net.JoinHostPort(name, port), SystemUUID: nodeUUID,
+		Username: node.Username(), Password: node.Password(), RootCAs: cas}
+
+	if err := p.PowerOff(context.Background(), target); err != nil {
+		t.Fatalf("PowerOff through the name's first address: %v", err)
+	}
+	if n := lookups.Load(); n != 1 {
+		t.Errorf("the call looked the name up %d times, want 1", n)
+	}
+	if node.PoweredOn(0) {
+		t.Errorf("the node's machine is still on")
+	}
+	if got := other.Resets(0); len(got) != 0 || !other.PoweredOn(0) {
+		t.Fatalf("the other machine got %v (on: %v), want no command", got, other.PoweredOn(0))
+	}
+
+	// The next lookup gives the other machine's address: refused.
+	err := p.PowerOff(context.Background(), target)
+	if providers.ReasonOf(err) != providers.ReasonBadTarget || !strings.Contains(err.Error(), "UUID "+otherUUID) {
+		t.Fatalf("PowerOff error = %v (reason %s), want %s naming the other system's UUID", err, providers.ReasonOf(err), providers.ReasonBadTarget)
+	}
+	if n := lookups.Load(); n != 2 {
+		t.Errorf("two calls looked the name up %d times, want 2", n)
+	}
+	if got := other.Resets(0); len(got) != 0 || !other.PoweredOn(0) {
+		t.Fatalf("the other machine got %v (on: %v), want no command", got, other.PoweredOn(0))
+	}
+
+	// A name that does not resolve: Unreachable, naming it.
+	target.Address = "bmc.rack-8.example"
+	if _, err := p.PowerState(context.Background(), target); providers.ReasonOf(err) != providers.ReasonUnreachable || !strings.Contains(err.Error(), `"bmc.rack-8.example"`) {
+		t.Errorf("PowerState of a name that does not resolve: %v (reason %s), want %s naming it", err, providers.ReasonOf(err), providers.ReasonUnreachable)
 	}
 }

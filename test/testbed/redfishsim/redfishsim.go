@@ -45,6 +45,8 @@ type Options struct {
 	UUIDs []string
 	// Addr is where it listens (default 127.0.0.1:0).
 	Addr string
+	// Names are DNS names its certificate holds beside its address.
+	Names []string
 }
 
 // Service is a running Redfish service. It is safe for concurrent use.
@@ -98,7 +100,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("redfishsim: %w", err)
 	}
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
-	cert, caPEM, err := selfSigned(host)
+	cert, caPEM, err := selfSigned(host, o.Names)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -408,7 +410,7 @@ func randomHex(n int) string {
 }
 
 // selfSigned makes a CA and a server certificate for host signed by it.
-func selfSigned(host string) (tls.Certificate, []byte, error) {
+func selfSigned(host string, names []string) (tls.Certificate, []byte, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, err
@@ -434,6 +436,7 @@ func selfSigned(host string) (tls.Certificate, []byte, error) {
 	} else {
 		tmpl.DNSNames = []string{host}
 	}
+	tmpl.DNSNames = append(tmpl.DNSNames, names...)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		return tls.Certificate{}, nil, err
