@@ -103,7 +103,9 @@ func (p *Provider) PowerOn(ctx context.Context, t Target) error {
 }
 
 // PowerState reads "chassis power status"; an answer that does not say one state plainly is
-// PowerUnknown (parsePowerState).
+// PowerUnknown (parsePowerState). A BMC named by a host name, which may resolve to another
+// address than the command's did, must be the node's machine (checkMachine), as before a
+// command.
 func (p *Provider) PowerState(ctx context.Context, t Target) (PowerState, error) {
 	state := PowerUnknown
 	err := p.call(ctx, t, "reading the power state of", read, func(ctx context.Context, c *bmclib.Client) error {
@@ -175,7 +177,7 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	defer cancel()
 	start := time.Now()
 	log := p.log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "action", verb)
-	ip, err := power.ResolveBMC(ctx, p.lookup, host)
+	ip, named, err := power.ResolveBMC(ctx, p.lookup, host)
 	if err != nil {
 		log.V(1).Info("BMC address not resolved", "duration", time.Since(start), "error", err.Error())
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
@@ -188,7 +190,7 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 		log.V(1).Info("BMC did not answer the IPMI ping", "duration", time.Since(start), "error", err.Error())
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
 	}
-	if k == command {
+	if k == command || named { // a named BMC's read-back must read the machine the command went to
 		if err := checkMachine(ctx, net.JoinHostPort(host, port), t, min(guidTimeout, p.timeout/4), log); err != nil {
 			log.V(1).Info("IPMI call refused", "duration", time.Since(start), "reason", providers.ReasonBadTarget, "error", err.Error())
 			return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: %w", verb, t, err))

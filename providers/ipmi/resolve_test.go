@@ -30,7 +30,8 @@ func roundRobin(name string, n *atomic.Int32, addrs ...string) power.Lookup {
 // another machine's: each call resolves the name once, and its ping, identity check and
 // ipmitool command all go to that address. The call that resolves to the node's BMC powers the
 // node's machine off; the one that resolves to the other machine's is refused by the identity
-// check, and that machine gets no command either way.
+// check, and that machine gets no command either way. A read-back is checked too: a read of
+// the other machine is refused, not taken for the node's power state.
 func TestNameResolvedOncePerCall(t *testing.T) {
 	node := startBMCOf(t, ipmisim.Options{Host: "127.0.0.2", GUID: simGUID})
 	other := startBMCOf(t, ipmisim.Options{Host: "127.0.0.3", Port: node.Port(), GUID: "0f1e2d3c4b5a69788796a5b4c3d2e1f0"})
@@ -64,6 +65,20 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 	}
 	if n := offCommands(t, other); n != 0 || !poweredOn(t, other) {
 		t.Fatalf("%d power-off commands reached the other machine (on: %v)", n, poweredOn(t, other))
+	}
+
+	// Read-backs: the node's machine reads Off; the other machine, off too, is not read: its
+	// Off says nothing about the node's.
+	if got := powerState(t, p, target); got != PowerOff {
+		t.Errorf("PowerState of the node's machine = %v, want off", got)
+	}
+	if err := other.SetPower(false); err != nil {
+		t.Fatal(err)
+	}
+	state, err := p.PowerState(context.Background(), target)
+	wantReason(t, err, providers.ReasonBadTarget)
+	if state == PowerOff {
+		t.Errorf("PowerState read the other machine's Off")
 	}
 }
 

@@ -49,20 +49,21 @@ func SystemLookup(ctx context.Context, host string) ([]netip.Addr, error) {
 
 // ResolveBMC gives the one address a provider's call talks to: host itself when it is an IP
 // address, else the first address lookup gives for the name (the one ipmitool and Go's dialer
-// would take). Everything the call sends then goes to that address: were the name resolved
-// anew by each of its steps, a round-robin name, or one whose record changed between the
-// lookups, could have the identity check ask one machine while the power command goes to
-// another.
-func ResolveBMC(ctx context.Context, lookup Lookup, host string) (netip.Addr, error) {
+// would take); named says it came from a name. Everything the call sends then goes to that
+// address: were the name resolved anew by each of its steps, a round-robin name, or one whose
+// record changed between the lookups, could have the identity check ask one machine while the
+// power command goes to another. Two calls may still reach two machines: a provider checks the
+// identity of a named BMC on reads as well, so that a read-back never reads another machine.
+func ResolveBMC(ctx context.Context, lookup Lookup, host string) (ip netip.Addr, named bool, err error) {
 	if ip, err := netip.ParseAddr(host); err == nil {
-		return ip, nil
+		return ip, false, nil
 	}
 	ips, err := lookup(ctx, host)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("resolving BMC host %q: %w", host, err)
+		return netip.Addr{}, true, fmt.Errorf("resolving BMC host %q: %w", host, err)
 	}
 	if len(ips) == 0 {
-		return netip.Addr{}, fmt.Errorf("BMC host %q resolves to no address", host)
+		return netip.Addr{}, true, fmt.Errorf("BMC host %q resolves to no address", host)
 	}
-	return ips[0].Unmap(), nil
+	return ips[0].Unmap(), true, nil
 }

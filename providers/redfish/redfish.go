@@ -69,9 +69,10 @@ func (p *Provider) PowerOn(ctx context.Context, t Target) error {
 }
 
 // PowerState reads the system's PowerState; one it does not know (PoweringOn, PoweringOff,
-// Paused) is power.Unknown, which never confirms a fence. It does not compare UUIDs: the
-// read-back stays one listing cheaper, and reads the system the command went to (the same
-// Name at the address recorded on the fence, power.Fencer.BoundTarget).
+// Paused) is power.Unknown, which never confirms a fence. At an IP address it does not compare
+// UUIDs: the read-back stays one listing cheaper, and reads the system the command went to
+// (the same Name at the address recorded on the fence, power.Fencer.BoundTarget). At a name,
+// which may resolve to another address than the command's did, it does.
 func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error) {
 	state := power.Unknown
 	err := p.call(ctx, t, "reading the power state of", read, func(ctx context.Context, c *bmclib.Client) error {
@@ -118,7 +119,7 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	defer cancel()
 	start := time.Now()
 	log := p.Log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "system", t.System, "action", verb)
-	ip, err := power.ResolveBMC(ctx, p.Lookup, host)
+	ip, named, err := power.ResolveBMC(ctx, p.Lookup, host)
 	if err != nil {
 		log.V(1).Info("BMC address not resolved", "duration", time.Since(start), "error", err.Error())
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
@@ -127,7 +128,7 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 		log = log.WithValues("resolvedAddress", ip.String())
 	}
 	hc := p.httpClient(t, ip)
-	err = p.checkSystem(ctx, hc, host, port, t, k == command)
+	err = p.checkSystem(ctx, hc, host, port, t, k == command || named) // a named BMC's read-back must read the machine the command went to
 	if err == nil {
 		bmc := p.client(hc, host, port, t)
 		if err = bmc.Open(ctx); err == nil {

@@ -347,7 +347,8 @@ func TestPowerOnOnlyOfTheNodesMachine(t *testing.T) {
 // and its listing of the systems and its command both go to that address, the certificate
 // still verified against the name. The call that resolves to the node's BMC powers the node's
 // machine off; the one that resolves to the other machine's is refused by the UUID check, and
-// that machine gets no command either way.
+// that machine gets no command either way. A read-back is checked too: a read of the other
+// machine is refused, not taken for the node's power state.
 func TestNameResolvedOncePerCall(t *testing.T) {
 	const name = "bmc.rack-7.example"
 	node := redfishsim.Start(t, redfishsim.Options{Addr: "127.0.0.2:0", UUIDs: []string{nodeUUID}, Names: []string{name}})
@@ -391,6 +392,17 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 	}
 	if got := other.Resets(0); len(got) != 0 || !other.PoweredOn(0) {
 		t.Fatalf("the other machine got %v (on: %v), want no command", got, other.PoweredOn(0))
+	}
+
+	// Read-backs: the node's machine reads Off; the other machine, off too, is not read: its
+	// Off says nothing about the node's.
+	if st, err := p.PowerState(context.Background(), target); err != nil || st != power.Off {
+		t.Errorf("PowerState of the node's machine = %v, %v; want Off", st, err)
+	}
+	other.SetPower(0, false)
+	st, err := p.PowerState(context.Background(), target)
+	if providers.ReasonOf(err) != providers.ReasonBadTarget || st == power.Off {
+		t.Errorf("PowerState of the other machine = %v, %v (reason %s), want %s", st, err, providers.ReasonOf(err), providers.ReasonBadTarget)
 	}
 
 	// A name that does not resolve: Unreachable, naming it.
