@@ -86,8 +86,17 @@ func (p *Provider) PowerOn(ctx context.Context, t Target) error {
 	})
 }
 
-// PowerState reads the instance's state: stopped is Off, terminated Gone, any other state
-// (pending, running, stopping, shutting-down) is reported as it is, and is not off.
+// Hibernated is the power state of an instance that reads "stopped" after a hibernation (its
+// state reason says so: Client.UserInitiatedHibernate, or a Spot interruption that
+// hibernates). It is not off: its memory was saved to its root volume, and when it is started
+// again (by anyone, and for a Spot instance by EC2 itself once capacity returns) it resumes the
+// node's processes where they stopped, the database's among them. A StopInstances of it
+// changes nothing, so a fence of it is not confirmed and fails once the method's time is up.
+const Hibernated power.State = "stopped-hibernated (its memory kept: started, it resumes the node's processes)"
+
+// PowerState reads the instance's state: stopped is Off (Hibernated after a hibernation),
+// terminated Gone, any other state (pending, running, stopping, shutting-down) is reported as
+// it is, and is not off.
 func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error) {
 	state := power.Unknown
 	err := p.call(ctx, t, "reading the state of", func(ctx context.Context, c *ec2.Client) error {
@@ -101,6 +110,9 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error
 					switch name := string(i.State.Name); name {
 					case "stopped":
 						state = power.Off
+						if hibernated(i.StateReason) {
+							state = Hibernated
+						}
 					case "terminated":
 						state = power.Gone
 					default:
@@ -116,6 +128,16 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error
 		return power.Unknown, err
 	}
 	return state, nil
+}
+
+// hibernated says whether an instance's state reason is a hibernation. EC2 documents
+// Client.UserInitiatedHibernate; the reason of a Spot interruption that hibernates is matched
+// by the word.
+func hibernated(r *ec2types.StateReason) bool {
+	if r == nil {
+		return false
+	}
+	return strings.Contains(strings.ToLower(awssdk.ToString(r.Code)+" "+awssdk.ToString(r.Message)), "hibernat")
 }
 
 // ReleaseVolumes force-detaches every EBS volume EC2 lists as attached to the node's instance

@@ -120,6 +120,41 @@ func TestStuckStoppingNeverConfirms(t *testing.T) {
 	}
 }
 
+// A hibernated instance reads "stopped", but its memory is kept and it resumes the node's
+// processes when started: the fence is never confirmed, and fails once the method's time is
+// up, naming the hibernation. Stopped by the fence itself (or by anyone without hibernation),
+// the same instance is Off.
+func TestHibernatedIsNotOff(t *testing.T) {
+	ep := start(t)
+	ep.Hibernate(instance)
+	s := newScene(t, ep, providerID, "", nil)
+	if _, err := s.p.Fence(context.Background(), s.req(1, false)); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := int32(1); attempt <= power.ResendOffEvery; attempt++ {
+		st, err := s.check(t, attempt, false)
+		if err != nil || st.State != providers.InProgress || !strings.Contains(st.Message, "hibernated") {
+			t.Fatalf("Check %d of a hibernated instance = %+v, %v; want InProgress naming the hibernation", attempt, st, err)
+		}
+	}
+	st, err := s.check(t, power.ResendOffEvery+1, true)
+	if err != nil || st.State != providers.Failed || st.Reason != providers.ReasonPowerStillOn || !strings.Contains(st.Message, "resumes the node's processes") {
+		t.Fatalf("Check once expired = %+v, %v; want Failed PowerStillOn saying it resumes", st, err)
+	}
+	if got := ep.State(instance); got != "stopped" {
+		t.Fatalf("instance %s, want still stopped (hibernated)", got)
+	}
+
+	// Resumed and stopped by its owner without hibernation: Off.
+	ep.SetRunning(instance)
+	if _, err := s.p.Fence(context.Background(), s.req(1, false)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.check(t, 1, false); err != nil || st.State != providers.Confirmed {
+		t.Fatalf("Check of the instance stopped by the fence = %+v, %v; want Confirmed", st, err)
+	}
+}
+
 func TestTerminatedIsGone(t *testing.T) {
 	ep := start(t)
 	ep.Terminate(instance)

@@ -63,7 +63,9 @@ type Endpoint struct {
 	srv   *http.Server
 	mu    sync.Mutex
 	state map[string]string // instance ID → pending, running, stopping, stopped, terminated
-	calls []Call
+	// hibernated: the stopped instances whose last stop was a hibernation (their stateReason).
+	hibernated map[string]bool
+	calls      []Call
 	// stuck keeps instances in "stopping"; stopDelay is how long stopping lasts otherwise.
 	stuck     bool
 	stopDelay time.Duration
@@ -114,7 +116,7 @@ func New(o Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ec2sim: %w", err)
 	}
-	e := &Endpoint{opts: o, ln: ln, state: map[string]string{}, volumes: map[string]string{}, roots: map[string]bool{}, detaching: map[string]bool{}}
+	e := &Endpoint{opts: o, ln: ln, state: map[string]string{}, hibernated: map[string]bool{}, volumes: map[string]string{}, roots: map[string]bool{}, detaching: map[string]bool{}}
 	for _, id := range o.Instances {
 		e.state[id] = "running"
 	}
@@ -199,6 +201,17 @@ func (e *Endpoint) Terminate(id string) { e.set(id, "terminated") }
 // SetRunning starts the instance again, as its owner would.
 func (e *Endpoint) SetRunning(id string) { e.set(id, "running") }
 
+// Hibernate stops the instance with its memory kept, as its owner's StopInstances with
+// Hibernate, or EC2 interrupting a Spot instance that hibernates, would: it reads "stopped",
+// with the state reason Client.UserInitiatedHibernate, until it is started (resumed) again. A
+// StopInstances of it changes nothing.
+func (e *Endpoint) Hibernate(id string) {
+	e.set(id, "stopped")
+	e.mu.Lock()
+	e.hibernated[id] = true
+	e.mu.Unlock()
+}
+
 // OnState calls fn after every change of an instance's state.
 func (e *Endpoint) OnState(fn func(id, state string)) {
 	e.mu.Lock()
@@ -210,6 +223,9 @@ func (e *Endpoint) set(id, state string) {
 	e.mu.Lock()
 	changed := e.state[id] != state
 	e.state[id] = state
+	if changed {
+		delete(e.hibernated, id)
+	}
 	hook := e.onState
 	e.mu.Unlock()
 	if changed && hook != nil {
@@ -386,10 +402,15 @@ func (e *Endpoint) describeInstances(w http.ResponseWriter, ids []string) {
 		e.mu.Unlock()
 		sort.Strings(ids)
 	}
+	type reasonXML struct {
+		Code    string `xml:"code"`
+		Message string `xml:"message"`
+	}
 	type instanceXML struct {
-		InstanceID     string   `xml:"instanceId"`
-		InstanceState  stateXML `xml:"instanceState"`
-		RootDeviceName string   `xml:"rootDeviceName"`
+		InstanceID     string     `xml:"instanceId"`
+		InstanceState  stateXML   `xml:"instanceState"`
+		StateReason    *reasonXML `xml:"stateReason,omitempty"`
+		RootDeviceName string     `xml:"rootDeviceName"`
 	}
 	type reservationXML struct {
 		ReservationID string        `xml:"reservationId"`
@@ -397,7 +418,14 @@ func (e *Endpoint) describeInstances(w http.ResponseWriter, ids []string) {
 	}
 	var res []reservationXML
 	for _, id := range ids {
-		res = append(res, reservationXML{ReservationID: "r-" + strings.TrimPrefix(id, "i-"), Instances: []instanceXML{{InstanceID: id, InstanceState: stateOf(e.State(id)), RootDeviceName: RootDevice}}})
+		i := instanceXML{InstanceID: id, InstanceState: stateOf(e.State(id)), RootDeviceName: RootDevice}
+		switch {
+		case e.isHibernated(id):
+			i.StateReason = &reasonXML{Code: "Client.UserInitiatedHibernate", Message: "Client.UserInitiatedHibernate: Hibernation was initiated on the instance."}
+		case i.InstanceState.Name == "stopped":
+			i.StateReason = &reasonXML{Code: "Client.UserInitiatedShutdown", Message: "Client.UserInitiatedShutdown: User initiated shutdown"}
+		}
+		res = append(res, reservationXML{ReservationID: "r-" + strings.TrimPrefix(id, "i-"), Instances: []instanceXML{i}})
 	}
 	e.xml(w, struct {
 		XMLName      xml.Name         `xml:"DescribeInstancesResponse"`
@@ -405,6 +433,12 @@ func (e *Endpoint) describeInstances(w http.ResponseWriter, ids []string) {
 		RequestID    string           `xml:"requestId"`
 		Reservations []reservationXML `xml:"reservationSet>item"`
 	}{NS: "http://ec2.amazonaws.com/doc/" + APIVersion + "/", RequestID: requestID(), Reservations: res})
+}
+
+func (e *Endpoint) isHibernated(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.hibernated[id]
 }
 
 // SetStuckDetaching keeps the volumes DetachVolume detaches in "detaching" (an impaired
