@@ -135,6 +135,14 @@ func TestSplitAddress(t *testing.T) {
 		{in: "user@host", wantErr: true},
 		{in: "00]0", wantErr: true},      // found by FuzzSplitAddress: a bracket left in the host
 		{in: "[a:b]:623", wantErr: true}, // a colon in a host that is no IPv6 address
+		// IPv4 in inet_aton's other forms, which resolvers read differently: refused.
+		{in: "10.1", wantErr: true},
+		{in: "010.0.0.5:623", wantErr: true},
+		{in: "0x0a.0.0.5", wantErr: true},
+		{in: "167772165", wantErr: true},
+		{in: "10.0.0.5.6", wantErr: true},
+		{in: "1e100.example", want: hostPort{"1e100.example", "623"}},
+		{in: "0xbmc.example:6230", want: hostPort{"0xbmc.example", "6230"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -9,7 +9,8 @@
 // Before bmclib runs, a session-less IPMI "Get Channel Authentication Capabilities" ping tells a
 // silent BMC (ReasonUnreachable, in about 3 s instead of ipmitool's 50 s of retries) from one that
 // answers and then rejects the session: ipmitool prints the same "Unable to establish IPMI v2 /
-// RMCP+ session" for both. Before a command, a session-less "Get System GUID" makes sure that the
-// BMC is the node's machine's (checkMachine). Errors are classified into providers.Reason values
+// RMCP+ session" for both. Before a command (and before a read of a BMC named by a host name,
+// which is resolved once per call), a session-less "Get System GUID" makes sure that the BMC is
+// the node's machine's (checkMachine). Errors are classified into providers.Reason values
 // from ipmitool's messages, and the password is scrubbed from every error text.
 package ipmi

@@ -14,7 +14,8 @@ import (
 	"palisade.dev/palisade/providers/power"
 )
 
-// guidTimeout bounds the session-less Get System GUID before a command (at most a quarter of
+// guidTimeout bounds the session-less Get System GUID before a command, and before a read of a
+// BMC named by a host name (at most a quarter of
 // the call's timeout, so that ping and GUID leave ipmitool half of it). The BMC has just
 // answered the ping, so a BMC that keeps quiet now does not serve the request outside a
 // session: the fence goes on without the comparison rather than wait longer.
@@ -103,7 +104,9 @@ func guidReadings(g [16]byte) []string {
 // errOtherMachine marks a BMC whose system GUID is not the node's systemUUID.
 var errOtherMachine = errors.New("not the node's machine")
 
-// checkMachine makes sure, before a command, that the BMC at addr controls the node's machine.
+// checkMachine makes sure, before a command (and before a read of a BMC named by a host name,
+// which the next call may resolve to another machine), that the BMC at addr controls the
+// node's machine.
 //
 // A wrong palisade.dev/bmc-address (two nodes' swapped, a typo naming another live server)
 // would power off another machine and read it back Off while the node runs on. The BMC's system

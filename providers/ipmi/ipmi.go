@@ -157,7 +157,8 @@ func parsePowerState(s string) PowerState {
 	return PowerOff
 }
 
-// kind says whether a call sends a command (checked against the node's systemUUID) or reads.
+// kind says whether a call sends a command (checked against the node's systemUUID) or reads
+// (checked only when the BMC is named by a host name).
 type kind bool
 
 const (
@@ -165,9 +166,10 @@ const (
 	command kind = true
 )
 
-// call checks the target, resolves the BMC's host once (power.ResolveBMC), pings the BMC, makes sure before a command that the BMC is the
-// node's machine's (checkMachine), opens a bmclib client restricted to ipmitool, runs fn and
-// closes the client, all within the per-call timeout, and classifies any error.
+// call checks the target, resolves the BMC's host once (power.ResolveBMC), pings the BMC,
+// makes sure before a command (or a read through a host name) that the BMC is the node's
+// machine's (checkMachine), opens a bmclib client restricted to ipmitool, runs fn and closes
+// the client, all within the per-call timeout, and classifies any error.
 func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn func(context.Context, *bmclib.Client) error) error {
 	host, port, err := p.check(t)
 	if err != nil {
@@ -182,6 +184,7 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 		log.V(1).Info("BMC address not resolved", "duration", time.Since(start), "error", err.Error())
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
 	}
+	name := host
 	if host != ip.String() {
 		host = ip.String()
 		log = log.WithValues("resolvedAddress", host)
@@ -192,6 +195,9 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	}
 	if k == command || named { // a named BMC's read-back must read the machine the command went to
 		if err := checkMachine(ctx, net.JoinHostPort(host, port), t, min(guidTimeout, p.timeout/4), log); err != nil {
+			if named {
+				err = fmt.Errorf("%w%s", err, power.NamedBMCNote(name, ip))
+			}
 			log.V(1).Info("IPMI call refused", "duration", time.Since(start), "reason", providers.ReasonBadTarget, "error", err.Error())
 			return providers.NewError(providers.ReasonBadTarget, fmt.Errorf("%s node %s: %w", verb, t, err))
 		}

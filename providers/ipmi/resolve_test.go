@@ -57,8 +57,8 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 	// The next lookup gives the other machine's address: refused, whatever the next one gives.
 	err := p.PowerOff(context.Background(), target)
 	wantReason(t, err, providers.ReasonBadTarget)
-	if !strings.Contains(err.Error(), "not the node's machine") {
-		t.Errorf("error %q does not say the BMC is not the node's machine", err)
+	if !strings.Contains(err.Error(), "not the node's machine") || !strings.Contains(err.Error(), "bmc.rack-7.example resolved to 127.0.0.3") {
+		t.Errorf("error %q does not say the BMC is not the node's machine and where the name led", err)
 	}
 	if lookups.Load() != 2 {
 		t.Errorf("two calls looked the name up %d times, want 2", lookups.Load())
@@ -82,8 +82,7 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 	}
 }
 
-// A name that does not resolve fails the call as Unreachable, naming the name, before any
-// datagram is sent.
+// A name that does not resolve fails the call as Unreachable, naming the name.
 func TestNameNotResolved(t *testing.T) {
 	p := New(nil)
 	p.lookup = roundRobin("bmc.rack-7.example", new(atomic.Int32), "127.0.0.2")

@@ -29,8 +29,8 @@ type Target struct {
 	// CipherSuite is the IPMI cipher suite, "" for the provider's default.
 	CipherSuite string
 	// SystemUUID is the node's status.nodeInfo.systemUUID, the SMBIOS UUID its kubelet read
-	// from the machine: before a command, the BMC's system GUID must name the same machine
-	// (checkMachine).
+	// from the machine: before a command (and a read through a host name), the BMC's system
+	// GUID must name the same machine (checkMachine).
 	SystemUUID string
 }
 

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
 
 // SplitAddress splits a BMC address, "host", "host:port", "[v6]:port" or a bare IPv6
@@ -32,7 +34,27 @@ func SplitAddress(addr, defaultPort string) (host, port string, err error) {
 		(strings.Contains(host, ":") && net.ParseIP(host) == nil) {
 		return "", "", fmt.Errorf("malformed BMC host in %q", addr)
 	}
+	if _, err := netip.ParseAddr(host); err != nil && numeric(host) {
+		return "", "", fmt.Errorf("BMC host %q in %q is not an IPv4 address written as four decimal numbers without leading zeros, and no host name: resolvers read such forms differently (010 as octal 8, 10.1 as 10.0.0.1), so write the address out", host, addr)
+	}
 	return host, port, nil
+}
+
+// numeric says whether every dot-separated label of host is a decimal or 0x-hex number: an
+// IPv4 address in one of inet_aton's forms ("10.1", "010.0.0.1", "0x0a.0.0.1", "167772161"),
+// never a host name, whose top-level label is not a number.
+func numeric(host string) bool {
+	for _, label := range strings.Split(host, ".") {
+		digits := label
+		if l := strings.ToLower(label); strings.HasPrefix(l, "0x") {
+			digits = l[2:]
+		}
+		if digits == "" || strings.TrimLeft(strings.ToLower(digits), "0123456789abcdef") != "" ||
+			(digits == label && strings.TrimLeft(label, "0123456789") != "") {
+			return false
+		}
+	}
+	return true
 }
 
 // spaceOrControl is a character no host name or address holds (a vertical tab once got
@@ -42,9 +64,20 @@ func spaceOrControl(r rune) bool { return unicode.IsSpace(r) || unicode.IsContro
 // Lookup resolves a host name to its addresses.
 type Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 
-// SystemLookup is the system's resolver (net.DefaultResolver).
+// SystemLookup is the system's resolver (net.DefaultResolver), an IPv6 address's zone kept
+// (a link-local BMC in /etc/hosts).
 func SystemLookup(ctx context.Context, host string) ([]netip.Addr, error) {
-	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	ips := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			ips = append(ips, ip.Unmap().WithZone(a.Zone))
+		}
+	}
+	return ips, nil
 }
 
 // ResolveBMC gives the one address a provider's call talks to: host itself when it is an IP
@@ -53,7 +86,8 @@ func SystemLookup(ctx context.Context, host string) ([]netip.Addr, error) {
 // address: were the name resolved anew by each of its steps, a round-robin name, or one whose
 // record changed between the lookups, could have the identity check ask one machine while the
 // power command goes to another. Two calls may still reach two machines: a provider checks the
-// identity of a named BMC on reads as well, so that a read-back never reads another machine.
+// identity of a named BMC on reads as well, where it can be compared, so that a read-back does
+// not read another machine.
 func ResolveBMC(ctx context.Context, lookup Lookup, host string) (ip netip.Addr, named bool, err error) {
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return ip, false, nil
@@ -66,4 +100,12 @@ func ResolveBMC(ctx context.Context, lookup Lookup, host string) (ip netip.Addr,
 		return netip.Addr{}, true, fmt.Errorf("BMC host %q resolves to no address", host)
 	}
 	return ips[0].Unmap(), true, nil
+}
+
+// NamedBMCNote is what a refusal of a BMC reached through a host name adds to its error: the
+// address the name resolved to for the call, and that a name whose addresses reach several
+// machines' BMCs names no one BMC.
+func NamedBMCNote(host string, ip netip.Addr) string {
+	return fmt.Sprintf(" (%s resolved to %s for this call: if the name resolves to several machines' BMCs, set %s to the node's own BMC's address)",
+		host, ip, v1alpha1.AnnotationBMCAddress)
 }

@@ -5,7 +5,8 @@
 // default); its system is the one named by the node's palisade.dev/redfish-system annotation
 // (a Name more than one system has is a BadTarget: Redfish keeps only Ids unique, so the
 // systems are listed before any command), or the only system the service has. Before the off
-// (or on) command, that system's UUID must be the node's status.nodeInfo.systemUUID, or the
+// (or on) command, and before a read of a BMC named by a host name (resolved once per call),
+// that system's UUID must be the node's status.nodeInfo.systemUUID, or the
 // same with its first three groups byte-swapped; another is a BadTarget and nothing is sent
 // (a UUID missing on either side is not compared). Credentials come from the method's Secret (or the one
 // the node's palisade.dev/bmc-secret names); with session auth (the default) bmclib opens a

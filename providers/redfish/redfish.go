@@ -94,7 +94,8 @@ func (p *Provider) PowerState(ctx context.Context, t Target) (power.State, error
 	return state, nil
 }
 
-// kind says whether a call sends a command (checked against the node's systemUUID) or reads.
+// kind says whether a call sends a command (checked against the node's systemUUID) or reads
+// (checked only when the BMC is named by a host name).
 type kind bool
 
 const (
@@ -129,6 +130,9 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	}
 	hc := p.httpClient(t, ip)
 	err = p.checkSystem(ctx, hc, host, port, t, k == command || named) // a named BMC's read-back must read the machine the command went to
+	if named && errors.Is(err, errOtherMachine) {
+		err = fmt.Errorf("%w%s", err, power.NamedBMCNote(host, ip))
+	}
 	if err == nil {
 		bmc := p.client(hc, host, port, t)
 		if err = bmc.Open(ctx); err == nil {
@@ -153,7 +157,7 @@ var (
 )
 
 // checkSystem makes sure that the system bmclib will act on is one system and, before a
-// command (verifyUUID), that it is the node's machine.
+// command or a read through a host name (verifyUUID), that it is the node's machine.
 //
 // bmclib picks the first system whose Name matches, in whatever order gofish fetched them, but
 // Redfish keeps only a system's Id unique, not its Name: with two systems of the same Name the

@@ -343,9 +343,9 @@ func TestPowerOnOnlyOfTheNodesMachine(t *testing.T) {
 }
 
 // A BMC named by a round-robin DNS name whose addresses are the node's machine's BMC and
-// another machine's (each with a certificate for the name): each call resolves the name once,
-// and its listing of the systems and its command both go to that address, the certificate
-// still verified against the name. The call that resolves to the node's BMC powers the node's
+// another machine's (each with a certificate for the name alone): each call resolves the name
+// once, and its listing of the systems and its command both go to that address, the
+// certificate still verified against the name. The call that resolves to the node's BMC powers the node's
 // machine off; the one that resolves to the other machine's is refused by the UUID check, and
 // that machine gets no command either way. A read-back is checked too: a read of the other
 // machine is refused, not taken for the node's power state.
@@ -384,8 +384,8 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 
 	// The next lookup gives the other machine's address: refused.
 	err := p.PowerOff(context.Background(), target)
-	if providers.ReasonOf(err) != providers.ReasonBadTarget || !strings.Contains(err.Error(), "UUID "+otherUUID) {
-		t.Fatalf("PowerOff error = %v (reason %s), want %s naming the other system's UUID", err, providers.ReasonOf(err), providers.ReasonBadTarget)
+	if providers.ReasonOf(err) != providers.ReasonBadTarget || !strings.Contains(err.Error(), "UUID "+otherUUID) || !strings.Contains(err.Error(), name+" resolved to 127.0.0.3") {
+		t.Fatalf("PowerOff error = %v (reason %s), want %s naming the other system's UUID and the address the name resolved to", err, providers.ReasonOf(err), providers.ReasonBadTarget)
 	}
 	if n := lookups.Load(); n != 2 {
 		t.Errorf("two calls looked the name up %d times, want 2", n)
@@ -405,7 +405,18 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 		t.Errorf("PowerState of the other machine = %v, %v (reason %s), want %s", st, err, providers.ReasonOf(err), providers.ReasonBadTarget)
 	}
 
+	// The certificates hold the name only: verified against the name, not the address dialled.
+	// A name they do not hold, resolved to the same BMC, is refused before anything is sent.
+	p = redfish.New(nil, power.WithLookup(func(context.Context, string) ([]netip.Addr, error) { return addrs[:1], nil }))
+	target.Address = net.JoinHostPort("bmc.rack-9.example", port)
+	if _, err := p.PowerState(context.Background(), target); providers.ReasonOf(err) != providers.ReasonUntrustedCertificate {
+		t.Errorf("PowerState through a name the certificate does not hold: %v (reason %s), want %s", err, providers.ReasonOf(err), providers.ReasonUntrustedCertificate)
+	}
+
 	// A name that does not resolve: Unreachable, naming it.
+	p = redfish.New(nil, power.WithLookup(func(_ context.Context, host string) ([]netip.Addr, error) {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}))
 	target.Address = "bmc.rack-8.example"
 	if _, err := p.PowerState(context.Background(), target); providers.ReasonOf(err) != providers.ReasonUnreachable || !strings.Contains(err.Error(), `"bmc.rack-8.example"`) {
 		t.Errorf("PowerState of a name that does not resolve: %v (reason %s), want %s naming it", err, providers.ReasonOf(err), providers.ReasonUnreachable)

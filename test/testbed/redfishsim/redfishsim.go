@@ -45,7 +45,8 @@ type Options struct {
 	UUIDs []string
 	// Addr is where it listens (default 127.0.0.1:0).
 	Addr string
-	// Names are DNS names its certificate holds beside its address.
+	// Names are the DNS names its certificate holds instead of its address (default: its
+	// address only), so that a client reaching it by address cannot verify it.
 	Names []string
 }
 
@@ -431,12 +432,14 @@ func selfSigned(host string, names []string) (tls.Certificate, []byte, error) {
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "bmc"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	if ip := net.ParseIP(host); ip != nil {
+	switch ip := net.ParseIP(host); {
+	case len(names) > 0:
+		tmpl.DNSNames = names
+	case ip != nil:
 		tmpl.IPAddresses = []net.IP{ip}
-	} else {
+	default:
 		tmpl.DNSNames = []string{host}
 	}
-	tmpl.DNSNames = append(tmpl.DNSNames, names...)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		return tls.Certificate{}, nil, err
