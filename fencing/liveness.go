@@ -132,9 +132,11 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 			if span == kubeletMaxRestartBackOff {
 				kubelet = fmt.Sprintf(", with its kubelet running and not stopped for the order: it may restart a container up to its crash back-off (%s) later, so the window is that long (set the agent's --kubelet-stop-command, the chart's agent.kubeletStopCommand)", kubeletMaxRestartBackOff)
 			}
-			if full := afterConfirmation(nf).Add(span + verifyMargin); nf.Spec.Release.VerifyWindow == nil && nf.Status.Liveness.WatchUntil.Time.Before(full) {
+			if full := afterConfirmation(nf).Add(span + verifyMargin); nf.Status.Liveness.WatchUntil.Time.Before(full) {
 				// A kubelet healthy again (or no heartbeat to say it is not) may restart the
-				// workload: the whole window.
+				// workload: the whole window, whatever the policy's verifyWindow (which is for
+				// the look for life: a shorter one would release a workload the kubelet then
+				// starts again beside its replacement).
 				nf.Status.Liveness.WatchUntil = metav1.NewTime(full)
 			}
 		}

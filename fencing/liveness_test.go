@@ -571,24 +571,26 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 		// window is how long after the confirmation's second VerifyFenced watches.
 		window   time.Duration
 		released bool
+		// verifyWindow is the policy's release.verifyWindow (nil: the default).
+		verifyWindow *metav1.Duration
 	}{
-		{"stopped", func(hb *agentwire.Heartbeat, _ time.Duration) bool { return true }, 3*time.Second + verifyMargin, true},
+		{"stopped", func(hb *agentwire.Heartbeat, _ time.Duration) bool { return true }, 3*time.Second + verifyMargin, true, nil},
 		{"stopped-2s-interval", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
 			hb.Interval = 2 * time.Second
 			return true
-		}, 3*2*time.Second + verifyMargin, true},
+		}, 3*2*time.Second + verifyMargin, true, nil},
 		{"not-stopped", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
 			hb.Executor.KubeletStopped = false
 			return true
-		}, long, true},
+		}, long, true, nil},
 		{"stopped-but-healthy", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
 			hb.KubeletHealthy = true
 			return true
-		}, longest, true},
+		}, longest, true, nil},
 		{"not-stopped-and-healthy", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
 			hb.Executor.KubeletStopped, hb.KubeletHealthy = false, true
 			return true
-		}, longest, true},
+		}, longest, true, nil},
 		{"not-stopped-restarted-after-a-long-back-off", func(hb *agentwire.Heartbeat, since time.Duration) bool {
 			hb.Executor.KubeletStopped, hb.KubeletHealthy = false, true
 			if since >= 4*time.Minute {
@@ -596,15 +598,30 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 				hb.RunningContainers = &n
 			}
 			return true
-		}, longest, false},
+		}, longest, false, nil},
+		// The policy's verifyWindow (0s, as suggested for power methods whose read-back names
+		// the machine) does not cut the kubelet's window short: a kubelet never stopped that
+		// restarts the workload 4 minutes after the confirmation is still caught.
+		{"not-stopped-restarted-after-a-long-back-off-verifyWindow-0s", func(hb *agentwire.Heartbeat, since time.Duration) bool {
+			hb.Executor.KubeletStopped, hb.KubeletHealthy = false, true
+			if since >= 4*time.Minute {
+				n := 1
+				hb.RunningContainers = &n
+			}
+			return true
+		}, longest, false, &metav1.Duration{}},
+		{"not-stopped-verifyWindow-0s", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
+			hb.Executor.KubeletStopped = false
+			return true
+		}, long, true, &metav1.Duration{}},
 		{"stopped-for-another-order", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
 			hb.Executor.ID = "an-older-fence"
 			return true
-		}, long, true},
+		}, long, true, nil},
 		{"stopped-not-confirmed", func(hb *agentwire.Heartbeat, _ time.Duration) bool {
 			hb.Executor.State = agentwire.ExecutorRunning
 			return true
-		}, long, true},
+		}, long, true, nil},
 		// The latest heartbeat when the confirmation comes (through the API server) is from
 		// before the order: its probe saw the kubelet the agent stopped since. Seed 8179 of the
 		// chaos runs watched 5 min for it.
@@ -613,18 +630,18 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 				hb.Executor, hb.KubeletHealthy, hb.Received = nil, true, hb.Received.Add(-time.Second)
 			}
 			return true
-		}, long, true},
+		}, long, true, nil},
 		{"healthy-while-the-order-runs", func(hb *agentwire.Heartbeat, since time.Duration) bool {
 			if since < 0 {
 				hb.Executor.State, hb.KubeletHealthy = agentwire.ExecutorRunning, true
 			}
 			return true
-		}, long, true},
+		}, long, true, nil},
 		{"healthy-after-the-confirmation-without-the-order", func(hb *agentwire.Heartbeat, since time.Duration) bool {
 			hb.Executor, hb.KubeletHealthy = nil, since >= 0 // an agent restarted: its order's status gone
 			return true
-		}, longest, true},
-		{"no-heartbeat-at-the-confirmation", func(hb *agentwire.Heartbeat, since time.Duration) bool { return since > 0 }, long, true},
+		}, longest, true, nil},
+		{"no-heartbeat-at-the-confirmation", func(hb *agentwire.Heartbeat, since time.Duration) bool { return since > 0 }, long, true, nil},
 		{"kubelet-back-restarts-the-workload", func(hb *agentwire.Heartbeat, since time.Duration) bool {
 			hb.KubeletHealthy = since >= 2*time.Second
 			if since >= 6*time.Second {
@@ -632,26 +649,36 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 				hb.RunningContainers = &n
 			}
 			return true
-		}, longest, false},
+		}, longest, false, nil},
 		// No read-back after the window's end: the agent fell silent after the confirmation (a
 		// kubelet that runs may restart the workload unseen), or its heartbeats carry none.
-		{"agent-silent-after-the-confirmation", func(hb *agentwire.Heartbeat, since time.Duration) bool { return since < 0 }, long, false},
+		{"agent-silent-after-the-confirmation", func(hb *agentwire.Heartbeat, since time.Duration) bool { return since < 0 }, long, false, nil},
 		{"agent-silent-while-the-kubelet-runs", func(hb *agentwire.Heartbeat, since time.Duration) bool {
 			hb.Executor.KubeletStopped, hb.KubeletHealthy = false, true
 			return since < time.Minute
-		}, longest, false},
+		}, longest, false, nil},
 		{"no-read-back-after-the-confirmation", func(hb *agentwire.Heartbeat, since time.Duration) bool {
 			if since >= 0 {
 				hb.RunningContainers = nil
 			}
 			return true
-		}, 3*time.Second + verifyMargin, false},
+		}, 3*time.Second + verifyMargin, false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t, "executor")
 			w.ticks = 400 // the longest window is minutes
 			w.r.Heartbeats = heartbeats{}
+			if tt.verifyWindow != nil {
+				nf := &v1alpha1.NodeFence{}
+				if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+					t.Fatal(err)
+				}
+				nf.Spec.Release.VerifyWindow = tt.verifyWindow
+				if err := w.c.Update(context.Background(), nf); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var at time.Time // the confirmation's second, once recorded
 			read := 0
 			w.tick = func(nf *v1alpha1.NodeFence) {

@@ -416,7 +416,9 @@ type Release struct {
 	// at most the renewal interval plus 1s after the confirmation. For a node silent on every
 	// path long enough before its fence, the default window may have ended before the
 	// confirmation: its signals are then checked once, at the confirmation. 0 checks once,
-	// without waiting.
+	// without waiting. A method that leaves the node running with its kubelet not stopped (the
+	// Executor) is watched at least as long as the kubelet could restart the workload (up to
+	// its longest crash back-off plus 1s), whatever this says.
 	// +optional
 	VerifyWindow *metav1.Duration `json:"verifyWindow,omitempty"`
 }
