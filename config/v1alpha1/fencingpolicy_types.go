@@ -381,11 +381,13 @@ type SecretReference struct {
 }
 
 // StormGuard bounds automatic fencing.
-// +kubebuilder:validation:XValidation:rule="!has(self.maxUnhealthy) || (type(self.maxUnhealthy) == int ? self.maxUnhealthy >= 0 : self.maxUnhealthy.matches('^(100|[1-9]?[0-9])%$'))",message="spec.stormGuard.maxUnhealthy must be a count (0 or more) or a percentage from 0% to 100%"
+// A count is bounded: the controller reads it as a 32-bit integer, and a policy it cannot read
+// would stop it from reading every policy.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxUnhealthy) || (type(self.maxUnhealthy) == int ? self.maxUnhealthy >= 0 && self.maxUnhealthy <= 1000000 : self.maxUnhealthy.matches('^(100|[1-9]?[0-9])%$'))",message="spec.stormGuard.maxUnhealthy must be a count (0 to 1000000) or a percentage from 0% to 100%"
 type StormGuard struct {
 	// MaxUnhealthy is the most nodes of the policy that may look failed or late (Suspect) at
-	// once (a count, or a percentage of the policy's nodes, rounded down but at least one) for
-	// fencing to go on.
+	// once (a count, or a percentage of the policy's nodes, rounded down but at least one
+	// unless it is 0%) for fencing to go on. 0 and 0% fence nothing automatically.
 	// Default "40%".
 	// +kubebuilder:validation:XIntOrString
 	// +optional

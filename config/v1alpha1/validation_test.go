@@ -8,6 +8,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -194,11 +196,14 @@ func TestFencingPolicyValidation(t *testing.T) {
 			selfFence(p, 90*time.Second, 91*time.Second)
 		}, nil},
 		{"storm guard over 100%", func(p *v1alpha1.FencingPolicy) { p.Spec.StormGuard.MaxUnhealthy = pct("150%") },
-			[]string{"spec.stormGuard.maxUnhealthy must be a count (0 or more) or a percentage from 0% to 100%"}},
+			[]string{"spec.stormGuard.maxUnhealthy must be a count (0 to 1000000) or a percentage from 0% to 100%"}},
 		{"storm guard not a percentage", func(p *v1alpha1.FencingPolicy) { p.Spec.StormGuard.MaxUnhealthy = pct("many") },
 			[]string{"spec.stormGuard.maxUnhealthy must be a count"}},
 		{"negative storm guard", func(p *v1alpha1.FencingPolicy) { v := intstr.FromInt32(-1); p.Spec.StormGuard.MaxUnhealthy = &v },
 			[]string{"spec.stormGuard.maxUnhealthy must be a count"}},
+		{"storm guard count at its bound", func(p *v1alpha1.FencingPolicy) { v := intstr.FromInt32(1000000); p.Spec.StormGuard.MaxUnhealthy = &v }, nil},
+		{"storm guard count over its bound", func(p *v1alpha1.FencingPolicy) { v := intstr.FromInt32(1000001); p.Spec.StormGuard.MaxUnhealthy = &v },
+			[]string{"spec.stormGuard.maxUnhealthy must be a count (0 to 1000000)"}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,6 +226,25 @@ func TestFencingPolicyValidation(t *testing.T) {
 			}
 		})
 	}
+
+	// A count beyond 32 bits, which no typed client can write: the controller could not read
+	// the policy, nor then any policy of the list.
+	t.Run("storm guard count beyond 32 bits", func(t *testing.T) {
+		p := validPolicy("p-huge")
+		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: raw}
+		u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("FencingPolicy"))
+		if err := unstructured.SetNestedField(u.Object, int64(3000000000), "spec", "stormGuard", "maxUnhealthy"); err != nil {
+			t.Fatal(err)
+		}
+		err = cluster.Client.Create(ctx, u)
+		if err == nil || !strings.Contains(err.Error(), "spec.stormGuard.maxUnhealthy must be a count (0 to 1000000)") {
+			t.Fatalf("a count of 3000000000: error %v, want the storm guard's bound", err)
+		}
+	})
 }
 
 // A NodeFence's node cannot be changed once set.
