@@ -208,6 +208,31 @@ func nodeTargets(t *testing.T, c *testbed.Cluster) {
 			t.Errorf("the node %s: %v; want a refusal naming the fence target", tc.what, err)
 		}
 	}
+	// A fence request made of the node (by an administrator): the node may not withdraw it,
+	// through the Node or its status; an administrator may.
+	if err := annotate(c.Client, v1alpha1.AnnotationFenceRequest, "disk errors, suspected split brain"); err != nil {
+		t.Fatalf("an administrator requesting a fence: %v", err)
+	}
+	for what, anns := range map[string]string{
+		"the request":                 `"` + v1alpha1.AnnotationFenceRequest + `":null`,
+		"the request and who made it": `"` + v1alpha1.AnnotationFenceRequest + `":null,"` + v1alpha1.AnnotationFenceRequestedBy + `":null`,
+		"who made it":                 `"` + v1alpha1.AnnotationFenceRequestedBy + `":null`,
+	} {
+		withdraw := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{`+anns+`}}}`))
+		if err := kubelet.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-t"}}, withdraw); err == nil || !strings.Contains(err.Error(), "may not withdraw a fence request") {
+			t.Errorf("the node removing %s: %v; want a refusal", what, err)
+		}
+		if err := kubelet.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-t"}}, withdraw); err == nil || !strings.Contains(err.Error(), "may not withdraw a fence request") {
+			t.Errorf("the node removing %s through nodes/status: %v; want a refusal", what, err)
+		}
+	}
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: "node-t"}, node); err != nil || node.Annotations[v1alpha1.AnnotationFenceRequest] == "" {
+		t.Errorf("node-t's fence request %q (%v), want it kept", node.Annotations[v1alpha1.AnnotationFenceRequest], err)
+	}
+	if err := c.Client.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-t"}}, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+v1alpha1.AnnotationFenceRequest+`":null,"`+v1alpha1.AnnotationFenceRequestedBy+`":null}}}`))); err != nil {
+		t.Errorf("an administrator withdrawing the fence request: %v", err)
+	}
 	if err := annotate(c.Client, v1alpha1.AnnotationBMCAddress, "10.0.0.6"); err != nil {
 		t.Errorf("an administrator changing the BMC address: %v", err)
 	}
