@@ -38,7 +38,7 @@ func policyFor(ctx context.Context, c client.Reader, node *corev1.Node, opts ...
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
 	for i := range list.Items {
-		sel, err := selectors.of(&list.Items[i])
+		sel, err := selectors.inForce(&list.Items[i])
 		if err != nil {
 			continue
 		}
@@ -49,8 +49,8 @@ func policyFor(ctx context.Context, c client.Reader, node *corev1.Node, opts ...
 	return nil, nil
 }
 
-// policiesBefore are the node selectors of the policies before name (by name) whose selector
-// parses: a node one of them matches is theirs (policyFor).
+// policiesBefore are the node selectors in force of the policies before name (by name): a node
+// one of them matches is theirs (policyFor).
 func policiesBefore(ctx context.Context, c client.Reader, name string) ([]labels.Selector, error) {
 	var list v1alpha1.FencingPolicyList
 	if err := c.List(ctx, &list); err != nil {
@@ -61,7 +61,7 @@ func policiesBefore(ctx context.Context, c client.Reader, name string) ([]labels
 		if list.Items[i].Name >= name {
 			continue
 		}
-		if sel, err := selectors.of(&list.Items[i]); err == nil {
+		if sel, err := selectors.inForce(&list.Items[i]); err == nil {
 			out = append(out, sel)
 		}
 	}
@@ -107,6 +107,21 @@ func (c *selectorCache) of(p *v1alpha1.FencingPolicy) (labels.Selector, error) {
 	}
 	c.byUID[p.UID] = parsedSelector{generation: p.Generation, sel: sel, err: err}
 	return sel, err
+}
+
+// inForce is the node selector that decides which nodes p covers: the spec's, or while the
+// spec's does not parse, the one last in force (status.nodeSelector), so that a broken edit
+// moves no node to another policy or to none. The error is the spec's, when neither parses
+// (a policy whose selector never parsed covers no node).
+func (c *selectorCache) inForce(p *v1alpha1.FencingPolicy) (labels.Selector, error) {
+	sel, err := c.of(p)
+	if err == nil {
+		return sel, nil
+	}
+	if last, ok := p.LastNodeSelector(); ok {
+		return last, nil
+	}
+	return nil, err
 }
 
 func leaseTimeout(p *v1alpha1.FencingPolicy) time.Duration {
@@ -284,7 +299,7 @@ func (h health) Blocked() bool { return h.Unhealthy > h.MaxUnhealthy }
 // policy's to count; counted here too, it would raise this policy's limit with nodes it never
 // fences.
 func policyHealth(ctx context.Context, o observe.Observer, p *v1alpha1.FencingPolicy, now time.Time) (health, error) {
-	sel, err := selectors.of(p)
+	sel, err := selectors.inForce(p)
 	if err != nil {
 		return health{}, fmt.Errorf("parsing the node selector of policy %s: %w", p.Name, err)
 	}

@@ -53,9 +53,12 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if meta.SetStatusCondition(&p.Status.Conditions, invalid) && invalid.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec, "Validate", invalid.Message)
 	}
-	var h health // a selector that does not parse covers no node (policyFor skips the policy)
-	if invalid.Reason != v1alpha1.ReasonNodeSelectorInvalid {
-		var err error
+	if sel, err := selectors.of(p); err == nil {
+		s := sel.String()
+		p.Status.NodeSelector = &s // in force until the spec's next parses (selectorCache.inForce)
+	}
+	var h health // no selector in force covers no node (policyFor skips the policy)
+	if _, err := selectors.inForce(p); err == nil {
 		if h, err = policyHealth(ctx, r.Observer, p, now); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -124,7 +127,11 @@ func invalidSpecCondition(p *v1alpha1.FencingPolicy) metav1.Condition {
 	var reasons, problems []string
 	if _, err := selectors.of(p); err != nil {
 		reasons = append(reasons, v1alpha1.ReasonNodeSelectorInvalid)
-		problems = append(problems, fmt.Sprintf("spec.nodeSelector does not parse (%v): the policy covers no node until it is fixed, and its nodes fall to the next policy that selects them, by name, or to none", err))
+		if p.Status.NodeSelector != nil {
+			problems = append(problems, fmt.Sprintf("spec.nodeSelector does not parse (%v): until it is fixed the policy goes on covering the nodes of the selector last in force (status.nodeSelector %q)", err, *p.Status.NodeSelector))
+		} else {
+			problems = append(problems, fmt.Sprintf("spec.nodeSelector does not parse (%v): the policy covers no node until it is fixed, and the nodes it would select fall to the next policy that selects them, by name, or to none", err))
+		}
 	}
 	if _, err := v1alpha1.NewWorkloadRule(p.Spec.Workloads); err != nil {
 		reasons = append(reasons, v1alpha1.ReasonPodSelectorInvalid)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -135,6 +136,7 @@ func TestPolicyReconcile(t *testing.T) {
 			opts := cmp.Options{
 				cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime", "Message"),
 				cmpopts.IgnoreFields(v1alpha1.NodeVerdict{}, "Reason"),
+				cmpopts.IgnoreFields(v1alpha1.FencingPolicyStatus{}, "NodeSelector"), // TestBrokenSelectorEditKeepsItsNodes
 				cmpopts.EquateEmpty(),
 				cmpopts.SortSlices(func(a, b metav1.Condition) bool { return a.Type < b.Type }),
 			}
@@ -150,6 +152,61 @@ func TestPolicyReconcile(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A policy's selector is recorded in its status once it parses; an edit that breaks it then
+// moves none of its nodes: the policy goes on covering (and counting) the nodes of the selector
+// last in force, and InvalidSpec says so. Without the record, its nodes fell to the next policy
+// by name (here one that fences every node), or to none.
+func TestBrokenSelectorEditKeepsItsNodes(t *testing.T) {
+	objs, hbs := cluster(map[string]string{"n1": dead, "n2": healthy})
+	p := poolPolicy(ipmiMethod)
+	p.UID, p.Generation = "pool-uid", 1
+	all := &v1alpha1.FencingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "z-all"}, Spec: v1alpha1.FencingPolicySpec{Methods: []v1alpha1.Method{ipmiMethod}}}
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, p, all)...).WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
+	r := &PolicyReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	reconcile := func() *v1alpha1.FencingPolicy {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}}); err != nil {
+			t.Fatal(err)
+		}
+		got := &v1alpha1.FencingPolicy{}
+		if err := c.Get(ctx, client.ObjectKey{Name: "pool"}, got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	got := reconcile()
+	if got.Status.NodeSelector == nil || *got.Status.NodeSelector != "pool=a" {
+		t.Fatalf("status.nodeSelector = %v, want pool=a", got.Status.NodeSelector)
+	}
+
+	got.Spec.NodeSelector.MatchLabels = map[string]string{"pool a": "a"} // a stray space
+	got.Generation = 2
+	if err := c.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	got = reconcile()
+	if got.Status.NodeSelector == nil || *got.Status.NodeSelector != "pool=a" {
+		t.Errorf("status.nodeSelector = %v after the broken edit, want pool=a kept", got.Status.NodeSelector)
+	}
+	if got.Status.Nodes != 2 || got.Status.UnhealthyNodes != 1 {
+		t.Errorf("status counts %d nodes, %d unhealthy; want the 2 of pool=a, 1 unhealthy", got.Status.Nodes, got.Status.UnhealthyNodes)
+	}
+	cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionInvalidSpec)
+	if cond == nil || cond.Reason != v1alpha1.ReasonNodeSelectorInvalid || !strings.Contains(cond.Message, `status.nodeSelector "pool=a"`) {
+		t.Errorf("InvalidSpec = %+v, want NodeSelectorInvalid naming the selector still in force", cond)
+	}
+	for _, name := range []string{"n1", "n2"} {
+		node := &corev1.Node{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			t.Fatal(err)
+		}
+		if covering, err := policyFor(ctx, c, node); err != nil || covering == nil || covering.Name != "pool" {
+			t.Errorf("node %s covered by %v (%v), want still pool", name, covering, err)
+		}
 	}
 }
 

@@ -143,6 +143,14 @@ func TestPolicyFor(t *testing.T) {
 	all := policy("b-all", metav1.LabelSelector{})
 	gpu := policy("a-gpu", metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}})
 	broken := policy("0-broken", metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "gpu", Operator: "Resembles"}}})
+	// A policy whose selector was "gpu=true" until an edit broke it: its last selector in force
+	// still decides, so its nodes stay with it rather than fall to b-all.
+	lastGPU := "gpu=true"
+	brokenEdit := broken.DeepCopy()
+	brokenEdit.Status.NodeSelector = &lastGPU
+	lastAll := ""
+	brokenAll := broken.DeepCopy()
+	brokenAll.Status.NodeSelector = &lastAll
 	tests := []struct {
 		name     string
 		policies []*v1alpha1.FencingPolicy
@@ -156,6 +164,9 @@ func TestPolicyFor(t *testing.T) {
 		{"the first by name only among those matching", []*v1alpha1.FencingPolicy{all, gpu}, nil, "b-all"},
 		{"an invalid selector is skipped", []*v1alpha1.FencingPolicy{broken, all}, map[string]string{"gpu": "true"}, "b-all"},
 		{"an invalid selector alone selects nothing", []*v1alpha1.FencingPolicy{broken}, map[string]string{"gpu": "true"}, ""},
+		{"a broken edit keeps the nodes of the selector last in force", []*v1alpha1.FencingPolicy{brokenEdit, all}, map[string]string{"gpu": "true"}, "0-broken"},
+		{"a broken edit takes no node its last selector did not", []*v1alpha1.FencingPolicy{brokenEdit, all}, map[string]string{"gpu": "false"}, "b-all"},
+		{"a last selector in force of every node", []*v1alpha1.FencingPolicy{brokenAll, all}, nil, "0-broken"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -231,6 +231,9 @@ func writePolicies(w io.Writer, e *explanation) {
 		default:
 			state = "does not select the node"
 		}
+		if m.specErr != nil {
+			state += fmt.Sprintf(" by the nodeSelector last in force (%s); its spec.nodeSelector does not parse: %v", m.selector, m.specErr)
+		}
 		dry := ""
 		if m.policy.Spec.DryRun {
 			dry = " [dry run]"

@@ -139,6 +139,8 @@ func noPolicyError(node *corev1.Node, matches []policyMatch) error {
 		switch {
 		case m.err != nil:
 			each = append(each, fmt.Sprintf("%s (invalid selector, ignored: %v)", m.policy.Name, m.err))
+		case m.specErr != nil:
+			each = append(each, fmt.Sprintf("%s (%s, last in force: its spec.nodeSelector does not parse: %v)", m.policy.Name, m.selector, m.specErr))
 		default:
 			each = append(each, fmt.Sprintf("%s (%s)", m.policy.Name, m.selector))
 		}

@@ -32,12 +32,16 @@ type policyMatch struct {
 	policy   *v1alpha1.FencingPolicy
 	selector string // the selector as kubectl prints one, "<every node>" when empty
 	matches  bool
-	err      error // the selector does not parse: the controller skips the policy
+	err      error // no selector parses: the controller skips the policy
+	// specErr: spec.nodeSelector does not parse, and the selector last in force
+	// (status.nodeSelector) decides instead, as it does for the controller.
+	specErr error
 }
 
 // matchPolicies judges every policy for node, by name, and returns the index of the one the
 // controller uses (-1 for none): of all whose node selector matches, the first by name, a
-// policy whose selector does not parse being skipped (fencing/policy.go, policyFor).
+// policy whose spec's selector does not parse judged by its selector last in force, and one
+// without any skipped (fencing/policy.go, policyFor).
 func matchPolicies(policies []v1alpha1.FencingPolicy, node *corev1.Node) ([]policyMatch, int) {
 	sorted := make([]v1alpha1.FencingPolicy, len(policies))
 	copy(sorted, policies)
@@ -47,6 +51,9 @@ func matchPolicies(policies []v1alpha1.FencingPolicy, node *corev1.Node) ([]poli
 	for i := range sorted {
 		m := policyMatch{policy: &sorted[i], selector: "<every node>"}
 		sel, err := metav1.LabelSelectorAsSelector(&sorted[i].Spec.NodeSelector)
+		if last, ok := sorted[i].LastNodeSelector(); err != nil && ok {
+			sel, m.specErr, err = last, err, nil
+		}
 		switch {
 		case err != nil:
 			m.err = err

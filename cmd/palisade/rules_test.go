@@ -26,6 +26,12 @@ func TestMatchPolicies(t *testing.T) {
 	}
 	bad := metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "role", Operator: "Is"}}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"role": "db"}}}
+	lastDB, lastWeb := "role=db", "role=web"
+	broken := func(name string, last *string) v1alpha1.FencingPolicy {
+		p := policy(name, bad)
+		p.Status.NodeSelector = last
+		return p
+	}
 	tests := []struct {
 		name     string
 		policies []v1alpha1.FencingPolicy
@@ -36,6 +42,8 @@ func TestMatchPolicies(t *testing.T) {
 			policy("a-db", metav1.LabelSelector{MatchLabels: map[string]string{"role": "db"}})}, "a-db"},
 		{"an invalid selector is skipped", []v1alpha1.FencingPolicy{policy("a-bad", bad), policy("b-all", metav1.LabelSelector{})}, "b-all"},
 		{"no match", []v1alpha1.FencingPolicy{policy("web", metav1.LabelSelector{MatchLabels: map[string]string{"role": "web"}})}, ""},
+		{"a broken edit: the selector last in force decides", []v1alpha1.FencingPolicy{broken("a-db", &lastDB), policy("b-all", metav1.LabelSelector{})}, "a-db"},
+		{"a broken edit whose last selector does not match", []v1alpha1.FencingPolicy{broken("a-web", &lastWeb), policy("b-all", metav1.LabelSelector{})}, "b-all"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -447,6 +447,13 @@ type FencingPolicyStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// NodeSelector is the node selector in force, as kubectl's -l takes one ("" selects every
+	// node): spec.nodeSelector as the controller last parsed it. While spec.nodeSelector does
+	// not parse (InvalidSpec, NodeSelectorInvalid) the policy goes on covering the nodes this
+	// one selects, so that a broken edit moves no node to another policy, or to none. Unset
+	// until the spec's first parses.
+	// +optional
+	NodeSelector *string `json:"nodeSelector,omitempty"`
 }
 
 // MaxUnhealthyListed bounds FencingPolicyStatus.Unhealthy.
