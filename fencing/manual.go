@@ -1,9 +1,14 @@
 package fencing
 
 import (
+	"context"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
@@ -37,4 +42,26 @@ func parseRequest(node *corev1.Node, key, what string) (text string, ok bool, er
 // recorded. The field manager is not used: any client can name itself anything there.
 func requester(node *corev1.Node) string {
 	return strings.TrimSpace(node.Annotations[v1alpha1.AnnotationFenceRequestedBy])
+}
+
+// confirmRequest reads node from the API server and returns that copy when it carries the fence
+// request the cached copy shows (the same value), nil when it does not. A fence's recovery removes
+// the request it answered from the Node before it records the fence Recovered, and that record's
+// event may wake the node reconciler while its cache still holds the Node from before the
+// removal: a fence made from that copy would power off the node just given back. When the
+// copies differ the cache is behind, and its catching up wakes the node again.
+func (r *NodeReconciler) confirmRequest(ctx context.Context, node *corev1.Node) (*corev1.Node, error) {
+	fresh := &corev1.Node{}
+	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(node), fresh); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading node %s from the API server to confirm its fence request: %w", node.Name, err)
+	}
+	v, ok := fresh.Annotations[v1alpha1.AnnotationFenceRequest]
+	if !ok || v != node.Annotations[v1alpha1.AnnotationFenceRequest] {
+		ctrl.LoggerFrom(ctx).V(1).Info("the cached Node's fence request is not the API server's: waiting for the cache", "present", ok)
+		return nil, nil
+	}
+	return fresh, nil
 }

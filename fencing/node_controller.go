@@ -140,7 +140,8 @@ func (r *NodeReconciler) fenceable(ctx context.Context, node string, p *v1alpha1
 	return nil, false, nil
 }
 
-// manualRequest handles the fence-request annotation; done says a fence was created.
+// manualRequest handles the fence-request annotation; done says a fence was created, or that the
+// cached Node's request is not the API server's, so that nothing is decided on the stale copy.
 func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, previous *v1alpha1.NodeFence) (bool, error) {
 	reason, present, err := parseFenceRequest(node)
 	if !present {
@@ -150,6 +151,9 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonInvalidFenceRequest, "FenceRequest",
 			"fence request ignored: %v", err)
 		return false, nil
+	}
+	if node, err = r.confirmRequest(ctx, node); node == nil || err != nil {
+		return true, err // not on the API server's copy (yet): nothing to act on until the cache has it
 	}
 	if p == nil {
 		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonNoPolicy, "FenceRequest",
