@@ -41,6 +41,10 @@ const (
 	// ReasonFenceRequestKept: a node given back carried a fence request made while it was held;
 	// it was kept, so the node is fenced again.
 	ReasonFenceRequestKept = "FenceRequestKept"
+	// ReasonFenceRequestDryRun: a fence request under a dry-run policy was recorded as a dry
+	// run and removed from the Node (a request is acted on once; ReasonNoPolicy says the same
+	// of one no policy covers).
+	ReasonFenceRequestDryRun = "FenceRequestDryRun"
 )
 
 // Step reasons the controller itself gives (a step's reason may also be a provider's: see

@@ -2,11 +2,13 @@ package fencing
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -60,8 +62,43 @@ func (r *NodeReconciler) confirmRequest(ctx context.Context, node *corev1.Node) 
 	}
 	v, ok := fresh.Annotations[v1alpha1.AnnotationFenceRequest]
 	if !ok || v != node.Annotations[v1alpha1.AnnotationFenceRequest] {
-		ctrl.LoggerFrom(ctx).V(1).Info("the cached Node's fence request is not the API server's: waiting for the cache", "present", ok)
+		ctrl.LoggerFrom(ctx).V(1).Info("the fence request read is not the API server's (the cache is behind, or it changed): judged again once the cache has it", "present", ok)
 		return nil, nil
 	}
 	return fresh, nil
+}
+
+// dropRequest removes the fence request node carries (the API server's copy it was judged on)
+// and its recorded requester, then says on the Node why (the event). The patch tests both values
+// before it removes them, so a request written since the judgement survives: its write wakes
+// the node, and it is judged in turn.
+func (r *NodeReconciler) dropRequest(ctx context.Context, node *corev1.Node, typ, reason, format string, args ...any) error {
+	if err := r.Client.Patch(ctx, node.DeepCopy(), requestRemoval(node)); err != nil {
+		if fresh, cerr := r.confirmRequest(ctx, node); cerr == nil && fresh == nil {
+			ctrl.LoggerFrom(ctx).Info("the fence request changed while it was judged: the new one is judged in turn")
+			return nil
+		}
+		return fmt.Errorf("removing the fence request of node %s (%s): %w", node.Name, reason, err)
+	}
+	r.Recorder.Eventf(node, nil, typ, reason, "FenceRequest", format, args...)
+	return nil
+}
+
+// requestRemoval is a JSON patch that removes node's fence request and its recorded requester
+// only if they still have the values node shows: a failed test fails the whole patch.
+func requestRemoval(node *corev1.Node) client.Patch {
+	type op struct {
+		Op    string  `json:"op"`
+		Path  string  `json:"path"`
+		Value *string `json:"value,omitempty"`
+	}
+	var ops []op
+	for _, key := range []string{v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy} {
+		if v, ok := node.Annotations[key]; ok {
+			path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+			ops = append(ops, op{Op: "test", Path: path, Value: &v}, op{Op: "remove", Path: path})
+		}
+	}
+	data, _ := json.Marshal(ops) // strings only: it cannot fail
+	return client.RawPatch(types.JSONPatchType, data)
 }

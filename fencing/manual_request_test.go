@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,176 @@ func TestRequestConfirmedOnTheAPIServer(t *testing.T) {
 			if tc.wantFence && (nf.Spec.Trigger != v1alpha1.TriggerManual || nf.Spec.RequestedBy != "carol" || nf.Spec.PreviousRecoveryTime == nil) {
 				t.Errorf("new fence %+v, want carol's manual fence recording the last recovery", nf.Spec)
 			}
+		})
+	}
+}
+
+// requestWorld is healthy n1 carrying carol's request "test", under policy (nil: none) and with
+// existing (nil: no NodeFence), and a reconciler over c, which edit may wrap.
+func requestWorld(t *testing.T, policy *v1alpha1.FencingPolicy, existing *v1alpha1.NodeFence, edit func(client.WithWatch) client.WithWatch) (client.WithWatch, *NodeReconciler, *recorder) {
+	t.Helper()
+	objs, hbs := cluster(map[string]string{"n1": healthy})
+	requestedBy("carol", "test")(objs[0].(*corev1.Node))
+	if policy != nil {
+		objs = append(objs, policy)
+	}
+	if existing != nil {
+		objs = append(objs, existing)
+	}
+	c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
+	if edit != nil {
+		c = edit(c)
+	}
+	rec := &recorder{}
+	return c, &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}, rec
+}
+
+func reconcileN1(t *testing.T, r *NodeReconciler) {
+	t.Helper()
+	if _, err := r.Reconcile(ctrl.LoggerInto(context.Background(), ctrl.Log), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantRequest checks n1's fence request and its requester ("" for neither).
+func wantRequest(t *testing.T, c client.Client, text, by string) {
+	t.Helper()
+	node := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := node.Annotations[v1alpha1.AnnotationFenceRequest]
+	gotBy, okBy := node.Annotations[v1alpha1.AnnotationFenceRequestedBy]
+	if ok != (text != "") || got != text || okBy != (by != "") || gotBy != by {
+		t.Errorf("n1's fence request %q (present %v) by %q (present %v), want %q by %q", got, ok, gotBy, okBy, text, by)
+	}
+}
+
+// wantSaid checks the events recorded with reason: one, on n1, of type typ, its message
+// containing each of words; none when typ is "".
+func wantSaid(t *testing.T, rec *recorder, reason, typ string, words ...string) {
+	t.Helper()
+	var seen []eventSeen
+	for _, e := range rec.recorded() {
+		if e.Reason == reason {
+			seen = append(seen, e)
+		}
+	}
+	if typ == "" {
+		if len(seen) > 0 {
+			t.Errorf("events %s: %q, want none", reason, rec.said(reason))
+		}
+		return
+	}
+	if len(seen) != 1 || seen[0] != (eventSeen{"Node/n1", typ, reason}) {
+		t.Errorf("events %s: %v, want one %s on Node/n1", reason, seen, typ)
+		return
+	}
+	for _, w := range words {
+		if msg := rec.said(reason)[0]; !strings.Contains(msg, w) {
+			t.Errorf("event %s %q does not say %q", reason, msg, w)
+		}
+	}
+}
+
+// A request is acted on once. Under a dry-run policy it is recorded as a dry run and removed
+// from the Node, so that turning the policy's dryRun off later does not power the node off for
+// a request its requester was told fenced nothing. So is one made while a dry run's record
+// stands.
+func TestDryRunRequestActedOnOnce(t *testing.T) {
+	detected := recoveredFence()
+	detected.Status = v1alpha1.NodeFenceStatus{}
+	detected.Spec.DryRun, detected.Spec.Trigger, detected.Spec.Reason, detected.Spec.RequestedBy = true, v1alpha1.TriggerDetected, "Dead: earlier", ""
+	for _, tc := range []struct {
+		name       string
+		existing   *v1alpha1.NodeFence
+		wantReason string // the dry run's record's
+	}{
+		{name: "recorded as a dry run", wantReason: "test"},
+		{name: "made while a dry run's record stands", existing: detected, wantReason: "Dead: earlier"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, r, rec := requestWorld(t, dryRun(poolPolicy(ipmiMethod)), tc.existing, nil)
+			reconcileN1(t, r)
+			wantRequest(t, c, "", "")
+			wantSaid(t, rec, ReasonFenceRequestDryRun, corev1.EventTypeNormal, `"test"`, "carol", "dry run", "removed")
+			p := &v1alpha1.FencingPolicy{}
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "pool"}, p); err != nil {
+				t.Fatal(err)
+			}
+			p.Spec.DryRun = false
+			if err := c.Update(context.Background(), p); err != nil {
+				t.Fatal(err)
+			}
+			reconcileN1(t, r) // a policy's change wakes every node
+			nf := &v1alpha1.NodeFence{}
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+				t.Fatal(err)
+			}
+			if !nf.Spec.DryRun || nf.Spec.Reason != tc.wantReason {
+				t.Errorf("after dryRun: false, n1's NodeFence is %s %q (dry run: %v); want the dry run's record %q still, no real fence",
+					nf.Spec.Trigger, nf.Spec.Reason, nf.Spec.DryRun, tc.wantReason)
+			}
+		})
+	}
+}
+
+// A request for a node no policy covers is removed with a Warning that says nothing was fenced:
+// a policy created later to select the node does not act on it.
+func TestRequestWithoutPolicyActedOnOnce(t *testing.T) {
+	c, r, rec := requestWorld(t, nil, nil, nil)
+	reconcileN1(t, r)
+	wantRequest(t, c, "", "")
+	wantSaid(t, rec, ReasonNoPolicy, corev1.EventTypeWarning, `"test"`, "carol", "no FencingPolicy", "nothing was fenced", "removed")
+	if err := c.Create(context.Background(), poolPolicy(ipmiMethod)); err != nil {
+		t.Fatal(err)
+	}
+	reconcileN1(t, r)
+	checkFence(t, c, nil, "")
+}
+
+// The removal takes away only the request that was judged: one written between the judgement
+// and the removal survives, and is judged in turn.
+func TestNewerRequestSurvivesTheRemoval(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		policy      *v1alpha1.FencingPolicy
+		reason, typ string // the removal's event
+	}{
+		{"no policy", nil, ReasonNoPolicy, corev1.EventTypeWarning},
+		{"a dry-run policy", dryRun(poolPolicy(ipmiMethod)), ReasonFenceRequestDryRun, corev1.EventTypeNormal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			interleaved := false
+			newer := func(c client.WithWatch) client.WithWatch {
+				return interceptor.NewClient(c, interceptor.Funcs{
+					Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+						if _, isNode := obj.(*corev1.Node); isNode && !interleaved {
+							interleaved = true
+							node := &corev1.Node{}
+							if err := c.Get(ctx, client.ObjectKeyFromObject(obj), node); err != nil {
+								return err
+							}
+							requestedBy("dave", "newer")(node)
+							node.ManagedFields = nil
+							if err := c.Update(ctx, node); err != nil {
+								return err
+							}
+						}
+						return c.Patch(ctx, obj, patch, opts...)
+					},
+				})
+			}
+			c, r, rec := requestWorld(t, tc.policy, nil, newer)
+			reconcileN1(t, r)
+			if !interleaved {
+				t.Fatal("the request was not removed: nothing to write a newer request before")
+			}
+			wantRequest(t, c, "newer", "dave")
+			wantSaid(t, rec, tc.reason, "")
+			reconcileN1(t, r) // the newer request's write wakes the node
+			wantRequest(t, c, "", "")
+			wantSaid(t, rec, tc.reason, tc.typ, `"newer"`, "dave")
 		})
 	}
 }

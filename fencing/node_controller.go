@@ -105,10 +105,14 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	previous, free, err := r.fenceable(ctx, node.Name, policy)
-	if err != nil || !free {
-		return ctrl.Result{}, err // a fence on record is not over: NodeFenceReconciler owns it
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	if done, err := r.manualRequest(ctx, node, policy, previous); done || err != nil {
+	standing := !free && previous != nil // a dry run's record: it takes no step, but a request is still answered
+	if !free && !standing {
+		return ctrl.Result{}, nil // a fence on record is not over: NodeFenceReconciler owns it
+	}
+	if done, err := r.manualRequest(ctx, node, policy, previous, standing); done || err != nil || standing {
 		return ctrl.Result{}, err
 	}
 	if policy == nil {
@@ -121,7 +125,9 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // that ended with the node unfenced (Recovered), or a dry run's record while the node's policy
 // p now fences for real — which it returns as previous (a new fence replaces it). A fence on
 // record that is not over (under way, released and not recovered, failed) stands, and the node
-// is not free; so does a dry run's record while the policy is still in dry run.
+// is not free; so does a dry run's record while the policy is still in dry run (or there is
+// none), which it returns as previous all the same: it takes no step, and a request made while
+// it stands is still answered (manualRequest), not kept to fence the node later.
 func (r *NodeReconciler) fenceable(ctx context.Context, node string, p *v1alpha1.FencingPolicy) (previous *v1alpha1.NodeFence, free bool, err error) {
 	nf := &v1alpha1.NodeFence{}
 	err = r.Client.Get(ctx, client.ObjectKey{Name: node}, nf)
@@ -136,13 +142,22 @@ func (r *NodeReconciler) fenceable(ctx context.Context, node string, p *v1alpha1
 		// A dry run's record took no step; once the node's policy fences for real, it must not
 		// stand in the way of the fence it only described.
 		return nf, true, nil
+	case nf.Spec.DryRun && nf.DeletionTimestamp.IsZero():
+		return nf, false, nil
 	}
 	return nil, false, nil
 }
 
-// manualRequest handles the fence-request annotation; done says a fence was created, or that the
-// cached Node's request is not the API server's, so that nothing is decided on the stale copy.
-func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, previous *v1alpha1.NodeFence) (bool, error) {
+// manualRequest handles the fence-request annotation; done says it was acted on (a fence
+// created, or the request answered and removed), or that the cached Node's request is not the
+// API server's, so that nothing is decided on the stale copy. standing says that previous is a
+// dry run's record that stands (fenceable): no fence is made, and the request is answered.
+//
+// A request is acted on once: one recorded as a dry run, or one no policy covers, is removed
+// from the Node with an event that says so. Left there, it would fence the node for real the
+// moment its policy turned dryRun off or a policy came to select the node (a policy's change
+// wakes every node), long after its requester was told that nothing was fenced.
+func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy, previous *v1alpha1.NodeFence, standing bool) (bool, error) {
 	reason, present, err := parseFenceRequest(node)
 	if !present {
 		return false, nil
@@ -155,15 +170,24 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 	if node, err = r.confirmRequest(ctx, node); node == nil || err != nil {
 		return true, err // not on the API server's copy (yet): nothing to act on until the cache has it
 	}
+	by := orUnknown(requester(node))
 	if p == nil {
-		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonNoPolicy, "FenceRequest",
-			"fence request ignored: no FencingPolicy selects node %s, so there is no fencing method for it", node.Name)
-		return false, nil
+		return true, r.dropRequest(ctx, node, corev1.EventTypeWarning, ReasonNoPolicy,
+			"fence request %q (requested by %s) removed: no FencingPolicy covers node %s, so nothing was fenced; request again once one does",
+			reason, by, node.Name)
 	}
-	nf := newNodeFence(node, p, v1alpha1.TriggerManual, reason)
-	nf.Spec.RequestedBy = requester(node)
-	r.noteWaiting(ctx, node, p, nf)
-	return true, r.create(ctx, node, nf, previous, fmt.Sprintf("manual fence requested by %s: %s", orUnknown(nf.Spec.RequestedBy), reason))
+	if !standing {
+		nf := newNodeFence(node, p, v1alpha1.TriggerManual, reason)
+		nf.Spec.RequestedBy = requester(node)
+		r.noteWaiting(ctx, node, p, nf)
+		if err := r.create(ctx, node, nf, previous, fmt.Sprintf("manual fence requested by %s: %s", by, reason)); err != nil || !p.Spec.DryRun {
+			return true, err
+		}
+	}
+	return true, r.dropRequest(ctx, node, corev1.EventTypeNormal, ReasonFenceRequestDryRun,
+		"fence request %q (requested by %s) recorded as a dry run and removed: policy %s is a dry run, so nothing was fenced (NodeFence %s says what it would do); "+
+			"a request is acted on once: request again once the policy fences for real (spec.dryRun: false)",
+		reason, by, p.Name, node.Name)
 }
 
 // detect fences a node whose verdict is failed, unless the storm guard holds.
