@@ -30,14 +30,16 @@ The storm guard and the controller's blindness do not hold back a manual request
 Refused (exit status 1) when NODE does not exist, no FencingPolicy selects it, NODE has a
 NodeFence that is not over, the reason is not 1 to 256 printable characters, or the cluster's
 admission policy does not let you set the annotation (its message says who may). Under a
-dry-run policy a fence only records what it would do and then stands in the way of a real
-one: refused unless --allow-dry-run.
+dry-run policy the controller only records what the fence would do (a NodeFence that takes no
+step) and removes the request: nothing is fenced, then or when the policy later fences for
+real (a request is acted on once). Refused unless --allow-dry-run.
 
 flags:
   --reason TEXT    why NODE is to be fenced (1 to 256 printable characters); the NodeFence
                    records it
   -y, --yes        do not ask
-  --allow-dry-run  under a dry-run policy, record the dry-run fence anyway (nothing is fenced)
+  --allow-dry-run  under a dry-run policy, record the dry-run fence anyway (nothing is fenced,
+                   and the controller removes the request once it is recorded)
   --kubeconfig FILE, --context NAME  as for every command
 `
 
@@ -97,8 +99,8 @@ func fence(ctx context.Context, c client.Client, s streams, opts fenceOptions) e
 		return err
 	}
 	if p.Spec.DryRun && !opts.allowDryRun {
-		return fmt.Errorf("policy %s, which selects node %s, is a dry run: the controller would only record the fence (a NodeFence Pending with Fenced=False DryRun) "+
-			"and take no step, and that NodeFence would stand in the way of a real fence until deleted. Set spec.dryRun to false on policy %s to fence for real, "+
+		return fmt.Errorf("policy %s, which selects node %s, is a dry run: the controller would only record the fence (a NodeFence Pending with Fenced=False DryRun), "+
+			"take no step, and remove the request: nothing is fenced, then or when the policy later fences for real. Set spec.dryRun to false on policy %s to fence for real, "+
 			"or pass --allow-dry-run to record the dry-run fence", p.Name, node.Name, p.Name)
 	}
 	printFencePlan(s.out, node, matches, chosen, opts)
@@ -123,15 +125,18 @@ func fence(ctx context.Context, c client.Client, s streams, opts fenceOptions) e
 	if by := requestedBy(ctx, c, node.Name, v1alpha1.AnnotationFenceRequestedBy); by != "" {
 		fmt.Fprintf(s.out, ", recorded as requested by %s", by)
 	}
-	fmt.Fprintf(s.out, ".\nPalisade creates NodeFence %s and fences the node; follow it with: %s explain %s (or kubectl get nodefence %s -w)\n",
-		node.Name, opts.tool, node.Name, node.Name)
+	next := fmt.Sprintf("creates NodeFence %s and fences the node", node.Name)
+	if p.Spec.DryRun {
+		next = fmt.Sprintf("records the dry-run NodeFence %s and removes the request: nothing is fenced, now or when the policy later fences for real", node.Name)
+	}
+	fmt.Fprintf(s.out, ".\nPalisade %s; follow it with: %s explain %s (or kubectl get nodefence %s -w)\n", next, opts.tool, node.Name, node.Name)
 	return nil
 }
 
 // noPolicyError says that no policy selects node, and what each policy selects.
 func noPolicyError(node *corev1.Node, matches []policyMatch) error {
 	if len(matches) == 0 {
-		return fmt.Errorf("no FencingPolicy selects node %s: the cluster has none, so Palisade has no fencing method for it and would ignore the request "+
+		return fmt.Errorf("no FencingPolicy selects node %s: the cluster has none, so Palisade has no fencing method for it, and the controller would remove the request and fence nothing "+
 			"(create a FencingPolicy whose nodeSelector matches the node)", node.Name)
 	}
 	var each []string
@@ -145,7 +150,7 @@ func noPolicyError(node *corev1.Node, matches []policyMatch) error {
 			each = append(each, fmt.Sprintf("%s (%s)", m.policy.Name, m.selector))
 		}
 	}
-	return fmt.Errorf("no FencingPolicy selects node %s (labels %s), so Palisade has no fencing method for it and would ignore the request; the policies select: %s",
+	return fmt.Errorf("no FencingPolicy selects node %s (labels %s), so Palisade has no fencing method for it, and the controller would remove the request and fence nothing; the policies select: %s",
 		node.Name, labelsText(node.Labels), strings.Join(each, "; "))
 }
 
@@ -189,7 +194,8 @@ func printFencePlan(w io.Writer, node *corev1.Node, matches []policyMatch, chose
 	}
 	fmt.Fprintln(w)
 	if p.Spec.DryRun {
-		fmt.Fprintf(w, "DRY RUN: policy %s takes no step. The fence is recorded (NodeFence %s, Pending, Fenced=False DryRun) and NOTHING is fenced or released.\n", p.Name, node.Name)
+		fmt.Fprintf(w, "DRY RUN: policy %s takes no step. The fence is recorded (NodeFence %s, Pending, Fenced=False DryRun) and NOTHING is fenced or released; "+
+			"the request is then removed, so turning the policy's dryRun off later fences nothing for it.\n", p.Name, node.Name)
 	}
 	fmt.Fprintln(w, "\nMethods, in order: each is tried until one is confirmed by read-back; a method that fails or times out hands over to the next. The methods of a level are all taken and must all be confirmed.")
 	for i, st := range stages(p.Spec.Methods) {
