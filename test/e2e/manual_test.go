@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -59,7 +60,8 @@ func TestManualFenceRequest(t *testing.T) {
 	}
 }
 
-// A request on a node no policy selects is reported and does nothing.
+// A request on a node no policy selects is reported, fences nothing and is removed: left on the
+// Node, it would power the node off once a policy came to cover it.
 func TestManualFenceRequestWithoutPolicy(t *testing.T) {
 	env := startScene(t, scenario.Options{NoPolicy: true})
 	startController(t, env)
@@ -71,5 +73,12 @@ func TestManualFenceRequestWithoutPolicy(t *testing.T) {
 	}
 	if offs, err := n1.BMC.OffCommands(); err != nil || offs != 0 {
 		t.Errorf("%d off commands reached the BMC (err %v), want 0", offs, err)
+	}
+	node := &corev1.Node{}
+	if err := env.Cluster.Client.Get(context.Background(), client.ObjectKey{Name: n1.Name()}, node); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := node.Annotations[v1alpha1.AnnotationFenceRequest]; ok {
+		t.Errorf("the request %q is still on the node, want it removed", v)
 	}
 }
