@@ -199,11 +199,11 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 			}
 		}
 		if len(nf.Status.Steps) == 0 {
-			boot, err := r.firstLook(ctx, nf)
+			boot, uid, err := r.firstLook(ctx, nf)
 			if err != nil {
 				return ctrl.Result{}, false, err
 			}
-			nf.Status.BootID = boot
+			nf.Status.BootID, nf.Status.NodeUID = boot, uid
 		}
 		recordStart(nf, a, r.now())
 		if err := r.saveStatus(ctx, nf); err != nil {
@@ -459,18 +459,18 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 // honoured only on a released fence, and the fence's recovery removes it): left, it would give
 // the node back the moment this fence is released, without the reboot the boot ID would prove.
 // The fence takes no step until it is gone.
-func (r *NodeFenceReconciler) firstLook(ctx context.Context, nf *v1alpha1.NodeFence) (string, error) {
+func (r *NodeFenceReconciler) firstLook(ctx context.Context, nf *v1alpha1.NodeFence) (bootID, nodeUID string, err error) {
 	node := &corev1.Node{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
-		return "", client.IgnoreNotFound(err)
+		return "", "", client.IgnoreNotFound(err)
 	}
 	if nf.Spec.DryRun {
-		return node.Status.NodeInfo.BootID, nil // a dry run changes nothing, and never recovers
+		return node.Status.NodeInfo.BootID, string(node.UID), nil // a dry run changes nothing, and never recovers
 	}
 	if err := r.dropUnfenceRequest(ctx, nf, node, "from before this fence", "no step is taken until it is gone"); err != nil {
-		return "", err
+		return "", "", err
 	}
-	return node.Status.NodeInfo.BootID, nil
+	return node.Status.NodeInfo.BootID, string(node.UID), nil
 }
 
 // dropUnfenceRequest removes the unfence request node carries, if any, made when (the event

@@ -43,6 +43,9 @@ const (
 	ReasonNodeNotBack = "NodeNotBack"
 	// ReasonNodeGone: the Node no longer exists.
 	ReasonNodeGone = "NodeGone"
+	// ReasonNodeReplaced: a Node of the same name was registered anew since the fence (another
+	// UID), perhaps by another machine; held until confirmed clean.
+	ReasonNodeReplaced = "NodeReplaced"
 	// ReasonTaintRemoved: the out-of-service taint this fence added was taken off by someone
 	// else while the node was held: it is back in service without being found clean.
 	ReasonTaintRemoved = "TaintRemoved"
@@ -226,6 +229,10 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 	if posted, ok := powerOffDisproved(nf, node); ok {
 		return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off at %s: the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
 			name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
+	}
+	if nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID {
+		return nil, ReasonNodeReplaced, fmt.Sprintf("node %s was deleted and registered anew since it was fenced (UID %s then, %s now): the machine that registered may not be the one fenced, so its boot ID proves no reboot of that one, and the fence's storage fences name the fenced machine's addresses. It is held fenced; once you know the fenced machine is off, wiped or clean, confirm it: kubectl annotate node %s %s='<how it was made clean>'",
+			name, nf.Status.NodeUID, node.UID, name, v1alpha1.AnnotationUnfenceRequest)
 	}
 	if a := nf.Spec.Recovery.Automatic; a != nil && !*a {
 		return nil, ReasonAutomaticRecoveryOff, fmt.Sprintf("node %s is back; policy %s unfences only on request: %s", name, nf.Spec.PolicyName, confirm)

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -639,6 +640,57 @@ func TestEarlyRequestsJudgedOnTheRecord(t *testing.T) {
 	}
 	nf, node = w.reconcile(t)
 	wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+}
+
+// A Node deleted and registered anew under the same name (another UID) since the fence, with
+// another boot ID, is not taken for the fenced machine rebooted: it may be another machine,
+// and the fenced one may still run (a storage fence's machine keeps its power). Held as
+// NodeReplaced until confirmed clean; a fence recorded without the UID is judged as before.
+func TestRecoveryOfANodeRegisteredAnew(t *testing.T) {
+	w, _ := releasedWorld(t, nil)
+	fencedWithUID(t, w, "uid-at-fence")
+	w.setNode(t, func(n *corev1.Node) { back(bootAfter)(n); n.UID = "uid-registered-anew" })
+	nf, node := w.reconcile(t)
+	wantHeld(t, nf, node, ReasonNodeReplaced)
+	c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
+	for _, want := range []string{"registered anew", "uid-at-fence", "uid-registered-anew", v1alpha1.AnnotationUnfenceRequest} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("condition message %q does not say %q", c.Message, want)
+		}
+	}
+	w.setNode(t, confirmedClean("alice", "the old machine was wiped"))
+	nf, node = w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+
+	// The same UID, a new boot ID: rebooted, as before.
+	w2, _ := releasedWorld(t, nil)
+	fencedWithUID(t, w2, "uid-at-fence")
+	w2.setNode(t, back(bootAfter))
+	nf2, node2 := w2.reconcile(t)
+	wantRecovered(t, nf2, node2, v1alpha1.RecoveryRebooted)
+}
+
+// fencedWithUID gives n1 the UID uid, and its released fence the record of it.
+func fencedWithUID(t *testing.T, w *world, uid types.UID) {
+	t.Helper()
+	w.setNode(t, func(n *corev1.Node) { n.UID = uid })
+	nf := &v1alpha1.NodeFence{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	nf.Status.NodeUID = string(uid)
+	if err := w.c.Status().Update(context.Background(), nf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The fence records the Node's UID at its first look.
+func TestFenceRecordsTheNodeUID(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.setNode(t, func(n *corev1.Node) { n.UID = "uid-1" })
+	if nf := w.run(t); nf.Status.NodeUID != "uid-1" {
+		t.Errorf("status.nodeUID = %q, want uid-1", nf.Status.NodeUID)
+	}
 }
 
 // A node that is not back is not unfenced, even with a confirmation.

@@ -194,6 +194,11 @@ type NodeFenceStatus struct {
 	// BootID is the node's boot ID when the fence began; a different one later proves a reboot.
 	// +optional
 	BootID string `json:"bootID,omitempty"`
+	// NodeUID is the UID of the Node when the fence began. A Node of the same name with another
+	// UID was registered anew since, perhaps by another machine: its boot ID says nothing about
+	// the machine fenced, so it is not unfenced on it.
+	// +optional
+	NodeUID string `json:"nodeUID,omitempty"`
 	// FencedTime is when the fence was confirmed.
 	// +optional
 	FencedTime *metav1.Time `json:"fencedTime,omitempty"`
