@@ -20,8 +20,6 @@ import (
 )
 
 const (
-	// leaseDurationSeconds is the kubelet's default node lease duration.
-	leaseDurationSeconds = 40
 	// statusReportInterval bounds the age of the Ready condition's heartbeat (as simnode's).
 	statusReportInterval = time.Minute
 	// maxRequestTimeout is the kubelet's heartbeat client timeout (its status update
@@ -135,12 +133,18 @@ func (h *heartbeat) renewLease(ctx context.Context) error {
 	return nil
 }
 
+// leaseDurationSeconds is the Lease duration of a kubelet that renews every renew, as simnode's:
+// four intervals in whole seconds, at least one, so that the controller reads the interval.
+func leaseDurationSeconds(renew time.Duration) int32 {
+	return int32(max((4*renew+time.Second-1)/time.Second, 1))
+}
+
 func (h *heartbeat) newLease() *coordinationv1.Lease {
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: h.o.nodeName, Namespace: corev1.NamespaceNodeLease},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(h.o.nodeName),
-			LeaseDurationSeconds: ptr.To[int32](leaseDurationSeconds),
+			LeaseDurationSeconds: ptr.To(leaseDurationSeconds(h.o.renewInterval)),
 			RenewTime:            &metav1.MicroTime{Time: time.Now()},
 		},
 	}

@@ -6,7 +6,8 @@
 // (package netns), cut off from the API server, or kill:
 //
 //   - it renews the node's Lease in kube-node-lease every --renew-interval, creating it when
-//     missing as the kubelet does (holder = node name, 40s duration, owned by the Node), and
+//     missing as the kubelet does (holder = node name, owned by the Node, its duration four
+//     renewal intervals as the kubelet's: 40s at the default 10s), and
 //     keeps the Node's Ready condition True with a fresh heartbeat (a kubelet that reaches the
 //     API server reports itself Ready; once the node lifecycle controller has marked it
 //     Unknown, the next successful round sets it back);

@@ -106,3 +106,12 @@ func TestFailureLogOncePerChange(t *testing.T) {
 		t.Errorf("log (-want +got):\n%s", diff)
 	}
 }
+
+// TestLeaseDuration: four renewal intervals in whole seconds, as a kubelet's, at least one.
+func TestLeaseDuration(t *testing.T) {
+	for renew, want := range map[time.Duration]int32{10 * time.Second: 40, time.Second: 4, 2500 * time.Millisecond: 10, 100 * time.Millisecond: 1} {
+		if got := leaseDurationSeconds(renew); got != want {
+			t.Errorf("renewed every %s: duration %d, want %d", renew, got, want)
+		}
+	}
+}

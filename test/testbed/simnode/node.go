@@ -165,6 +165,15 @@ func (n *Node) renewLease(ctx context.Context) error {
 	return nil
 }
 
+// leaseDurationSeconds is the Lease duration of a kubelet that renews every renew: four of its
+// intervals (it renews every quarter of nodeLeaseDurationSeconds), in whole seconds, at least
+// one. The controller reads the interval from it (lease.RenewInterval) and judges the Lease
+// with two intervals at the least: a Lease renewed every second that said the kubelet's default
+// 40 would be judged with 20 s whatever the policy's leaseTimeout.
+func leaseDurationSeconds(renew time.Duration) int32 {
+	return int32(max((4*renew+time.Second-1)/time.Second, 1))
+}
+
 func (n *Node) newLease() *coordinationv1.Lease {
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
@@ -176,7 +185,7 @@ func (n *Node) newLease() *coordinationv1.Lease {
 		},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(n.opts.Name),
-			LeaseDurationSeconds: ptr.To[int32](leaseDurationSeconds),
+			LeaseDurationSeconds: ptr.To(leaseDurationSeconds(n.opts.LeaseRenewInterval)),
 			RenewTime:            &metav1.MicroTime{Time: time.Now()},
 		},
 	}

@@ -67,7 +67,6 @@ type Options struct {
 }
 
 const (
-	leaseDurationSeconds = 40
 	// statusReportInterval bounds the age of the Ready condition's heartbeat.
 	statusReportInterval = time.Minute
 	kubeletVersion       = "v1.37.0"

@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"palisade.dev/palisade/detectors/lease"
 )
 
 func TestStatusFresh(t *testing.T) {
@@ -73,5 +75,16 @@ func TestContainerStatuses(t *testing.T) {
 				t.Errorf("container status (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestLeaseStatesTheRenewalInterval: the Lease's duration is four renewal intervals, as a
+// kubelet's, so that the controller reads the interval the node really renews at.
+func TestLeaseStatesTheRenewalInterval(t *testing.T) {
+	for _, renew := range []time.Duration{time.Second, 2 * time.Second, 2500 * time.Millisecond, 10 * time.Second} {
+		n := &Node{opts: Options{Name: "n1", LeaseRenewInterval: renew}}
+		if got := lease.RenewInterval(n.newLease()); got != renew {
+			t.Errorf("renewed every %s: the Lease says every %s", renew, got)
+		}
 	}
 }

@@ -164,8 +164,9 @@ func checkLease(t *testing.T, kube kubernetes.Interface, name string) {
 	if h := lease.Spec.HolderIdentity; h == nil || *h != name {
 		t.Errorf("lease holder %v, want %s", h, name)
 	}
-	if d := lease.Spec.LeaseDurationSeconds; d == nil || *d != 40 {
-		t.Errorf("lease duration %v, want 40", d)
+	// Four renewal intervals, as the kubelet's: the controller reads the interval from it.
+	if d := lease.Spec.LeaseDurationSeconds; d == nil || *d != int32(4*renew/time.Second) {
+		t.Errorf("lease duration %v, want %d (renewed every %s)", d, 4*renew/time.Second, renew)
 	}
 	if refs := lease.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Node" || refs[0].Name != name || refs[0].UID == "" {
 		t.Errorf("lease owner references %+v, want the Node", refs)
