@@ -41,6 +41,10 @@ type Observation struct {
 	// the Deadline is a fresh lease period, the first renewal still awaited, or the agents'
 	// (whose heartbeats and peer reports call for a look at the Deadline itself).
 	LeaseExpiry bool
+	// Timeout is the lease timeout the node's Lease was judged with: the policy's, or longer
+	// for a kubelet that renews less often than every half of it (lease.Timeout); zero when
+	// no Lease was judged.
+	Timeout time.Duration
 	// Reason says why, for events and records.
 	Reason string
 }

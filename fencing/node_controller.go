@@ -245,7 +245,8 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 
 // lookAgain is how long until a node judged neither failed nor fenced is looked at again:
 // just after its Deadline, the moment it turns failed if nothing new arrives, and when that
-// Deadline is its Lease's expiry, timeout/10 later (2 s at the default 20 s).
+// Deadline is its Lease's expiry, timeout/10 later (2 s at the default 20 s), of the timeout
+// its Lease was judged with (obs.Timeout, when the detectors raised the policy's timeout).
 //
 // Why later: a look at the very expiry of renewal R reads R's successor, but rarely the renewal
 // due at that same moment (R + 2 intervals when the timeout is two of the kubelet's 10 s
@@ -259,6 +260,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 // loss watch wakes the node the moment its agent is lost.
 func lookAgain(obs detectors.Observation, timeout time.Duration, now time.Time) time.Duration {
 	after := max(obs.Deadline.Sub(now), 0) + 50*time.Millisecond
+	timeout = max(timeout, obs.Timeout)
 	if obs.LeaseExpiry {
 		after += timeout / 10
 	}

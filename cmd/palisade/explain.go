@@ -181,6 +181,9 @@ func leaseText(e *explanation) string {
 	case e.lease != nil:
 		head = fmt.Sprintf("%s/%s never renewed", lease.Namespace, e.name)
 	}
+	if obs.Timeout > timeout {
+		source += fmt.Sprintf("; this node judged with %s, %d of its kubelet's renewal intervals", obs.Timeout, lease.MinRenewals)
+	}
 	return fmt.Sprintf("%s; leaseTimeout %s (%s): %s on the API's view: %s", head, timeout, source, obs.Verdict, obs.Reason)
 }
 

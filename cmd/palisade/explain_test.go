@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -314,5 +315,21 @@ func wantLines(t *testing.T, what, text string, lines ...string) {
 	t.Helper()
 	if len(lines) > 0 && !strings.Contains("\n"+text, "\n"+strings.Join(lines, "\n")+"\n") {
 		t.Errorf("%s does not hold these lines:\n%s\n\n%s", what, strings.Join(lines, "\n"), text)
+	}
+}
+
+// TestLeaseTextNamesTheRaisedTimeout: under a policy's 5s, a node whose kubelet renews every 10s
+// is judged as the controller judges it, with 20s, and the line says so.
+func TestLeaseTextNamesTheRaisedTimeout(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	renew := metav1.NewMicroTime(now.Add(-7 * time.Second))
+	p := &v1alpha1.FencingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "short"}}
+	p.Spec.Detection.LeaseTimeout = &metav1.Duration{Duration: 5 * time.Second}
+	e := &explanation{name: "n1", now: now, node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		lease:   &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renew}},
+		matches: []policyMatch{{policy: p, matches: true}}}
+	got := leaseText(e)
+	if want := "leaseTimeout 5s (policy short; this node judged with 20s, 2 of its kubelet's renewal intervals): Healthy"; !strings.Contains(got, want) {
+		t.Errorf("lease line %q lacks %q", got, want)
 	}
 }

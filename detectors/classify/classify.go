@@ -149,6 +149,7 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 		Deadline: lease.Deadline,
 		// The Lease's own expiry, until an agent signal below sets a nearer look.
 		LeaseExpiry: lease.LeaseExpiry,
+		Timeout:     lease.Timeout,
 	}
 	if !obs.LastSeen.IsZero() {
 		obs.Age = now.Sub(obs.LastSeen)

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"palisade.dev/palisade/detectors"
 )
@@ -22,8 +24,9 @@ func TestObserve(t *testing.T) {
 		}
 		return n
 	}
+	// A kubelet renewing every 5 s, so that the 10 s timeout below is kept (Timeout).
 	lease := func(age time.Duration) *coordinationv1.Lease {
-		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: ago(age)}}
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](20), RenewTime: ago(age)}}
 	}
 	tests := []struct {
 		name  string
@@ -55,11 +58,12 @@ func TestObserve(t *testing.T) {
 func TestObserveDeadline(t *testing.T) {
 	now := time.Now()
 	renew := metav1.NewMicroTime(now.Add(-3 * time.Second))
-	got := Observe(&corev1.Node{}, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, 10*time.Second, now)
+	l := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](20), RenewTime: &renew}} // renewed every 5 s
+	got := Observe(&corev1.Node{}, l, 10*time.Second, now)
 	if want := renew.Add(10 * time.Second); !got.Deadline.Equal(want) || !got.LeaseExpiry {
 		t.Errorf("deadline = %s (Lease expiry %v), want %s, the Lease's expiry", got.Deadline, got.LeaseExpiry, want)
 	}
-	fresh := ObserveSince(&corev1.Node{}, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, 10*time.Second, now, now.Add(-time.Second), "APIUnreachable")
+	fresh := ObserveSince(&corev1.Node{}, l, 10*time.Second, now, now.Add(-time.Second), "APIUnreachable")
 	if want := now.Add(9 * time.Second); !fresh.Deadline.Equal(want) || fresh.LeaseExpiry {
 		t.Errorf("fresh period: deadline = %s (Lease expiry %v), want %s, not the Lease's expiry", fresh.Deadline, fresh.LeaseExpiry, want)
 	}
@@ -135,6 +139,64 @@ func TestObserveSince(t *testing.T) {
 			}
 			if obs.Reason == "" {
 				t.Error("empty reason")
+			}
+		})
+	}
+}
+
+// TestTimeoutCoversTwoRenewals: a node's Lease is judged with at least two of its kubelet's
+// renewal intervals, whatever the policy's leaseTimeout, so that a kubelet renewing on time
+// never reads as late or expired; a kubelet tuned to renew faster keeps a short timeout.
+func TestTimeoutCoversTwoRenewals(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
+	// renewed is a Lease of duration secs (0: unset, the kubelet's 10 s interval) renewed ago.
+	renewed := func(secs int32, ago time.Duration) *coordinationv1.Lease {
+		m := metav1.NewMicroTime(now.Add(-ago))
+		l := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &m}}
+		if secs > 0 {
+			l.Spec.LeaseDurationSeconds = ptr.To(secs)
+		}
+		return l
+	}
+	type result struct {
+		Verdict  detectors.Verdict
+		Timeout  time.Duration
+		Deadline time.Time
+	}
+	tests := []struct {
+		name   string
+		lease  *coordinationv1.Lease
+		policy time.Duration
+		seeing time.Time // zero: always
+		want   result
+	}{
+		{"renews every 10s, leaseTimeout 5s, renewed 7s ago: judged with 20s, fresh", renewed(40, 7*time.Second), 5 * time.Second, time.Time{},
+			result{detectors.Healthy, 20 * time.Second, now.Add(13 * time.Second)}},
+		{"renews every 10s, leaseTimeout 5s, renewed 12s ago: a renewal late, not expired", renewed(40, 12*time.Second), 5 * time.Second, time.Time{},
+			result{detectors.Suspect, 20 * time.Second, now.Add(8 * time.Second)}},
+		{"renews every 10s, leaseTimeout 5s, renewed 21s ago: two renewals missed", renewed(40, 21*time.Second), 5 * time.Second, time.Time{},
+			result{detectors.Dead, 20 * time.Second, now.Add(-time.Second)}},
+		{"Lease without a duration: the kubelet's default 10s interval", renewed(0, 7*time.Second), 5 * time.Second, time.Time{},
+			result{detectors.Healthy, 20 * time.Second, now.Add(13 * time.Second)}},
+		{"tuned kubelet renewing every 2.5s keeps leaseTimeout 5s: renewed 3s ago, late", renewed(10, 3*time.Second), 5 * time.Second, time.Time{},
+			result{detectors.Suspect, 5 * time.Second, now.Add(2 * time.Second)}},
+		{"tuned kubelet renewing every 2.5s keeps leaseTimeout 5s: renewed 6s ago, dead", renewed(10, 6*time.Second), 5 * time.Second, time.Time{},
+			result{detectors.Dead, 5 * time.Second, now.Add(-time.Second)}},
+		{"a leaseTimeout longer than two renewals is kept", renewed(40, 25*time.Second), 30 * time.Second, time.Time{},
+			result{detectors.Suspect, 30 * time.Second, now.Add(5 * time.Second)}},
+		{"the fresh period after blindness is the raised timeout too", renewed(40, time.Minute), 5 * time.Second, now.Add(-8 * time.Second),
+			result{detectors.Healthy, 20 * time.Second, now.Add(12 * time.Second)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obs := ObserveSince(node, tt.lease, tt.policy, now, tt.seeing, "APIUnreachable")
+			got := result{obs.Verdict, obs.Timeout, obs.Deadline}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("observation (-want +got):\n%s\nreason %q", diff, obs.Reason)
+			}
+			if raised := tt.want.Timeout != tt.policy; raised && obs.Verdict != detectors.Healthy && !strings.Contains(obs.Reason, "raised") {
+				t.Errorf("reason %q does not say the leaseTimeout was raised", obs.Reason)
 			}
 		})
 	}
