@@ -2,11 +2,14 @@ package fencing
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -75,5 +78,65 @@ func TestShortLeaseTimeoutFencesNoHealthyNode(t *testing.T) {
 				t.Errorf("look again in %s, want %s: the raised timeout's expiry and a tenth of it", res.RequeueAfter, tt.wantAgain)
 			}
 		})
+	}
+}
+
+// TestLeaseTimeoutRaisedCondition: a policy whose leaseTimeout is shorter than two renewal
+// intervals of some of its nodes' kubelets says how many, how slow, the timeout they are judged
+// with and what to set, with one Warning Event; the condition goes once the timeout is raised.
+// Nodes of another policy are not counted, nor is a tuned kubelet that fits the timeout.
+func TestLeaseTimeoutRaisedCondition(t *testing.T) {
+	var objs []client.Object
+	objs = append(objs, kubeletNode("n1", "a", 40, 7*time.Second)...)  // every 10s
+	objs = append(objs, kubeletNode("n2", "a", 40, 3*time.Second)...)  // every 10s
+	objs = append(objs, kubeletNode("n3", "a", 10, time.Second)...)    // every 2.5s: fits 5s
+	objs = append(objs, kubeletNode("m1", "b", 120, 7*time.Second)...) // another policy's
+	objs = append(objs, withLeaseTimeout(poolPolicy(ipmiMethod), 5*time.Second))
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
+	rec := &recorder{}
+	r := &PolicyReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c}, Now: func() time.Time { return t0 }}
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	reconcile := func() *v1alpha1.FencingPolicy {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}}); err != nil {
+			t.Fatal(err)
+		}
+		p := &v1alpha1.FencingPolicy{}
+		if err := c.Get(ctx, client.ObjectKey{Name: "pool"}, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	reconcile()
+	p := reconcile()
+	if p.Status.Nodes != 3 || p.Status.UnhealthyNodes != 0 {
+		t.Errorf("%d nodes, %d unhealthy (%+v), want 3 and none: each is judged with its own kubelet's intervals", p.Status.Nodes, p.Status.UnhealthyNodes, p.Status.Unhealthy)
+	}
+	cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionLeaseTimeoutRaised)
+	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != v1alpha1.ReasonShorterThanTwoRenewals {
+		t.Fatalf("condition %s = %+v, want True with %s", v1alpha1.ConditionLeaseTimeoutRaised, cond, v1alpha1.ReasonShorterThanTwoRenewals)
+	}
+	for _, want := range []string{"2 of 3 nodes", "less often than every 2.5s", "the slowest every 10s", "leaseTimeout 5s", "(20s for the slowest)",
+		"set leaseTimeout to 20s or more", "nodeLeaseDurationSeconds to 10 or less"} {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("message %q lacks %q", cond.Message, want)
+		}
+	}
+	raised := []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, v1alpha1.ConditionLeaseTimeoutRaised}}
+	if diff := cmp.Diff(raised, rec.recorded()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+
+	p.Spec.Detection.LeaseTimeout.Duration = 20 * time.Second
+	if err := c.Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p = reconcile()
+	if cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionLeaseTimeoutRaised); cond != nil {
+		t.Errorf("condition %+v after leaseTimeout 20s, want none", cond)
+	}
+	if diff := cmp.Diff(raised, rec.recorded()); diff != "" {
+		t.Errorf("events after the fix (-want +got):\n%s", diff)
 	}
 }

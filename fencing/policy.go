@@ -289,6 +289,11 @@ type health struct {
 	Nodes, Unhealthy, MaxUnhealthy int
 	// Listed are the first unhealthy nodes by name, at most v1alpha1.MaxUnhealthyListed.
 	Listed []v1alpha1.NodeVerdict
+	// Raised counts the nodes whose Lease was judged with a longer timeout than the policy's
+	// leaseTimeout, their kubelet renewing less often than every half of it (lease.Timeout);
+	// RaisedTo is the longest such timeout.
+	Raised   int
+	RaisedTo time.Duration
 }
 
 // Blocked says whether the storm guard forbids automatic fencing.
@@ -327,7 +332,11 @@ func policyHealth(ctx context.Context, o observe.Observer, p *v1alpha1.FencingPo
 // countUnhealthy is the storm guard's arithmetic over one pass of observations.
 func countUnhealthy(all []detectors.Observation, p *v1alpha1.FencingPolicy) health {
 	h := health{Nodes: len(all)}
+	timeout := leaseTimeout(p)
 	for _, obs := range all {
+		if obs.Timeout > timeout {
+			h.Raised, h.RaisedTo = h.Raised+1, max(h.RaisedTo, obs.Timeout)
+		}
 		// Late nodes count too: nodes cut off together expire a moment apart, and the guard
 		// must see the storm before the first of them is fenced.
 		if obs.Verdict.Failed() || obs.Verdict == detectors.Suspect {

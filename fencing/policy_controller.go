@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/detectors/observe"
 )
 
@@ -77,7 +78,8 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if meta.SetStatusCondition(&p.Status.Conditions, guard) && h.Blocked() {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonStormGuard, "Guard", guard.Message)
 	}
-	r.setBlindCondition(p, now)
+	r.setBlindCondition(p, max(leaseTimeout(p), h.RaisedTo), now)
+	r.setLeaseTimeoutCondition(p, h)
 	if tls, ok := insecureTLSCondition(p); !ok {
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1alpha1.ConditionInsecureTLS)
 	} else if meta.SetStatusCondition(&p.Status.Conditions, tls) && tls.Status == metav1.ConditionTrue {
@@ -87,6 +89,35 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, fmt.Errorf("updating status of policy %s: %w", p.Name, err)
 	}
 	return ctrl.Result{RequeueAfter: policyResync}, nil
+}
+
+// setLeaseTimeoutCondition sets the policy's LeaseTimeoutRaised condition while some of its
+// nodes are judged with a longer lease timeout than its own, with a Warning Event when it
+// appears, and removes it once none is: it then says nothing a healthy policy needs said.
+func (r *PolicyReconciler) setLeaseTimeoutCondition(p *v1alpha1.FencingPolicy, h health) {
+	if h.Raised == 0 {
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1alpha1.ConditionLeaseTimeoutRaised)
+		return
+	}
+	c := leaseTimeoutCondition(p, h)
+	was := meta.FindStatusCondition(p.Status.Conditions, c.Type)
+	if meta.SetStatusCondition(&p.Status.Conditions, c) && was == nil {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1alpha1.ConditionLeaseTimeoutRaised, "Detect", c.Message)
+	}
+}
+
+// leaseTimeoutCondition is the policy's LeaseTimeoutRaised condition for h.Raised nodes: their
+// kubelets renew their Lease less often than every half of detection.leaseTimeout, so the
+// detectors judge them with two of their renewal intervals instead (lease.Timeout). The
+// message says how many, how slow, the timeout used, and the two ways out.
+func leaseTimeoutCondition(p *v1alpha1.FencingPolicy, h health) metav1.Condition {
+	timeout := leaseTimeout(p)
+	// The kubelet renews every quarter of its nodeLeaseDurationSeconds.
+	maxDuration := int64(4 * timeout / lease.MinRenewals / time.Second)
+	return metav1.Condition{Type: v1alpha1.ConditionLeaseTimeoutRaised, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonShorterThanTwoRenewals, ObservedGeneration: p.Generation,
+		Message: fmt.Sprintf("%d of %d nodes renew their Lease less often than every %s (the slowest every %s): spec.detection.leaseTimeout %s would count them failed between two renewals made on time, so they are judged with %d of their own renewal intervals instead (%s for the slowest); set leaseTimeout to %s or more, or those kubelets' nodeLeaseDurationSeconds to %d or less",
+			h.Raised, h.Nodes, timeout/lease.MinRenewals, h.RaisedTo/lease.MinRenewals, timeout, lease.MinRenewals, h.RaisedTo, h.RaisedTo, maxDuration)}
 }
 
 // insecureTLSCondition is the policy's InsecureTLS condition: True, naming the methods, while

@@ -106,16 +106,18 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 // blind or inside the fresh lease period it gives every node's Lease after it sees again. The
 // period holds back the Lease's expiry, not the Dead of a node silent on every path (its agent
 // lost, its peers failing to reach it): that one waits for the kubelet's next renewal, missed,
-// counted from the moment the controller sees again (classify), and the message says so.
-func blindCondition(st sight.Status, p *v1alpha1.FencingPolicy, now time.Time) metav1.Condition {
+// counted from the moment the controller sees again (classify), and the message says so. The
+// period is the longest lease timeout the policy's nodes are judged with (timeout: the policy's,
+// or longer for kubelets that renew less often than every half of it).
+func blindCondition(st sight.Status, p *v1alpha1.FencingPolicy, timeout time.Duration, now time.Time) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionControllerBlind, ObservedGeneration: p.Generation}
-	until := st.Since.Add(leaseTimeout(p))
+	until := st.Since.Add(timeout)
 	lost := st.LastLost.UTC().Format(time.RFC3339)
 	switch {
 	case st.Blind:
 		c.Status, c.Reason = metav1.ConditionTrue, string(st.Cause)
 		c.Message = fmt.Sprintf("the controller is blind since %s (%s): %s; nothing is fenced automatically until it sees its canary Lease again; then no node's Lease counts as expired before a lease period (%s) has passed, and a node whose agent and peers are silent too counts as Dead no sooner than its kubelet's next renewal, missed, counted from then",
-			lost, st.Cause, st.Message, leaseTimeout(p))
+			lost, st.Cause, st.Message, timeout)
 	case now.Before(until):
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonFreshLeasePeriod
 		c.Message = fmt.Sprintf("the controller could not see renewals from %s (%s: %s) and sees again since %s: every node gets a fresh lease period, so no node's Lease counts as expired before %s; a node whose agent and peers are silent too counts as Dead no sooner than its kubelet's next renewal, missed, counted from %s (one renewal interval and 1s)",
@@ -129,12 +131,12 @@ func blindCondition(st sight.Status, p *v1alpha1.FencingPolicy, now time.Time) m
 
 // setBlindCondition sets the policy's ControllerBlind condition (nothing without a sight
 // tracker) and raises an Event when its status turns: Warning to True, Normal to False.
-func (r *PolicyReconciler) setBlindCondition(p *v1alpha1.FencingPolicy, now time.Time) {
+func (r *PolicyReconciler) setBlindCondition(p *v1alpha1.FencingPolicy, timeout time.Duration, now time.Time) {
 	s := sightOf(r.Observer)
 	if s == nil {
 		return
 	}
-	c := blindCondition(s.Status(), p, now)
+	c := blindCondition(s.Status(), p, timeout, now)
 	was := metav1.ConditionUnknown
 	if old := meta.FindStatusCondition(p.Status.Conditions, c.Type); old != nil {
 		was = old.Status

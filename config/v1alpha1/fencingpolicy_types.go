@@ -148,12 +148,15 @@ type Recovery struct {
 }
 
 // Detection holds the thresholds of the detectors.
-// +kubebuilder:validation:XValidation:rule="!has(self.leaseTimeout) || duration(self.leaseTimeout) >= duration('2s')",message="spec.detection.leaseTimeout must be at least 2s (the kubelet renews its Lease every 10s by default; 20s or more is safer)"
+// +kubebuilder:validation:XValidation:rule="!has(self.leaseTimeout) || duration(self.leaseTimeout) >= duration('2s')",message="spec.detection.leaseTimeout must be at least 2s (a node whose kubelet renews its Lease less often than every half of it is judged with two of its renewal intervals: 20s for the default 10s)"
 // +kubebuilder:validation:XValidation:rule="!has(self.leaseTimeout) || duration(self.leaseTimeout) <= duration('1h')",message="spec.detection.leaseTimeout must be at most 1h"
 // +kubebuilder:validation:XValidation:rule="!has(self.heartbeatInterval) || (duration(self.heartbeatInterval) >= duration('100ms') && duration(self.heartbeatInterval) <= duration('1m'))",message="detection.heartbeatInterval must be between 100ms and 1m"
 type Detection struct {
 	// LeaseTimeout is how long a node's Lease in kube-node-lease may go without renewal before
-	// the node counts as failed. Default 20s.
+	// the node counts as failed. Default 20s. A node whose kubelet renews its Lease less often
+	// than every half of it (every quarter of nodeLeaseDurationSeconds: 10s by default) is
+	// judged with two of its renewal intervals instead, since a shorter timeout would count a
+	// kubelet renewing on time as failed; the condition LeaseTimeoutRaised says so.
 	// +optional
 	LeaseTimeout *metav1.Duration `json:"leaseTimeout,omitempty"`
 	// HeartbeatInterval is how often the agents of the policy's nodes send their heartbeats

@@ -330,6 +330,10 @@ const (
 	// ConditionInsecureTLS (on FencingPolicy) is True while one of its methods skips the
 	// verification of the certificates of the BMCs it talks to (redfish.insecureSkipVerify).
 	ConditionInsecureTLS = "InsecureTLS"
+	// ConditionLeaseTimeoutRaised (on FencingPolicy) is True while some of its nodes' kubelets
+	// renew their Lease less often than every half of detection.leaseTimeout: those nodes are
+	// judged with two of their renewal intervals instead. Absent while none is.
+	ConditionLeaseTimeoutRaised = "LeaseTimeoutRaised"
 	// ConditionInvalidSpec (on FencingPolicy) is True while the controller cannot use the
 	// policy as written: a spec the API server stored before a validation rule that now refuses
 	// it, or one no rule of the CRD can check (a node selector's label keys). The message names
@@ -360,6 +364,14 @@ const (
 	ReasonCertificatesUnverified = "CertificatesUnverified"
 	// ReasonCertificatesVerified (InsecureTLS=False): every method verifies certificates.
 	ReasonCertificatesVerified = "CertificatesVerified"
+)
+
+// LeaseTimeoutRaised reasons.
+const (
+	// ReasonShorterThanTwoRenewals (LeaseTimeoutRaised=True): detection.leaseTimeout is shorter
+	// than two renewal intervals of some of the policy's kubelets, which would read a Lease
+	// renewed on time as expired; those nodes are judged with two of their intervals.
+	ReasonShorterThanTwoRenewals = "ShorterThanTwoRenewals"
 )
 
 // ControllerBlind reasons: the cause of the controller's last loss of sight (True), or Seeing

@@ -37,10 +37,11 @@ var notShown = map[string]string{
 
 // shownUnderOtherNames are constants not named Reason… whose values reach an object as a reason.
 var shownUnderOtherNames = map[string]string{
-	"config/v1alpha1.RecoveryRebooted":       "Recovered=True reason (the recovery's how)",
-	"config/v1alpha1.RecoveryConfirmedClean": "Recovered=True reason (the recovery's how)",
-	"config/v1alpha1.ConditionInsecureTLS":   "the Warning Event's reason when a policy's InsecureTLS turns True",
-	"config/v1alpha1.ConditionInvalidSpec":   "the Warning Event's reason when a policy's InvalidSpec turns True",
+	"config/v1alpha1.RecoveryRebooted":            "Recovered=True reason (the recovery's how)",
+	"config/v1alpha1.RecoveryConfirmedClean":      "Recovered=True reason (the recovery's how)",
+	"config/v1alpha1.ConditionInsecureTLS":        "the Warning Event's reason when a policy's InsecureTLS turns True",
+	"config/v1alpha1.ConditionInvalidSpec":        "the Warning Event's reason when a policy's InvalidSpec turns True",
+	"config/v1alpha1.ConditionLeaseTimeoutRaised": "the Warning Event's reason when a policy's LeaseTimeoutRaised appears",
 }
 
 // TestTroubleshootingCoversEveryReason: every reason the code puts on an object or an Event has
