@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -49,6 +50,14 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if r.Now != nil {
 		now = r.Now()
 	}
+	// The pass's Events go out once its status is saved: an Event says a condition changed,
+	// and a status write that fails leaves the condition unchanged, to be set (and said)
+	// again by the next pass.
+	held, recorder := &heldEvents{}, r.Recorder
+	defer held.drop()
+	rr := *r
+	rr.Recorder = held
+	r = &rr
 	patch := client.MergeFrom(p.DeepCopy())
 	invalid := invalidSpecCondition(p)
 	if meta.SetStatusCondition(&p.Status.Conditions, invalid) && invalid.Status == metav1.ConditionTrue {
@@ -88,8 +97,29 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.Client.Status().Patch(ctx, p, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status of policy %s: %w", p.Name, err)
 	}
+	held.send(recorder)
 	return ctrl.Result{RequeueAfter: policyResync}, nil
 }
+
+// heldEvents is an EventRecorder that keeps its Events until send passes them on.
+type heldEvents struct {
+	events []func(events.EventRecorder)
+}
+
+func (h *heldEvents) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	h.events = append(h.events, func(to events.EventRecorder) { to.Eventf(regarding, related, eventtype, reason, action, note, args...) })
+}
+
+// send delivers the Events held, in order, once.
+func (h *heldEvents) send(to events.EventRecorder) {
+	for _, e := range h.events {
+		e(to)
+	}
+	h.events = nil
+}
+
+// drop forgets the Events of a pass that did not save its status.
+func (h *heldEvents) drop() { h.events = nil }
 
 // setLeaseTimeoutCondition sets the policy's LeaseTimeoutRaised condition while some of its
 // nodes are judged with a longer lease timeout than its own, with a Warning Event when it

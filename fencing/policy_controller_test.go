@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/observe"
@@ -207,6 +209,37 @@ func TestBrokenSelectorEditKeepsItsNodes(t *testing.T) {
 		if covering, err := policyFor(ctx, c, node); err != nil || covering == nil || covering.Name != "pool" {
 			t.Errorf("node %s covered by %v (%v), want still pool", name, covering, err)
 		}
+	}
+}
+
+// A pass whose status write fails sends none of its Events: the condition it set was not
+// saved, and the next pass sets it and says so again. Sent first, each failed write added one.
+func TestPolicyEventsOnlyOnceTheStatusIsSaved(t *testing.T) {
+	objs, hbs := cluster(map[string]string{"n1": healthy})
+	p := poolPolicy(ipmiMethod)
+	p.Spec.NodeSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "pool", Operator: "Equals", Values: []string{"a"}}}
+	base := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, p)...).WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
+	failures := 2
+	c := interceptor.NewClient(base, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if failures > 0 {
+				failures--
+				return errors.New("the API server timed out")
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	rec := &recorder{}
+	r := &PolicyReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	for i := range 4 {
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}})
+		if (err != nil) != (i < 2) {
+			t.Fatalf("pass %d: error %v", i, err)
+		}
+	}
+	if got := rec.said(v1alpha1.ConditionInvalidSpec); len(got) != 1 {
+		t.Errorf("%d InvalidSpec events over two failed passes and two saved ones, want 1", len(got))
 	}
 }
 
