@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -252,4 +253,65 @@ func TestNewerRequestSurvivesTheRemoval(t *testing.T) {
 			wantSaid(t, rec, tc.reason, tc.typ, `"newer"`, "dave")
 		})
 	}
+}
+
+// A request is dropped on the API server's word about the node's policy, not the cache's: a
+// policy created, or turned to fence for real, a moment before the request would otherwise see
+// its request removed ("no policy", "dry run") while the CLI, which read the API server, said
+// the node would be fenced. While the two differ nothing is decided; once the cache has caught
+// up the request fences the node.
+func TestRequestKeptWhileTheCacheLagsThePolicies(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cached func(*v1alpha1.FencingPolicyList) // what the lagging cache shows of the policies
+	}{
+		{"a policy created a moment ago", func(l *v1alpha1.FencingPolicyList) { l.Items = nil }},
+		{"a policy turned to fence for real a moment ago", func(l *v1alpha1.FencingPolicyList) {
+			for i := range l.Items {
+				l.Items[i].Spec.DryRun = true
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api, r, rec := requestWorld(t, poolPolicy(ipmiMethod), nil, nil)
+			r.APIReader = api
+			r.Client = interceptor.NewClient(api, interceptor.Funcs{
+				List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+					if err := c.List(ctx, list, opts...); err != nil {
+						return err
+					}
+					if l, ok := list.(*v1alpha1.FencingPolicyList); ok {
+						tc.cached(l)
+					}
+					return nil
+				},
+			})
+			reconcileN1(t, r)
+			wantRequest(t, api, "test", "carol")
+			wantSaid(t, rec, ReasonNoPolicy, "")
+			wantSaid(t, rec, ReasonFenceRequestDryRun, "")
+			if err := api.Get(context.Background(), client.ObjectKey{Name: "n1"}, &v1alpha1.NodeFence{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("a NodeFence was made from the lagging cache (%v)", err)
+			}
+			r.Client = api // the cache caught up
+			reconcileN1(t, r)
+			nf := &v1alpha1.NodeFence{}
+			if err := api.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil || nf.Spec.DryRun || nf.Spec.Trigger != v1alpha1.TriggerManual {
+				t.Fatalf("n1's NodeFence %+v (%v), want a real manual fence", nf.Spec, err)
+			}
+		})
+	}
+}
+
+// A request under a dry-run policy is removed only once its dry run is recorded: while the
+// node's previous NodeFence is still on its way out (a finalizer holds it), no record can be
+// made, and the request waits for it instead of being said recorded.
+func TestDryRunRequestWaitsForTheRecord(t *testing.T) {
+	leaving := recoveredFence()
+	now := metav1.NewTime(t0)
+	leaving.DeletionTimestamp, leaving.Finalizers = &now, []string{v1alpha1.FinalizerLiftStorageFence}
+	c, r, rec := requestWorld(t, dryRun(poolPolicy(ipmiMethod)), leaving, nil)
+	reconcileN1(t, r)
+	wantRequest(t, c, "test", "carol")
+	wantSaid(t, rec, ReasonFenceRequestDryRun, "")
 }

@@ -171,6 +171,14 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 		return true, err // not on the API server's copy (yet): nothing to act on until the cache has it
 	}
 	by := orUnknown(requester(node))
+	if p == nil || p.Spec.DryRun || standing {
+		// A request is dropped on the API server's word, not the cache's: a policy created or
+		// turned to fence for real a moment ago would otherwise lose the request it was made for.
+		// While the two differ, nothing is decided; the policy's event wakes the node again.
+		if same, err := r.samePolicy(ctx, node, p); !same || err != nil {
+			return true, err
+		}
+	}
 	if p == nil {
 		return true, r.dropRequest(ctx, node, corev1.EventTypeWarning, ReasonNoPolicy,
 			"fence request %q (requested by %s) removed: no FencingPolicy covers node %s, so nothing was fenced; request again once one does",
@@ -180,14 +188,25 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 		nf := newNodeFence(node, p, v1alpha1.TriggerManual, reason)
 		nf.Spec.RequestedBy = requester(node)
 		r.noteWaiting(ctx, node, p, nf)
-		if err := r.create(ctx, node, nf, previous, fmt.Sprintf("manual fence requested by %s: %s", by, reason)); err != nil || !p.Spec.DryRun {
-			return true, err
+		made, err := r.createFence(ctx, node, nf, previous, fmt.Sprintf("manual fence requested by %s: %s", by, reason))
+		if err != nil || !p.Spec.DryRun || !made {
+			return true, err // not made: a fence of the node is still there; the request waits for it to go
 		}
 	}
 	return true, r.dropRequest(ctx, node, corev1.EventTypeNormal, ReasonFenceRequestDryRun,
 		"fence request %q (requested by %s) recorded as a dry run and removed: policy %s is a dry run, so nothing was fenced (NodeFence %s says what it would do); "+
 			"a request is acted on once: request again once the policy fences for real (spec.dryRun: false)",
 		reason, by, p.Name, node.Name)
+}
+
+// samePolicy says whether the API server's policies give node the policy p (nil: none) that the
+// cache gave, dry run or not alike.
+func (r *NodeReconciler) samePolicy(ctx context.Context, node *corev1.Node, p *v1alpha1.FencingPolicy) (bool, error) {
+	fresh, err := policyFor(ctx, r.reader(), node)
+	if err != nil || (fresh == nil) != (p == nil) {
+		return false, err
+	}
+	return p == nil || (fresh.Name == p.Name && fresh.Spec.DryRun == p.Spec.DryRun), nil
 }
 
 // detect fences a node whose verdict is failed, unless the storm guard holds.
@@ -338,6 +357,13 @@ func (r *NodeReconciler) aliveNotFencing(ctx context.Context, node *corev1.Node,
 // create creates the fence. previous, when set, is the node's recovered fence, which it
 // replaces: its recovery time goes into the new one, for the flap check.
 func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, previous *v1alpha1.NodeFence, why string) error {
+	_, err := r.createFence(ctx, node, nf, previous, why)
+	return err
+}
+
+// createFence is create, saying whether this call made the NodeFence (false: one of the node's
+// was there already, a fence not yet gone or one another pass made).
+func (r *NodeReconciler) createFence(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, previous *v1alpha1.NodeFence, why string) (bool, error) {
 	if previous != nil {
 		if rec := previous.Status.Recovery; rec != nil {
 			nf.Spec.PreviousRecoveryTime = rec.RecoveredTime
@@ -347,7 +373,7 @@ func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1al
 		}
 		uid := previous.UID
 		if err := r.Client.Delete(ctx, previous, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting the ended NodeFence of node %s (%s) before fencing it: %w", node.Name, endedAs(previous), err)
+			return false, fmt.Errorf("deleting the ended NodeFence of node %s (%s) before fencing it: %w", node.Name, endedAs(previous), err)
 		}
 		if previous.Spec.DryRun {
 			why += "; replaces the dry-run record of policy " + previous.Spec.PolicyName + ", which now fences for real"
@@ -355,15 +381,15 @@ func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1al
 	}
 	if err := r.Client.Create(ctx, nf); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("creating NodeFence for node %s: %w", node.Name, err)
+		return false, fmt.Errorf("creating NodeFence for node %s: %w", node.Name, err)
 	}
 	fencesCreated.WithLabelValues(string(nf.Spec.Trigger)).Inc()
 	ctrl.LoggerFrom(ctx).Info("fence created", "trigger", nf.Spec.Trigger, "reason", nf.Spec.Reason, "policy", nf.Spec.PolicyName)
 	r.Recorder.Eventf(node, nf, corev1.EventTypeWarning, ReasonFenceCreated, "Detect", "%s; fencing with %s (policy %s)", why, methodNames(nf), nf.Spec.PolicyName)
 	r.Recorder.Eventf(nf, node, corev1.EventTypeNormal, ReasonFenceCreated, "Detect", "%s; fencing with %s (policy %s)", why, methodNames(nf), nf.Spec.PolicyName)
-	return nil
+	return true, nil
 }
 
 // endedAs names how a NodeFence that a new one replaces ended.

@@ -188,7 +188,7 @@ func invalidSpecCondition(p *v1alpha1.FencingPolicy) metav1.Condition {
 	var reasons, problems []string
 	if _, err := selectors.of(p); err != nil {
 		reasons = append(reasons, v1alpha1.ReasonNodeSelectorInvalid)
-		if p.Status.NodeSelector != nil {
+		if _, ok := p.LastNodeSelector(); ok {
 			problems = append(problems, fmt.Sprintf("spec.nodeSelector does not parse (%v): until it is fixed the policy goes on covering the nodes of the selector last in force (status.nodeSelector %q)", err, *p.Status.NodeSelector))
 		} else {
 			problems = append(problems, fmt.Sprintf("spec.nodeSelector does not parse (%v): the policy covers no node until it is fixed, and the nodes it would select fall to the next policy that selects them, by name, or to none", err))

@@ -127,7 +127,7 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	if nf.Status.Recovery == nil {
 		rec, reason, msg := judgeClean(nf, node, r.now())
 		if rec == nil {
-			if reason != ReasonPowerOffDisproved { // that one says more, and more urgently
+			if reason != ReasonPowerOffDisproved && reason != ReasonNodeReplaced { // those say more: a Node registered anew never had the taint
 				reason, msg = taintTakenOff(nf, node, reason, msg)
 			}
 			return ctrl.Result{}, r.hold(ctx, nf, reason, msg)
@@ -231,7 +231,7 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 			name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
 	}
 	if nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID {
-		return nil, ReasonNodeReplaced, fmt.Sprintf("node %s was deleted and registered anew since it was fenced (UID %s then, %s now): the machine that registered may not be the one fenced, so its boot ID proves no reboot of that one, and the fence's storage fences name the fenced machine's addresses. It is held fenced; once you know the fenced machine is off, wiped or clean, confirm it: kubectl annotate node %s %s='<how it was made clean>'",
+		return nil, ReasonNodeReplaced, fmt.Sprintf("node %s was deleted and registered anew since it was fenced (UID %s then, %s now): the machine that registered may not be the one fenced, so its boot ID proves no reboot of that one, and the fence's storage fences name the fenced machine's addresses. The new Node carries no out-of-service taint of this fence (pods may run on it); the fence's storage fences stay, and the fence is not over until you confirm the fenced machine off, wiped or clean: kubectl annotate node %s %s='<how it was made clean>'",
 			name, nf.Status.NodeUID, node.UID, name, v1alpha1.AnnotationUnfenceRequest)
 	}
 	if a := nf.Spec.Recovery.Automatic; a != nil && !*a {

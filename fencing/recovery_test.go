@@ -649,10 +649,16 @@ func TestEarlyRequestsJudgedOnTheRecord(t *testing.T) {
 func TestRecoveryOfANodeRegisteredAnew(t *testing.T) {
 	w, _ := releasedWorld(t, nil)
 	fencedWithUID(t, w, "uid-at-fence")
-	w.setNode(t, func(n *corev1.Node) { back(bootAfter)(n); n.UID = "uid-registered-anew" })
+	// Registered anew: another UID, another boot ID, and none of the old Node's taints.
+	w.setNode(t, func(n *corev1.Node) { back(bootAfter)(n); n.UID, n.Spec.Taints = "uid-registered-anew", nil })
 	nf, node := w.reconcile(t)
-	wantHeld(t, nf, node, ReasonNodeReplaced)
+	if nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.Recovery != nil {
+		t.Errorf("phase %s, recovery %+v: want Released and no recovery", nf.Status.Phase, nf.Status.Recovery)
+	}
 	c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonNodeReplaced {
+		t.Fatalf("Recovered condition %+v, want False/%s (not TaintRemoved: the new Node never had the taint)", c, ReasonNodeReplaced)
+	}
 	for _, want := range []string{"registered anew", "uid-at-fence", "uid-registered-anew", v1alpha1.AnnotationUnfenceRequest} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("condition message %q does not say %q", c.Message, want)
