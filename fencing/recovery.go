@@ -410,11 +410,12 @@ func (r *NodeFenceReconciler) unTaint(ctx context.Context, nf *v1alpha1.NodeFenc
 }
 
 // laterFenceRequest is the fence request the node carries when it is a valid one, and not the
-// one this fence answers (a manual fence's own request, by its text). A malformed request
-// fences nothing (the node controller says so) and goes with the others.
+// one this fence answers (a manual fence's own request: its text, by its requester; the same
+// text by someone else is another request). A malformed request fences nothing (the node
+// controller says so) and goes with the others.
 func laterFenceRequest(nf *v1alpha1.NodeFence, node *corev1.Node) (string, bool) {
 	text, present, err := parseFenceRequest(node)
-	if !present || err != nil || nf.Spec.Trigger == v1alpha1.TriggerManual && text == nf.Spec.Reason {
+	if !present || err != nil || nf.Spec.Trigger == v1alpha1.TriggerManual && text == nf.Spec.Reason && requester(node) == nf.Spec.RequestedBy {
 		return "", false
 	}
 	return text, true

@@ -513,13 +513,13 @@ func TestTaintRemovedFromAHeldNode(t *testing.T) {
 // was held is kept when the node is given back, and said, so that the node is fenced again; a
 // manual fence's own request goes with the recovery.
 func TestFenceRequestsAroundARecovery(t *testing.T) {
-	requested := func(text string) func(*corev1.Node) {
+	requested := func(text, by string) func(*corev1.Node) {
 		return func(n *corev1.Node) {
 			if n.Annotations == nil {
 				n.Annotations = map[string]string{}
 			}
 			n.Annotations[v1alpha1.AnnotationFenceRequest] = text
-			n.Annotations[v1alpha1.AnnotationFenceRequestedBy] = "carol"
+			n.Annotations[v1alpha1.AnnotationFenceRequestedBy] = by
 		}
 	}
 	for _, tc := range []struct {
@@ -528,6 +528,7 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 		duringHold bool // the request is made while held, else while the fence is under way
 		noTaint    bool // release.outOfServiceTaint: false
 		text       string
+		by         string // the request's requester; "" for carol
 		kept       bool
 		said       string
 	}{
@@ -537,8 +538,14 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 		{name: "another one during a manual fence", manual: true, text: "and the PSU", said: ReasonFenceRequestAnswered},
 		{name: "made while held, with no taint to remove", duringHold: true, noTaint: true, text: "fence it again", kept: true, said: ReasonFenceRequestKept},
 		{name: "a malformed one made while held", duringHold: true, text: "bell\x07"},
+		// The manual fence's text again, by someone else, while held: another request, kept.
+		{name: "the same text by another while held", manual: true, duringHold: true, text: "disk errors", by: "dave", kept: true, said: ReasonFenceRequestKept},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			by := tc.by
+			if by == "" {
+				by = "carol"
+			}
 			w := newWorld(t, "ipmi")
 			rec := &recorder{}
 			w.r.Recorder = rec
@@ -547,11 +554,11 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 				if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
 					t.Fatal(err)
 				}
-				nf.Spec.Trigger, nf.Spec.Reason = v1alpha1.TriggerManual, "disk errors"
+				nf.Spec.Trigger, nf.Spec.Reason, nf.Spec.RequestedBy = v1alpha1.TriggerManual, "disk errors", "carol"
 				if err := w.c.Update(context.Background(), nf); err != nil {
 					t.Fatal(err)
 				}
-				w.setNode(t, requested("disk errors"))
+				w.setNode(t, requested("disk errors", "carol"))
 			}
 			if tc.noTaint {
 				nf := &v1alpha1.NodeFence{}
@@ -570,7 +577,7 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 				w.tick = func(nf *v1alpha1.NodeFence) {
 					if !made && len(nf.Status.Steps) >= 1 {
 						made = true
-						w.setNode(t, requested(tc.text))
+						w.setNode(t, requested(tc.text, by))
 					}
 				}
 			}
@@ -585,7 +592,7 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 				wantHeld(t, nf, node, ReasonNodeNotBack)
 			}
 			if tc.duringHold {
-				w.setNode(t, requested(tc.text))
+				w.setNode(t, requested(tc.text, by))
 			}
 			w.setNode(t, back(bootAfter))
 			nf, node = w.reconcile(t)
@@ -598,7 +605,7 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 			for _, r := range []string{ReasonFenceRequestAnswered, ReasonFenceRequestKept} {
 				if m := rec.said(r); len(m) > 0 {
 					said = append(said, r)
-					if !strings.Contains(m[0], tc.text) || !strings.Contains(m[0], "carol") {
+					if !strings.Contains(m[0], tc.text) || !strings.Contains(m[0], by) {
 						t.Errorf("%s does not name the request and its requester: %q", r, m[0])
 					}
 				}
