@@ -44,7 +44,7 @@ type Observation struct {
 	// Timeout is the lease timeout the node's Lease was judged with: the policy's, or longer
 	// for a kubelet that renews less often than every half of it (lease.Timeout; a node
 	// without a Lease, judged by its Ready heartbeat, gets the default interval's two); zero
-	// when the detectors judged no Lease (an observation made without the lease detector).
+	// only in the empty Observation returned with an error.
 	Timeout time.Duration
 	// Reason says why, for events and records.
 	Reason string
