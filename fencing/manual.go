@@ -2,7 +2,6 @@ package fencing
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -73,7 +72,13 @@ func (r *NodeReconciler) confirmRequest(ctx context.Context, node *corev1.Node) 
 // before it removes them, so a request written since the judgement survives: its write wakes
 // the node, and it is judged in turn.
 func (r *NodeReconciler) dropRequest(ctx context.Context, node *corev1.Node, typ, reason, format string, args ...any) error {
-	if err := r.Client.Patch(ctx, node.DeepCopy(), requestRemoval(node)); err != nil {
+	judged := map[string]string{}
+	for _, key := range []string{v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy} {
+		if v, ok := node.Annotations[key]; ok {
+			judged[key] = v
+		}
+	}
+	if err := r.Client.Patch(ctx, node.DeepCopy(), client.RawPatch(types.JSONPatchType, v1alpha1.AnnotationRemoval("", judged))); err != nil {
 		if fresh, cerr := r.confirmRequest(ctx, node); cerr == nil && fresh == nil {
 			ctrl.LoggerFrom(ctx).Info("the fence request changed while it was judged: the new one is judged in turn")
 			return nil
@@ -82,23 +87,4 @@ func (r *NodeReconciler) dropRequest(ctx context.Context, node *corev1.Node, typ
 	}
 	r.Recorder.Eventf(node, nil, typ, reason, "FenceRequest", format, args...)
 	return nil
-}
-
-// requestRemoval is a JSON patch that removes node's fence request and its recorded requester
-// only if they still have the values node shows: a failed test fails the whole patch.
-func requestRemoval(node *corev1.Node) client.Patch {
-	type op struct {
-		Op    string  `json:"op"`
-		Path  string  `json:"path"`
-		Value *string `json:"value,omitempty"`
-	}
-	var ops []op
-	for _, key := range []string{v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy} {
-		if v, ok := node.Annotations[key]; ok {
-			path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
-			ops = append(ops, op{Op: "test", Path: path, Value: &v}, op{Op: "remove", Path: path})
-		}
-	}
-	data, _ := json.Marshal(ops) // strings only: it cannot fail
-	return client.RawPatch(types.JSONPatchType, data)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -240,7 +239,9 @@ func (p *Provider) unannotate(ctx context.Context, req providers.Request) error 
 		if !ok || nf.UID != req.Fence.UID || !holdsOrder(raw, req) {
 			return nil
 		}
-		err = p.api.Patch(ctx, nf, client.RawPatch(types.JSONPatchType, removeOrderPatch(nf.UID, raw)))
+		// Only from this NodeFence, and only while it holds this order: the API server refuses
+		// the patch (422) otherwise.
+		err = p.api.Patch(ctx, nf, client.RawPatch(types.JSONPatchType, v1alpha1.AnnotationRemoval(nf.UID, map[string]string{v1alpha1.AnnotationExecutorCommand: raw})))
 		if err == nil {
 			// The caller's copy of the NodeFence (the reconciler's record, req.Fence) is one
 			// write behind now: it takes this write's resourceVersion, so that its next status
@@ -260,18 +261,6 @@ func (p *Provider) unannotate(ctx context.Context, req providers.Request) error 
 func holdsOrder(raw string, req providers.Request) bool {
 	var cmd agentwire.Command
 	return json.Unmarshal([]byte(raw), &cmd) == nil && ours(cmd.ID, req)
-}
-
-// removeOrderPatch is a JSON patch that removes the order annotation if the NodeFence is the
-// one with uid and the annotation still holds raw; the API server refuses it (422) otherwise.
-func removeOrderPatch(uid types.UID, raw string) []byte {
-	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(v1alpha1.AnnotationExecutorCommand) // a JSON pointer
-	b, _ := json.Marshal([]map[string]string{
-		{"op": "test", "path": "/metadata/uid", "value": string(uid)},
-		{"op": "test", "path": path, "value": raw},
-		{"op": "remove", "path": path},
-	})
-	return b
 }
 
 // judge turns the agent's status and the runtime read-back taken with it into a Status:
