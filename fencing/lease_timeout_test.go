@@ -96,17 +96,7 @@ func TestLeaseTimeoutRaisedCondition(t *testing.T) {
 	rec := &recorder{}
 	r := &PolicyReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c}, Now: func() time.Time { return t0 }}
 	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
-	reconcile := func() *v1alpha1.FencingPolicy {
-		t.Helper()
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}}); err != nil {
-			t.Fatal(err)
-		}
-		p := &v1alpha1.FencingPolicy{}
-		if err := c.Get(ctx, client.ObjectKey{Name: "pool"}, p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	reconcile := func() *v1alpha1.FencingPolicy { return reconcilePool(t, r, c) }
 
 	reconcile()
 	p := reconcile()

@@ -169,17 +169,7 @@ func TestBrokenSelectorEditKeepsItsNodes(t *testing.T) {
 	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, p, all)...).WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
 	r := &PolicyReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
 	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
-	reconcile := func() *v1alpha1.FencingPolicy {
-		t.Helper()
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}}); err != nil {
-			t.Fatal(err)
-		}
-		got := &v1alpha1.FencingPolicy{}
-		if err := c.Get(ctx, client.ObjectKey{Name: "pool"}, got); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	reconcile := func() *v1alpha1.FencingPolicy { return reconcilePool(t, r, c) }
 	got := reconcile()
 	if got.Status.NodeSelector == nil || *got.Status.NodeSelector != "pool=a" {
 		t.Fatalf("status.nodeSelector = %v, want pool=a", got.Status.NodeSelector)
@@ -241,6 +231,20 @@ func TestPolicyEventsOnlyOnceTheStatusIsSaved(t *testing.T) {
 	if got := rec.said(v1alpha1.ConditionInvalidSpec); len(got) != 1 {
 		t.Errorf("%d InvalidSpec events over two failed passes and two saved ones, want 1", len(got))
 	}
+}
+
+// reconcilePool runs one pass of r over policy "pool" and reads the policy back.
+func reconcilePool(t *testing.T, r *PolicyReconciler, c client.Client) *v1alpha1.FencingPolicy {
+	t.Helper()
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}}); err != nil {
+		t.Fatal(err)
+	}
+	p := &v1alpha1.FencingPolicy{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "pool"}, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestInvalidSpecMessage: the condition names every problem, the method it is in and what to
