@@ -73,6 +73,14 @@ func offCommands(t *testing.T, b *ipmisim.BMC) int {
 	return n
 }
 
+// wantUntouched checks that another machine's BMC b got no power-off command and is still on.
+func wantUntouched(t *testing.T, b *ipmisim.BMC) {
+	t.Helper()
+	if n := offCommands(t, b); n != 0 || !poweredOn(t, b) {
+		t.Fatalf("%d power-off commands reached the other machine (on: %v)", n, poweredOn(t, b))
+	}
+}
+
 func wantReason(t *testing.T, err error, want providers.Reason) {
 	t.Helper()
 	var perr *providers.Error
