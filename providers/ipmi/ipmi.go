@@ -166,7 +166,7 @@ const (
 	command kind = true
 )
 
-// call checks the target, resolves the BMC's host once (power.ResolveBMC), pings the BMC,
+// call checks the target, resolves the BMC's host once (power.ResolveCall), pings the BMC,
 // makes sure before a command (or a read through a host name) that the BMC is the node's
 // machine's (checkMachine), opens a bmclib client restricted to ipmitool, runs fn and closes
 // the client, all within the per-call timeout, and classifies any error.
@@ -179,16 +179,12 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	defer cancel()
 	start := time.Now()
 	log := p.log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "action", verb)
-	ip, named, err := power.ResolveBMC(ctx, p.lookup, host)
+	ip, named, log, err := power.ResolveCall(ctx, p.lookup, host, fmt.Sprintf("%s node %s", verb, t), log, start)
 	if err != nil {
-		log.V(1).Info("BMC address not resolved", "duration", time.Since(start), "error", err.Error())
-		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
+		return err
 	}
 	name := host
-	if host != ip.String() {
-		host = ip.String()
-		log = log.WithValues("resolvedAddress", host)
-	}
+	host = ip.String()
 	if err := probe(ctx, net.JoinHostPort(host, port), p.probeTimeout); err != nil {
 		log.V(1).Info("BMC did not answer the IPMI ping", "duration", time.Since(start), "error", err.Error())
 		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))

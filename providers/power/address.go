@@ -8,9 +8,13 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
+	"github.com/go-logr/logr"
+
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
 )
 
 // SplitAddress splits a BMC address, "host", "host:port", "[v6]:port" or a bare IPv6
@@ -108,4 +112,19 @@ func ResolveBMC(ctx context.Context, lookup Lookup, host string) (ip netip.Addr,
 func NamedBMCNote(host string, ip netip.Addr) string {
 	return fmt.Sprintf(" (%s resolved to %s for this call: if the name resolves to several machines' BMCs, set %s to the node's own BMC's address)",
 		host, ip, v1alpha1.AnnotationBMCAddress)
+}
+
+// ResolveCall is ResolveBMC for one call of a provider, begun at start: a name that does not
+// resolve is logged at V(1) and fails as ReasonUnreachable, its error led by what the call does
+// ("powering off node n1 (bmc-7:623)"); a name's address joins log as resolvedAddress.
+func ResolveCall(ctx context.Context, lookup Lookup, host, what string, log logr.Logger, start time.Time) (ip netip.Addr, named bool, _ logr.Logger, err error) {
+	ip, named, err = ResolveBMC(ctx, lookup, host)
+	if err != nil {
+		log.V(1).Info("BMC address not resolved", "duration", time.Since(start), "error", err.Error())
+		return ip, named, log, providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s: %w", what, err))
+	}
+	if host != ip.String() {
+		log = log.WithValues("resolvedAddress", ip.String())
+	}
+	return ip, named, log, nil
 }

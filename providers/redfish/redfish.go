@@ -103,7 +103,7 @@ const (
 	command kind = true
 )
 
-// call checks the target, resolves the BMC's host once (power.ResolveBMC), opens a bmclib
+// call checks the target, resolves the BMC's host once (power.ResolveCall), opens a bmclib
 // client restricted to its Redfish provider, runs fn and closes the client (deleting the
 // session), all within the per-call timeout, and classifies any error. Every connection of the
 // call, the listing of the systems and bmclib's alike, goes to the one resolved address
@@ -120,13 +120,9 @@ func (p *Provider) call(ctx context.Context, t Target, verb string, k kind, fn f
 	defer cancel()
 	start := time.Now()
 	log := p.Log.WithValues("Node", klog.KRef("", t.Node), "address", t.Address, "system", t.System, "action", verb)
-	ip, named, err := power.ResolveBMC(ctx, p.Lookup, host)
+	ip, named, log, err := power.ResolveCall(ctx, p.Lookup, host, fmt.Sprintf("%s node %s", verb, t), log, start)
 	if err != nil {
-		log.V(1).Info("BMC address not resolved", "duration", time.Since(start), "error", err.Error())
-		return providers.NewError(providers.ReasonUnreachable, fmt.Errorf("%s node %s: %w", verb, t, err))
-	}
-	if host != ip.String() {
-		log = log.WithValues("resolvedAddress", ip.String())
+		return err
 	}
 	hc := p.httpClient(t, ip)
 	err = p.checkSystem(ctx, hc, host, port, t, k == command || named) // a named BMC's read-back must read the machine the command went to
