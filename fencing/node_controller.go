@@ -188,7 +188,7 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 		nf := newNodeFence(node, p, v1alpha1.TriggerManual, reason)
 		nf.Spec.RequestedBy = requester(node)
 		r.noteWaiting(ctx, node, p, nf)
-		made, err := r.createFence(ctx, node, nf, previous, fmt.Sprintf("manual fence requested by %s: %s", by, reason))
+		made, err := r.create(ctx, node, nf, previous, fmt.Sprintf("manual fence requested by %s: %s", by, reason))
 		if err != nil || !p.Spec.DryRun || !made {
 			return true, err // not made: a fence of the node is still there; the request waits for it to go
 		}
@@ -259,7 +259,8 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	nf := newNodeFence(node, p, v1alpha1.TriggerDetected, fmt.Sprintf("%s: %s", obs.Verdict, obs.Reason))
 	nf.Spec.Methods, nf.Spec.Verdict = methods, string(obs.Verdict)
 	nf.Spec.Waiting, nf.Spec.Urgency = wait.listed(), wait.urgency
-	return ctrl.Result{}, r.create(ctx, node, nf, previous, "node failed: "+nf.Spec.Reason)
+	_, err = r.create(ctx, node, nf, previous, "node failed: "+nf.Spec.Reason)
+	return ctrl.Result{}, err
 }
 
 // lookAgain is how long until a node judged neither failed nor fenced is looked at again:
@@ -354,16 +355,11 @@ func (r *NodeReconciler) aliveNotFencing(ctx context.Context, node *corev1.Node,
 	return ctrl.Result{RequeueAfter: aliveRecheck}, nil
 }
 
-// create creates the fence. previous, when set, is the node's recovered fence, which it
-// replaces: its recovery time goes into the new one, for the flap check.
-func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, previous *v1alpha1.NodeFence, why string) error {
-	_, err := r.createFence(ctx, node, nf, previous, why)
-	return err
-}
-
-// createFence is create, saying whether this call made the NodeFence (false: one of the node's
-// was there already, a fence not yet gone or one another pass made).
-func (r *NodeReconciler) createFence(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, previous *v1alpha1.NodeFence, why string) (bool, error) {
+// create creates the fence and says whether this call made it (false: a NodeFence of the node
+// was there already, a fence not yet gone or one another pass made). previous, when set, is
+// the node's recovered fence, which it replaces: its recovery time goes into the new one, for
+// the flap check.
+func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, previous *v1alpha1.NodeFence, why string) (made bool, err error) {
 	if previous != nil {
 		if rec := previous.Status.Recovery; rec != nil {
 			nf.Spec.PreviousRecoveryTime = rec.RecoveredTime

@@ -120,7 +120,8 @@ func (r *NodeReconciler) fenceDeleted(ctx context.Context, node *corev1.Node, pr
 	nf := newNodeFence(node, p, v1alpha1.TriggerNodeDeleted,
 		"the Node was deleted: a deleted node counts as permanently partitioned, and its pods would be force-deleted with no fence")
 	r.noteWaiting(ctx, node, p, nf)
-	return r.create(ctx, node, nf, previous, fmt.Sprintf("node deleted; its deletion waits on finalizer %s until the fence is confirmed", v1alpha1.FinalizerFenceOnDelete))
+	_, err = r.create(ctx, node, nf, previous, fmt.Sprintf("node deleted; its deletion waits on finalizer %s until the fence is confirmed", v1alpha1.FinalizerFenceOnDelete))
+	return err
 }
 
 // letGo removes the finalizer so that the deletion goes on, and says why.
