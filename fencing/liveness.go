@@ -459,8 +459,9 @@ func (r *NodeFenceReconciler) workloadBack(nf *v1alpha1.NodeFence) *lifeSign {
 }
 
 // readBackCovers says whether the agent's read-back of the runtime covers the whole window of a
-// method that leaves the node running: a heartbeat received at or after its end (until) that
-// read the runtime back and found none running (one that found some fails the method at
+// method that leaves the node running: a heartbeat sent at or after its end (until, on the
+// server's clock: Heartbeat.Sent) that read the runtime back and found none running (one that
+// found some fails the method at
 // workloadBack's next look). A window with no read-back since is no evidence: the agent fell
 // silent (killed, the node cut off further) or could not read the runtime, and a kubelet that
 // runs may have restarted the workload meanwhile. Until three of the agent's heartbeat intervals past the end it waits for
@@ -469,8 +470,10 @@ func (r *NodeFenceReconciler) workloadBack(nf *v1alpha1.NodeFence) *lifeSign {
 func (r *NodeFenceReconciler) readBackCovers(nf *v1alpha1.NodeFence, until, now time.Time) (out outcome, covered bool) {
 	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
 	// None running, read here: workloadBack read the heartbeats a moment before, and one that
-	// came since may read the workload back running.
-	if ok && !hb.Received.Before(until) && hb.RunningContainers != nil && *hb.RunningContainers == 0 {
+	// came since may read the workload back running. Sent, not Received: a heartbeat the
+	// network held back past the end (an HTTPS request retransmitted after a partition heals)
+	// read the runtime before it, and a container restarted since would be missed.
+	if ok && !hb.Sent.IsZero() && !hb.Sent.Before(until) && hb.RunningContainers != nil && *hb.RunningContainers == 0 {
 		return outcome{}, true
 	}
 	every := hb.Interval
@@ -481,6 +484,10 @@ func (r *NodeFenceReconciler) readBackCovers(nf *v1alpha1.NodeFence, until, now 
 	switch {
 	case ok && hb.Received.After(fencedAt(nf)) && hb.RunningContainers == nil:
 		latest = fmt.Sprintf("its latest, at %s, carried none", hb.Received.Format(time.RFC3339))
+	case ok && !hb.Received.Before(until) && hb.Sent.IsZero():
+		latest = fmt.Sprintf("its latest, received at %s, says no time the controller can place it by (the first heard since the controller started, or no send time stated)", hb.Received.Format(time.RFC3339))
+	case ok && !hb.Received.Before(until):
+		latest = fmt.Sprintf("its latest, received at %s, was sent at %s, before the end: held back in the network", hb.Received.Format(time.RFC3339), hb.Sent.Format(time.RFC3339Nano))
 	case ok && hb.Received.After(fencedAt(nf)):
 		latest = fmt.Sprintf("its latest at %s", hb.Received.Format(time.RFC3339))
 	}
@@ -501,7 +508,7 @@ func (r *NodeFenceReconciler) lastReadBack(nf *v1alpha1.NodeFence) string {
 	if !ok || hb.RunningContainers == nil {
 		return "" // readBackCovers required one
 	}
-	return fmt.Sprintf(": its agent's latest heartbeat (%s) read back none running", hb.Received.Format(time.RFC3339))
+	return fmt.Sprintf(": its agent's latest heartbeat (sent %s) read back none running", hb.Sent.Format(time.RFC3339))
 }
 
 // lease reads the node's Lease from the API server (not the cache: the check must not miss a

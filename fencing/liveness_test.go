@@ -147,7 +147,7 @@ func TestExecutorWorkloadRunningAgainIsNotReleased(t *testing.T) {
 				if watching(nf) {
 					read++
 					n := tt.running
-					w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Received: w.now.Add(time.Second / 2), RunningContainers: &n}}
+					w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Received: w.now.Add(time.Second / 2), Sent: w.now.Add(time.Second / 2), RunningContainers: &n}}
 				}
 			}
 			before := testutil.ToFloat64(fencesDisproved.WithLabelValues("executor", signalWorkload))
@@ -536,7 +536,7 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 			zero := 0
 			w.tick = func(nf *v1alpha1.NodeFence) { // the agent's read-back goes on, and finds nothing running
 				if nf.Status.FencedTime != nil {
-					w.r.Heartbeats.(heartbeats)["n1"] = agentwire.Heartbeat{Node: "n1", Received: w.now, Interval: time.Second, RunningContainers: &zero}
+					w.r.Heartbeats.(heartbeats)["n1"] = agentwire.Heartbeat{Node: "n1", Received: w.now, Sent: w.now, Interval: time.Second, RunningContainers: &zero}
 				}
 			}
 			return w
@@ -663,6 +663,15 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 			}
 			return true
 		}, 3*time.Second + verifyMargin, false, nil},
+		// Heartbeats arriving after the window's end but sent before it (HTTPS requests the
+		// network held back during a partition, retransmitted after the heal): their read-back
+		// is from before the end, and a kubelet may have restarted the workload since.
+		{"read-back-held-back-in-the-network", func(hb *agentwire.Heartbeat, since time.Duration) bool {
+			if since >= 0 {
+				hb.Sent = hb.Received.Add(-since + time.Second)
+			}
+			return true
+		}, 3*time.Second + verifyMargin, false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -694,6 +703,9 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 					delete(w.r.Heartbeats.(heartbeats), "n1")
 					return
 				}
+				if hb.Sent.IsZero() {
+					hb.Sent = hb.Received // not held back on the way
+				}
 				if since >= 0 {
 					read++
 				}
@@ -709,7 +721,7 @@ func TestExecutorWindowFollowsTheKubelet(t *testing.T) {
 			checkReleased(t, w, tt.released)
 			verify := stepOf(nf, v1alpha1.StepVerifyFenced)
 			want := v1alpha1.ReasonWorkloadRunningAfterFence
-			if strings.Contains(tt.name, "silent") || strings.Contains(tt.name, "no-read-back") {
+			if strings.Contains(tt.name, "silent") || strings.Contains(tt.name, "no-read-back") || strings.Contains(tt.name, "held-back") {
 				want = v1alpha1.ReasonWorkloadUnverified
 			}
 			if !tt.released && verify.Reason != want {
@@ -729,9 +741,43 @@ func TestReadBackCoversOnlyWithNoneRunning(t *testing.T) {
 	until := t0.Add(5 * time.Second)
 	for running, want := range map[int]bool{0: true, 2: false} {
 		n := running
-		r := &NodeFenceReconciler{Heartbeats: heartbeats{"n1": {Node: "n1", Received: until.Add(time.Second), Interval: time.Second, RunningContainers: &n}}}
+		r := &NodeFenceReconciler{Heartbeats: heartbeats{"n1": {Node: "n1", Received: until.Add(time.Second), Sent: until.Add(time.Second), Interval: time.Second, RunningContainers: &n}}}
 		if _, covered := r.readBackCovers(nf, until, until.Add(time.Second)); covered != want {
 			t.Errorf("a read-back of %d running after the window: covers %v, want %v", running, covered, want)
+		}
+	}
+}
+
+// Only a read-back sent after the window's end covers it, on the server's clock
+// (Heartbeat.Sent): one received after the end but sent before (held back in the network), or
+// one whose sending the server cannot place (the first it heard from the agent), does not,
+// and the pass says why.
+func TestReadBackCoversOnlyWhenSentAfterTheEnd(t *testing.T) {
+	confirmed := metav1.NewTime(t0)
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{UID: "fence-uid"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"},
+		Status: v1alpha1.NodeFenceStatus{Method: "executor", FencedTime: &confirmed}}
+	until := t0.Add(5 * time.Second)
+	received := until.Add(2 * time.Second)
+	for _, tc := range []struct {
+		name    string
+		sent    time.Time
+		covered bool
+		says    string
+	}{
+		{"sent after the end", until.Add(time.Second), true, ""},
+		{"sent at the end", until, true, ""},
+		{"held back in the network", until.Add(-time.Millisecond), false, "held back in the network"},
+		{"sent long before", t0.Add(time.Second), false, "held back in the network"},
+		{"sending not placed", time.Time{}, false, "no time the controller can place it by"},
+	} {
+		zero := 0
+		r := &NodeFenceReconciler{Heartbeats: heartbeats{"n1": {Node: "n1", Received: received, Sent: tc.sent, Interval: time.Second, RunningContainers: &zero}}}
+		out, covered := r.readBackCovers(nf, until, received)
+		if covered != tc.covered {
+			t.Errorf("%s: covers %v, want %v", tc.name, covered, tc.covered)
+		}
+		if !tc.covered && !strings.Contains(out.message, tc.says) {
+			t.Errorf("%s: says %q, want it to say %q", tc.name, out.message, tc.says)
 		}
 	}
 }

@@ -106,7 +106,7 @@ func (w *world) heartbeat(nf *v1alpha1.NodeFence, back time.Duration) {
 		healthy = w.now.Sub(afterConfirmation(nf)) >= back
 	}
 	zero := 0
-	w.r.Heartbeats.(heartbeats)["n1"] = agentwire.Heartbeat{Node: "n1", Received: w.now, Interval: time.Second,
+	w.r.Heartbeats.(heartbeats)["n1"] = agentwire.Heartbeat{Node: "n1", Received: w.now, Sent: w.now, Interval: time.Second,
 		RunningContainers: &zero, KubeletHealthy: healthy,
 		Executor: &agentwire.ExecutorStatus{ID: "fence-uid/executor", State: agentwire.ExecutorConfirmed, KubeletStopped: true}}
 }

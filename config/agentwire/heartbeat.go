@@ -91,6 +91,18 @@ type Heartbeat struct {
 	ProbedBy []PeerReport
 	// Received is when the server accepted it, on the server's clock.
 	Received time.Time
+	// SentAt is the agent's clock when sending (Report's), zero when it stated none.
+	SentAt time.Time
+	// Sent is when it was sent, on the server's clock, as the server can tell it: SentAt moved
+	// by the least difference between arrival and SentAt among the node's recent heartbeats
+	// (the clocks' offset plus the shortest delay). A heartbeat the network held back (an HTTPS
+	// request retransmitted after a partition heals) reads as sent when it was, not when it
+	// arrived. Late by that shortest delay at most while the agent's clock runs steadily; early
+	// when the agent's clock was stepped back since. Zero when it cannot be told: no SentAt, or
+	// no earlier heartbeat of the node to compare with. Evidence that something happened after
+	// a moment (a read-back of the runtime from after a window's end) takes Sent; a sign of life
+	// takes Received, which is never early.
+	Sent time.Time
 	// CertNotAfter is when the agent's client certificate expires.
 	CertNotAfter time.Time
 	// Executor is the executor status this heartbeat carried, nil for none (see also

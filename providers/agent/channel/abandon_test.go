@@ -16,13 +16,7 @@ import (
 // order, it did: the heartbeat arrived within seconds of the heal and was recorded as the
 // node's latest, carrying the state of the node from before the cut (here its kubelet healthy).
 func TestAbandonedHeartbeatNeverArrives(t *testing.T) {
-	lan := netns.New(t)
-	agentNet := lan.AddNode("agent")
-	p := newPKI(t)
-	s := startServer(t, p, ServerOptions{Addr: lan.HostIP() + ":0"})
-	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
-	c := newClientWith(t, p, ClientOptions{Address: s.Addr(), ServerName: "localhost", CertFile: certFile, KeyFile: keyFile,
-		NoDatagrams: true, Dial: agentNet.Dial})
+	s, c, agentNet := agentCutOffable(t)
 	send := func(seq uint64, healthy bool, timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -59,4 +53,18 @@ func TestAbandonedHeartbeatNeverArrives(t *testing.T) {
 	if hb, _, _ := s.Latest("n1"); hb.Seq != 3 {
 		t.Errorf("latest seq %d after the next heartbeat, want 3", hb.Seq)
 	}
+}
+
+// agentCutOffable starts a server on the host's side of a test LAN and an HTTPS-only client for
+// node n1 whose connections come from a network namespace of its own, which the test cuts off
+// and heals (agentNet) as the chaos runs cut machines.
+func agentCutOffable(t *testing.T) (s *Server, c *Client, agentNet *netns.Node) {
+	lan := netns.New(t)
+	agentNet = lan.AddNode("agent")
+	p := newPKI(t)
+	s = startServer(t, p, ServerOptions{Addr: lan.HostIP() + ":0"})
+	certFile, keyFile := p.agentFiles(t, p.ca, "n1")
+	c = newClientWith(t, p, ClientOptions{Address: s.Addr(), ServerName: "localhost", CertFile: certFile, KeyFile: keyFile,
+		NoDatagrams: true, Dial: agentNet.Dial})
+	return s, c, agentNet
 }

@@ -27,7 +27,7 @@ func FuzzHeartbeatDatagramServer(f *testing.F) {
 	f.Add([]byte("PHB1"))
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s := &Server{log: logr.Discard(), noisy: newLineLimit(logr.Discard(), linesPerSecond), nodes: map[string]agentwire.Heartbeat{}, commands: map[string]agentwire.Command{},
+		s := &Server{log: logr.Discard(), noisy: newLineLimit(logr.Discard(), linesPerSecond), nodes: map[string]agentwire.Heartbeat{}, clocks: map[string]sendClock{}, commands: map[string]agentwire.Command{},
 			statuses: map[string]agentwire.ExecutorStatus{}, about: map[string]map[string][]agentwire.Sighting{},
 			peers: newPeerBook(3), dg: newDatagramState(), opts: ServerOptions{Now: func() time.Time { return now }}}
 		k := &datagramKey{node: "n1", secret: secret, mac: agentwire.NewDatagramMAC(secret), notAfter: now.Add(time.Hour)}

@@ -115,7 +115,9 @@ type Server struct {
 	// probe, on the server's clock, from any heartbeat since (not only the latest ones, which
 	// drop an acknowledgement after two of the peer's intervals): LastReached.
 	reached map[string]time.Time
-	peers   *peerBook
+	// clocks place each node's heartbeats on the server's clock by when they were sent.
+	clocks map[string]sendClock
+	peers  *peerBook
 	// dg is the heartbeat datagrams' socket and keys (its conn nil with NoDatagrams).
 	dg *datagramState
 	// handshaking counts the TLS handshakes in progress (at most MaxHandshakes).
@@ -138,7 +140,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts.Logger = logr.Discard()
 	}
 	s := &Server{
-		opts: opts, log: opts.Logger, nodes: map[string]agentwire.Heartbeat{},
+		opts: opts, log: opts.Logger, nodes: map[string]agentwire.Heartbeat{}, clocks: map[string]sendClock{},
 		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{},
 		about: map[string]map[string][]agentwire.Sighting{}, peers: newPeerBook(opts.ProbePeers),
 		dg: newDatagramState(), noisy: newLineLimit(opts.Logger, linesPerSecond),
@@ -342,6 +344,7 @@ func (s *Server) Forget(node string) {
 	defer s.mu.Unlock()
 	s.reindex(s.nodes[node], agentwire.Heartbeat{})
 	delete(s.nodes, node)
+	delete(s.clocks, node)
 	// The node's own acknowledgements go only once old: a peer's heartbeat from before the
 	// Forget may still name it (the index by target keeps those too), and a node of the same
 	// name may come back. Older than an hour, none can matter to a fence any more.
@@ -525,7 +528,7 @@ func validate(rep agentwire.Report) error {
 func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartbeat {
 	hb := agentwire.Heartbeat{
 		Node: rep.Node, BootID: rep.BootID, Seq: rep.Seq, Instance: rep.Instance, KubeletHealthy: rep.KubeletHealthy,
-		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, CertNotAfter: notAfter,
+		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, SentAt: rep.SentAt, CertNotAfter: notAfter,
 		Executor: rep.Executor, RunningContainers: rep.RunningContainers,
 	}
 	var skew time.Duration
@@ -595,6 +598,9 @@ func (s *Server) record(hb agentwire.Heartbeat) (cmd agentwire.Command, pending,
 			"seq", hb.Seq, "recordedSeq", prev.Seq)
 		return cmd, pending, false
 	}
+	clk := s.clocks[hb.Node]
+	hb.Sent = clk.sent(hb)
+	s.clocks[hb.Node] = clk
 	s.nodes[hb.Node] = hb
 	s.reindex(prev, hb)
 	prevStatus, hadStatus := s.statuses[hb.Node]

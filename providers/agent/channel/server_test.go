@@ -39,6 +39,7 @@ func TestHeartbeatAccepted(t *testing.T) {
 	}
 	want := agentwire.Heartbeat{
 		Node: "n1", BootID: "b1", Seq: 7, KubeletHealthy: true, Interval: time.Second, Received: t0,
+		SentAt:       agentClock, // Sent not placed: the node's first heartbeat
 		CertNotAfter: loadPair(t, certFile, keyFile).Leaf.NotAfter,
 		// On the controller's clock; a time in the future is clamped to the receipt.
 		Peers: []agentwire.PeerReport{{Node: "n2", Reachable: true, At: t0.Add(-2 * time.Second)}, {Node: "n3", At: t0}},
