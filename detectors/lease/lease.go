@@ -60,6 +60,15 @@ func observeSeen(node *corev1.Node, lease *coordinationv1.Lease, seen time.Time,
 	obs.Age = now.Sub(from)
 	obs.LeaseExpiry = true
 	switch {
+	case obs.Age > timeout && source == readyHeartbeat && readyTrue(node):
+		// No Lease to judge by, and a kubelet that renews one posts its Ready heartbeat only
+		// on a change or every few minutes (nodeStatusReportFrequency, 5 min by default): an
+		// old heartbeat says nothing while Ready is True. A kubelet that stopped has Ready
+		// turned Unknown by the node lifecycle controller (40–50 s), and then it counts.
+		obs.Verdict, obs.LeaseExpiry = detectors.Suspect, false
+		obs.Deadline = now.Add(timeout)
+		obs.Reason = fmt.Sprintf("no Lease; its Ready heartbeat is %s old (threshold %s), but its Ready condition is True: judged when the node lifecycle controller marks it not Ready",
+			obs.Age.Round(100*time.Millisecond), threshold(lease, policy))
 	case obs.Age > timeout:
 		obs.Verdict = detectors.Dead
 		obs.Reason = fmt.Sprintf("%s not renewed for %s (threshold %s)", source, obs.Age.Round(100*time.Millisecond), threshold(lease, policy))
@@ -88,10 +97,23 @@ func lastSignal(node *corev1.Node, lease *coordinationv1.Lease) (time.Time, stri
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady && !c.LastHeartbeatTime.IsZero() {
-			return c.LastHeartbeatTime.Time, "Ready heartbeat"
+			return c.LastHeartbeatTime.Time, readyHeartbeat
 		}
 	}
 	return time.Time{}, ""
+}
+
+// readyHeartbeat names the Ready condition's lastHeartbeatTime as a node's last signal.
+const readyHeartbeat = "Ready heartbeat"
+
+// readyTrue says whether node's Ready condition is True.
+func readyTrue(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // ObserveSince judges node like Observe, for a controller that could see renewals only since

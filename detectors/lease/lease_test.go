@@ -40,6 +40,12 @@ func TestObserve(t *testing.T) {
 		{"lease wins over a fresh heartbeat", node(0), lease(30 * time.Second), detectors.Dead},
 		{"no lease, fresh heartbeat", node(time.Second), nil, detectors.Healthy},
 		{"no lease, stale heartbeat", node(time.Minute), nil, detectors.Dead},
+		// A kubelet that renews a Lease posts its Ready heartbeat only on a change or every few
+		// minutes: while Ready is True an old one says nothing; the node lifecycle controller
+		// turns it Unknown once the kubelet stops.
+		{"no lease, stale heartbeat, Ready True", ready(node(5*time.Minute), corev1.ConditionTrue), nil, detectors.Suspect},
+		{"no lease, stale heartbeat, Ready Unknown", ready(node(5*time.Minute), corev1.ConditionUnknown), nil, detectors.Dead},
+		{"no lease, fresh heartbeat, Ready True", ready(node(time.Second), corev1.ConditionTrue), nil, detectors.Healthy},
 		{"no signal at all on an old node", node(-1), nil, detectors.Dead},
 	}
 	for _, tt := range tests {
@@ -200,4 +206,10 @@ func TestTimeoutCoversTwoRenewals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ready sets n's Ready condition's status.
+func ready(n *corev1.Node, status corev1.ConditionStatus) *corev1.Node {
+	n.Status.Conditions[0].Status = status
+	return n
 }

@@ -3,6 +3,10 @@ package lease
 import (
 	"sync"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // Renewals remembers, per node, the Lease renewal last seen and when the controller first saw
@@ -20,6 +24,8 @@ type renewal struct {
 	// changed: the controller saw this renewal replace an earlier one, so seenAt is when it was
 	// made, to within the watch's delay; false for a renewal it first met on record (its start).
 	changed bool
+	// duration is the Lease's leaseDurationSeconds when last seen (SeenLease), nil when unknown.
+	duration *int32
 }
 
 // NewRenewals returns an empty Renewals.
@@ -50,8 +56,50 @@ func (r *Renewals) SeenChange(node string, renewTime, now time.Time) (time.Time,
 	if ok && cur.renewTime.Equal(renewTime) {
 		return cur.seenAt, cur.changed
 	}
-	r.seen[node] = renewal{renewTime: renewTime, seenAt: now, changed: ok}
+	r.seen[node] = renewal{renewTime: renewTime, seenAt: now, changed: ok, duration: cur.duration}
 	return now, ok
+}
+
+// SeenLease is SeenChange for node's Lease l (which carries a renewTime), remembering its
+// leaseDurationSeconds as well, for Last.
+func (r *Renewals) SeenLease(node string, l *coordinationv1.Lease, now time.Time) (time.Time, bool) {
+	seen, changed := r.SeenChange(node, l.Spec.RenewTime.Time, now)
+	if r == nil || seen.IsZero() {
+		return seen, changed
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.seen[node]
+	rec.duration = nil
+	if d := l.Spec.LeaseDurationSeconds; d != nil {
+		rec.duration = ptr.To(*d)
+	}
+	r.seen[node] = rec
+	return seen, changed
+}
+
+// Last is node's Lease as the controller last saw it renewed (its renewTime and duration), to
+// judge a node whose Lease is gone since: deleted (kubectl delete lease, a troubleshooting
+// step) or emptied of its renewTime. Such a node is as old as that renewal, no older: a kubelet
+// that runs makes its Lease again within one renewal interval, and one that stopped is judged
+// Dead when that renewal expires, as if nobody had touched its Lease. Kubernetes' node
+// lifecycle controller keeps the last renewal it saw the same way. false when none was seen.
+func (r *Renewals) Last(node string) (*coordinationv1.Lease, bool) {
+	if r == nil {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.seen[node]
+	if !ok {
+		return nil, false
+	}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: node}}
+	l.Spec.RenewTime = &metav1.MicroTime{Time: rec.renewTime}
+	if rec.duration != nil {
+		l.Spec.LeaseDurationSeconds = ptr.To(*rec.duration)
+	}
+	return l, true
 }
 
 // Forget drops a deleted node.

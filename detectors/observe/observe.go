@@ -177,11 +177,22 @@ func (o Observer) lease(ctx context.Context, node string) (*coordinationv1.Lease
 func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseTimeout time.Duration, now time.Time, sig signalsOf) detectors.Observation {
 	seeing, cause := o.seeing()
 	var renewalSeen time.Time
-	changed := false
+	changed, gone := false, false
+	if l == nil || l.Spec.RenewTime == nil {
+		// Gone since a renewal was seen: judged from that renewal, not from the Ready
+		// condition's heartbeat, which a kubelet that renews its Lease posts only every few
+		// minutes (a healthy node would read Dead the moment its Lease was deleted).
+		if last, ok := o.Renewals.Last(node.Name); ok {
+			l, gone = last, true
+		}
+	}
 	if l != nil && l.Spec.RenewTime != nil {
-		renewalSeen, changed = o.Renewals.SeenChange(node.Name, l.Spec.RenewTime.Time, now)
+		renewalSeen, changed = o.Renewals.SeenLease(node.Name, l, now)
 	}
 	obs := lease.ObserveSeenSince(node, l, renewalSeen, leaseTimeout, now, seeing, cause)
+	if gone {
+		obs.Reason = "its Lease is gone since its last renewal seen; judged from that renewal: " + obs.Reason
+	}
 	if changed {
 		// The renewal's time on the controller's clock, as every other signal's: a node
 		// whose clock lags must not have a renewal made after a moment the controller

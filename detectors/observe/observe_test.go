@@ -323,3 +323,62 @@ func TestLastSignalOfALaggingClock(t *testing.T) {
 		t.Errorf("last signal %s, want after the wait's start %s: the renewal was seen at %s", last, started, now.Add(-5*time.Second))
 	}
 }
+
+// A node whose Lease is deleted (kubectl delete lease) is judged from the last renewal the
+// controller saw, with that Lease's duration, not from its Ready condition's heartbeat (minutes
+// old on a kubelet that renews a Lease, though Ready is True): Healthy until that renewal
+// expires, Dead after, as if the Lease were still there unrenewed. A Lease made again is judged
+// as any.
+func TestDeletedLeaseJudgedFromItsLastRenewal(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name     string
+		duration int32         // the Lease's leaseDurationSeconds: four renewal intervals
+		policy   time.Duration // leaseTimeout
+	}{
+		{"a default kubelet", 40, 20 * time.Second},
+		{"a kubelet renewing every second", 4, 5 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			node, c := nodeWithLease(t, now, now.Add(-time.Second))
+			node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(now.Add(-5 * time.Minute))}}
+			l := &coordinationv1.Lease{}
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: lease.Namespace, Name: "n1"}, l); err != nil {
+				t.Fatal(err)
+			}
+			l.Spec.LeaseDurationSeconds = &tt.duration
+			o := Observer{Reader: c, Heartbeats: noHeartbeats{}, Since: now.Add(-time.Hour), Renewals: seenWhenMade("n1", now.Add(-time.Second))}
+			judge := func(at time.Time, want detectors.Verdict, says string) {
+				t.Helper()
+				obs, err := o.Observe(context.Background(), node, tt.policy, at)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if obs.Verdict != want || !strings.Contains(obs.Reason, says) {
+					t.Errorf("at +%s: verdict %s (%q), want %s saying %q", at.Sub(now), obs.Verdict, obs.Reason, want, says)
+				}
+			}
+			if err := c.(client.Client).Update(context.Background(), l); err != nil {
+				t.Fatal(err)
+			}
+			judge(now, detectors.Healthy, "renewed")
+			if err := c.(client.Client).Delete(context.Background(), l); err != nil {
+				t.Fatal(err)
+			}
+			timeout := lease.Timeout(l, tt.policy)
+			judge(now.Add(time.Second), detectors.Healthy, "its Lease is gone")
+			judge(now.Add(timeout), detectors.Dead, "its Lease is gone")
+			made := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: "n1"},
+				Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: &tt.duration, RenewTime: ptrMicro(now.Add(timeout))}}
+			if err := c.(client.Client).Create(context.Background(), made); err != nil {
+				t.Fatal(err)
+			}
+			judge(now.Add(timeout+time.Second), detectors.Healthy, "renewed")
+		})
+	}
+}
+
+func ptrMicro(t time.Time) *metav1.MicroTime {
+	m := metav1.NewMicroTime(t)
+	return &m
+}
