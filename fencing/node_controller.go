@@ -89,7 +89,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forgetAgent(req.Name)
+			r.forgetNode(req.Name)
 			r.said.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -297,12 +297,14 @@ func (r *NodeReconciler) repeated(ctx context.Context, node, msg string, kvs ...
 	log.Info(msg, kvs...)
 }
 
-// forgetAgent drops a deleted node's agent heartbeats, so that its silence is not counted as
-// an agent gone missing (palisade_agents_missing).
-func (r *NodeReconciler) forgetAgent(node string) {
+// forgetNode drops a deleted node's agent heartbeats, so that its silence is not counted as an
+// agent gone missing (palisade_agents_missing), and its Lease renewals seen (a node of the same
+// name registered later is judged from its own Lease).
+func (r *NodeReconciler) forgetNode(node string) {
 	if f, ok := r.Observer.Heartbeats.(interface{ Forget(node string) }); ok {
 		f.Forget(node)
 	}
+	r.Observer.Renewals.Forget(node)
 }
 
 // noteWaiting records on a fence asked for by a person or a deletion which pods wait on it and
