@@ -195,3 +195,41 @@ func TestLivenessProbeKill(t *testing.T) {
 		t.Errorf("the other container was disturbed: %s", other)
 	}
 }
+
+// TestKilledWithinTimeLimit: containers that trap TERM, in a pod with a 300 s grace period,
+// terminated under a time limit that ends the termination first: the main container (in its
+// grace period) and its sidecar (waiting for its turn) still get SIGKILL then, and are read
+// back dead just after.
+func TestKilledWithinTimeLimit(t *testing.T) {
+	t.Parallel()
+	t.Run("at the limit", func(t *testing.T) {
+		t.Parallel()
+		pod := newPod("limit-reached", 300, ctr("main", ""))
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, sidecar(ctr("proxy", "")))
+		dir := runPod(t, pod)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+		defer cancel()
+		rep, err := executor.New(bed.rt).Terminate(ctx, executor.Request{Pod: pod})
+		t.Logf("error: %v; report:\n%s", err, rep)
+		if err == nil {
+			t.Error("Terminate: no error, want one: the exit was not read back in time")
+		}
+		for _, name := range []string{"main", "proxy"} {
+			if c := rep.Container(name); c == nil || c.KilledAt.IsZero() {
+				t.Errorf("report of %s = %+v, want SIGKILL sent", name, c)
+			}
+		}
+		var confirmErr error
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if confirmErr = executor.New(bed.rt).Confirm(context.Background(), string(pod.UID)); confirmErr == nil {
+				break
+			}
+		}
+		if confirmErr != nil {
+			t.Errorf("3 s after the time limit: %v", confirmErr)
+		}
+		if evs := containerd.MustReadEvents(t, dir, "main"); !evs.Has("TERM") {
+			t.Errorf("main saw %s, want TERM before its death", evs)
+		}
+	})
+}

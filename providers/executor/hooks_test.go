@@ -17,11 +17,14 @@ import (
 	"palisade.dev/palisade/providers/executor"
 )
 
-// fakeRuntime holds one running container that exits 0 on its first stop signal.
+// fakeRuntime holds one running container that exits 0 on its first stop signal or, when
+// stubborn, on SIGKILL only. Like a real runtime's, a Signal call on an ended context fails
+// and sends nothing; signals records those sent.
 type fakeRuntime struct {
-	mu      sync.Mutex
-	state   executor.ContainerState
-	signals []syscall.Signal
+	mu       sync.Mutex
+	state    executor.ContainerState
+	stubborn bool
+	signals  []syscall.Signal
 }
 
 func (f *fakeRuntime) PodContainers(context.Context, string) ([]executor.Container, error) {
@@ -33,11 +36,16 @@ func (f *fakeRuntime) ImageStopSignal(context.Context, string) (string, error) {
 func (f *fakeRuntime) Exec(context.Context, string, []string) error            { return nil }
 func (f *fakeRuntime) PreventRestart(context.Context, string) (bool, error)    { return false, nil }
 func (f *fakeRuntime) StopPodSandboxes(context.Context, string) (int, error)   { return 0, nil }
-func (f *fakeRuntime) Signal(_ context.Context, _ string, sig syscall.Signal) error {
+func (f *fakeRuntime) Signal(ctx context.Context, _ string, sig syscall.Signal) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.signals = append(f.signals, sig)
-	f.state = executor.StateExited
+	if !f.stubborn || sig == syscall.SIGKILL {
+		f.state = executor.StateExited
+	}
 	return nil
 }
 func (f *fakeRuntime) Status(context.Context, string) (executor.ContainerStatus, error) {

@@ -118,10 +118,32 @@ func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.
 			return
 		}
 		if err := t.sleep(ctx, rep.KillAt); err != nil {
-			rep.Outcome, rep.Error = OutcomeFailed, fmt.Sprintf("waiting for exit: %v", err)
+			t.killAtTimeLimit(ctx, tg, err, rep)
 			return
 		}
 	}
+}
+
+// killTimeout bounds the SIGKILL sent once the order's time limit has passed.
+const killTimeout = 5 * time.Second
+
+// killAtTimeLimit ends a container whose order's time limit came before it was read back as
+// exited, during its hook, its wait for its turn or its grace period. The kubelet never leaves
+// a kill half-way, and a container left running could write to a volume the controller has
+// already released, so it sends SIGKILL (again, if it was sent already: it is idempotent)
+// outside the ended context. The exit is not read back in time, so it is still a failure.
+func (t *Termination) killAtTimeLimit(ctx context.Context, tg target, cause error, rep *ContainerReport) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+	defer cancel()
+	if rep.KilledAt.IsZero() {
+		rep.KilledAt = time.Now()
+	}
+	rep.Outcome = OutcomeFailed
+	if err := t.e.runtime.Signal(kctx, tg.ID, syscall.SIGKILL); err != nil && !errors.Is(err, ErrNotFound) {
+		rep.Error = fmt.Sprintf("waiting for exit: %v; sending SIGKILL at the time limit: %v", cause, err)
+		return
+	}
+	rep.Error = fmt.Sprintf("waiting for exit: %v; SIGKILL sent at the time limit, exit not read back", cause)
 }
 
 // sleep waits one poll interval, less if killAt comes sooner; it wakes early when the

@@ -1,0 +1,57 @@
+package executor_test
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"palisade.dev/palisade/providers/executor"
+)
+
+// TestSIGKILLAtTimeLimit: when the order's time limit ends the context before a container is
+// read back as exited (in its grace period, or in a hook that hangs), the container still gets
+// SIGKILL, and the report says so; it is not left running.
+func TestSIGKILLAtTimeLimit(t *testing.T) {
+	t.Parallel()
+	hanging := &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 300}}}
+	for _, tc := range []struct {
+		name        string
+		lifecycle   *corev1.Lifecycle
+		wantSignals []syscall.Signal
+	}{
+		// The stop signal goes before the time limit; SIGKILL would come after 300 s.
+		{"stop signal ignored", nil, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}},
+		// The time limit ends the hook: the stop signal on the ended context reaches nothing.
+		{"hook hangs", hanging, []syscall.Signal{syscall.SIGKILL}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rt := &fakeRuntime{state: executor.StateRunning, stubborn: true}
+			pod := newPod("time-limit", 300, corev1.Container{Name: "app", Lifecycle: tc.lifecycle})
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			rep, err := executor.New(rt).Terminate(ctx, executor.Request{Pod: pod})
+			if err == nil {
+				t.Error("Terminate: no error, want one: the exit was not read back in time")
+			}
+			rt.mu.Lock()
+			signals, state := rt.signals, rt.state
+			rt.mu.Unlock()
+			if diff := cmp.Diff(tc.wantSignals, signals); diff != "" {
+				t.Errorf("signals sent (-want +got):\n%s", diff)
+			}
+			if state != executor.StateExited {
+				t.Errorf("container %s after the time limit, want exited", state)
+			}
+			c := rep.Container("app")
+			if c.Outcome != executor.OutcomeFailed || c.KilledAt.IsZero() || !strings.Contains(c.Error, "SIGKILL sent at the time limit") {
+				t.Errorf("report = %+v, want failed, with SIGKILL sent at the time limit", c)
+			}
+		})
+	}
+}
