@@ -197,11 +197,31 @@ func TestLivenessProbeKill(t *testing.T) {
 }
 
 // TestKilledWithinTimeLimit: containers that trap TERM, in a pod with a 300 s grace period,
-// terminated under a time limit that ends the termination first: the main container (in its
-// grace period) and its sidecar (waiting for its turn) still get SIGKILL then, and are read
-// back dead just after.
+// terminated under a time limit. With the grace period capped as the node side caps it
+// (GraceWithin), the container is killed and read back as exited before the limit. Without
+// the cap, the limit ends the termination first: the main container (in its grace period) and
+// its sidecar (waiting for its turn) still get SIGKILL then, and are read back dead just after.
 func TestKilledWithinTimeLimit(t *testing.T) {
 	t.Parallel()
+	t.Run("capped", func(t *testing.T) {
+		t.Parallel()
+		pod := newPod("limit-capped", 300, ctr("app", ""))
+		runPod(t, pod)
+		ctx, cancel := context.WithTimeout(context.Background(), 16*time.Second)
+		defer cancel()
+		limit, _ := ctx.Deadline()
+		ex := executor.New(bed.rt)
+		grace, _ := ex.GraceWithin(ctx)
+		pod.DeletionGracePeriodSeconds = &grace
+		rep, err := ex.Terminate(ctx, executor.Request{Pod: pod})
+		if err != nil {
+			t.Fatalf("terminating: %v\n%v", err, rep)
+		}
+		t.Logf("grace %d s; report:\n%s", grace, rep)
+		if c := rep.Container("app"); c.Outcome != executor.OutcomeKilled || !c.ExitedAt.Before(limit) || !rep.Confirmed.Before(limit) {
+			t.Errorf("report = %+v, want killed and read back before the limit %s", c, limit)
+		}
+	})
 	t.Run("at the limit", func(t *testing.T) {
 		t.Parallel()
 		pod := newPod("limit-reached", 300, ctr("main", ""))

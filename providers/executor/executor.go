@@ -27,6 +27,27 @@ func New(rt Runtime) *Executor {
 	return &Executor{runtime: rt, PollInterval: 20 * time.Millisecond, ExitTimeout: 10 * time.Second}
 }
 
+// killMargin is what a grace period leaves before SIGKILL at the latest: it comes up to
+// MinimumGracePeriod after the grace period ends (for a hook still running then), and a
+// second more covers the fractions of seconds KillAt does not count and the polling.
+const killMargin = MinimumGracePeriod + time.Second
+
+// GraceWithin is the longest grace period, in whole seconds, whose SIGKILL and its read-back
+// (ExitTimeout) still come before ctx's deadline, counted from now; ok is false when ctx has
+// none. It is never below 0, which gives the least a kubelet gives, as for a force deletion:
+// SIGKILL 2 s after the stop signal.
+func (e *Executor) GraceWithin(ctx context.Context) (seconds int64, ok bool) {
+	at, ok := ctx.Deadline()
+	if !ok {
+		return 0, false
+	}
+	return graceWithin(time.Until(at), e.ExitTimeout), true
+}
+
+func graceWithin(left, exitTimeout time.Duration) int64 {
+	return max(int64((left-exitTimeout-killMargin)/time.Second), 0)
+}
+
 // Termination is a termination under way. Its grace period can be shortened while it runs.
 type Termination struct {
 	e        *Executor

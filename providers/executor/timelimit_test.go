@@ -55,3 +55,26 @@ func TestSIGKILLAtTimeLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestGraceWithin: the grace period left by a time limit keeps room for SIGKILL (up to 2 s
+// after the grace period, and a second's margin) and the exit's read-back, in whole seconds,
+// never below 0.
+func TestGraceWithin(t *testing.T) {
+	const s = time.Second
+	for _, tc := range []struct {
+		left, exitTimeout time.Duration
+		want              int64
+	}{
+		{120 * s, 10 * s, 107},
+		{120*s + 900*time.Millisecond, 10 * s, 107},
+		{20 * s, 200 * time.Millisecond, 16},
+		{14 * s, 10 * s, 1},
+		{13 * s, 10 * s, 0},
+		{5 * s, 10 * s, 0},
+		{-s, 10 * s, 0},
+	} {
+		if got := executor.GraceWithinLeft(tc.left, tc.exitTimeout); got != tc.want {
+			t.Errorf("%v left, exit timeout %v: grace %d, want %d", tc.left, tc.exitTimeout, got, tc.want)
+		}
+	}
+}

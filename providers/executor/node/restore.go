@@ -120,7 +120,7 @@ func restorePod(p *runtimePod) *corev1.Pod {
 	return pod
 }
 
-// capGrace applies the command's cap: the pod keeps its own grace period when it is shorter.
+// capGrace applies the cap (graceCap): the pod keeps its own grace period when it is shorter.
 // The cap goes into deletionGracePeriodSeconds, which comes first in the executor's rules, as
 // a deletion with a grace period would.
 func capGrace(pod *corev1.Pod, own int64, limit *int64) {

@@ -76,11 +76,11 @@ type result struct {
 }
 
 // terminateAll terminates every pod on the runtime but the agent's own (UID exclude), all at
-// once, each by the kubelet's rules with its own grace period capped by limit; then it reads
-// every pod back (executor.Confirm) and finally sweeps the whole runtime. It returns a nil
-// error only when every Confirm returned nil and the sweep found no container still running.
-// It first checks that the runtime is the kubelet's (checkKubeletRuntime), and stops nothing
-// when it is not.
+// once, each by the kubelet's rules with its own grace period capped by limit and by ctx's
+// deadline (graceCap); then it reads every pod back (executor.Confirm) and finally sweeps the
+// whole runtime. It returns a nil error only when every Confirm returned nil and the sweep
+// found no container still running. It first checks that the runtime is the kubelet's
+// (checkKubeletRuntime), and stops nothing when it is not.
 func terminateAll(ctx context.Context, rt *nodeRuntime, limit *int64, exclude string, log logr.Logger) (result, error) {
 	if err := checkKubeletRuntime(ctx, rt, exclude); err != nil {
 		return result{}, err
@@ -118,19 +118,32 @@ func terminatePod(ctx context.Context, rt *nodeRuntime, p *runtimePod, limit *in
 	if err != nil {
 		return 0, fmt.Errorf("pod %s/%s: %w", p.namespace, p.name, err)
 	}
-	capGrace(pod, own, limit)
 	if needsPodIP(pod) {
 		pod.Status.PodIP = podIP(ctx, rt.cri, p)
 	}
+	limit, cut := graceCap(ctx, rt.exec, limit) // from now: the grace period starts with Terminate
+	capGrace(pod, own, limit)
 	rep, err := rt.exec.Terminate(ctx, executor.Request{Pod: pod})
 	if rep != nil {
 		log.Info("pod terminated", "pod", klog.KObj(pod), "podUID", p.uid, "ownGraceSeconds", own,
-			"graceSeconds", rep.GracePeriodSeconds, "confirmed", !rep.Confirmed.IsZero(), "report", rep.String())
+			"graceSeconds", rep.GracePeriodSeconds, "graceCutByTimeLimit", cut && *limit < own,
+			"confirmed", !rep.Confirmed.IsZero(), "report", rep.String())
 	}
 	if err != nil {
 		return 0, fmt.Errorf("terminating pod %s/%s: %w", p.namespace, p.name, err)
 	}
 	return len(rep.Containers), nil
+}
+
+// graceCap is the cap on a pod's grace period: the command's, or the one that leaves SIGKILL
+// and its read-back within the order's time limit (Executor.GraceWithin) when that is smaller,
+// so that no container is left running when the order ends. cut says the time limit's applies.
+func graceCap(ctx context.Context, ex *executor.Executor, limit *int64) (*int64, bool) {
+	within, ok := ex.GraceWithin(ctx)
+	if !ok || limit != nil && *limit <= within {
+		return limit, false
+	}
+	return &within, true
 }
 
 // sweep lists every container of the runtime and fails, naming them, when any one but the

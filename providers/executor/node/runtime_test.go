@@ -1,11 +1,16 @@
 package node
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
+
+	"palisade.dev/palisade/providers/executor"
 )
 
 // TestTerminateChecksKubeletRuntime: a runtime without a sandbox of the agent's own pod is not
@@ -62,4 +67,39 @@ func containsAll(s string, parts []string) bool {
 		}
 	}
 	return true
+}
+
+// TestGraceCapFitsTimeLimit: each pod's grace period is capped so that SIGKILL and its
+// read-back (10 s by default) fit within the order's time limit, 3 s kept for SIGKILL; the
+// command's own cap applies when it is the smaller one, and without a time limit alone.
+func TestGraceCapFitsTimeLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		left    time.Duration // until the order's time limit; 0: none
+		limit   *int64
+		want    *int64
+		wantCut bool
+	}{
+		{name: "no time limit, no cap"},
+		{name: "no time limit", limit: ptr.To[int64](30), want: ptr.To[int64](30)},
+		{name: "2 min order", left: 120*time.Second + 500*time.Millisecond, want: ptr.To[int64](107), wantCut: true},
+		{name: "command's cap smaller", left: 120*time.Second + 500*time.Millisecond, limit: ptr.To[int64](30), want: ptr.To[int64](30)},
+		{name: "time limit's smaller", left: 120*time.Second + 500*time.Millisecond, limit: ptr.To[int64](300), want: ptr.To[int64](107), wantCut: true},
+		{name: "no room left", left: 5 * time.Second, limit: ptr.To[int64](300), want: ptr.To[int64](0), wantCut: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			if tc.left > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.left)
+				defer cancel()
+			}
+			got, cut := graceCap(ctx, executor.New(nil), tc.limit)
+			if diff := cmp.Diff(tc.want, got); diff != "" || cut != tc.wantCut {
+				t.Errorf("cap (-want +got):\n%s\ncut %v, want %v", diff, cut, tc.wantCut)
+			}
+		})
+	}
 }
