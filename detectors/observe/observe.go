@@ -51,7 +51,9 @@ type Observer struct {
 	// IntervalFor, when set, is the heartbeat interval the controller asks of each node's agent
 	// (its policy's detection.heartbeatInterval): an agent not heard yet since the controller
 	// began to listen (a restart, a new leader) gets its warm-up, three of those intervals, not
-	// three of the default's. Nil: the default interval.
+	// three of the default's; a heard agent, and the peer reports it carries, are judged by the
+	// longer of it and the interval its latest heartbeat reports (classify.JudgedInterval).
+	// Nil: the intervals the heartbeats report, else the default.
 	IntervalFor func(node string) time.Duration
 }
 
@@ -204,8 +206,12 @@ func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseT
 		return obs
 	}
 	agent, peers := sig(node.Name)
-	if agent.LastSeen.IsZero() && o.IntervalFor != nil {
-		agent.Interval = o.IntervalFor(node.Name)
+	if o.IntervalFor != nil {
+		// An agent never heard has no interval of its own: the asked one gives its warm-up.
+		agent.Interval = classify.JudgedInterval(agent.Interval, o.IntervalFor(node.Name))
+		for i := range peers { // this look's own copies (sightings, Signals)
+			peers[i].Interval = classify.JudgedInterval(peers[i].Interval, o.IntervalFor(peers[i].From))
+		}
 	}
 	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agent, Peers: peers, LeaseRenewalSeen: renewalSeen, LeaseRenewInterval: lease.RenewInterval(l), LeaseSeeingSince: seeing},
 		classify.Config{HeartbeatsSince: laterOf(o.Since, seeing)}, now)

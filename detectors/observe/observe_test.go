@@ -382,3 +382,50 @@ func ptrMicro(t time.Time) *metav1.MicroTime {
 	m := metav1.NewMicroTime(t)
 	return &m
 }
+
+// An agent asked for a longer interval than its latest heartbeat reports (the policy's
+// detection.heartbeatInterval raised from 1s to 30s, or an agent restarted with its default
+// second) adopts it on the answer and is silent for one new interval: it is judged by the
+// longer one until a heartbeat reports it, and so are the peer reports it carries. Node n1,
+// whose Lease expired, is not Dead 10 s into its agent's silence, nor while a peer's report
+// 20 s old reaches it; an agent silent past three of the asked intervals is lost as before,
+// and its reports stale. Without IntervalFor (the code before) each such n1 was Dead.
+func TestAnAgentAskedForALongerIntervalIsJudgedByIt(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	silent := func(d time.Duration, kubeletHealthy bool) snapshot {
+		return snapshot{"n1": {Node: "n1", Received: now.Add(-d), Interval: time.Second, KubeletHealthy: kubeletHealthy}}
+	}
+	peerSilent := func(d time.Duration) snapshot {
+		return snapshot{"n2": {Node: "n2", Received: now.Add(-d), Interval: time.Second,
+			Peers: []agentwire.PeerReport{{Node: "n1", Reachable: true, At: now.Add(-d)}}}}
+	}
+	for _, tt := range []struct {
+		name  string
+		asked string // the node whose policy asks 30s; the other's asks 1s
+		beats snapshot
+		want  detectors.Verdict
+	}{
+		{"agent silent 10s after a 1s heartbeat, kubelet healthy", "n1", silent(10*time.Second, true), detectors.Partitioned},
+		{"agent silent 10s after a 1s heartbeat, kubelet down", "n1", silent(10*time.Second, false), detectors.KubeletDown},
+		{"agent silent 60s: late, not lost", "n1", silent(time.Minute, true), detectors.Suspect},
+		{"agent silent past 3 asked intervals: lost", "n1", silent(95*time.Second, true), detectors.Dead},
+		{"a peer's report 20s old, the peer asked 30s", "n2", peerSilent(20 * time.Second), detectors.Partitioned},
+		{"a peer's report past 3 of its asked intervals: stale", "n2", peerSilent(95 * time.Second), detectors.Dead},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			node, c := nodeWithLease(t, now, now.Add(-time.Minute))
+			asked := func(n string) time.Duration {
+				if n == tt.asked {
+					return 30 * time.Second
+				}
+				return time.Second
+			}
+			o := Observer{Reader: c, Heartbeats: tt.beats, Since: now.Add(-time.Hour), IntervalFor: asked}
+			wantVerdict(t, o, node, now, tt.want)
+			all, err := o.ObserveAll(context.Background(), []corev1.Node{*node}, 20*time.Second, now)
+			if err != nil || len(all) != 1 || all[0].Verdict != tt.want {
+				t.Errorf("ObserveAll = %+v, %v; want %s", all, err, tt.want)
+			}
+		})
+	}
+}
