@@ -24,15 +24,20 @@ const agentLossTick = 250 * time.Millisecond
 // looked at every interval until it is settled.
 type agentLossWatch struct {
 	heartbeats observe.Heartbeats
-	events     chan event.GenericEvent
-	now        func() time.Time
+	// intervalFor, when set, is the interval the controller asks of each node's agent: an agent
+	// is judged by the longer of it and its heartbeat's (classify.JudgedInterval), as the
+	// classifier judges it, so that one asked for a longer interval is not sent as lost three of
+	// its old intervals into the silence it was asked for.
+	intervalFor func(node string) time.Duration
+	events      chan event.GenericEvent
+	now         func() time.Time
 	// lost holds the nodes whose agent was lost at the last scan, with that scan's number.
 	lost  map[string]uint64
 	scans uint64
 }
 
-func newAgentLossWatch(h observe.Heartbeats, now func() time.Time) *agentLossWatch {
-	return &agentLossWatch{heartbeats: h, events: make(chan event.GenericEvent, 1024), now: now, lost: map[string]uint64{}}
+func newAgentLossWatch(h observe.Heartbeats, intervalFor func(node string) time.Duration, now func() time.Time) *agentLossWatch {
+	return &agentLossWatch{heartbeats: h, intervalFor: intervalFor, events: make(chan event.GenericEvent, 1024), now: now, lost: map[string]uint64{}}
 }
 
 // NeedLeaderElection: only the leader fences, and only the leader hears heartbeats.
@@ -59,6 +64,9 @@ func (w *agentLossWatch) scan(ctx context.Context) {
 	w.scans++
 	var fresh []string
 	w.heartbeats.EachReceived(func(node string, received time.Time, interval time.Duration) {
+		if w.intervalFor != nil {
+			interval = classify.JudgedInterval(interval, w.intervalFor(node))
+		}
 		if interval <= 0 {
 			interval = classify.DefaultInterval
 		}

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestAgentLossWatch(t *testing.T) {
 		"lost":      {Node: "lost", Received: now.Add(-grace*time.Second - time.Millisecond), Interval: time.Second},
 		"defaulted": {Node: "defaulted", Received: now.Add(-grace*classify.DefaultInterval - time.Millisecond)},
 	}
-	w := newAgentLossWatch(hbs, func() time.Time { return now })
+	w := newAgentLossWatch(hbs, nil, func() time.Time { return now })
 	scan := func() []string {
 		w.scan(context.Background())
 		var sent []string
@@ -63,6 +64,37 @@ func TestAgentLossWatch(t *testing.T) {
 		st.change()
 		if diff := cmp.Diff(st.want, scan(), sameSet); diff != "" {
 			t.Errorf("%s: nodes sent (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
+// An agent asked for a longer interval than its latest heartbeat reports (the policy's raised
+// from 1s to 30s) is sent as lost only three of the asked intervals into its silence, as the
+// classifier judges it, not three of its old second: else the watch would send it at once and
+// not again when it is lost for good. One asked for a shorter interval keeps its reported one
+// until it reports the new.
+func TestAgentLossWatchJudgesByTheAskedIntervalWhenLonger(t *testing.T) {
+	now := time.Unix(1000, 0)
+	hbs := heartbeats{
+		"raised":  {Node: "raised", Received: now.Add(-10 * time.Second), Interval: time.Second},
+		"lowered": {Node: "lowered", Received: now.Add(-10 * time.Second), Interval: 30 * time.Second},
+	}
+	asked := map[string]time.Duration{"raised": 30 * time.Second, "lowered": time.Second}
+	start, now := now, now
+	w := newAgentLossWatch(hbs, func(n string) time.Duration { return asked[n] }, func() time.Time { return now })
+	for _, st := range []struct {
+		at   time.Duration // after the first scan
+		want []string
+	}{{0, nil}, {79 * time.Second, nil}, {81 * time.Second, []string{"lowered", "raised"}}} {
+		now = start.Add(st.at)
+		w.scan(context.Background())
+		var sent []string
+		for len(w.events) > 0 {
+			sent = append(sent, (<-w.events).Object.GetName())
+		}
+		slices.Sort(sent)
+		if diff := cmp.Diff(st.want, sent); diff != "" {
+			t.Errorf("%s after the first scan: nodes sent (-want +got):\n%s", st.at, diff)
 		}
 	}
 }

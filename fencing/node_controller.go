@@ -74,7 +74,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers(r.Concurrency)})
 	if r.Observer.Heartbeats != nil {
-		w := newAgentLossWatch(r.Observer.Heartbeats, r.now)
+		w := newAgentLossWatch(r.Observer.Heartbeats, r.Observer.IntervalFor, r.now)
 		if err := mgr.Add(w); err != nil {
 			return fmt.Errorf("adding the agent loss watch: %w", err)
 		}

@@ -7,14 +7,18 @@ import (
 )
 
 // AgentCounts counts the nodes whose agent has heartbeated to this server: missing, those
-// whose latest heartbeat is older than 3 of its own intervals (the controller's notion of an
-// agent lost), and heartbeating, the others; at the server's clock (ServerOptions.Now), in
-// O(nodes) without copying the heartbeats. The controller exports them as metrics
+// whose latest heartbeat is older than 3 of its intervals (the controller's notion of an agent
+// lost; the longer of its own and the one ServerOptions.IntervalFor asks, as the classifier
+// judges it: classify.JudgedInterval), and heartbeating, the others; at the server's clock
+// (ServerOptions.Now), in O(nodes) without copying the heartbeats. The controller exports them as metrics
 // (palisade_agents_missing, palisade_agents_heartbeating); this package stays free of
 // Prometheus, which the agent binary must not link.
 func (s *Server) AgentCounts() (missing, heartbeating int) {
 	now := s.opts.Now()
-	s.EachReceived(func(_ string, received time.Time, interval time.Duration) {
+	s.EachReceived(func(node string, received time.Time, interval time.Duration) {
+		if s.opts.IntervalFor != nil {
+			interval = classify.JudgedInterval(interval, s.opts.IntervalFor(node))
+		}
 		if agentLost(received, interval, now) {
 			missing++
 		} else {

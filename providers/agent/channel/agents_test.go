@@ -73,3 +73,30 @@ func TestAgentCounts(t *testing.T) {
 	s.Forget("n3")
 	check("n3 forgotten", 2, 0)
 }
+
+// An agent asked for a longer interval than it reports (its policy's raised from 1s to 30s)
+// counts as heartbeating through three of the asked intervals after its latest heartbeat, as
+// the classifier judges it, and as missing after; one asked for a shorter interval keeps its
+// own until it reports the new.
+func TestAgentCountsJudgeByTheAskedIntervalWhenLonger(t *testing.T) {
+	p := newPKI(t)
+	start := time.Now()
+	clock := &fakeClock{now: start}
+	asked := map[string]time.Duration{"raised": 30 * time.Second, "lowered": time.Second}
+	s := startServer(t, p, ServerOptions{Now: clock.Now, IntervalFor: func(n string) time.Duration { return asked[n] }})
+	for node, every := range map[string]int64{"raised": 1000, "lowered": 30_000} {
+		certFile, keyFile := p.agentFiles(t, p.ca, node)
+		if _, err := newClient(t, p, s.Addr(), certFile, keyFile).Send(context.Background(), agentwire.Report{Node: node, IntervalMillis: every}); err != nil {
+			t.Fatalf("heartbeat of %s: %v", node, err)
+		}
+	}
+	for _, st := range []struct {
+		after                 time.Duration
+		missing, heartbeating int
+	}{{10 * time.Second, 0, 2}, {90 * time.Second, 0, 2}, {90*time.Second + time.Millisecond, 2, 0}} {
+		clock.Set(start.Add(st.after))
+		if m, h := s.AgentCounts(); m != st.missing || h != st.heartbeating {
+			t.Errorf("%s after: %d missing and %d heartbeating, want %d and %d", st.after, m, h, st.missing, st.heartbeating)
+		}
+	}
+}
