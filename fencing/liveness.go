@@ -13,6 +13,7 @@ import (
 
 	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/classify"
 	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/agent"
@@ -289,11 +290,22 @@ func (r *NodeFenceReconciler) kubeletWindow(nf *v1alpha1.NodeFence) (span time.D
 	if st := hb.Executor; st.ID != order || st.State != agentwire.ExecutorConfirmed || !st.KubeletStopped {
 		return kubeletRestartBackOff, false
 	}
+	return 3 * r.heartbeatEvery(nf.Spec.NodeName, hb), true
+}
+
+// heartbeatEvery is the interval node's agent, its latest heartbeat hb, is waited for by: the
+// longer of hb's and the one the controller asks of it (classify.JudgedInterval: an agent
+// asked for a longer one is silent that long), DefaultHeartbeatInterval when neither is known.
+// Longer is conservative: the release waits, it never comes sooner.
+func (r *NodeFenceReconciler) heartbeatEvery(node string, hb agentwire.Heartbeat) time.Duration {
 	every := hb.Interval
+	if r.IntervalFor != nil {
+		every = classify.JudgedInterval(every, r.IntervalFor(node))
+	}
 	if every <= 0 {
 		every = DefaultHeartbeatInterval
 	}
-	return 3 * every, true
+	return every
 }
 
 // probedAfter says whether hb's kubelet probe was made after the order ended: its heartbeat
@@ -351,9 +363,7 @@ func (r *NodeFenceReconciler) agentsUntil(nf *v1alpha1.NodeFence) time.Time {
 	if !ok {
 		return at.Add(3*every + verifyMargin)
 	}
-	if hb.Interval > 0 {
-		every = hb.Interval
-	}
+	every = r.heartbeatEvery(nf.Spec.NodeName, hb)
 	heard := hb.Received
 	for _, p := range about {
 		if p.Reachable && p.At.After(heard) {
@@ -476,9 +486,9 @@ func (r *NodeFenceReconciler) readBackCovers(nf *v1alpha1.NodeFence, until, now 
 	if ok && !hb.Sent.IsZero() && !hb.Sent.Before(until) && hb.RunningContainers != nil && *hb.RunningContainers == 0 {
 		return outcome{}, true
 	}
-	every := hb.Interval
-	if !ok || every <= 0 {
-		every = DefaultHeartbeatInterval
+	every := DefaultHeartbeatInterval
+	if ok {
+		every = r.heartbeatEvery(nf.Spec.NodeName, hb)
 	}
 	latest := "none since the confirmation"
 	switch {

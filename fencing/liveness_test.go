@@ -801,3 +801,31 @@ func TestExecutorWindowTakenUpLateIsWatchedWhole(t *testing.T) {
 		}
 	}
 }
+
+// An agent asked for a longer interval than its latest heartbeat reports (its policy's raised
+// from 1s to 30s) is silent that long: the Executor's window of a stopped kubelet is three of
+// the asked intervals, and the read-back after it is waited for three of them before the
+// chain's next method (a power-off) is tried, not three of the old second. Without the asked
+// interval, the code before, the window ends 3 s after and the read-back fails 10 s after.
+func TestExecutorWindowWaitsForTheAskedInterval(t *testing.T) {
+	confirmed := metav1.NewTime(t0)
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{UID: "fence-uid"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"},
+		Status: v1alpha1.NodeFenceStatus{Method: "executor", FencedTime: &confirmed}}
+	zero := 0
+	heard := t0.Add(time.Second)
+	r := &NodeFenceReconciler{Heartbeats: heartbeats{"n1": {Node: "n1", Received: heard, Sent: heard, Interval: time.Second, RunningContainers: &zero,
+		Executor: &agentwire.ExecutorStatus{ID: "fence-uid/executor", State: agentwire.ExecutorConfirmed, KubeletStopped: true}}},
+		IntervalFor: func(string) time.Duration { return 30 * time.Second }}
+	if got, want := r.workloadWatchUntil(nf, heard), heard.Add(90*time.Second+verifyMargin); !got.Equal(want) {
+		t.Errorf("watched until %s after the heartbeat, want %s", got.Sub(heard), want.Sub(heard))
+	}
+	until := t0.Add(5 * time.Second)
+	for _, tc := range []struct {
+		after time.Duration
+		state v1alpha1.StepState
+	}{{10 * time.Second, v1alpha1.StepStarted}, {90*time.Second + verifyMargin, v1alpha1.StepFailed}} {
+		if out, covered := r.readBackCovers(nf, until, until.Add(tc.after)); covered || out.state != tc.state {
+			t.Errorf("no read-back %s after the window: %s %q (covered %v), want %s", tc.after, out.state, out.message, covered, tc.state)
+		}
+	}
+}

@@ -42,6 +42,10 @@ type NodeFenceReconciler struct {
 	// Heartbeats, when set, are the node agents' heartbeats and peer reports: a heartbeat or a
 	// peer reaching the node after its fence was confirmed is a sign of life (liveness.go).
 	Heartbeats observe.Heartbeats
+	// IntervalFor, when set, is the heartbeat interval the controller asks of each node's agent
+	// (the observer's): a heard agent is waited for by the longer of it and its heartbeat's
+	// (liveness.go, heartbeatEvery).
+	IntervalFor func(node string) time.Duration
 	// Renewals are when the controller first saw each node's Lease renewals (the node
 	// reconciler's); the verify window ends one renewal interval after the last one
 	// (liveness.go). Nil: the whole window from the confirmation.

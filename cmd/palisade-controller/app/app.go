@@ -166,7 +166,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up policy controller: %w", err)
 	}
 	nf := &fencing.NodeFenceReconciler{
-		Client: c, APIReader: reader, Recorder: rec, Fencers: fencers(mgr, o, obs, srv), Heartbeats: obs.Heartbeats, Renewals: obs.Renewals,
+		Client: c, APIReader: reader, Recorder: rec, Fencers: fencers(mgr, o, obs, srv), Heartbeats: obs.Heartbeats, IntervalFor: obs.IntervalFor, Renewals: obs.Renewals,
 		Sight:       obs.Sight,
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
 		Tokens:      &fencing.Tokens{Reader: reader, Writer: c, Lease: types.NamespacedName{Namespace: tokenNamespace(o), Name: fencing.TokenLeaseName}},
