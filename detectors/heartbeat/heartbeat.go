@@ -134,8 +134,10 @@ func New(o Config, c Exchanger, cmds Orders, fence Fencer, peers Prober, log log
 func (h *Heartbeater) Seq() uint64 { return h.seq }
 
 // Run beats at once, then every interval until ctx is done, and at once when the executor's
-// status changes. A beat that runs late (a slow kubelet or controller) delays the next tick
-// instead of piling up beats.
+// status changes or the controller asked for a longer interval (the controller judges an agent
+// by the interval its heartbeats report, so it learns the longer one now, not one new interval
+// later). A beat that runs late (a slow kubelet or controller) delays the next tick instead of
+// piling up beats.
 func (h *Heartbeater) Run(ctx context.Context) {
 	ticker := time.NewTicker(h.interval)
 	defer ticker.Stop()
@@ -144,6 +146,9 @@ func (h *Heartbeater) Run(ctx context.Context) {
 		h.beat(ctx)
 		if h.interval != before {
 			ticker.Reset(h.interval)
+		}
+		if h.interval > before && ctx.Err() == nil {
+			continue // at most once per raise: the interval only grows, up to a minute
 		}
 		select {
 		case <-ctx.Done():

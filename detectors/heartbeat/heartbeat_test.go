@@ -235,3 +235,28 @@ func TestBeatProbesTheKubeletAfterReadingTheOrder(t *testing.T) {
 		t.Errorf("report: kubelet healthy %t beside executor status %+v; want a stopped kubelet seen unhealthy", r.KubeletHealthy, r.Executor)
 	}
 }
+
+// An agent asked for a longer interval sends one heartbeat at once, reporting it, so that the
+// controller learns it now rather than one new interval later; asked for a shorter one, it
+// waits for its next tick as before.
+func TestRunReportsALongerIntervalAtOnce(t *testing.T) {
+	kubelet := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer kubelet.Close()
+	for _, tc := range []struct {
+		asked int64
+		want  []int64 // the intervals the reports sent within 300 ms state
+	}{{30_000, []int64{1000, 30_000}}, {500, []int64{1000}}} {
+		x := &fakeExchanger{resp: agentwire.Response{IntervalMillis: tc.asked}}
+		h := New(Config{Node: "a", Interval: time.Second, CallTimeout: time.Second, KubeletHealthz: kubelet.URL}, x, &fakeOrders{}, nil, nil, logr.Discard())
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		h.Run(ctx)
+		cancel()
+		var got []int64
+		for _, r := range x.sent {
+			got = append(got, r.IntervalMillis)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("asked %d ms: intervals reported (-want +got):\n%s", tc.asked, diff)
+		}
+	}
+}
