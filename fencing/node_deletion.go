@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -90,6 +91,14 @@ func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
 		// covered a workload that may run again, or another machine: fence anew.
 		return r.fenceDeleted(ctx, node, nf)
 	case Verified(nf) || nf.Status.Phase == v1alpha1.PhaseReleased:
+		if why := uncovered(nf, node); why != "" {
+			if nf.Status.Phase != v1alpha1.PhaseReleased {
+				return nil // under way: its release steps read the node's signs of life and end it
+			}
+			r.Recorder.Eventf(node, nf, corev1.EventTypeWarning, ReasonDeletionHeld, "Delete",
+				"deletion of node %s is held: its released fence no longer covers what runs there (%s), so it is fenced anew before PodGC force-deletes its pods", node.Name, why)
+			return r.fenceDeleted(ctx, node, nf)
+		}
 		return r.letGo(ctx, node, corev1.EventTypeNormal, "node %s is fenced (%s, confirmed and no sign of life after): its deletion goes on", node.Name, nf.Status.Method)
 	case nf.Status.Phase == v1alpha1.PhaseFailed:
 		msg := "no condition recorded"
@@ -102,6 +111,25 @@ func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
 			node.Name, msg, nf.Name, removeFinalizerCommand(node))
 	}
 	return nil // a fence is under way: its progress wakes this node again
+}
+
+// uncovered says why the fence's confirmation no longer covers the Node being deleted, "" when
+// it does: the power-off was disproved (the machine never lost power), the Node is another one
+// registered under the name (its UID), or its kubelet posted its status after the fence (a
+// kubelet restarted without a reboot, a machine powered on again). Letting the deletion go then
+// would have PodGC force-delete pods that may run, beside their replacements. The taint taken
+// off by hand is fenceTaintGone's case.
+func uncovered(nf *v1alpha1.NodeFence, node *corev1.Node) string {
+	switch {
+	case nf.Status.PowerOffDisprovedTime != nil:
+		return "its power-off was disproved: the machine never lost power"
+	case nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID:
+		return fmt.Sprintf("the Node is another one registered under its name (UID %s, the fenced one's %s)", node.UID, nf.Status.NodeUID)
+	}
+	if at, ok := readyPostedAfter(node, nf.Status.FencedTime); ok {
+		return fmt.Sprintf("its kubelet posted its status at %s, after the fence's confirmation", at.Format(time.RFC3339))
+	}
+	return ""
 }
 
 // fenceDeleted creates the NodeDeleted fence, or lets the deletion go when nothing covers the

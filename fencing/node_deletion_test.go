@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -45,6 +46,25 @@ func TestNodeDeletionIsAFenceRequest(t *testing.T) {
 	dryRunRecord.Spec.DryRun, dryRunRecord.Spec.Trigger = true, v1alpha1.TriggerDetected
 	released := func() *v1alpha1.NodeFence {
 		return fenceIn(v1alpha1.PhaseReleased, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok), st(v1alpha1.StepTaint, "", ok))
+	}
+	// deletingPosted: n1 being deleted, its kubelet's last status posted at posted.
+	deletingPosted := func(posted time.Time) func(*corev1.Node) {
+		return func(n *corev1.Node) {
+			deleting(n)
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(posted)}}
+		}
+	}
+	// releasedUntainted: a fence released 10 minutes ago with no taint (outOfServiceTaint off).
+	releasedUntainted := func(edit func(*v1alpha1.NodeFence)) *v1alpha1.NodeFence {
+		nf := fenceIn(v1alpha1.PhaseReleased, st(v1alpha1.StepConfirmOff, "ipmi", ok), st(v1alpha1.StepVerifyFenced, "", ok), st(v1alpha1.StepDeletePods, "", ok))
+		nf.Status.FencedTime = ptr.To(metav1.NewTime(t0.Add(-10 * time.Minute)))
+		if edit != nil {
+			edit(nf)
+		}
+		return nf
+	}
+	heldThenCreated := func() []eventSeen {
+		return append([]eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonDeletionHeld}}, created("n1")...)
 	}
 	tests := []struct {
 		name           string
@@ -95,6 +115,24 @@ func TestNodeDeletionIsAFenceRequest(t *testing.T) {
 		// the name: the released fence no longer covers what runs there.
 		{name: "a deleted node whose released fence's taint was taken off is fenced anew", policy: poolPolicy(ipmiMethod), state: healthy, editN1: deleting,
 			existing: released(), wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1, wantEventsTail: created("n1")},
+		// A released fence whose confirmation no longer covers the Node (no taint to tell: the
+		// policy's outOfServiceTaint off): its kubelet posted after the fence, its power-off was
+		// disproved, or another Node registered under the name. Letting the deletion go would
+		// have PodGC force-delete pods that run: fenced anew, and said.
+		{name: "a deleted node whose kubelet posted after its released fence is fenced anew", policy: poolPolicy(ipmiMethod), state: healthy,
+			editN1: deletingPosted(t0.Add(-time.Second)), existing: releasedUntainted(nil),
+			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1, wantEventsTail: heldThenCreated()},
+		{name: "a deleted node whose released fence's power-off was disproved is fenced anew", policy: poolPolicy(ipmiMethod), state: dead,
+			editN1: deletingPosted(t0.Add(-20 * time.Minute)), existing: releasedUntainted(func(nf *v1alpha1.NodeFence) {
+				nf.Status.PowerOffDisprovedTime = ptr.To(metav1.NewTime(t0.Add(-5 * time.Minute)))
+			}),
+			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1, wantEventsTail: heldThenCreated()},
+		{name: "a deleted node registered anew under a released fence's name is fenced anew", policy: poolPolicy(ipmiMethod), state: dead,
+			editN1: deletingPosted(t0.Add(-20 * time.Minute)), existing: releasedUntainted(func(nf *v1alpha1.NodeFence) { nf.Status.NodeUID = "the-fenced-one" }),
+			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1, wantEventsTail: heldThenCreated()},
+		{name: "a deleted node silent since its released fence goes", policy: poolPolicy(ipmiMethod), state: dead,
+			editN1: deletingPosted(t0.Add(-20 * time.Minute)), existing: releasedUntainted(nil), wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1,
+			wantEventsTail: []eventSeen{{"Node/n1", corev1.EventTypeNormal, ReasonDeletionReleased}}},
 		// The policy deleted (or switched to a dry run, or no longer selecting the node) while a
 		// fence is under way: the fence goes on, and so must the hold on the node's deletion.
 		{name: "a node no policy covers keeps the finalizer while its fence is under way", state: dead, editN1: held,
