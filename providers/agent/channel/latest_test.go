@@ -23,8 +23,7 @@ func TestLatestMatchesSnapshot(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("n%d", i)
 	}
-	s := &Server{log: logr.Discard(), noisy: newLineLimit(logr.Discard(), linesPerSecond), dg: newDatagramState(), nodes: map[string]agentwire.Heartbeat{}, clocks: map[string]sendClock{}, commands: map[string]agentwire.Command{},
-		statuses: map[string]agentwire.ExecutorStatus{}, about: map[string]map[string][]agentwire.Sighting{}, peers: newPeerBook(3)}
+	s := bareServer()
 	for step := range 2000 {
 		node := names[rng.IntN(len(names))]
 		if rng.IntN(10) == 0 {
@@ -97,8 +96,7 @@ func sorted(about []agentwire.Sighting) []agentwire.Sighting {
 // A node's report of the probes it acknowledged is a sighting of each prober, inbound, on the
 // server's clock: the prober's only path the controller sees when the prober itself is silent.
 func TestProbedByIsASightingOfTheProber(t *testing.T) {
-	s := &Server{log: logr.Discard(), noisy: newLineLimit(logr.Discard(), linesPerSecond), dg: newDatagramState(), nodes: map[string]agentwire.Heartbeat{}, clocks: map[string]sendClock{}, commands: map[string]agentwire.Command{},
-		statuses: map[string]agentwire.ExecutorStatus{}, about: map[string]map[string][]agentwire.Sighting{}, peers: newPeerBook(3)}
+	s := bareServer()
 	skew := 3 * time.Second // n2's clock is 3 s behind the server's
 	rep := agentwire.Report{Node: "n2", SentAt: t0.Add(-skew),
 		Peers:    []agentwire.PeerReport{{Node: "n1", Reachable: false, At: t0.Add(-skew - 200*time.Millisecond)}},
@@ -137,4 +135,10 @@ func TestProbedByIsASightingOfTheProber(t *testing.T) {
 	if got := s.LastReached("n1"); !got.IsZero() {
 		t.Errorf("LastReached(n1) = %s after a Forget more than an hour after it, want it dropped", got)
 	}
+}
+
+// bareServer is a Server without a listener, for record and Latest.
+func bareServer() *Server {
+	return &Server{log: logr.Discard(), noisy: newLineLimit(logr.Discard(), linesPerSecond), dg: newDatagramState(), nodes: map[string]agentwire.Heartbeat{}, clocks: map[string]sendClock{}, commands: map[string]agentwire.Command{},
+		statuses: map[string]agentwire.ExecutorStatus{}, about: map[string]map[string][]agentwire.Sighting{}, peers: newPeerBook(3)}
 }

@@ -112,3 +112,30 @@ func TestHeartbeatHeldBackReadsAsSentWhenItWas(t *testing.T) {
 		t.Errorf("the first heartbeat after Forget placed at %s, want it not placed", hb.Sent)
 	}
 }
+
+// A heartbeat the network held back reports the peers its agent could not reach when it was
+// sent, not when it arrived: such a report is evidence toward fencing the peer, and taken by
+// arrival it would read seconds fresher than it is. A peer it reached stays placed by arrival
+// (a sign of life is never made older than it may be).
+func TestHeldBackHeartbeatReportsUnreachedPeersAsOld(t *testing.T) {
+	s := bareServer()
+	const offset = -3 * time.Second // n1's clock is 3 s behind the server's
+	at := t0
+	for seq := uint64(1); seq <= 3; seq++ { // prompt: what the delay is told by
+		at = at.Add(time.Second)
+		s.record(toHeartbeat(agentwire.Report{Node: "n1", Seq: seq, SentAt: at.Add(offset)}, at.Add(time.Millisecond), t0.Add(time.Hour)))
+	}
+	sent := at.Add(time.Second)
+	received := sent.Add(10 * time.Second) // held back 10 s
+	probed := sent.Add(offset - 100*time.Millisecond)
+	s.record(toHeartbeat(agentwire.Report{Node: "n1", Seq: 4, SentAt: sent.Add(offset), Peers: []agentwire.PeerReport{
+		{Node: "n2", Reachable: false, At: probed}, {Node: "n3", Reachable: true, At: probed}}}, received, t0.Add(time.Hour)))
+	_, about, _ := s.Latest("n2")
+	if len(about) != 1 || about[0].Reachable || about[0].At.After(sent) {
+		t.Errorf("n1's report that it could not reach n2: %+v, want it placed before n1 sent it at %s (it arrived at %s)", about, sent, received)
+	}
+	_, about, _ = s.Latest("n3")
+	if len(about) != 1 || !about[0].Reachable || about[0].At.Before(received.Add(-time.Second)) {
+		t.Errorf("n1's report that it reached n3: %+v, want it placed by arrival (%s)", about, received)
+	}
+}

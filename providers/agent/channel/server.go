@@ -553,6 +553,23 @@ func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartb
 	return hb
 }
 
+// unreachedWhenSent moves hb's reports of peers it could not reach back by the time hb was held
+// on the way (Received minus Sent): toHeartbeat moved them onto the server's clock by arrival,
+// which makes a heartbeat the network held back for seconds report old failures as fresh, and
+// a failed probe is evidence toward fencing the peer. A peer reached stays placed by arrival:
+// a sign of life is never taken as older than it may be.
+func unreachedWhenSent(hb *agentwire.Heartbeat) {
+	held := hb.Received.Sub(hb.Sent)
+	if hb.Sent.IsZero() || held <= 0 {
+		return
+	}
+	for i := range hb.Peers {
+		if !hb.Peers[i].Reachable {
+			hb.Peers[i].At = hb.Peers[i].At.Add(-held)
+		}
+	}
+}
+
 // overtaken says whether hb was sent before prev, the node's heartbeat recorded already: the
 // same agent process (its boot and Instance) numbered it lower, so the network delayed it. An
 // HTTPS heartbeat sent during a partition (its request in the TCP send buffer when the agent gave
@@ -601,6 +618,7 @@ func (s *Server) record(hb agentwire.Heartbeat) (cmd agentwire.Command, pending,
 	clk := s.clocks[hb.Node]
 	hb.Sent = clk.sent(hb)
 	s.clocks[hb.Node] = clk
+	unreachedWhenSent(&hb)
 	s.nodes[hb.Node] = hb
 	s.reindex(prev, hb)
 	prevStatus, hadStatus := s.statuses[hb.Node]
