@@ -372,6 +372,9 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 	if out, _, stop := r.checkLife(ctx, nf); stop {
 		return out
 	}
+	if out, stop := r.sameNode(ctx, nf); stop {
+		return out
+	}
 	switch a.step {
 	case v1alpha1.StepTaint:
 		return r.taint(ctx, nf)
@@ -383,6 +386,30 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 		return r.releaseAttachments(ctx, nf)
 	}
 	return failed(ReasonUnknownStep, "unknown step %q", a.step)
+}
+
+// sameNode holds a release step while the Node under the fence's name is another one than the
+// one fenced: deleted and registered anew (another UID than the one recorded at the fence's
+// first look) before the release ended. The confirmation covers the fenced machine; pods bound
+// to the name now run on the machine that registered, and force-deleting them would let their
+// replacements start beside them. A Node gone holds nothing: the release goes on without it.
+func (r *NodeFenceReconciler) sameNode(ctx context.Context, nf *v1alpha1.NodeFence) (outcome, bool) {
+	if nf.Status.NodeUID == "" {
+		return outcome{}, false // recorded by a version before status.nodeUID
+	}
+	node := &corev1.Node{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return outcome{}, false
+		}
+		return pending(retryRelease, ReasonAPIError, "reading node %s: %v", nf.Spec.NodeName, err), true
+	}
+	if string(node.UID) == nf.Status.NodeUID {
+		return outcome{}, false
+	}
+	return pending(retryStuck, ReasonNodeReplaced,
+		"node %s was deleted and registered anew (UID %s, the fenced one's %s) before the release ended: pods bound to the name run on the machine that registered, so nothing more is released; make sure which machine that is, then drain it by hand or delete this NodeFence (its storage fences stay)",
+		nf.Spec.NodeName, node.UID, nf.Status.NodeUID), true
 }
 
 func (r *NodeFenceReconciler) recordDryRun(ctx context.Context, nf *v1alpha1.NodeFence) error {

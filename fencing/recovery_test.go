@@ -697,6 +697,30 @@ func fencedWithUID(t *testing.T, w *world, uid types.UID) {
 	}
 }
 
+// A Node deleted and registered anew under the fenced one's name (another UID) before the
+// release ended holds the release: pods bound to the name run on the machine that registered,
+// and force-deleting them would let their replacements start beside them. Nothing is tainted
+// or deleted, and the step says why (NodeReplaced).
+func TestReleaseHeldForANodeRegisteredAnew(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.setNode(t, func(n *corev1.Node) { n.UID = "uid-fenced" })
+	replaced := false
+	w.tick = func(nf *v1alpha1.NodeFence) {
+		if nf.Status.FencedTime != nil && !replaced {
+			w.setNode(t, func(n *corev1.Node) { n.UID = "uid-registered-anew" })
+			replaced = true
+		}
+	}
+	nf, ended := w.advance(t)
+	if ended || !replaced {
+		t.Fatalf("fence ended %t (phase %s), Node replaced %t: want the release held after the replacement", ended, nf.Status.Phase, replaced)
+	}
+	checkReleased(t, w, false)
+	if last := lastStep(nf); last.State != v1alpha1.StepStarted || last.Reason != ReasonNodeReplaced || !strings.Contains(last.Message, "uid-registered-anew") {
+		t.Errorf("last step %s %s %s %q, want a release step held with %s naming the new UID", last.Name, last.State, last.Reason, last.Message, ReasonNodeReplaced)
+	}
+}
+
 // The fence records the Node's UID at its first look.
 func TestFenceRecordsTheNodeUID(t *testing.T) {
 	w := newWorld(t, "ipmi")

@@ -76,11 +76,13 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", nf.Spec.NodeName, err)
 	}
-	if err != nil || !node.DeletionTimestamp.IsZero() {
+	if err != nil || !node.DeletionTimestamp.IsZero() || nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID {
 		// A node being deleted is as good as gone: its deletion starts a new fence, which
-		// replaces this one, and nobody found its machine clean.
+		// replaces this one, and nobody found its machine clean. A Node registered anew under
+		// the name (another UID) is not the fenced machine: its taint, or the lack of one, says
+		// nothing of whether that machine was repaired.
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonStorageFenceKept,
-			"node %s no longer exists or is being deleted: its storage fence stays (%s), since its machine may still run with those addresses; delete it at the storage once the machine is wiped",
+			"node %s no longer exists, is being deleted or was registered anew (the Node is not the one fenced): its storage fence stays (%s), since the fenced machine may still run with those addresses; delete it at the storage once the machine is wiped",
 			nf.Spec.NodeName, strings.Join(r.storageFences(nf), ", "))
 		return ctrl.Result{}, r.letGoOfFence(ctx, nf)
 	}

@@ -304,6 +304,18 @@ func TestStorageFenceKeptForANodeBeingDeleted(t *testing.T) {
 	checkStorageFenceKept(t, w, s, rec, "a node being deleted")
 }
 
+// A Node registered anew under the fenced one's name (another UID), without the taint, is not
+// the fenced machine repaired: deleting the NodeFence keeps its storage fence, as for a gone
+// node (before, the missing taint read as "repaired" and the fence was lifted).
+func TestStorageFenceKeptForANodeRegisteredAnew(t *testing.T) {
+	s := &storage{answers: []providers.Status{{State: providers.Confirmed}}}
+	w, rec := storageWorld(t, s, storageMethod)
+	w.setNode(t, func(n *corev1.Node) { n.UID = "uid-fenced" })
+	w.run(t)
+	w.setNode(t, func(n *corev1.Node) { n.UID, n.Spec.Taints = "uid-registered-anew", nil })
+	checkStorageFenceKept(t, w, s, rec, "a node registered anew")
+}
+
 // TestFailedStorageFenceLiftedAtOnce: a fence that released nothing (its storage fence never
 // confirmed, the node never tainted) is lifted as soon as its NodeFence is deleted, so that
 // the node is not left cut off from its storage by a fence that did not count.
