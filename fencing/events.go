@@ -73,6 +73,13 @@ const (
 	ReasonTokenUnavailable = "FencingTokenUnavailable"
 	// ReasonWatchingForLife: VerifyFenced is watching the node's signals before releasing.
 	ReasonWatchingForLife = "WatchingForLife"
+	// ReasonLifeSeen (step): the node showed life after the confirmation and the out-of-service
+	// taint could not be removed yet; nothing more is released, and the step fails with
+	// NodeAliveAfterFence once the taint is gone, whichever controller takes it up.
+	ReasonLifeSeen = "LifeSeen"
+	// ReasonWorkloadSeenRunning (step): ReasonLifeSeen for a workload read back running again
+	// (WorkloadRunningAfterFence once the taint is gone).
+	ReasonWorkloadSeenRunning = "WorkloadSeenRunning"
 	// ReasonDisruption is the pod DisruptionTarget condition's reason when Palisade
 	// force-deletes a pod (KEP-3329; PodGC uses DeletionByPodGC).
 	ReasonDisruption = "DeletionByPalisade"

@@ -76,6 +76,8 @@ const (
 	// signalBootID: after its release, the node of a power fence posted its status with the
 	// boot ID it had when fenced (recovery's PowerOffDisproved).
 	signalBootID = "SameBootID"
+	// signalRecorded: a sign an earlier pass recorded on the step (recordedSign).
+	signalRecorded = "Recorded"
 )
 
 // lifeSign is a signal from the node after its fence was confirmed.
@@ -385,14 +387,23 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 	if err != nil {
 		return pending(retryRelease, ReasonAPIError, "reading the node's signals before releasing: %v", err), nil, true
 	}
+	fresh := sign != nil
+	if !fresh {
+		sign = recordedSign(nf)
+	}
 	if sign == nil {
 		return outcome{}, l, false
 	}
 	untainted, err := r.untaint(ctx, nf)
 	if err != nil {
-		return pending(retryRelease, ReasonAPIError, "node %s showed life (%s) and its out-of-service taint must go: %v", nf.Spec.NodeName, sign.message, err), l, true
+		if !fresh { // as first recorded, not nested once more each pass
+			return pending(retryRelease, lastStep(nf).Reason, "%s", lastStep(nf).Message), l, true
+		}
+		return pending(retryRelease, lifeSeenReason(sign), "node %s showed life (%s) and its out-of-service taint must go: %v", nf.Spec.NodeName, sign.message, err), l, true
 	}
-	fencesDisproved.WithLabelValues(nf.Status.Method, sign.signal).Inc()
+	if fresh {
+		fencesDisproved.WithLabelValues(nf.Status.Method, sign.signal).Inc()
+	}
 	if sign.signal == signalWorkload {
 		msg := fmt.Sprintf("the workload of node %s runs again: %s, after method %s confirmed it stopped at %s; something started it again — on a node whose kubelet runs, the agent must stop the kubelet first (the agent's --kubelet-stop-command, the chart's agent.kubeletStopCommand). Releasing nothing more",
 			nf.Spec.NodeName, sign.message, nf.Status.Method, fencedAt(nf).Format(time.RFC3339))
@@ -407,6 +418,33 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 		msg += "; the out-of-service taint was removed again"
 	}
 	return failed(v1alpha1.ReasonNodeAliveAfterFence, "%s", msg), l, true
+}
+
+// lifeSeenReason is the reason a step waits with when the node showed life and its taint could
+// not be removed yet: recorded on the step, the sign outlives this controller (recordedSign).
+func lifeSeenReason(sign *lifeSign) string {
+	if sign.signal == signalWorkload {
+		return ReasonWorkloadSeenRunning
+	}
+	return ReasonLifeSeen
+}
+
+// recordedSign is the sign of life an earlier pass recorded on the fence's last step when the
+// taint's removal failed, nil when none: the signal itself may be gone by now (an agent's
+// heartbeats live in the leader's memory, and a new leader has not heard the node yet), and a
+// release step resumed without it would force-delete the pods of a node that lives.
+func recordedSign(nf *v1alpha1.NodeFence) *lifeSign {
+	s := lastStep(nf)
+	if s.State != v1alpha1.StepStarted {
+		return nil
+	}
+	switch s.Reason {
+	case ReasonLifeSeen:
+		return &lifeSign{signalRecorded, "recorded by an earlier pass: " + s.Message}
+	case ReasonWorkloadSeenRunning:
+		return &lifeSign{signalWorkload, "recorded by an earlier pass: " + s.Message}
+	}
+	return nil
 }
 
 // signOfLife is the first signal from the node after its confirmation, nil when there is none,

@@ -9,10 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -828,4 +830,56 @@ func TestExecutorWindowWaitsForTheAskedInterval(t *testing.T) {
 			t.Errorf("no read-back %s after the window: %s %q (covered %v), want %s", tc.after, out.state, out.message, covered, tc.state)
 		}
 	}
+}
+
+// A sign of life seen while the out-of-service taint cannot be removed is recorded on the step
+// (LifeSeen), and honoured by a controller that did not see it: a new leader, whose agent
+// channel has not heard the node yet, holds the release as well, and fails the fence once the
+// taint is gone. Before, the sign lived only in the old leader's memory, and the new leader
+// resumed the step and force-deleted the pods of a node that lived.
+func TestRecordedSignOfLifeOutlivesTheController(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.r.Heartbeats = heartbeats{}
+	failUntaint := false
+	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			node, ok := obj.(*corev1.Node)
+			if ok && failUntaint {
+				return apierrors.NewServiceUnavailable("the API server is overloaded")
+			}
+			if err := c.Patch(ctx, obj, patch, opts...); err != nil || !ok || !OutOfService(node) {
+				return err
+			}
+			// Tainted: from now on the node's agent heartbeats (the fence hit another
+			// machine), and the taint's removal fails for a while.
+			failUntaint = true
+			w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Interval: time.Second, Received: w.now.Add(2 * time.Second)}}
+			return nil
+		},
+	})
+	w.reconcileErrors = true
+	w.ticks = 20
+	nf, ended := w.advance(t)
+	if ended || !failUntaint {
+		t.Fatalf("phase %s (ended %t, sign given %t): want the release held while the taint stays", nf.Status.Phase, ended, failUntaint)
+	}
+	if last := lastStep(nf); last.Reason != ReasonLifeSeen {
+		t.Fatalf("last step %s %s %q, want it held with %s", last.Name, last.Reason, last.Message, ReasonLifeSeen)
+	}
+	// A new leader: nothing heard from the node's agent yet.
+	w.r = &NodeFenceReconciler{Client: w.r.Client, APIReader: w.r.APIReader, Fencers: w.r.Fencers, Attachments: w.r.Attachments,
+		Now: w.r.Now, Tokens: w.r.Tokens, Heartbeats: heartbeats{}}
+	w.tick = nil
+	if nf, ended = w.advance(t); ended {
+		t.Fatalf("the new leader ended the fence (%s) while the taint could not be removed", nf.Status.Phase)
+	}
+	if podErr := w.c.Get(context.Background(), client.ObjectKey{Namespace: "db", Name: "db-0"}, &corev1.Pod{}); podErr != nil {
+		t.Fatalf("the new leader force-deleted the pod of a node that showed life: %v", podErr)
+	}
+	failUntaint = false
+	nf = w.run(t)
+	if nf.Status.Phase != v1alpha1.PhaseFailed || lastStep(nf).Reason != v1alpha1.ReasonNodeAliveAfterFence {
+		t.Errorf("phase %s, last step %s %q: want Failed with %s", nf.Status.Phase, lastStep(nf).Reason, lastStep(nf).Message, v1alpha1.ReasonNodeAliveAfterFence)
+	}
+	checkReleased(t, w, false)
 }
