@@ -265,14 +265,21 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 func TestFailureSaysWhatWasReleased(t *testing.T) {
 	for _, tc := range []struct {
 		pods, atts int32
+		tainted    bool // a Taint step after the confirmation
 		want       string
 	}{
-		{0, 0, "nothing was released"},
-		{2, 0, "2 pods force-deleted and 0 attachments released before the node showed life"},
-		{1, 1, "1 pod force-deleted and 1 attachment released before the node showed life"},
+		{0, 0, false, "nothing was released"},
+		{2, 0, false, "2 pods force-deleted and 0 attachments released before the node showed life"},
+		{1, 1, false, "1 pod force-deleted and 1 attachment released before the node showed life"},
+		// The taint alone: Kubernetes force-deletes and detaches while it is on (deletePods off).
+		{0, 0, true, "nothing was force-deleted or released by this fence, but the node carried the out-of-service taint from 2026-11-22T10:00:05Z"},
 	} {
 		nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}}
 		nf.Status.PodsDeleted, nf.Status.AttachmentsReleased = tc.pods, tc.atts
+		if tc.tainted {
+			nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded),
+				{Name: v1alpha1.StepTaint, State: v1alpha1.StepSucceeded, StartTime: metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 5, 0, time.UTC))}}
+		}
 		recordFailure(nf, v1alpha1.ReasonNodeAliveAfterFence, "lease renewed")
 		c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionReleased)
 		if c == nil || c.Status != metav1.ConditionFalse || !strings.HasPrefix(c.Message, tc.want) {

@@ -92,6 +92,13 @@ func setCondition(nf *v1alpha1.NodeFence, typ string, status metav1.ConditionSta
 // the original.
 func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
 	if !releasedAny(nf) {
+		if since, tainted := taintedSinceConfirmation(nf); tainted {
+			// The taint alone releases: Kubernetes force-deletes the node's pods (PodGC) and
+			// detaches its volumes while it is on.
+			return fmt.Sprintf("nothing was force-deleted or released by this fence, but the node carried the out-of-service taint from %s (one this fence added was taken back): "+
+				"Kubernetes may have force-deleted its pods and detached their volumes meanwhile, so a replacement may run beside the original; check node %s at once",
+				since.UTC().Format(time.RFC3339), nf.Spec.NodeName)
+		}
 		return "nothing was released"
 	}
 	return fmt.Sprintf("%s before the node showed life after its fence was confirmed "+
