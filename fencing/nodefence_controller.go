@@ -170,6 +170,13 @@ func (r *NodeFenceReconciler) reconcileFence(ctx context.Context, nf *v1alpha1.N
 	case v1alpha1.PhaseRecovered:
 		return ctrl.Result{}, nil
 	}
+	if len(nf.Spec.Methods) == 0 && nf.Status.Phase != v1alpha1.PhaseFailed {
+		// The CRD refuses it; a record stored before that rule, or written around it, fails
+		// here rather than taking a step with nothing to take it by.
+		msg := fmt.Sprintf("NodeFence %s names no method (spec.methods is empty): nothing can fence node %s; nothing was taken or released. Delete it; the node's policy makes a new one if it must", nf.Name, nf.Spec.NodeName)
+		recordFailure(nf, ReasonNoMethod, msg)
+		return ctrl.Result{}, r.saveEnd(ctx, nf, corev1.EventTypeWarning, ReasonFenceFailed, msg)
+	}
 	for range maxStepsPerReconcile {
 		res, more, err := r.advance(ctx, nf)
 		if err != nil || !more {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -359,4 +360,20 @@ func TestStepEndAndNextStartAreOneWrite(t *testing.T) {
 	if n := len(nf.Status.Steps); len(written) > n+3 {
 		t.Errorf("%d writes for %d steps, want at most %d", len(written), n, n+3)
 	}
+}
+
+// A NodeFence that names no method (the CRD refuses one; a record stored before the rule, or
+// written around it) fails with a condition that says so, instead of panicking the reconcile
+// on every pass; nothing is taken or released.
+func TestFenceWithoutMethodsFails(t *testing.T) {
+	w := newWorld(t)
+	nf := w.run(t)
+	c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced)
+	if nf.Status.Phase != v1alpha1.PhaseFailed || c == nil || !strings.Contains(c.Message, "names no method") {
+		t.Errorf("phase %s, Fenced condition %+v: want Failed saying the fence names no method", nf.Status.Phase, c)
+	}
+	if len(nf.Status.Steps) != 0 {
+		t.Errorf("steps taken: %v", nf.Status.Steps)
+	}
+	checkReleased(t, w, false)
 }
