@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"sort"
 	"sync"
@@ -363,12 +364,33 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
+// stormGuard is the policy's stormGuard.maxUnhealthy, the default (40%) when it sets none, and
+// 0 with an error when the CRD's rule refuses it (a policy stored before the rule): no failed
+// node is fenced automatically until it is fixed, as for a pod selector that does not parse.
+// A value that does not say how many nodes may fail must not switch the guard off (above
+// 100%, a count past the rule's), and the policy's InvalidSpec condition says why it holds.
+func stormGuard(p *v1alpha1.FencingPolicy) (intstr.IntOrString, error) {
+	v := p.Spec.StormGuard.MaxUnhealthy
+	switch {
+	case v == nil:
+		return defaultMaxUnhealthy, nil
+	case v.Type == intstr.Int && v.IntVal >= 0 && v.IntVal <= maxUnhealthyCount:
+		return *v, nil
+	case v.Type == intstr.String && percentRule.MatchString(v.StrVal):
+		return *v, nil
+	}
+	return intstr.FromInt32(0), fmt.Errorf("spec.stormGuard.maxUnhealthy %q is neither a count (0 to %d) nor a percentage from 0%% to 100%%: no failed node of the policy is fenced automatically until it is fixed (fence requests and node deletions still are)",
+		v.String(), maxUnhealthyCount)
+}
+
+// maxUnhealthyCount and percentRule are the CRD's rule for stormGuard.maxUnhealthy.
+const maxUnhealthyCount = 1000000
+
+var percentRule = regexp.MustCompile(`^(100|[1-9]?[0-9])%$`)
+
 // maxUnhealthy resolves the storm guard: a count, or a percentage rounded down but at least 1.
 func maxUnhealthy(p *v1alpha1.FencingPolicy, nodes int) int {
-	v := defaultMaxUnhealthy
-	if p.Spec.StormGuard.MaxUnhealthy != nil {
-		v = *p.Spec.StormGuard.MaxUnhealthy
-	}
+	v, _ := stormGuard(p) // an invalid one is said by the policy's InvalidSpec condition
 	if v.Type == intstr.Int {
 		return v.IntValue()
 	}

@@ -198,6 +198,10 @@ func invalidSpecCondition(p *v1alpha1.FencingPolicy) metav1.Condition {
 		reasons = append(reasons, v1alpha1.ReasonPodSelectorInvalid)
 		problems = append(problems, fmt.Sprintf("spec.%v: no failed node of the policy is fenced automatically until it is fixed (fence requests and node deletions still are)", err))
 	}
+	if _, err := stormGuard(p); err != nil {
+		reasons = append(reasons, v1alpha1.ReasonStormGuardInvalid)
+		problems = append(problems, err.Error())
+	}
 	for _, m := range p.Spec.Methods {
 		if m.Type != v1alpha1.MethodSelfFence || m.SelfFence == nil {
 			continue

@@ -247,6 +247,22 @@ func reconcilePool(t *testing.T, r *PolicyReconciler, c client.Client) *v1alpha1
 	return p
 }
 
+// A storm guard the CRD's rule refuses (a policy stored before it) is said by InvalidSpec: no
+// failed node is fenced automatically until it is fixed. A valid one is no problem.
+func TestInvalidStormGuardSaid(t *testing.T) {
+	for guard, invalid := range map[string]bool{"150%": true, "forty": true, "1000001": true, "-1": true, "100%": false, "0": false, "1000000": false} {
+		p := poolPolicy(ipmiMethod)
+		p.Spec.StormGuard.MaxUnhealthy = intOrPct(guard)
+		c := invalidSpecCondition(p)
+		if got := c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonStormGuardInvalid; got != invalid {
+			t.Errorf("maxUnhealthy %s: InvalidSpec %s %s %q, want invalid %t", guard, c.Status, c.Reason, c.Message, invalid)
+		}
+		if invalid && !strings.Contains(c.Message, "no failed node of the policy is fenced automatically") {
+			t.Errorf("maxUnhealthy %s: message %q does not say what it holds", guard, c.Message)
+		}
+	}
+}
+
 // TestInvalidSpecMessage: the condition names every problem, the method it is in and what to
 // change, and its reason is the first problem's.
 func TestInvalidSpecMessage(t *testing.T) {

@@ -49,6 +49,10 @@ func TestMaxUnhealthy(t *testing.T) {
 		{"5% of 10 is at least 1", intOrPct("5%"), 10, 1},
 		{"100% of 7", intOrPct("100%"), 7, 7},
 		{"a malformed percentage allows none", intOrPct("forty"), 10, 0},
+		// Refused by the CRD's rule, stored before it: none, not the guard switched off.
+		{"above 100% allows none", intOrPct("150%"), 10, 0},
+		{"a count past the rule's allows none", intOrPct("1000001"), 10, 0},
+		{"a negative count allows none", intOrPct("-1"), 10, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -354,6 +354,10 @@ const (
 	// ReasonSelfFenceTimeoutTooShort (InvalidSpec=True): a SelfFence method's timeout does not
 	// exceed its safeAfter, so it can only time out (MethodTimedOut) and the chain moves on.
 	ReasonSelfFenceTimeoutTooShort = "SelfFenceTimeoutTooShort"
+	// ReasonStormGuardInvalid (InvalidSpec=True): stormGuard.maxUnhealthy is neither a count
+	// (0 to 1000000) nor a percentage from 0% to 100% (a policy stored before the CRD's rule):
+	// no failed node of the policy is fenced automatically until it is fixed.
+	ReasonStormGuardInvalid = "StormGuardInvalid"
 	// ReasonSpecUsable (InvalidSpec=False): the controller can use the policy as written.
 	ReasonSpecUsable = "SpecUsable"
 )
