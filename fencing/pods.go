@@ -214,6 +214,11 @@ func (r *NodeFenceReconciler) markFailed(ctx context.Context, nf *v1alpha1.NodeF
 			return false, nil
 		}
 		*pod = *fresh
+		if mark, _ := podNeeds(pod); !mark {
+			// Ended meanwhile (Succeeded by itself, or Failed by PodGC with its own
+			// DisruptionTarget): its end stays as written; it is only to be deleted.
+			return true, nil
+		}
 	}
 }
 

@@ -308,3 +308,48 @@ func TestDeletePodsInParallel(t *testing.T) {
 		t.Errorf("%d pods left after the step succeeded", len(left.Items))
 	}
 }
+
+// A pod that ended while Palisade marked it (its mark's resourceVersion stale: the pod
+// Succeeded by itself, or PodGC marked it Failed with its own DisruptionTarget) keeps its end as
+// written: Palisade reads it again, does not overwrite its phase or conditions, and only
+// deletes it.
+func TestMarkKeepsAnEndWrittenMeanwhile(t *testing.T) {
+	for _, end := range []corev1.PodStatus{
+		{Phase: corev1.PodSucceeded},
+		{Phase: corev1.PodFailed, Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByPodGC"}}},
+	} {
+		ended := false
+		c, r, nf := podScene(t, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if !ended {
+					ended = true
+					cur := &corev1.Pod{}
+					if err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+						return err
+					}
+					cur.Status = end
+					if err := c.Status().Update(ctx, cur); err != nil {
+						return err
+					}
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+			Delete: deleteWithGrace,
+		}, nodePod("db-0", "example.com/hold"))
+		if out := r.deletePods(context.Background(), nf); out.state != v1alpha1.StepSucceeded {
+			t.Fatalf("%s: deletePods = %+v", end.Phase, out)
+		}
+		got := &corev1.Pod{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "db", Name: "db-0"}, got); err != nil {
+			t.Fatal(err)
+		}
+		kept := len(got.Status.Conditions) == len(end.Conditions)
+		for i := range end.Conditions {
+			kept = kept && got.Status.Conditions[i].Reason == end.Conditions[i].Reason
+		}
+		if got.Status.Phase != end.Phase || !kept || got.DeletionTimestamp == nil {
+			t.Errorf("pod ended %s meanwhile: now %s, conditions %+v, deleted %t; want its end kept and the pod deleted",
+				end.Phase, got.Status.Phase, got.Status.Conditions, got.DeletionTimestamp != nil)
+		}
+	}
+}
