@@ -107,6 +107,11 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.FenceConcurrency < 0 {
 		return nil, fmt.Errorf("--fence-concurrency is %d: it must be at least 1 (0 means the default, %d)", o.FenceConcurrency, fencing.DefaultConcurrency)
 	}
+	if o.AttachmentForceAge < 0 {
+		// Negative, an attacher's first detach error would remove a VolumeAttachment's
+		// finalizer at once, before the attacher had a chance to detach.
+		return nil, fmt.Errorf("--attachment-force-after is %s: it must not be negative (0 means the default, %s)", o.AttachmentForceAge, attach.DefaultForceAfter)
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
