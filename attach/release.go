@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,11 @@ type Result struct {
 	// still uses their volume (not ended, and not tolerating the taint: with the policy's
 	// deletePods off, Kubernetes' own eviction deletes it); not in Remaining either.
 	InUse []string
+	// HeldByOthers names the node's attachments deleted and let go by their attacher (its
+	// finalizer gone: it detached, or Palisade removed it from a stuck one) that other
+	// finalizers keep ("attachment (finalizers)"): released as far as the fence goes, their
+	// objects another controller's business; not in Remaining.
+	HeldByOthers []string
 }
 
 // Releaser deletes a node's VolumeAttachments. Reader should read from the API server, not a
@@ -200,7 +206,16 @@ func (r *Releaser) releaseOne(ctx context.Context, va *storagev1.VolumeAttachmen
 		return len(va.Finalizers) == 0, nil
 	}
 	finalizer := attachercontroller.GetFinalizerName(va.Spec.Attacher)
-	if !slices.Contains(va.Finalizers, finalizer) || !r.attacherStuck(va) || !mayForce {
+	if !slices.Contains(va.Finalizers, finalizer) {
+		if len(va.Finalizers) == 0 {
+			return true, nil // its deletion goes through
+		}
+		// The attacher let go of it (it detached, or was freed as stuck on an earlier pass);
+		// what keeps the object is someone else's, and waiting for it would never end.
+		res.HeldByOthers = append(res.HeldByOthers, fmt.Sprintf("%s (%s)", va.Name, strings.Join(va.Finalizers, ", ")))
+		return true, nil
+	}
+	if !r.attacherStuck(va) || !mayForce {
 		return false, nil
 	}
 	patch := client.MergeFromWithOptions(va.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -106,6 +106,10 @@ func TestRelease(t *testing.T) {
 			time.Minute, Result{FinalizersRemoved: 1, Remaining: []string{"a"}}, []string{"a"}},
 		{"deleting with a finalizer keeps it listed", []client.Object{va("a", "n1", 0, false, finalizer)},
 			0, Result{Deleted: 1, Remaining: []string{"a"}}, []string{"a"}},
+		// The attacher let go of it (its finalizer gone); another controller's finalizer keeps
+		// the object: released as far as the fence goes, not waited for forever.
+		{"an attachment the attacher let go of, kept by another finalizer, is released", []client.Object{va("a", "n1", time.Minute, false, "example.com/other")},
+			0, Result{HeldByOthers: []string{"a (example.com/other)"}}, []string{"a"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,9 +99,14 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 			"waiting for %s to go: %s; the CSI attacher detaches each (ControllerUnpublishVolume) and then removes its finalizer, which Palisade removes only after the attacher has reported a detach error for %s: if none goes, check that the driver's attacher runs",
 			countOf(len(res.Remaining), "volume attachment"), firstFew(res.Remaining), r.Attachments.Force())
 	}
+	msg := countOf(int(nf.Status.AttachmentsReleased), "volume attachment") + " of the node released"
 	if len(res.Kept) > 0 {
-		return done("%s of the node released; kept %s whose volume a pod left on the node uses (one tolerating the out-of-service taint, one created after the confirmation, or any with the policy's outOfServiceTaint and deletePods off: it is not deleted, and Kubernetes keeps them attached too): %s",
-			countOf(int(nf.Status.AttachmentsReleased), "volume attachment"), countOf(len(res.Kept), "attachment"), firstFew(res.Kept))
+		msg += fmt.Sprintf("; kept %s whose volume a pod left on the node uses (one tolerating the out-of-service taint, one created after the confirmation, or any with the policy's outOfServiceTaint and deletePods off: it is not deleted, and Kubernetes keeps them attached too): %s",
+			countOf(len(res.Kept), "attachment"), firstFew(res.Kept))
 	}
-	return done("%s of the node released", countOf(int(nf.Status.AttachmentsReleased), "volume attachment"))
+	if len(res.HeldByOthers) > 0 {
+		msg += fmt.Sprintf("; %s deleted and let go by the attacher, kept only by other finalizers (another controller's business): %s",
+			countOf(len(res.HeldByOthers), "attachment"), firstFew(res.HeldByOthers))
+	}
+	return done("%s", msg)
 }
