@@ -25,6 +25,9 @@ type fakeRuntime struct {
 	state    executor.ContainerState
 	stubborn bool
 	signals  []syscall.Signal
+	// imageSignal and imageErr are what ImageStopSignal answers.
+	imageSignal string
+	imageErr    error
 }
 
 func (f *fakeRuntime) PodContainers(context.Context, string) ([]executor.Container, error) {
@@ -32,10 +35,12 @@ func (f *fakeRuntime) PodContainers(context.Context, string) ([]executor.Contain
 	defer f.mu.Unlock()
 	return []executor.Container{{ID: "id-app", Name: "app", State: f.state}}, nil
 }
-func (f *fakeRuntime) ImageStopSignal(context.Context, string) (string, error) { return "", nil }
-func (f *fakeRuntime) Exec(context.Context, string, []string) error            { return nil }
-func (f *fakeRuntime) PreventRestart(context.Context, string) (bool, error)    { return false, nil }
-func (f *fakeRuntime) StopPodSandboxes(context.Context, string) (int, error)   { return 0, nil }
+func (f *fakeRuntime) ImageStopSignal(context.Context, string) (string, error) {
+	return f.imageSignal, f.imageErr
+}
+func (f *fakeRuntime) Exec(context.Context, string, []string) error          { return nil }
+func (f *fakeRuntime) PreventRestart(context.Context, string) (bool, error)  { return false, nil }
+func (f *fakeRuntime) StopPodSandboxes(context.Context, string) (int, error) { return 0, nil }
 func (f *fakeRuntime) Signal(ctx context.Context, _ string, sig syscall.Signal) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -35,10 +35,12 @@ func (t *Termination) stopContainer(ctx context.Context, tg target) ContainerRep
 	image, err := t.e.runtime.ImageStopSignal(ctx, tg.ID)
 	if err != nil {
 		image = "" // the runtime's default then, as for an image without STOPSIGNAL
+		rep.Error = withNote(rep.Error, fmt.Sprintf("reading the image's stop signal: %v (the default sent instead)", err))
 	}
 	sig, src, err := StopSignal(tg.plan.StopSignal, image)
 	if err != nil {
 		sig, src = syscall.SIGTERM, SignalDefault
+		rep.Error = withNote(rep.Error, fmt.Sprintf("%v (SIGTERM sent instead)", err))
 	}
 	rep.Signal, rep.SignalSource = SignalName(sig), src
 	t.signalAndWait(ctx, tg, sig, spent, &rep)
@@ -90,7 +92,7 @@ func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.
 	rt := t.e.runtime
 	rep.SignalledAt = time.Now()
 	if err := rt.Signal(ctx, tg.ID, sig); err != nil && !errors.Is(err, ErrNotFound) {
-		rep.Error = fmt.Sprintf("sending %s: %v", rep.Signal, err) // confirmed below either way
+		rep.Error = withNote(rep.Error, fmt.Sprintf("sending %s: %v", rep.Signal, err)) // confirmed below either way
 	}
 	for {
 		rep.KillAt = t.deadline.KillAt(rep.SignalledAt, spent.hook, spent.turn)
@@ -162,4 +164,12 @@ func (t *Termination) sleep(ctx context.Context, killAt time.Time) error {
 	case <-timer.C:
 	}
 	return nil
+}
+
+// withNote adds note to a report's error text, after what it says already.
+func withNote(text, note string) string {
+	if text == "" {
+		return note
+	}
+	return text + "; " + note
 }

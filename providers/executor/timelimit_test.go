@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"syscall"
 	"testing"
@@ -75,6 +76,30 @@ func TestGraceWithin(t *testing.T) {
 	} {
 		if got := executor.GraceWithinLeft(tc.left, tc.exitTimeout); got != tc.want {
 			t.Errorf("%v left, exit timeout %v: grace %d, want %d", tc.left, tc.exitTimeout, got, tc.want)
+		}
+	}
+}
+
+// A stop signal the executor cannot read (the image's lookup fails) or parse (an image's
+// STOPSIGNAL no kernel knows) is said in the container's report, with the signal sent instead
+// (SIGTERM): the termination goes on, but not silently as if the image had named none.
+func TestStopSignalProblemsReported(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rt   *fakeRuntime
+		says string
+	}{
+		{"unreadable", &fakeRuntime{state: executor.StateRunning, imageErr: errors.New("image gone")}, "reading the image's stop signal: image gone"},
+		{"unparsable", &fakeRuntime{state: executor.StateRunning, imageSignal: "SIGNOPE"}, `parsing stop signal "SIGNOPE"`},
+	} {
+		rep, err := executor.New(tc.rt).Terminate(context.Background(), executor.Request{Pod: newPod("signals", 30, corev1.Container{Name: "app"})})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		c := rep.Container("app")
+		if c.Signal != "SIGTERM" || !strings.Contains(c.Error, tc.says) || c.Outcome != executor.OutcomeExited {
+			t.Errorf("%s: signal %s, outcome %s, error %q; want SIGTERM sent, the container exited, and the error saying %q", tc.name, c.Signal, c.Outcome, c.Error, tc.says)
 		}
 	}
 }
