@@ -35,8 +35,11 @@ type APIWatcher struct {
 	cmds     *Commander
 	log      logr.Logger
 
-	mu       sync.Mutex
-	order    string // the ID of the order the NodeFence carries; "" for none
+	mu    sync.Mutex
+	order string // the ID of the order the NodeFence carries; "" for none
+	// cmd is that order, handed to the Commander again each interval until it starts it
+	// (retake); nil for none.
+	cmd      *agentwire.Command
 	over     string // the ID of the last order left alone because its fence is over
 	reported string // "<id>/<state>" of the last answer written
 	watching bool
@@ -146,7 +149,7 @@ func (a *APIWatcher) watch(ctx context.Context) error {
 func (a *APIWatcher) see(ctx context.Context, raw, phase string) {
 	if raw == "" {
 		a.mu.Lock()
-		a.order = ""
+		a.order, a.cmd = "", nil
 		a.mu.Unlock()
 		return
 	}
@@ -161,7 +164,7 @@ func (a *APIWatcher) see(ctx context.Context, raw, phase string) {
 	}
 	a.mu.Lock()
 	isNew := a.order != cmd.ID
-	a.order = cmd.ID
+	a.order, a.cmd = cmd.ID, &cmd
 	a.mu.Unlock()
 	if isNew {
 		a.log.Info("order received through the API server", "command", cmd.ID, "action", cmd.Action)
@@ -173,7 +176,7 @@ func (a *APIWatcher) see(ctx context.Context, raw, phase string) {
 func (a *APIWatcher) leave(cmd agentwire.Command, phase string) {
 	a.mu.Lock()
 	first := a.over != cmd.ID
-	a.order, a.over = "", cmd.ID
+	a.order, a.cmd, a.over = "", nil, cmd.ID
 	a.mu.Unlock()
 	if first {
 		a.log.Info("not carrying out the order on the NodeFence: its fence is over (the order was left behind, not given again)",
@@ -181,8 +184,8 @@ func (a *APIWatcher) leave(cmd agentwire.Command, phase string) {
 	}
 }
 
-// answerLoop writes the executor's status for the NodeFence's order every interval when it
-// changed since the last answer.
+// answerLoop hands the NodeFence's order again while it has not started (retake), and writes
+// the executor's status for it every interval when it changed since the last answer.
 func (a *APIWatcher) answerLoop(ctx context.Context) {
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
@@ -192,8 +195,27 @@ func (a *APIWatcher) answerLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		a.retake(ctx)
 		a.answer(ctx)
 	}
+}
+
+// retake hands the NodeFence's order to the Commander again while the Commander has not
+// started it: one that came while another order ran (a chain's first Executor method that
+// timed out at the controller, still running here) was left for later, and the watch brings no
+// new event for an annotation that does not change, so it waited for the watch's re-opening,
+// minutes. The Commander runs an ID once, so handing it again is harmless.
+func (a *APIWatcher) retake(ctx context.Context) {
+	a.mu.Lock()
+	cmd := a.cmd
+	a.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	if st := a.cmds.Status(); st != nil && st.ID == cmd.ID {
+		return
+	}
+	a.cmds.Handle(ctx, *cmd)
 }
 
 func (a *APIWatcher) answer(ctx context.Context) {

@@ -134,3 +134,40 @@ func TestOrderOfAnEndedFenceNotCarriedOut(t *testing.T) {
 		})
 	}
 }
+
+// An order that comes through the API server while another runs (a chain's first Executor
+// method timed out at the controller and still runs here) is left for later by the Commander;
+// the watch brings no new event for an annotation that does not change, so the watcher hands
+// it again every interval, and it starts within one interval of the other's end (before, it
+// waited for the watch to be re-opened: minutes).
+func TestOrderLeftWhileAnotherRanIsTakenUp(t *testing.T) {
+	cmds := NewCommander(Config{Timeout: time.Second, StateDir: t.TempDir()}, logr.Discard())
+	cmds.mu.Lock()
+	cmds.busy = "f0/executor" // another order runs
+	cmds.mu.Unlock()
+	order := agentwire.Command{ID: "f1/executor", Action: agentwire.ActionTerminate, Token: 7}
+	srv := httptest.NewTLSServer(&fakeAPI{order: order, phase: string(v1alpha1.PhaseFencing)})
+	defer srv.Close()
+	w := newWatcher(t, srv, cmds, logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.watch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := cmds.Status(); st != nil && st.ID == order.ID {
+		t.Fatalf("the order started while another ran (%+v): the test did not test", st)
+	}
+	cmds.mu.Lock()
+	cmds.busy = "" // the other order ended
+	cmds.mu.Unlock()
+	go w.answerLoop(ctx)
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if st := cmds.Status(); st != nil && st.ID == order.ID {
+			cmds.Wait()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("the order on the NodeFence did not start within 3 s of the other's end (interval 1 s): status %+v", cmds.Status())
+}
