@@ -141,8 +141,9 @@ const DefaultHeartbeatInterval = time.Second
 // every heartbeat, so each node's answer is remembered until the cache's events say it may
 // have changed: any policy added, deleted or given a new spec forgets every answer, a node
 // added, relabelled or deleted forgets its own. A change reaches the agent at its next
-// heartbeat. IntervalMemoTTL bounds what a lost event could cost. Nothing is inferred from the
-// interval the controller asks for; the detectors read the one each agent reports using.
+// heartbeat. IntervalMemoTTL bounds what a lost event could cost. The detectors judge each
+// agent by the longer of this interval and the one it reports using (classify.JudgedInterval):
+// an agent asked for a longer one is silent that long before it reports it.
 func HeartbeatIntervals(ctx context.Context, c client.Reader, informers cache.Informers) (func(node string) time.Duration, error) {
 	m := newIntervalMemo(func(name string) time.Duration { return heartbeatInterval(c, name) }, time.Now, IntervalMemoTTL)
 	pi, err := informers.GetInformer(ctx, &v1alpha1.FencingPolicy{})
