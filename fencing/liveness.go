@@ -509,12 +509,11 @@ func (r *NodeFenceReconciler) workloadBack(nf *v1alpha1.NodeFence) *lifeSign {
 // readBackCovers says whether the agent's read-back of the runtime covers the whole window of a
 // method that leaves the node running: a heartbeat sent at or after its end (until, on the
 // server's clock: Heartbeat.Sent) that read the runtime back and found none running (one that
-// found some fails the method at
-// workloadBack's next look). A window with no read-back since is no evidence: the agent fell
-// silent (killed, the node cut off further) or could not read the runtime, and a kubelet that
-// runs may have restarted the workload meanwhile. Until three of the agent's heartbeat intervals past the end it waits for
-// one (out is pending); then the method fails (out, WorkloadUnverified) and the chain's next
-// method fences the node.
+// found some fails the method at workloadBack's next look). A window with no read-back since is
+// no evidence: the agent fell silent (killed, the node cut off further) or could not read the
+// runtime, and a kubelet that runs may have restarted the workload meanwhile. Until three of
+// the agent's heartbeat intervals past the end it waits for one (out is pending); then the
+// method fails (out, WorkloadUnverified) and the chain's next method fences the node.
 func (r *NodeFenceReconciler) readBackCovers(nf *v1alpha1.NodeFence, until, now time.Time) (out outcome, covered bool) {
 	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
 	// None running, read here: workloadBack read the heartbeats a moment before, and one that
