@@ -24,8 +24,10 @@ type renewal struct {
 	// changed: the controller saw this renewal replace an earlier one, so seenAt is when it was
 	// made, to within the watch's delay; false for a renewal it first met on record (its start).
 	changed bool
-	// duration is the Lease's leaseDurationSeconds when last seen (SeenLease), nil when unknown.
-	duration *int32
+	// duration is the Lease's leaseDurationSeconds when last seen (SeenLease), if hasDuration;
+	// kept by value, so that recording it on every look allocates nothing.
+	duration    int32
+	hasDuration bool
 }
 
 // NewRenewals returns an empty Renewals.
@@ -56,7 +58,7 @@ func (r *Renewals) SeenChange(node string, renewTime, now time.Time) (time.Time,
 	if ok && cur.renewTime.Equal(renewTime) {
 		return cur.seenAt, cur.changed
 	}
-	r.seen[node] = renewal{renewTime: renewTime, seenAt: now, changed: ok, duration: cur.duration}
+	r.seen[node] = renewal{renewTime: renewTime, seenAt: now, changed: ok, duration: cur.duration, hasDuration: cur.hasDuration}
 	return now, ok
 }
 
@@ -70,9 +72,9 @@ func (r *Renewals) SeenLease(node string, l *coordinationv1.Lease, now time.Time
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec := r.seen[node]
-	rec.duration = nil
-	if d := l.Spec.LeaseDurationSeconds; d != nil {
-		rec.duration = ptr.To(*d)
+	rec.duration, rec.hasDuration = 0, l.Spec.LeaseDurationSeconds != nil
+	if rec.hasDuration {
+		rec.duration = *l.Spec.LeaseDurationSeconds
 	}
 	r.seen[node] = rec
 	return seen, changed
@@ -96,8 +98,8 @@ func (r *Renewals) Last(node string) (*coordinationv1.Lease, bool) {
 	}
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: node}}
 	l.Spec.RenewTime = &metav1.MicroTime{Time: rec.renewTime}
-	if rec.duration != nil {
-		l.Spec.LeaseDurationSeconds = ptr.To(*rec.duration)
+	if rec.hasDuration {
+		l.Spec.LeaseDurationSeconds = ptr.To(rec.duration)
 	}
 	return l, true
 }
