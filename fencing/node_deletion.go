@@ -123,7 +123,7 @@ func uncovered(nf *v1alpha1.NodeFence, node *corev1.Node) string {
 	switch {
 	case nf.Status.PowerOffDisprovedTime != nil:
 		return "its power-off was disproved: the machine never lost power"
-	case nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID:
+	case registeredAnew(nf, node):
 		return fmt.Sprintf("the Node is another one registered under its name (UID %s, the fenced one's %s)", node.UID, nf.Status.NodeUID)
 	}
 	if at, ok := readyPostedAfter(node, nf.Status.FencedTime); ok {

@@ -402,7 +402,7 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 // replacements start beside them. A Node gone holds nothing: the release goes on without it.
 func (r *NodeFenceReconciler) sameNode(ctx context.Context, nf *v1alpha1.NodeFence) (outcome, bool) {
 	if nf.Status.NodeUID == "" {
-		return outcome{}, false // recorded by a version before status.nodeUID
+		return outcome{}, false // recorded by a version before status.nodeUID: no read for nothing
 	}
 	node := &corev1.Node{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
@@ -411,7 +411,7 @@ func (r *NodeFenceReconciler) sameNode(ctx context.Context, nf *v1alpha1.NodeFen
 		}
 		return pending(retryRelease, ReasonAPIError, "reading node %s: %v", nf.Spec.NodeName, err), true
 	}
-	if string(node.UID) == nf.Status.NodeUID {
+	if !registeredAnew(nf, node) {
 		return outcome{}, false
 	}
 	return pending(retryStuck, ReasonNodeReplaced,

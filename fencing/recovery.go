@@ -230,7 +230,7 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 		return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off at %s: the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
 			name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
 	}
-	if nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID {
+	if registeredAnew(nf, node) {
 		return nil, ReasonNodeReplaced, fmt.Sprintf("node %s was deleted and registered anew since it was fenced (UID %s then, %s now): the machine that registered may not be the one fenced, so its boot ID proves no reboot of that one, and the fence's storage fences name the fenced machine's addresses. The new Node carries no out-of-service taint of this fence (pods may run on it); the fence's storage fences stay, and the fence is not over until you confirm the fenced machine off, wiped or clean: kubectl annotate node %s %s='<how it was made clean>'",
 			name, nf.Status.NodeUID, node.UID, name, v1alpha1.AnnotationUnfenceRequest)
 	}
@@ -466,6 +466,13 @@ func readyPostedAfter(node *corev1.Node, t *metav1.Time) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// registeredAnew says whether node is another Node than the one fenced: deleted and registered
+// anew under the name since (another UID than status.nodeUID, recorded at the fence's first
+// look). A record from before status.nodeUID cannot tell, and says no.
+func registeredAnew(nf *v1alpha1.NodeFence, node *corev1.Node) bool {
+	return nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID
 }
 
 // nodeReady says whether the Node's Ready condition is True.

@@ -76,7 +76,7 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", nf.Spec.NodeName, err)
 	}
-	if err != nil || !node.DeletionTimestamp.IsZero() || nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID {
+	if err != nil || !node.DeletionTimestamp.IsZero() || registeredAnew(nf, node) {
 		// A node being deleted is as good as gone: its deletion starts a new fence, which
 		// replaces this one, and nobody found its machine clean. A Node registered anew under
 		// the name (another UID) is not the fenced machine: its taint, or the lack of one, says
