@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/providers"
 )
 
@@ -216,7 +217,7 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 	name, bootID := node.Name, node.Status.NodeInfo.BootID
 	confirm := fmt.Sprintf("once you know its workload's processes are gone, confirm it clean: kubectl annotate node %s %s='<how it was made clean>'",
 		name, v1alpha1.AnnotationUnfenceRequest)
-	if !nodeReady(node) {
+	if !lease.NodeReady(node) {
 		return nil, ReasonNodeNotBack, fmt.Sprintf("node %s is not back (not Ready): it is unfenced once it is Ready again and clean (rebooted since the fence, or confirmed clean)", name)
 	}
 	if text, present, err := parseUnfenceRequest(node); present {
@@ -277,7 +278,7 @@ func fenceTaintGone(nf *v1alpha1.NodeFence, node *corev1.Node) bool {
 // machine never lost power.
 func powerOffDisproved(nf *v1alpha1.NodeFence, node *corev1.Node) (time.Time, bool) {
 	boot := node.Status.NodeInfo.BootID
-	if !nodeReady(node) || boot == "" || boot != nf.Status.BootID || poweredOff(nf) == nil {
+	if !lease.NodeReady(node) || boot == "" || boot != nf.Status.BootID || poweredOff(nf) == nil {
 		return time.Time{}, false
 	}
 	return readyPostedAfter(node, nf.Status.FencedTime)
@@ -473,14 +474,4 @@ func readyPostedAfter(node *corev1.Node, t *metav1.Time) (time.Time, bool) {
 // look). A record from before status.nodeUID cannot tell, and says no.
 func registeredAnew(nf *v1alpha1.NodeFence, node *corev1.Node) bool {
 	return nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID
-}
-
-// nodeReady says whether the Node's Ready condition is True.
-func nodeReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

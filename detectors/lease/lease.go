@@ -60,7 +60,7 @@ func observeSeen(node *corev1.Node, lease *coordinationv1.Lease, seen time.Time,
 	obs.Age = now.Sub(from)
 	obs.LeaseExpiry = true
 	switch {
-	case obs.Age > timeout && source == readyHeartbeat && readyTrue(node):
+	case obs.Age > timeout && source == readyHeartbeat && NodeReady(node):
 		// No Lease to judge by, and a kubelet that renews one posts its Ready heartbeat only
 		// on a change or every few minutes (nodeStatusReportFrequency, 5 min by default): an
 		// old heartbeat says nothing while Ready is True. A kubelet that stopped has Ready
@@ -106,8 +106,8 @@ func lastSignal(node *corev1.Node, lease *coordinationv1.Lease) (time.Time, stri
 // readyHeartbeat names the Ready condition's lastHeartbeatTime as a node's last signal.
 const readyHeartbeat = "Ready heartbeat"
 
-// readyTrue says whether node's Ready condition is True.
-func readyTrue(node *corev1.Node) bool {
+// NodeReady says whether node's Ready condition is True.
+func NodeReady(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
