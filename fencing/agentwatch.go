@@ -64,9 +64,7 @@ func (w *agentLossWatch) scan(ctx context.Context) {
 	w.scans++
 	var fresh []string
 	w.heartbeats.EachReceived(func(node string, received time.Time, interval time.Duration) {
-		if w.intervalFor != nil {
-			interval = classify.JudgedInterval(interval, w.intervalFor(node))
-		}
+		interval = classify.JudgedInterval(node, interval, w.intervalFor)
 		if interval <= 0 {
 			interval = classify.DefaultInterval
 		}

@@ -300,10 +300,7 @@ func (r *NodeFenceReconciler) kubeletWindow(nf *v1alpha1.NodeFence) (span time.D
 // asked for a longer one is silent that long), DefaultHeartbeatInterval when neither is known.
 // Longer is conservative: the release waits, it never comes sooner.
 func (r *NodeFenceReconciler) heartbeatEvery(node string, hb agentwire.Heartbeat) time.Duration {
-	every := hb.Interval
-	if r.IntervalFor != nil {
-		every = classify.JudgedInterval(every, r.IntervalFor(node))
-	}
+	every := classify.JudgedInterval(node, hb.Interval, r.IntervalFor)
 	if every <= 0 {
 		every = DefaultHeartbeatInterval
 	}

@@ -39,16 +39,22 @@ func (c Config) LateAfter(interval time.Duration) time.Duration {
 	return interval + interval/2
 }
 
-// JudgedInterval is the interval an agent whose latest heartbeat reports reported is judged by
-// (its misses, and the staleness of the peer reports it carries), while the controller asks it
-// for asked (0: nothing asked): the longer of the two, until a heartbeat reports the asked one.
+// JudgedInterval is the interval node's agent, whose latest heartbeat reports reported, is
+// judged by (its misses, and the staleness of the peer reports it carries), while the
+// controller asks it for asked(node) (asked nil, or 0: nothing asked): the longer of the two,
+// until a heartbeat reports the asked one.
 // An agent asked for a longer interval adopts it on the controller's answer and sends its next
 // heartbeat one new interval later, so three of the reported, shorter ones would have it lost
 // (and a Partitioned node Dead) while it is alive. Asked for a shorter one, it sends at the old
 // interval until it hears the answer, so the reported one still holds. The longer is
 // conservative toward not fencing: an agent silent for good counts as lost no sooner than
 // under either interval (a raise makes a dead agent's loss wait three of the new intervals).
-func JudgedInterval(reported, asked time.Duration) time.Duration { return max(reported, asked) }
+func JudgedInterval(node string, reported time.Duration, asked func(node string) time.Duration) time.Duration {
+	if asked == nil {
+		return reported
+	}
+	return max(reported, asked(node))
+}
 
 func orDefaultInterval(interval time.Duration) time.Duration {
 	if interval <= 0 {

@@ -206,12 +206,10 @@ func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseT
 		return obs
 	}
 	agent, peers := sig(node.Name)
-	if o.IntervalFor != nil {
-		// An agent never heard has no interval of its own: the asked one gives its warm-up.
-		agent.Interval = classify.JudgedInterval(agent.Interval, o.IntervalFor(node.Name))
-		for i := range peers { // this look's own copies (sightings, Signals)
-			peers[i].Interval = classify.JudgedInterval(peers[i].Interval, o.IntervalFor(peers[i].From))
-		}
+	// An agent never heard has no interval of its own: the asked one gives its warm-up.
+	agent.Interval = classify.JudgedInterval(node.Name, agent.Interval, o.IntervalFor)
+	for i := range peers { // this look's own copies (sightings, Signals)
+		peers[i].Interval = classify.JudgedInterval(peers[i].From, peers[i].Interval, o.IntervalFor)
 	}
 	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agent, Peers: peers, LeaseRenewalSeen: renewalSeen, LeaseRenewInterval: lease.RenewInterval(l), LeaseSeeingSince: seeing},
 		classify.Config{HeartbeatsSince: laterOf(o.Since, seeing)}, now)

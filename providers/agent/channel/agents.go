@@ -16,10 +16,7 @@ import (
 func (s *Server) AgentCounts() (missing, heartbeating int) {
 	now := s.opts.Now()
 	s.EachReceived(func(node string, received time.Time, interval time.Duration) {
-		if s.opts.IntervalFor != nil {
-			interval = classify.JudgedInterval(interval, s.opts.IntervalFor(node))
-		}
-		if agentLost(received, interval, now) {
+		if agentLost(received, classify.JudgedInterval(node, interval, s.opts.IntervalFor), now) {
 			missing++
 		} else {
 			heartbeating++
