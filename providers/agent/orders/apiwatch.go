@@ -35,10 +35,9 @@ type APIWatcher struct {
 	cmds     *Commander
 	log      logr.Logger
 
-	mu    sync.Mutex
-	order string // the ID of the order the NodeFence carries; "" for none
-	// cmd is that order, handed to the Commander again each interval until it starts it
-	// (retake); nil for none.
+	mu sync.Mutex
+	// cmd is the order the NodeFence carries, nil for none; handed to the Commander again each
+	// interval until it starts it (retake).
 	cmd      *agentwire.Command
 	over     string // the ID of the last order left alone because its fence is over
 	reported string // "<id>/<state>" of the last answer written
@@ -149,7 +148,7 @@ func (a *APIWatcher) watch(ctx context.Context) error {
 func (a *APIWatcher) see(ctx context.Context, raw, phase string) {
 	if raw == "" {
 		a.mu.Lock()
-		a.order, a.cmd = "", nil
+		a.cmd = nil
 		a.mu.Unlock()
 		return
 	}
@@ -163,8 +162,8 @@ func (a *APIWatcher) see(ctx context.Context, raw, phase string) {
 		return
 	}
 	a.mu.Lock()
-	isNew := a.order != cmd.ID
-	a.order, a.cmd = cmd.ID, &cmd
+	isNew := a.cmd == nil || a.cmd.ID != cmd.ID
+	a.cmd = &cmd
 	a.mu.Unlock()
 	if isNew {
 		a.log.Info("order received through the API server", "command", cmd.ID, "action", cmd.Action)
@@ -176,7 +175,7 @@ func (a *APIWatcher) see(ctx context.Context, raw, phase string) {
 func (a *APIWatcher) leave(cmd agentwire.Command, phase string) {
 	a.mu.Lock()
 	first := a.over != cmd.ID
-	a.order, a.cmd, a.over = "", nil, cmd.ID
+	a.cmd, a.over = nil, cmd.ID
 	a.mu.Unlock()
 	if first {
 		a.log.Info("not carrying out the order on the NodeFence: its fence is over (the order was left behind, not given again)",
@@ -220,10 +219,10 @@ func (a *APIWatcher) retake(ctx context.Context) {
 
 func (a *APIWatcher) answer(ctx context.Context) {
 	a.mu.Lock()
-	order, reported := a.order, a.reported
+	cmd, reported := a.cmd, a.reported
 	a.mu.Unlock()
 	st := a.cmds.Status()
-	if order == "" || st == nil || st.ID != order || reported == st.ID+"/"+st.State {
+	if cmd == nil || st == nil || st.ID != cmd.ID || reported == st.ID+"/"+st.State {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, a.interval)
