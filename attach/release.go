@@ -85,19 +85,67 @@ func (r *Releaser) Release(ctx context.Context, node string, mayForce bool, stay
 		return Result{}, fmt.Errorf("listing volume attachments: %w", err)
 	}
 	r.prune(list.Items)
-	var (
-		res   Result
-		inUse map[string]podUse // read once, when the node has an attachment
-	)
-	for i := range list.Items {
-		va := &list.Items[i]
+	var res Result
+	err := r.releasing(ctx, list.Items, node, stayAfter, &res, func(va *storagev1.VolumeAttachment) error {
+		gone, err := r.releaseOne(ctx, va, mayForce, &res)
+		if err == nil && !gone {
+			res.Remaining = append(res.Remaining, va.Name)
+		}
+		return err
+	})
+	return res, err
+}
+
+// Volume is the volume of one of a node's attachments.
+type Volume struct {
+	// Attachment is the VolumeAttachment's name.
+	Attachment string
+	// Driver and Handle name the volume as its PersistentVolume (or the attachment's inline
+	// spec) does: a CSI volume's driver and volumeHandle, or an in-tree AWS EBS volume's
+	// "kubernetes.io/aws-ebs" and volumeID. Both are "" for another in-tree kind, and when the
+	// PersistentVolume is gone.
+	Driver, Handle string
+}
+
+// InTreeAWSEBS is Volume.Driver for an in-tree awsElasticBlockStore volume.
+const InTreeAWSEBS = "kubernetes.io/aws-ebs"
+
+// Releasing names the volumes of the node's attachments that a Release now would let go: every
+// attachment of the node but those kept for a pod that stays (Result.Kept) and those waiting for
+// a pod still to go (returned in inUse, as Result.InUse). A release step that acts on the
+// volumes themselves (a cloud's force detach) acts on these and on no other: not on a volume a
+// pod left on the node uses, nor on one the node has without an attachment (its root or its
+// own data volume).
+func (r *Releaser) Releasing(ctx context.Context, node string, stayAfter time.Time) (vols []Volume, inUse []string, err error) {
+	var list storagev1.VolumeAttachmentList
+	if err := r.Reader.List(ctx, &list); err != nil {
+		return nil, nil, fmt.Errorf("listing volume attachments: %w", err)
+	}
+	var res Result
+	err = r.releasing(ctx, list.Items, node, stayAfter, &res, func(va *storagev1.VolumeAttachment) error {
+		v, err := r.volumeOf(ctx, va)
+		if err == nil {
+			vols = append(vols, v)
+		}
+		return err
+	})
+	return vols, res.InUse, err
+}
+
+// releasing calls release for every attachment in list of node that a release lets go, and
+// names in res.Kept and res.InUse those it leaves alone: an attachment whose volume a pod still
+// on the node uses, as Release says.
+func (r *Releaser) releasing(ctx context.Context, list []storagev1.VolumeAttachment, node string, stayAfter time.Time, res *Result, release func(*storagev1.VolumeAttachment) error) error {
+	var inUse map[string]podUse // read once, when the node has an attachment
+	for i := range list {
+		va := &list[i]
 		if va.Spec.NodeName != node {
 			continue
 		}
 		if inUse == nil {
 			var err error
 			if inUse, err = r.volumesInUse(ctx, node, stayAfter); err != nil {
-				return res, err
+				return err
 			}
 		}
 		if pv := va.Spec.Source.PersistentVolumeName; pv != nil && va.DeletionTimestamp == nil {
@@ -111,15 +159,35 @@ func (r *Releaser) Release(ctx context.Context, node string, mayForce bool, stay
 				continue
 			}
 		}
-		gone, err := r.releaseOne(ctx, va, mayForce, &res)
-		if err != nil {
-			return res, err
-		}
-		if !gone {
-			res.Remaining = append(res.Remaining, va.Name)
+		if err := release(va); err != nil {
+			return err
 		}
 	}
-	return res, nil
+	return nil
+}
+
+// volumeOf reads the volume of va from its PersistentVolume, or from its inline spec.
+func (r *Releaser) volumeOf(ctx context.Context, va *storagev1.VolumeAttachment) (Volume, error) {
+	v := Volume{Attachment: va.Name}
+	spec := va.Spec.Source.InlineVolumeSpec
+	if name := va.Spec.Source.PersistentVolumeName; name != nil {
+		pv := &corev1.PersistentVolume{}
+		if err := r.Reader.Get(ctx, client.ObjectKey{Name: *name}, pv); err != nil {
+			if apierrors.IsNotFound(err) {
+				return v, nil
+			}
+			return v, fmt.Errorf("reading persistent volume %s of volume attachment %s: %w", *name, va.Name, err)
+		}
+		spec = &pv.Spec
+	}
+	switch {
+	case spec == nil:
+	case spec.CSI != nil:
+		v.Driver, v.Handle = spec.CSI.Driver, spec.CSI.VolumeHandle
+	case spec.AWSElasticBlockStore != nil:
+		v.Driver, v.Handle = InTreeAWSEBS, spec.AWSElasticBlockStore.VolumeID
+	}
+	return v, nil
 }
 
 // podUse is a pod that uses a volume: its namespace/name, and whether it stays on the fenced

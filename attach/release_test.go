@@ -267,3 +267,46 @@ func TestAttachmentsOfPodsLeftOnTheNodeAreKept(t *testing.T) {
 		t.Errorf("attachments left (-want +got):\n%s", diff)
 	}
 }
+
+// TestReleasingNamesTheVolumesReleased: Releasing names the volumes of exactly the attachments a
+// Release would let go, read from their PersistentVolumes (CSI, in-tree AWS EBS) or inline
+// specs, and none of an attachment kept for a pod that stays, waiting for a pod still to go,
+// or of another node; it deletes nothing.
+func TestReleasingNamesTheVolumesReleased(t *testing.T) {
+	tolerates := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	csi := func(name, handle string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: handle}}}}
+	}
+	inline := va("inline", "n1", 0, false)
+	inline.Spec.Source = storagev1.VolumeAttachmentSource{InlineVolumeSpec: &corev1.PersistentVolumeSpec{
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: "vol-0inline"}}}}
+	c := newClient(t,
+		va("kept", "n1", 0, false), csi("pv-kept", "vol-0kept"), podUsing("backup-0", "n1", corev1.PodRunning, tolerates, "data-kept"), claim("data-kept", "pv-kept"),
+		va("busy", "n1", 0, false), csi("pv-busy", "vol-0busy"), podUsing("db-1", "n1", corev1.PodRunning, nil, "data-busy"), claim("data-busy", "pv-busy"),
+		va("free", "n1", 0, false), csi("pv-free", "vol-0free"), podUsing("db-0", "n1", corev1.PodFailed, nil, "data-free"), claim("data-free", "pv-free"),
+		va("intree", "n1", time.Minute, false, finalizer), &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-intree"}, Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/vol-0tree"}}}},
+		inline, va("nopv", "n1", 0, false),
+		va("other", "n2", 0, false), csi("pv-other", "vol-0other"))
+	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return now }}
+	vols, inUse, err := r.Releasing(context.Background(), "n1", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Volume{
+		{Attachment: "free", Driver: "ebs.csi.aws.com", Handle: "vol-0free"},
+		{Attachment: "inline", Driver: "ebs.csi.aws.com", Handle: "vol-0inline"},
+		{Attachment: "intree", Driver: InTreeAWSEBS, Handle: "aws://us-east-1a/vol-0tree"},
+		{Attachment: "nopv"},
+	}
+	if diff := cmp.Diff(want, vols); diff != "" {
+		t.Errorf("volumes released (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"busy (pv-busy, used by db/db-1)"}, inUse); diff != "" {
+		t.Errorf("in use (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"busy", "free", "inline", "intree", "kept", "nopv", "other"}, attachmentsLeft(t, c)); diff != "" {
+		t.Errorf("attachments left (-want +got):\n%s", diff)
+	}
+}

@@ -20,10 +20,13 @@ func volumeMethod(nf *v1alpha1.NodeFence) (v1alpha1.Method, bool) {
 	return v1alpha1.Method{}, false
 }
 
-// detachVolumes is the DetachVolumes step: the provider of the method that asked force-detaches
-// the stopped instance's volumes and reads them back. It never fails the fence (the node's pods
-// are gone by now): an error or a slow detach keeps it pending, saying why, and the step is
-// taken again.
+// detachVolumes is the DetachVolumes step: the provider of the method that asked force-detaches,
+// from the stopped instance, the volumes of the node's attachments that the release lets go
+// (attach.Releaser.Releasing: not those of pods that stay on the node, nor any volume without
+// an attachment, such as the node's own) and reads them back. It waits, as ReleaseAttachments
+// does, while a pod that is to go still uses one. It never fails the fence (the node's pods are
+// gone by now): an error or a slow detach keeps it pending, saying why, and the step is taken
+// again.
 func (r *NodeFenceReconciler) detachVolumes(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
 	m, ok := volumeMethod(nf)
 	if !ok {
@@ -33,7 +36,20 @@ func (r *NodeFenceReconciler) detachVolumes(ctx context.Context, nf *v1alpha1.No
 	if !ok {
 		return pending(retryRelease, ReasonNoProvider, "no provider of method type %s releases volumes", m.Type)
 	}
-	st, err := rel.ReleaseVolumes(ctx, providers.Request{Fence: nf, Method: m, Now: r.now()})
+	vols, inUse, err := r.Attachments.Releasing(ctx, nf.Spec.NodeName, fencedAt(nf))
+	if err != nil {
+		return pending(retryRelease, ReasonAPIError, "reading the node's volume attachments: %v", err)
+	}
+	if len(inUse) > 0 && (stepEnabled(nf, v1alpha1.StepTaint) || stepEnabled(nf, v1alpha1.StepDeletePods)) {
+		return pending(retryRelease, ReasonAttachmentsRemaining,
+			"waiting for the pods still on the node that use the volumes of %s to go before detaching them: %s",
+			countOf(len(inUse), "volume attachment"), firstFew(inUse))
+	}
+	req := providers.Request{Fence: nf, Method: m, Now: r.now()}
+	for _, v := range vols {
+		req.Volumes = append(req.Volumes, providers.Volume{Attachment: v.Attachment, Driver: v.Driver, Handle: v.Handle})
+	}
+	st, err := rel.ReleaseVolumes(ctx, req)
 	if err != nil {
 		msg := err.Error()
 		if hint := providers.HintOf(err); hint != "" {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	attachercontroller "github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -27,11 +28,14 @@ type cloud struct {
 	answers []providers.Status
 	errs    []error
 	calls   int
+	// volumes is what the last call was handed.
+	volumes []providers.Volume
 }
 
-func (c *cloud) ReleaseVolumes(context.Context, providers.Request) (providers.Status, error) {
+func (c *cloud) ReleaseVolumes(_ context.Context, req providers.Request) (providers.Status, error) {
 	i := min(c.calls, len(c.answers)-1)
 	c.calls++
+	c.volumes = req.Volumes
 	var err error
 	if i < len(c.errs) {
 		err = c.errs[i]
@@ -95,6 +99,44 @@ func TestDetachVolumesStep(t *testing.T) {
 	}
 }
 
+// TestDetachVolumesOnlyOfTheAttachmentsReleased: the DetachVolumes step hands the provider the
+// volumes of the node's attachments the release lets go, and not the volume of a pod that stays
+// on the node (tolerating the out-of-service taint); while a pod that is to go still uses a
+// volume (the policy's deletePods off: Kubernetes' eviction deletes it), the step waits for it
+// and detaches nothing.
+func TestDetachVolumesOnlyOfTheAttachmentsReleased(t *testing.T) {
+	c := &cloud{answers: []providers.Status{{State: providers.Confirmed, Message: "detached"}}}
+	w := awsWorld(t, true, c)
+	ctx := context.Background()
+	pod := giveDBVolume(t, w, func(r *v1alpha1.Release) { r.DeletePods = ptr.To(false) })
+	ebs := func(pv, handle string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pv}, Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: handle}}}}
+	}
+	for _, o := range append(backupPod(), ebs("pv-db-0", "vol-0db0"), ebs("pv-backup", "vol-0bac")) {
+		if err := w.c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.ticks = 20
+	got, ended := w.advance(t)
+	last := got.Status.Steps[len(got.Status.Steps)-1]
+	if ended || last.Name != v1alpha1.StepDetachVolumes || !strings.Contains(last.Message, "va-db-0 (pv-db-0, used by db/db-0)") || c.calls > 0 {
+		t.Fatalf("with db-0 still on the node: phase %s, last step %s %s: %s, %d detach calls; want DetachVolumes waiting for db-0, nothing detached",
+			got.Status.Phase, last.Name, last.State, last.Message, c.calls)
+	}
+	if err := w.c.Delete(ctx, pod); err != nil { // Kubernetes' eviction and PodGC
+		t.Fatal(err)
+	}
+	if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("phase %s once db-0 is gone, want Released\n%s", nf.Status.Phase, goldenTrace(nf))
+	}
+	want := []providers.Volume{{Attachment: "va-db-0", Driver: "ebs.csi.aws.com", Handle: "vol-0db0"}, {Attachment: "va1"}}
+	if diff := cmp.Diff(want, c.volumes); diff != "" {
+		t.Errorf("volumes handed to the provider (-want +got):\n%s", diff)
+	}
+}
+
 // The attachments of a node the Executor fenced (left running, its volumes still mounted) wait
 // for their attacher, however long it reports a detach error: its finalizer is never removed,
 // which would skip the unpublish while the node's kernel may still write. A power fence's node
@@ -150,16 +192,7 @@ func TestAttachmentOfAPodLeftRunningIsKept(t *testing.T) {
 		t.Run(method, func(t *testing.T) {
 			w := newWorld(t, method)
 			ctx := context.Background()
-			for _, o := range []client.Object{
-				&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "backup-0"}, Spec: corev1.PodSpec{NodeName: "n1",
-					Tolerations: []corev1.Toleration{{Key: v1alpha1.TaintOutOfService, Operator: corev1.TolerationOpExists}},
-					Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-backup-0"}}}}},
-					Status: corev1.PodStatus{Phase: corev1.PodRunning}},
-				&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "data-backup-0"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-backup"}},
-				&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-backup"}, Spec: storagev1.VolumeAttachmentSpec{NodeName: "n1", Attacher: "x.csi",
-					Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-backup")}}},
-			} {
+			for _, o := range backupPod() {
 				if err := w.c.Create(ctx, o); err != nil {
 					t.Fatal(err)
 				}
@@ -230,11 +263,33 @@ func TestAttachmentsOfPodsNothingRemovesAreKept(t *testing.T) {
 	}
 }
 
+// backupPod is pod backup-0 on n1, tolerating the out-of-service taint (it stays), with its
+// claim data-backup-0, bound to pv-backup (not created), attached to n1 as va-backup.
+func backupPod() []client.Object {
+	return []client.Object{
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "backup-0"}, Spec: corev1.PodSpec{NodeName: "n1",
+			Tolerations: []corev1.Toleration{{Key: v1alpha1.TaintOutOfService, Operator: corev1.TolerationOpExists}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-backup-0"}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "data-backup-0"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-backup"}},
+		&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-backup"}, Spec: storagev1.VolumeAttachmentSpec{NodeName: "n1", Attacher: "x.csi",
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-backup")}}},
+	}
+}
+
 // withDBVolume is an IPMI world whose fence's release settings edit sets, and whose pod db-0 on
-// n1 uses claim data-db-0, bound to pv-db-0, attached to n1 as va-db-0.
+// n1 uses claim data-db-0, bound to pv-db-0, attached to n1 as va-db-0 (giveDBVolume).
 func withDBVolume(t *testing.T, edit func(*v1alpha1.Release)) (*world, *corev1.Pod) {
 	t.Helper()
 	w := newWorld(t, "ipmi")
+	return w, giveDBVolume(t, w, edit)
+}
+
+// giveDBVolume has w's fence's release settings edited by edit, and w's pod db-0 on n1 use
+// claim data-db-0, bound to pv-db-0 (not created), attached to n1 as va-db-0; it returns db-0.
+func giveDBVolume(t *testing.T, w *world, edit func(*v1alpha1.Release)) *corev1.Pod {
+	t.Helper()
 	ctx := context.Background()
 	nf := &v1alpha1.NodeFence{}
 	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
@@ -261,5 +316,5 @@ func withDBVolume(t *testing.T, edit func(*v1alpha1.Release)) (*world, *corev1.P
 			t.Fatal(err)
 		}
 	}
-	return w, pod
+	return pod
 }

@@ -80,6 +80,17 @@ type Request struct {
 	// fence's own (Fence.Status.Token): whoever carries the lift out then refuses a late copy
 	// of the fence's commands. 0 when no token could be drawn.
 	LiftToken int64
+	// Volumes are the volumes of the node's attachments being released (ReleaseVolumes only):
+	// those the release lets go, not those kept for a pod that stays on the node. A volume
+	// release acts on these and no other.
+	Volumes []Volume
+}
+
+// Volume is a volume of one of the node's VolumeAttachments: the attachment's name, and the
+// volume's CSI driver and volume handle (for an in-tree volume, its plugin's name, such as
+// "kubernetes.io/aws-ebs", and its ID; both "" when unknown).
+type Volume struct {
+	Attachment, Driver, Handle string
 }
 
 // Node is the name of the node being fenced.

@@ -175,7 +175,7 @@ func releaseSteps(p *v1alpha1.FencingPolicy, node string) []string {
 	}
 	for _, m := range p.Spec.Methods {
 		if m.Type == v1alpha1.MethodAWS && m.AWS != nil && m.AWS.ForceDetachVolumes {
-			steps = append(steps, "if method "+m.Name+" confirmed the fence: force-detach the instance's EBS volumes")
+			steps = append(steps, "if method "+m.Name+" confirmed the fence: force-detach from the stopped instance the EBS volumes of the VolumeAttachments being released")
 			break
 		}
 	}

@@ -346,10 +346,13 @@ type AWSMethod struct {
 	Endpoint string `json:"endpoint,omitempty"`
 
 	// ForceDetachVolumes adds a release step, DetachVolumes, once this method's fence is
-	// confirmed and the node's pods are deleted: every EBS volume attached to the stopped
-	// instance is detached with Force (DetachVolume) and read back "available" before the
-	// node's VolumeAttachments are released, so that the volumes attach elsewhere at once
-	// even when the instance is impaired. Needs ec2:DescribeVolumes and ec2:DetachVolume.
+	// confirmed and the node's pods are deleted: the EBS volumes of the node's
+	// VolumeAttachments being released (volume handles "vol-…", as the EBS CSI driver's and
+	// in-tree IDs are) are detached from the stopped instance with Force (DetachVolume) and
+	// read back before the attachments are released, so that the volumes attach elsewhere at
+	// once even when the instance is impaired. No other volume is detached: not the root,
+	// not the node's own data volume, not the volume of a pod that stays on the node. Needs
+	// ec2:DescribeVolumes and ec2:DetachVolume.
 	// +optional
 	ForceDetachVolumes bool `json:"forceDetachVolumes,omitempty"`
 }

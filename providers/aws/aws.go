@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -140,11 +142,14 @@ func hibernated(r *ec2types.StateReason) bool {
 	return strings.Contains(strings.ToLower(awssdk.ToString(r.Code)+" "+awssdk.ToString(r.Message)), "hibernat")
 }
 
-// ReleaseVolumes force-detaches every EBS volume EC2 lists as attached to the node's instance
-// (DetachVolume with Force; a volume already detaching is left to finish) but its root volume,
-// and is Confirmed only when DescribeVolumes lists none but the root attached to it any more.
-// The root volume holds the machine's system, not a workload's data, and an instance without
-// it cannot start again: the recovery's power-on would fail.
+// ReleaseVolumes force-detaches from the node's instance the EBS volumes of the node's
+// attachments being released (Request.Volumes, by ebsVolumes; DetachVolume with Force; a volume
+// already detaching is left to finish), and is Confirmed only when DescribeVolumes lists none of
+// them attached to the instance any more. Every other volume attached to the instance stays:
+// its root volume (the machine's system: without it the recovery's power-on fails), the node's
+// own data volume (container images, the kubelet's state: Bottlerocket's second volume), and
+// the volumes of pods that stay on the node (Request.Volumes leaves them out). A volume of
+// Request.Volumes that EC2 does not list attached to the instance is nothing to detach.
 func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (providers.Status, error) {
 	t, err := p.BoundTarget(ctx, req) // only the instance the fence stopped
 	if providers.ReasonOf(err) == providers.ReasonTargetChanged {
@@ -152,6 +157,11 @@ func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (p
 	}
 	if err != nil {
 		return providers.Status{}, err
+	}
+	wanted := ebsVolumes(req.Volumes)
+	if len(wanted) == 0 {
+		return providers.Status{State: providers.Confirmed, Message: fmt.Sprintf(
+			"no attachment being released names an EBS volume (%s): nothing detached from instance %s", countVolumes(len(req.Volumes)), t.InstanceID)}, nil
 	}
 	var root string
 	err = p.call(ctx, t, "reading the root device of", func(ctx context.Context, c *ec2.Client) error {
@@ -173,6 +183,7 @@ func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (p
 		return providers.Status{}, err
 	}
 	var attached []ec2types.Volume
+	kept := 0
 	err = p.call(ctx, t, "listing the EBS volumes of", func(ctx context.Context, c *ec2.Client) error {
 		pages := ec2.NewDescribeVolumesPaginator(c, &ec2.DescribeVolumesInput{
 			Filters: []ec2types.Filter{{Name: awssdk.String("attachment.instance-id"), Values: []string{t.InstanceID}}}})
@@ -182,8 +193,10 @@ func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (p
 				return err
 			}
 			for _, v := range out.Volumes {
-				if !isRoot(v, t.InstanceID, root) {
+				if wanted[awssdk.ToString(v.VolumeId)] && !isRoot(v, t.InstanceID, root) {
 					attached = append(attached, v)
+				} else {
+					kept++
 				}
 			}
 		}
@@ -192,8 +205,13 @@ func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (p
 	if err != nil {
 		return providers.Status{}, err
 	}
+	left := ""
+	if kept > 0 {
+		left = fmt.Sprintf("; %s of the instance left attached (its root, the node's own, those of pods that stay)", countVolumes(kept))
+	}
 	if len(attached) == 0 {
-		return providers.Status{State: providers.Confirmed, Message: fmt.Sprintf("no EBS volume is attached to instance %s any more", t.InstanceID)}, nil
+		return providers.Status{State: providers.Confirmed, Message: fmt.Sprintf("none of EBS volumes %s is attached to instance %s any more%s",
+			strings.Join(slices.Sorted(maps.Keys(wanted)), ", "), t.InstanceID, left)}, nil
 	}
 	var detaching, ordered []string
 	for _, v := range attached {
@@ -213,11 +231,43 @@ func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (p
 			ordered = append(ordered, vol)
 		}
 	}
-	msg := fmt.Sprintf("waiting for EBS volumes %s to detach from instance %s", strings.Join(detaching, ", "), t.InstanceID)
+	msg := fmt.Sprintf("waiting for EBS volumes %s to detach from instance %s%s", strings.Join(detaching, ", "), t.InstanceID, left)
 	if len(ordered) > 0 {
 		msg = fmt.Sprintf("force-detached EBS volumes %s from instance %s; %s", strings.Join(ordered, ", "), t.InstanceID, msg)
 	}
 	return providers.Status{State: providers.InProgress, Reason: "VolumesDetaching", Message: msg, RetryAfter: detachRecheck}, nil
+}
+
+// ebsVolumes picks the EBS volume IDs among the volumes of the node's attachments: a handle
+// that is an EBS volume ID, "vol-" and hexadecimal digits, as the EBS CSI driver's handles and
+// in-tree awsElasticBlockStore IDs are (the latter also as "aws://<zone>/vol-…"), whatever the
+// driver's name (a driver renamed or wrapped still names the volume): EC2 then says whether
+// that volume is attached to the stopped instance, and only then is it detached.
+func ebsVolumes(vols []providers.Volume) map[string]bool {
+	ids := map[string]bool{}
+	for _, v := range vols {
+		h := v.Handle
+		if rest, ok := strings.CutPrefix(h, "aws://"); ok {
+			_, h, _ = strings.Cut(rest, "/")
+		}
+		if isVolumeID(h) {
+			ids[h] = true
+		}
+	}
+	return ids
+}
+
+// isVolumeID says whether s is an EBS volume ID: "vol-" and hexadecimal digits.
+func isVolumeID(s string) bool {
+	hex, ok := strings.CutPrefix(s, "vol-")
+	return ok && hex != "" && strings.Trim(hex, "0123456789abcdef") == ""
+}
+
+func countVolumes(n int) string {
+	if n == 1 {
+		return "1 volume"
+	}
+	return fmt.Sprintf("%d volumes", n)
 }
 
 // isRoot says whether the volume is attached to the instance as its root device root.

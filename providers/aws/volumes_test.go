@@ -17,29 +17,51 @@ import (
 	"palisade.dev/palisade/test/testbed/ec2sim"
 )
 
-// TestForceDetachConfirmedAvailable: the instance's EBS volumes are detached with Force and
-// the release is confirmed only once DescribeVolumes lists none attached to it; a volume stuck
-// detaching is not detached twice and keeps the release in progress; another instance's volume
-// and an available one are left alone, and so is the instance's root volume (without it the
-// instance could not start again).
+// released is what the release step hands ReleaseVolumes: the volumes of the node's attachments
+// being released, as the EBS CSI driver names them.
+func released(vols ...string) []providers.Volume {
+	var out []providers.Volume
+	for _, v := range vols {
+		out = append(out, providers.Volume{Attachment: "csi-" + v, Driver: "ebs.csi.aws.com", Handle: v})
+	}
+	return out
+}
+
+// TestForceDetachConfirmedAvailable: the EBS volumes of the node's attachments being released are
+// detached from the instance with Force, and the release is confirmed only once DescribeVolumes
+// lists none of them attached to it; a volume stuck detaching is not detached twice and keeps
+// the release in progress. Every other volume is left alone: the instance's own data volume
+// and the volume of a pod that stays on the node (attached, but not among the attachments
+// released), the instance's root volume (without it the instance could not start again, even
+// if an attachment named it), another instance's volume that an attachment names, and an
+// available one.
 func TestForceDetachConfirmedAvailable(t *testing.T) {
 	const other = "i-00000000000000001"
 	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance, other},
-		Volumes:     map[string]string{"vol-0aaa": instance, "vol-0bbb": instance, "vol-0ccc": other, "vol-0ddd": ""},
+		Volumes: map[string]string{"vol-0aaa": instance, "vol-0bbb": instance, "vol-0ccc": other, "vol-0ddd": "",
+			"vol-0f00": instance, "vol-0f01": instance},
 		RootVolumes: map[string]string{"vol-0eee": instance}})
 	ep.SetStuckDetaching(true)
 	s := newScene(t, ep, providerID, "", nil)
 	ctx := context.Background()
-	st, err := s.p.ReleaseVolumes(ctx, s.req(1, false))
-	if err != nil || st.State != providers.InProgress || !strings.Contains(st.Message, "force-detached EBS volumes vol-0aaa, vol-0bbb from instance "+instance) {
-		t.Fatalf("ReleaseVolumes = %+v, %v; want InProgress naming both volumes", st, err)
+	req := func(attempt int32) providers.Request {
+		r := s.req(attempt, false)
+		r.Volumes = append(released("vol-0aaa", "vol-0ccc", "vol-0ddd", "vol-0eee"),
+			providers.Volume{Attachment: "csi-intree", Driver: "kubernetes.io/aws-ebs", Handle: "aws://us-east-1a/vol-0bbb"},
+			providers.Volume{Attachment: "csi-nfs", Driver: "nfs.csi.k8s.io", Handle: "server/export#vol-0f00"})
+		return r
 	}
-	st, err = s.p.ReleaseVolumes(ctx, s.req(2, false))
+	st, err := s.p.ReleaseVolumes(ctx, req(1))
+	if err != nil || st.State != providers.InProgress || !strings.Contains(st.Message, "force-detached EBS volumes vol-0aaa, vol-0bbb from instance "+instance) ||
+		!strings.Contains(st.Message, "3 volumes of the instance left attached") {
+		t.Fatalf("ReleaseVolumes = %+v, %v; want InProgress naming both volumes, 3 left attached", st, err)
+	}
+	st, err = s.p.ReleaseVolumes(ctx, req(2))
 	if err != nil || st.State != providers.InProgress || strings.Contains(st.Message, "force-detached") || !strings.Contains(st.Message, "waiting for EBS volumes vol-0aaa, vol-0bbb") {
 		t.Fatalf("ReleaseVolumes while detaching = %+v, %v; want InProgress, waiting, nothing sent again", st, err)
 	}
 	ep.SetStuckDetaching(false)
-	st, err = s.p.ReleaseVolumes(ctx, s.req(3, false))
+	st, err = s.p.ReleaseVolumes(ctx, req(3))
 	if err != nil || st.State != providers.Confirmed {
 		t.Fatalf("ReleaseVolumes once detached = %+v, %v; want Confirmed", st, err)
 	}
@@ -54,12 +76,36 @@ func TestForceDetachConfirmedAvailable(t *testing.T) {
 	}
 	slices.Sort(detached)
 	if !slices.Equal(detached, []string{"vol-0aaa", "vol-0bbb"}) {
-		t.Errorf("volumes detached %v, want each of the instance's once", detached)
+		t.Errorf("volumes detached %v, want each of the released attachments' once", detached)
 	}
-	for vol, want := range map[string]string{"vol-0aaa": "available", "vol-0bbb": "available", "vol-0ccc": "in-use", "vol-0ddd": "available", "vol-0eee": "in-use"} {
+	for vol, want := range map[string]string{"vol-0aaa": "available", "vol-0bbb": "available", "vol-0ccc": "in-use", "vol-0ddd": "available",
+		"vol-0eee": "in-use", "vol-0f00": "in-use", "vol-0f01": "in-use"} {
 		if got := ep.VolumeState(vol); got != want {
 			t.Errorf("volume %s: %s, want %s", vol, got, want)
 		}
+	}
+}
+
+// TestForceDetachNothingReleased: with no attachment being released that names an EBS volume
+// (every pod's volume kept, or the node had none), nothing is detached, EC2 is not even asked,
+// and the step is confirmed: the instance's volumes, its own data volume among them, stay.
+func TestForceDetachNothingReleased(t *testing.T) {
+	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance}, Volumes: map[string]string{"vol-0aaa": instance}})
+	s := newScene(t, ep, providerID, "", nil)
+	for name, vols := range map[string][]providers.Volume{"none": nil,
+		"not EBS": {{Attachment: "csi-x", Driver: "rwo.csi.example.com", Handle: "vol-db-0"}, {Attachment: "csi-y"}}} {
+		req := s.req(1, false)
+		req.Volumes = vols
+		st, err := s.p.ReleaseVolumes(context.Background(), req)
+		if err != nil || st.State != providers.Confirmed || !strings.Contains(st.Message, "nothing detached") {
+			t.Errorf("%s: ReleaseVolumes = %+v, %v; want Confirmed, nothing detached", name, st, err)
+		}
+	}
+	for _, c := range ep.Calls() {
+		t.Errorf("EC2 got %s %+v", c.Action, c)
+	}
+	if got := ep.VolumeState("vol-0aaa"); got != "in-use" {
+		t.Errorf("volume vol-0aaa: %s, want in-use", got)
 	}
 }
 
@@ -68,7 +114,9 @@ func TestForceDetachConfirmedAvailable(t *testing.T) {
 func TestForceDetachRefusedSaysWhy(t *testing.T) {
 	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance}, Volumes: map[string]string{"vol-0aaa": instance}})
 	s := newScene(t, ep, providerID, "not-the-secret-key", nil)
-	st, err := s.p.ReleaseVolumes(context.Background(), s.req(1, false))
+	req := s.req(1, false)
+	req.Volumes = released("vol-0aaa")
+	st, err := s.p.ReleaseVolumes(context.Background(), req)
 	if err == nil || providers.ReasonOf(err) != providers.ReasonCloudAuthFailed || st.State == providers.Confirmed {
 		t.Errorf("ReleaseVolumes with wrong keys = %+v, %v; want a CloudAuthFailed error", st, err)
 	}
@@ -87,6 +135,7 @@ func TestForceDetachOnlyOfTheInstanceStopped(t *testing.T) {
 		Volumes: map[string]string{"vol-0aaa": instance, "vol-0ccc": other}})
 	s := newScene(t, ep, "aws:///us-east-1a/"+other, "", nil)
 	req := s.req(1, false)
+	req.Volumes = released("vol-0aaa", "vol-0ccc")
 	stopped, err := newScene(t, ep, providerID, "", nil).p.FenceTarget(context.Background(), req) // before: node-1 on instance
 	if err != nil || !strings.Contains(stopped, instance) {
 		t.Fatalf("FenceTarget = %q, %v; want instance %s", stopped, err, instance)
@@ -127,6 +176,7 @@ func TestForceDetachAfterTheNodeIsGone(t *testing.T) {
 	gone := aws.New(reader) // the Node is deleted: only the Secret is left
 	withRecord := func(target string) providers.Request {
 		req := s.req(1, false)
+		req.Volumes = released("vol-0aaa")
 		req.Fence.Status.Steps = []v1alpha1.Step{
 			{Name: v1alpha1.StepPowerOff, Method: s.method.Name, State: v1alpha1.StepSucceeded, Target: target},
 			{Name: v1alpha1.StepDetachVolumes, Method: s.method.Name, State: v1alpha1.StepStarted}}

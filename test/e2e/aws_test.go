@@ -23,6 +23,11 @@ import (
 
 const awsInstance = "i-0a1b2c3d4e5f60718"
 
+// nodeOwnVolume is an EBS volume of the node's own (its container images and the kubelet's
+// state, as Bottlerocket's second volume), attached to its instance with no attachment in the
+// API: forceDetachVolumes must leave it, or the recovery's power-on boots a broken node.
+const nodeOwnVolume = "vol-0a11"
+
 // instancePower is an EC2 instance as a simulated node's power supply: the node runs while
 // its instance does (stopping included: its OS may still run).
 type instancePower struct{ ep *ec2sim.Endpoint }
@@ -36,8 +41,9 @@ func (p instancePower) PoweredOn() (bool, error) { return p.ep.Running(awsInstan
 // secret in it, and release nothing; then a forced stop read back as "stopped" releases the
 // node.
 func TestAWSFencing(t *testing.T) {
-	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{awsInstance}, Volumes: map[string]string{"vol-0db0": awsInstance}})
+	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{awsInstance}, Volumes: map[string]string{"vol-0db0": awsInstance, nodeOwnVolume: awsInstance}})
 	env := startScene(t, scenario.Options{
+		VolumeHandle: "vol-0db0",
 		Node: func(i int, so *simnode.Options) {
 			if i == 1 {
 				so.Power = instancePower{ep}
@@ -139,6 +145,9 @@ func TestAWSFencing(t *testing.T) {
 		if got := ep.VolumeState("vol-0db0"); got != "available" || !detached {
 			t.Errorf("volume vol-0db0 %s, forced DetachVolume %v: want available after a forced detach", got, detached)
 		}
+		if got := ep.VolumeState(nodeOwnVolume); got != "in-use" {
+			t.Errorf("the node's own volume %s is %s after the release, want in-use (no attachment of the node names it)", nodeOwnVolume, got)
+		}
 		pod := &corev1.Pod{}
 		if err := env.Cluster.Client.Get(ctx, client.ObjectKeyFromObject(w.Pod), pod); err == nil && pod.UID == w.Pod.UID {
 			t.Errorf("the database pod %s still exists after the release", w.Pod.Name)
@@ -170,10 +179,11 @@ func waitNodeReady(t *testing.T, env *scenario.Env, name string) {
 // the instance with no Node to read: it acts on the instance the fence recorded before its
 // stop, and the fence is released.
 func TestDeletingAnAWSNodeDetachesItsVolumes(t *testing.T) {
-	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{awsInstance}, Volumes: map[string]string{"vol-0db0": awsInstance}})
+	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{awsInstance}, Volumes: map[string]string{"vol-0db0": awsInstance, nodeOwnVolume: awsInstance}})
 	ep.SetStuckDetaching(true)
 	env := startScene(t, scenario.Options{
 		LeaseTimeout: 10 * time.Minute, // the deletion, not the detectors, fences the node
+		VolumeHandle: "vol-0db0",
 		Node: func(i int, so *simnode.Options) {
 			if i == 1 {
 				so.Power = instancePower{ep}
@@ -222,6 +232,9 @@ func TestDeletingAnAWSNodeDetachesItsVolumes(t *testing.T) {
 	}
 	if got := ep.VolumeState("vol-0db0"); got != "available" || !detached {
 		t.Errorf("volume vol-0db0 %s, forced DetachVolume %v: want available after a forced detach", got, detached)
+	}
+	if got := ep.VolumeState(nodeOwnVolume); got != "in-use" {
+		t.Errorf("the node's own volume %s is %s after the release, want in-use (no attachment of the node names it)", nodeOwnVolume, got)
 	}
 	if !slices.Contains(trace(nf), "DetachVolumes:Succeeded") {
 		t.Errorf("step trace %v: want DetachVolumes:Succeeded", trace(nf))

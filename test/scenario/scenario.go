@@ -56,7 +56,10 @@ type Options struct {
 	CSIAddons bool
 	// AgentInterval is the agents' heartbeat interval; default 1s (the agent's default).
 	AgentInterval time.Duration
-	Logf          func(format string, args ...any)
+	// VolumeHandle is the database's volume handle (its CSI PersistentVolume's), such as the
+	// EBS volume ID a cloud's test bed holds; default "vol-db-0".
+	VolumeHandle string
+	Logf         func(format string, args ...any)
 }
 
 // Node is a simulated node and its BMC.

@@ -37,7 +37,7 @@ type Workload struct {
 // and kube-controller-manager's attach-detach controller has attached its volume to node.
 func (e *Env) DeployDatabase(ctx context.Context, first *Node) (*Workload, error) {
 	c := e.Cluster.Client
-	if err := c.Create(ctx, persistentVolume()); err != nil {
+	if err := c.Create(ctx, persistentVolume(e.opts.VolumeHandle)); err != nil {
 		return nil, fmt.Errorf("creating persistent volume: %w", err)
 	}
 	others := e.otherNodes(first)
@@ -149,7 +149,10 @@ func (e *Env) waitAttachment(ctx context.Context, node string, timeout time.Dura
 	return found, nil
 }
 
-func persistentVolume() *corev1.PersistentVolume {
+func persistentVolume(handle string) *corev1.PersistentVolume {
+	if handle == "" {
+		handle = "vol-db-0"
+	}
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: VolumeName},
 		Spec: corev1.PersistentVolumeSpec{
@@ -159,7 +162,7 @@ func persistentVolume() *corev1.PersistentVolume {
 			ClaimRef:                      &corev1.ObjectReference{Namespace: Namespace, Name: ClaimName},
 			StorageClassName:              "",
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: CSIDriver, VolumeHandle: "vol-db-0",
+				Driver: CSIDriver, VolumeHandle: handle,
 			}},
 		},
 	}
