@@ -10,7 +10,7 @@ import (
 
 // fenceMemory is what the reconciler keeps of each NodeFence between its reconciles and does
 // not write to the record: the resourceVersion of its own last write (ownwrites.go) and the
-// verify-window passes taken since the record was last written (quiet.go). It is kept by fence
+// passes of a verify window or a waiting release step taken since the record was last written (quiet.go). It is kept by fence
 // name and belongs to one fence: a fence deleted and made again under its name starts from
 // nothing. It is forgotten when the fence is deleted, and a new leader starts from nothing.
 type fenceMemory struct {
@@ -94,16 +94,17 @@ func (f *fenceMemory) settle(fresh *v1alpha1.NodeFence) {
 	}
 }
 
-// addPasses counts n more unwritten passes of nf.
-func (f *fenceMemory) addPasses(nf *v1alpha1.NodeFence, n int32) {
-	if n <= 0 {
-		return
-	}
+// addPasses counts n more unwritten passes of nf and returns how many there are now.
+func (f *fenceMemory) addPasses(nf *v1alpha1.NodeFence, n int32) int32 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.of(nf)
+	if n <= 0 {
+		return e.passes
+	}
 	e.passes += n
 	f.keep(nf.Name, e)
+	return e.passes
 }
 
 // takePasses returns the unwritten passes of nf and forgets them.

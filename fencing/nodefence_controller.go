@@ -257,11 +257,13 @@ func (r *NodeFenceReconciler) drawToken(ctx context.Context, nf *v1alpha1.NodeFe
 
 // takeAndRecord takes the last recorded step and records its outcome.
 func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.NodeFence, a action) (ctrl.Result, bool, error) {
-	var before *v1alpha1.NodeFenceStatus // for a pass of the verify window: the record as read
-	if a.step == v1alpha1.StepVerifyFenced {
+	s := lastStep(nf)
+	resumed := releaseStep(s.Name) && !r.memory.begunHere(nf)
+	var before *v1alpha1.NodeFenceStatus // for a pass that may be quiet (quiet.go): the record as read
+	if a.step == v1alpha1.StepVerifyFenced || releaseStep(s.Name) && !resumed {
 		before = nf.Status.DeepCopy()
 	}
-	if s := lastStep(nf); releaseStep(s.Name) && !r.memory.begunHere(nf) {
+	if resumed {
 		// A release step this controller did not begin, resumed from a copy it did not write
 		// (a new leader's cache, behind the old leader's last writes): the step acts before its
 		// end's write would be refused, and the record may since say the node showed life.
@@ -285,7 +287,10 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 	if out.state == v1alpha1.StepStarted {
 		step.Reason, step.Message = out.reason, out.message
 		if before != nil && onlyCounted(before, &nf.Status) {
-			r.memory.addPasses(nf, 1) // nothing new to record (quiet.go)
+			n := r.memory.addPasses(nf, 1) // nothing new to record (quiet.go)
+			if a.step != v1alpha1.StepVerifyFenced && (step.Attempts-1+n)%10 == 0 {
+				r.event(ctx, nf, corev1.EventTypeNormal, ReasonStepRetrying, "%s: %s", step.Name, out.message)
+			}
 			return ctrl.Result{RequeueAfter: out.retry}, false, nil
 		}
 		if step.Attempts == 1 || step.Attempts%10 == 0 {

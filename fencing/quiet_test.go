@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +132,45 @@ func TestQuietPassesBelongToOneFence(t *testing.T) {
 	q.addPasses(first, 4)
 	if got, again := q.takePasses(first), q.takePasses(first); got != 4 || again != 0 {
 		t.Errorf("took %d then %d, want 4 then 0", got, again)
+	}
+}
+
+// A release step that waits — ReleaseAttachments for the attacher of a node the Executor left
+// running, which fails to detach for two minutes — is written when it starts and when its
+// record changes, not once a second: its passes are counted, and it still says StepRetrying
+// every tenth pass.
+func TestWaitingReleaseStepIsNotWrittenEverySecond(t *testing.T) {
+	w := newWorld(t, "executor")
+	attacherHolds(t, w)
+	written := 0
+	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok && stepOf(nf, v1alpha1.StepReleaseAttachments).State == v1alpha1.StepStarted {
+				written++
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	rec := &recorder{}
+	w.r.Recorder = rec
+	w.ticks = 120
+	nf, ended := w.advance(t)
+	s := stepOf(nf, v1alpha1.StepReleaseAttachments)
+	if ended || s.State != v1alpha1.StepStarted {
+		t.Fatalf("phase %s, ReleaseAttachments %s: want it waiting for the attacher\n%s", nf.Status.Phase, s.State, goldenTrace(nf))
+	}
+	passes := w.r.memory.addPasses(nf, 0) + s.Attempts
+	if written > 3 || passes < 60 {
+		t.Errorf("ReleaseAttachments written %d times in %d passes, want at most 3 (its start, its first pass' message)", written, passes)
+	}
+	retrying := 0
+	for _, m := range rec.said(ReasonStepRetrying) {
+		if strings.HasPrefix(m, string(v1alpha1.StepReleaseAttachments)+":") {
+			retrying++
+		}
+	}
+	t.Logf("ReleaseAttachments: %d passes, %d writes, %d StepRetrying events", passes, written, retrying)
+	if want := int(passes)/10 + 1; retrying < want-1 || retrying > want {
+		t.Errorf("%d StepRetrying events for ReleaseAttachments in %d passes, want %d (the first, then every tenth)", retrying, passes, want)
 	}
 }

@@ -153,14 +153,7 @@ func TestStuckAttacherOfARunningNode(t *testing.T) {
 			real, start := time.Now(), w.now
 			w.r.Attachments.Now = func() time.Time { return real.Add(w.now.Sub(start)) }
 			ctx := context.Background()
-			va := &storagev1.VolumeAttachment{}
-			if err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, va); err != nil {
-				t.Fatal(err)
-			}
-			va.Finalizers = []string{attachercontroller.GetFinalizerName(va.Spec.Attacher)}
-			if err := w.c.Update(ctx, va); err != nil {
-				t.Fatal(err)
-			}
+			va := attacherHolds(t, w)
 			w.ticks = 120
 			w.tick = func(*v1alpha1.NodeFence) {
 				// The attacher cannot detach: ControllerUnpublishVolume fails on every try.
@@ -261,6 +254,21 @@ func TestAttachmentsOfPodsNothingRemovesAreKept(t *testing.T) {
 	if err := w.c.Get(ctx, client.ObjectKey{Name: "va-db-0"}, &storagev1.VolumeAttachment{}); err != nil {
 		t.Errorf("db-0's attachment: %v, want it kept", err)
 	}
+}
+
+// attacherHolds gives w's attachment va1 its attacher's finalizer and returns it.
+func attacherHolds(t *testing.T, w *world) *storagev1.VolumeAttachment {
+	t.Helper()
+	ctx := context.Background()
+	va := &storagev1.VolumeAttachment{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, va); err != nil {
+		t.Fatal(err)
+	}
+	va.Finalizers = []string{attachercontroller.GetFinalizerName(va.Spec.Attacher)}
+	if err := w.c.Update(ctx, va); err != nil {
+		t.Fatal(err)
+	}
+	return va
 }
 
 // backupPod is pod backup-0 on n1, tolerating the out-of-service taint (it stays), with its
