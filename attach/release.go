@@ -14,7 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	csitrans "k8s.io/csi-translation-lib"
 
 	attachercontroller "github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
 
@@ -77,8 +80,9 @@ type Releaser struct {
 // the out-of-service taint stays (Result.Kept), and so does one created after stayAfter (the
 // fence's confirmation: not a pod the fence found there, such as a replacement scheduled onto
 // a node left running); any other is to go, and its attachments wait for it (Result.InUse). An
-// attachment already being deleted goes as any other. Attachments of inline volumes (migrated
-// in-tree ones, no PersistentVolume) are not matched to pods.
+// attachment already being deleted goes as any other. An attachment of an inline volume (an
+// in-tree one migrated to CSI, no PersistentVolume) is matched to the pods' inline volumes by
+// the CSI driver and handle their migration gives them (volumeUse).
 func (r *Releaser) Release(ctx context.Context, node string, mayForce bool, stayAfter time.Time) (Result, error) {
 	var list storagev1.VolumeAttachmentList
 	if err := r.Reader.List(ctx, &list); err != nil {
@@ -101,14 +105,12 @@ type Volume struct {
 	// Attachment is the VolumeAttachment's name.
 	Attachment string
 	// Driver and Handle name the volume as its PersistentVolume (or the attachment's inline
-	// spec) does: a CSI volume's driver and volumeHandle, or an in-tree AWS EBS volume's
-	// "kubernetes.io/aws-ebs" and volumeID. Both are "" for another in-tree kind, and when the
-	// PersistentVolume is gone.
+	// spec) does: a CSI volume's driver and volumeHandle, an in-tree volume's as its migration
+	// to CSI translates them (an awsElasticBlockStore's: ebs.csi.aws.com and its vol-… ID).
+	// Both are "" for an in-tree kind without a migration, and when the PersistentVolume is
+	// gone.
 	Driver, Handle string
 }
-
-// InTreeAWSEBS is Volume.Driver for an in-tree awsElasticBlockStore volume.
-const InTreeAWSEBS = "kubernetes.io/aws-ebs"
 
 // Releasing names the volumes of the node's attachments that a Release now would let go: every
 // attachment of the node but those kept for a pod that stays (Result.Kept) and those waiting for
@@ -136,7 +138,7 @@ func (r *Releaser) Releasing(ctx context.Context, node string, stayAfter time.Ti
 // names in res.Kept and res.InUse those it leaves alone: an attachment whose volume a pod still
 // on the node uses, as Release says.
 func (r *Releaser) releasing(ctx context.Context, list []storagev1.VolumeAttachment, node string, stayAfter time.Time, res *Result, release func(*storagev1.VolumeAttachment) error) error {
-	var inUse map[string]podUse // read once, when the node has an attachment
+	var inUse *volumeUse // read once, when the node has an attachment
 	for i := range list {
 		va := &list[i]
 		if va.Spec.NodeName != node {
@@ -148,22 +150,85 @@ func (r *Releaser) releasing(ctx context.Context, list []storagev1.VolumeAttachm
 				return err
 			}
 		}
-		if pv := va.Spec.Source.PersistentVolumeName; pv != nil && va.DeletionTimestamp == nil {
-			if u, used := inUse[*pv]; used {
-				named := fmt.Sprintf("%s (%s, used by %s)", va.Name, *pv, u.pod)
-				if u.stays {
-					res.Kept = append(res.Kept, named)
-				} else {
-					res.InUse = append(res.InUse, named)
-				}
-				continue
+		if u, vol, used := inUse.of(va); used {
+			named := fmt.Sprintf("%s (%s, used by %s)", va.Name, vol, u.pod)
+			if u.stays {
+				res.Kept = append(res.Kept, named)
+			} else {
+				res.InUse = append(res.InUse, named)
 			}
+			continue
 		}
 		if err := release(va); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// volumeUse is the volumes the pods on a node use, each with one such pod (one that stays, if
+// any does): persistent volumes by name, and inline volumes of in-tree plugins by the CSI
+// driver and handle their migration gives them (inlineKey), as the attachments of such volumes
+// name them.
+type volumeUse struct {
+	byPV, byInline map[string]podUse
+}
+
+// of says whether a pod uses va's volume, and names the volume; an attachment already being
+// deleted is not in use (it goes as any other).
+func (u *volumeUse) of(va *storagev1.VolumeAttachment) (podUse, string, bool) {
+	if va.DeletionTimestamp != nil {
+		return podUse{}, "", false
+	}
+	if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
+		p, used := u.byPV[*pv]
+		return p, *pv, used
+	}
+	if key := inlineKey(va.Spec.Source.InlineVolumeSpec); key != "" {
+		p, used := u.byInline[key]
+		return p, "inline " + key, used
+	}
+	return podUse{}, "", false
+}
+
+// add records that pod p uses the volume named key in m, unless a pod that stays already does.
+func (p podUse) add(m map[string]podUse, key string) {
+	if key != "" && !m[key].stays {
+		m[key] = p
+	}
+}
+
+// translator translates in-tree volumes to the CSI ones their migration makes them, as the
+// attach-detach controller and the CSI attacher do.
+var translator = csitrans.New()
+
+// inlineKey names an attachment's inline volume spec by CSI driver and handle ("driver^handle",
+// as Kubernetes names CSI volumes); an in-tree spec is translated first. "" when it has none.
+func inlineKey(spec *corev1.PersistentVolumeSpec) string {
+	if spec == nil {
+		return ""
+	}
+	if spec.CSI == nil {
+		pv, err := translator.TranslateInTreePVToCSI(klog.Background(), &corev1.PersistentVolume{Spec: *spec})
+		if err != nil || pv.Spec.CSI == nil {
+			return ""
+		}
+		spec = &pv.Spec
+	}
+	return spec.CSI.Driver + "^" + spec.CSI.VolumeHandle
+}
+
+// podInlineKey is inlineKey of a pod's inline in-tree volume as its migration translates it;
+// "" for another kind of volume (a claim, a CSI ephemeral volume, which has no attachment).
+func podInlineKey(v *corev1.Volume, namespace string) string {
+	if !translator.IsInlineMigratable(v) {
+		return ""
+	}
+	pv, err := translator.TranslateInTreeInlineVolumeToCSI(klog.Background(), v, namespace)
+	if err != nil {
+		return ""
+	}
+	return inlineKey(&pv.Spec)
 }
 
 // volumeOf reads the volume of va from its PersistentVolume, or from its inline spec.
@@ -180,12 +245,8 @@ func (r *Releaser) volumeOf(ctx context.Context, va *storagev1.VolumeAttachment)
 		}
 		spec = &pv.Spec
 	}
-	switch {
-	case spec == nil:
-	case spec.CSI != nil:
-		v.Driver, v.Handle = spec.CSI.Driver, spec.CSI.VolumeHandle
-	case spec.AWSElasticBlockStore != nil:
-		v.Driver, v.Handle = InTreeAWSEBS, spec.AWSElasticBlockStore.VolumeID
+	if key := inlineKey(spec); key != "" {
+		v.Driver, v.Handle, _ = strings.Cut(key, "^")
 	}
 	return v, nil
 }
@@ -197,13 +258,14 @@ type podUse struct {
 	stays bool
 }
 
-// volumesInUse names the persistent volumes that the pods on node use, each with one such pod
-// (one that stays, if any does), as the attach-detach controller counts them: every pod bound to
-// the node that has not ended (Succeeded or Failed, or deleted with none of its containers
-// running; a pod a fence force-deleted is marked Failed or is gone), through its claims and its
-// generic ephemeral volumes' claims (those the pod owns). The map is never nil.
-func (r *Releaser) volumesInUse(ctx context.Context, node string, stayAfter time.Time) (map[string]podUse, error) {
-	inUse := map[string]podUse{}
+// volumesInUse names the volumes that the pods on node use, each with one such pod (one that
+// stays, if any does), as the attach-detach controller counts them: every pod bound to the node
+// that has not ended (Succeeded or Failed, or deleted with none of its containers running; a
+// pod a fence force-deleted is marked Failed or is gone), through its claims, its generic
+// ephemeral volumes' claims (those the pod owns) and its inline in-tree volumes (migrated to
+// CSI: their attachments carry the translated spec).
+func (r *Releaser) volumesInUse(ctx context.Context, node string, stayAfter time.Time) (*volumeUse, error) {
+	inUse := &volumeUse{byPV: map[string]podUse{}, byInline: map[string]podUse{}}
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)}); err != nil {
 		return nil, fmt.Errorf("listing the pods on node %s: %w", node, err)
@@ -214,7 +276,9 @@ func (r *Releaser) volumesInUse(ctx context.Context, node string, stayAfter time
 			continue
 		}
 		stays := v1alpha1.ToleratesOutOfService(pod.Spec.Tolerations) || !stayAfter.IsZero() && pod.CreationTimestamp.After(stayAfter)
-		for _, v := range pod.Spec.Volumes {
+		use := podUse{pod: pod.Namespace + "/" + pod.Name, stays: stays}
+		for j := range pod.Spec.Volumes {
+			v := &pod.Spec.Volumes[j]
 			var claim string
 			switch {
 			case v.PersistentVolumeClaim != nil:
@@ -222,6 +286,7 @@ func (r *Releaser) volumesInUse(ctx context.Context, node string, stayAfter time
 			case v.Ephemeral != nil:
 				claim = pod.Name + "-" + v.Name // the ephemeral volume controller's name for it
 			default:
+				use.add(inUse.byInline, podInlineKey(v, pod.Namespace))
 				continue
 			}
 			pvc := &corev1.PersistentVolumeClaim{}
@@ -234,9 +299,7 @@ func (r *Releaser) volumesInUse(ctx context.Context, node string, stayAfter time
 			if v.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod) {
 				continue // a claim of that name made for another pod
 			}
-			if pv := pvc.Spec.VolumeName; pv != "" && !inUse[pv].stays {
-				inUse[pv] = podUse{pod: pod.Namespace + "/" + pod.Name, stays: stays}
-			}
+			use.add(inUse.byPV, pvc.Spec.VolumeName)
 		}
 	}
 	return inUse, nil

@@ -297,7 +297,7 @@ func TestReleasingNamesTheVolumesReleased(t *testing.T) {
 	want := []Volume{
 		{Attachment: "free", Driver: "ebs.csi.aws.com", Handle: "vol-0free"},
 		{Attachment: "inline", Driver: "ebs.csi.aws.com", Handle: "vol-0inline"},
-		{Attachment: "intree", Driver: InTreeAWSEBS, Handle: "aws://us-east-1a/vol-0tree"},
+		{Attachment: "intree", Driver: "ebs.csi.aws.com", Handle: "vol-0tree"},
 		{Attachment: "nopv"},
 	}
 	if diff := cmp.Diff(want, vols); diff != "" {
@@ -307,6 +307,47 @@ func TestReleasingNamesTheVolumesReleased(t *testing.T) {
 		t.Errorf("in use (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"busy", "free", "inline", "intree", "kept", "nopv", "other"}, attachmentsLeft(t, c)); diff != "" {
+		t.Errorf("attachments left (-want +got):\n%s", diff)
+	}
+}
+
+// TestInlineVolumesAreMatchedToTheirPods: the attachment of an inline in-tree volume (migrated to
+// CSI: the attach-detach controller names it by the translated spec, CSI or still in-tree) is
+// kept while a pod that stays uses that volume inline, and waits while one that is to go does;
+// another inline volume's attachment is released.
+func TestInlineVolumesAreMatchedToTheirPods(t *testing.T) {
+	tolerates := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	ebsInline := func(pod, node string, phase corev1.PodPhase, tol []corev1.Toleration, id string) *corev1.Pod {
+		p := podUsing(pod, node, phase, tol)
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: id}}}}
+		return p
+	}
+	inline := func(name string, spec corev1.PersistentVolumeSource) *storagev1.VolumeAttachment {
+		v := va(name, "n1", 0, false)
+		v.Spec.Source = storagev1.VolumeAttachmentSource{InlineVolumeSpec: &corev1.PersistentVolumeSpec{PersistentVolumeSource: spec}}
+		return v
+	}
+	csi := func(handle string) corev1.PersistentVolumeSource {
+		return corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: handle}}
+	}
+	c := newClient(t,
+		ebsInline("backup-0", "n1", corev1.PodRunning, tolerates, "aws://us-east-1a/vol-0aaa"), inline("kept", csi("vol-0aaa")),
+		ebsInline("cache-0", "n1", corev1.PodRunning, tolerates, "vol-0bbb"),
+		inline("kept-intree", corev1.PersistentVolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/vol-0bbb"}}),
+		ebsInline("db-0", "n1", corev1.PodRunning, nil, "vol-0ccc"), inline("busy", csi("vol-0ccc")),
+		ebsInline("db-1", "n2", corev1.PodRunning, tolerates, "vol-0ddd"), inline("free", csi("vol-0ddd")))
+	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return now }}
+	got, err := r.Release(context.Background(), "n1", true, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Result{Deleted: 1,
+		Kept:  []string{"kept (inline ebs.csi.aws.com^vol-0aaa, used by db/backup-0)", "kept-intree (inline ebs.csi.aws.com^vol-0bbb, used by db/cache-0)"},
+		InUse: []string{"busy (inline ebs.csi.aws.com^vol-0ccc, used by db/db-0)"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Release (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"busy", "kept", "kept-intree"}, attachmentsLeft(t, c)); diff != "" {
 		t.Errorf("attachments left (-want +got):\n%s", diff)
 	}
 }
