@@ -37,6 +37,10 @@ const (
 	DefaultFlapWindow = time.Hour
 	// retryPowerOn is how often a failed power-on (recovery.powerOn) is tried again.
 	retryPowerOn = 30 * time.Second
+	// retryPowerOnRefused is how often a power-on refused for a reason only a person can
+	// change (credentials, the machine's identity: providers.IsRetryable) is tried again: a
+	// BMC counts failed logins, and many lock the account or the address out after a few.
+	retryPowerOnRefused = 10 * time.Minute
 
 	// Recovered=False reasons: why a released node is still fenced.
 
@@ -195,10 +199,17 @@ func (r *NodeFenceReconciler) restorePower(ctx context.Context, nf *v1alpha1.Nod
 			fmt.Sprintf("recovery.powerOn: no provider that powers machines on is registered for method %s (type %s)", method.Name, method.Type))
 	}
 	if err := p.RestorePower(ctx, r.request(nf, *method)); err != nil {
-		return ctrl.Result{RequeueAfter: retryPowerOn}, false, r.hold(ctx, nf, ReasonPowerOnFailed, fmt.Sprintf(
-			"recovery.powerOn: powering node %s back on through method %s failed (tried again every %s): %v; "+
+		retry, msg := retryPowerOn, err.Error()
+		if !providers.IsRetryable(err) {
+			retry = retryPowerOnRefused
+		}
+		if hint := providers.HintOf(err); hint != "" {
+			msg += " (" + hint + ")"
+		}
+		return ctrl.Result{RequeueAfter: retry}, false, r.hold(ctx, nf, ReasonPowerOnFailed, fmt.Sprintf(
+			"recovery.powerOn: powering node %s back on through method %s failed (tried again every %s): %s; "+
 				"the node is unfenced anyway once it is back with a new boot ID (powered on by hand) or confirmed clean (annotation %s)",
-			nf.Spec.NodeName, method.Name, retryPowerOn, err, v1alpha1.AnnotationUnfenceRequest))
+			nf.Spec.NodeName, method.Name, retry, msg, v1alpha1.AnnotationUnfenceRequest))
 	}
 	now := metav1.NewTime(r.now())
 	nf.Status.PowerRestoredTime = &now

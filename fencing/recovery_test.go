@@ -820,6 +820,41 @@ func TestRecoveryLiftsStorageFences(t *testing.T) {
 	}
 }
 
+// A power-on the BMC refuses for a reason only a person can change (its credentials) is tried
+// again after ten minutes, not every 30 s: a BMC counts failed logins, and many lock the
+// account out after a few. The hold says so, with the provider's hint; an unreachable BMC is
+// tried again every 30 s.
+func TestRefusedPowerOnIsNotHammered(t *testing.T) {
+	for _, tc := range []struct {
+		err   error
+		retry time.Duration
+	}{
+		{providers.WithHint(providers.NewError(providers.ReasonAuthFailed, errors.New("IPMI: authentication failed")), "check the BMC credentials Secret"), retryPowerOnRefused},
+		{providers.NewError(providers.ReasonUnreachable, errors.New("BMC unreachable")), retryPowerOn},
+	} {
+		t.Run(string(providers.ReasonOf(tc.err)), func(t *testing.T) {
+			w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Recovery.PowerOn = true })
+			w.power.InjectError(fake.MethodRestorePower, tc.err)
+			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+			res, err := w.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != tc.retry {
+				t.Errorf("a power-on failed with %v is tried again after %s, want %s", tc.err, res.RequeueAfter, tc.retry)
+			}
+			nf := &v1alpha1.NodeFence{}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+				t.Fatal(err)
+			}
+			c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
+			if c == nil || c.Reason != ReasonPowerOnFailed || !strings.Contains(c.Message, "tried again every "+tc.retry.String()) || !strings.Contains(c.Message, providers.HintOf(tc.err)) {
+				t.Errorf("Recovered %+v: want PowerOnFailed saying when it is tried again and the provider's hint", c)
+			}
+		})
+	}
+}
+
 // recovery.powerOn powers the machine back on through the method that fenced it, once, after
 // the release; a failed power-on is said and tried again; the node is unfenced only once it is
 // back with a new boot ID.
