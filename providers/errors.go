@@ -47,6 +47,9 @@ const (
 	// silent too: the two may reach each other (an island cut off together), and an agent that
 	// reaches a peer does not count itself isolated, so it does not fence itself.
 	ReasonOtherAgentsSilent Reason = "OtherAgentsSilent"
+	// ReasonSelfFenceNotArmed: the SelfFence method cannot rely on the node's agent fencing
+	// itself: never heard, self-fencing off, or slower than the method's safeAfter allows.
+	ReasonSelfFenceNotArmed Reason = "SelfFenceNotArmed"
 	// ReasonCloudAuthFailed: the cloud refused the credentials or the permission (AuthFailure,
 	// UnauthorizedOperation). Not retryable until the credentials or the role change.
 	ReasonCloudAuthFailed Reason = "CloudAuthFailed"

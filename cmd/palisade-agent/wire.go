@@ -32,7 +32,11 @@ func (o options) orders() orders.Config {
 }
 
 func (o options) selfFence() selffence.Config {
-	return selffence.Config{After: o.selfFenceAfter, APIServerHealthz: o.apiServerHealthz, WatchdogDevice: o.watchdogDevice, Interval: o.interval}
+	c := selffence.Config{After: o.selfFenceAfter, APIServerHealthz: o.apiServerHealthz, WatchdogDevice: o.watchdogDevice, Interval: o.interval}
+	if o.criEndpoint != "" {
+		c.TerminateWithin = o.executorTimeout
+	}
+	return c
 }
 
 func (o options) heartbeat(bootID string, probePort int) heartbeat.Config {

@@ -65,7 +65,16 @@ type Report struct {
 	Datagrams bool `json:"datagrams,omitempty"`
 	// DatagramKeyID is the ID of the datagram key the agent holds, empty for none.
 	DatagramKeyID []byte `json:"datagramKeyID,omitempty"`
+	// SelfFenceWithinMillis is how long after the node was last reached (the controller, the
+	// API server, a peer) its agent has fenced itself at the latest: --self-fence-after plus
+	// the time limit of its termination (--executor-timeout). 0: the agent does not fence
+	// itself (self-fencing off, or no container runtime to stop the workload with), and the
+	// SelfFence method must not rely on it. At most MaxSelfFenceWithinMillis.
+	SelfFenceWithinMillis int64 `json:"selfFenceWithinMillis,omitempty"`
 }
+
+// MaxSelfFenceWithinMillis bounds Report.SelfFenceWithinMillis (a day).
+const MaxSelfFenceWithinMillis = 24 * 3600 * 1000
 
 // PeerReport is one probe of a peer.
 type PeerReport struct {
@@ -113,6 +122,9 @@ type Heartbeat struct {
 	// ProbeAddresses are where peers probe this node (its agent's probe port, then its
 	// kubelet's port), empty when it accepts no probes.
 	ProbeAddresses []string
+	// SelfFenceWithin is the Report's SelfFenceWithinMillis: 0 when the agent does not fence
+	// itself.
+	SelfFenceWithin time.Duration
 }
 
 // PeerTarget is a node an agent is to probe, and where.

@@ -99,6 +99,9 @@ type Fencer interface {
 	ProbeAPIServer(ctx context.Context) bool
 	// Observe takes one round's reachability.
 	Observe(ctx context.Context, r Reachability, now time.Time)
+	// Within is how long after the node was last reached it has fenced itself at the latest;
+	// 0 when it does not fence itself (Report.SelfFenceWithinMillis).
+	Within() time.Duration
 }
 
 // Heartbeater checks the kubelet and sends one heartbeat per interval. It logs changes (kubelet
@@ -175,11 +178,16 @@ func (h *Heartbeater) beat(ctx context.Context) {
 	if h.peers != nil {
 		peers, probedBy = h.peers.Reports(), h.peers.ProbedBy(pathWindow*h.interval)
 	}
+	var selfFence time.Duration
+	if h.fence != nil {
+		selfFence = h.fence.Within()
+	}
 	resp, err := h.client.Exchange(sendCtx, agentwire.Report{
 		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, Instance: h.instance, KubeletHealthy: healthy,
 		Peers: peers, ProbedBy: probedBy, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
 		Executor: status, RunningContainers: h.cmds.ReadBack(sendCtx),
 		ProbePort: h.opts.ProbePort, ProbeHost: h.opts.ProbeHost, KubeletPort: h.opts.KubeletPort,
+		SelfFenceWithinMillis: selfFence.Milliseconds(),
 	})
 	cmd := resp.Command
 	if err == nil {

@@ -72,9 +72,12 @@ func (f *fakeProber) ProbedBy(within time.Duration) []agentwire.PeerReport {
 }
 
 type fakeFencer struct {
-	seen []Reachability
-	api  bool // what ProbeAPIServer answers
+	seen   []Reachability
+	api    bool          // what ProbeAPIServer answers
+	within time.Duration // what Within answers
 }
+
+func (f *fakeFencer) Within() time.Duration { return f.within }
 
 func (f *fakeFencer) ProbeAPIServer(context.Context) bool { return f.api }
 func (f *fakeFencer) Observe(_ context.Context, r Reachability, _ time.Time) {
@@ -119,7 +122,7 @@ func TestBeat(t *testing.T) {
 			outcome{Interval: time.Second, Seen: []Reachability{{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			x, o, p, f := &fakeExchanger{resp: tc.resp, err: tc.err}, &fakeOrders{}, &fakeProber{}, &fakeFencer{}
+			x, o, p, f := &fakeExchanger{resp: tc.resp, err: tc.err}, &fakeOrders{}, &fakeProber{}, &fakeFencer{within: 150 * time.Second}
 			h := New(Config{Node: "a", BootID: "boot", Interval: time.Second, CallTimeout: time.Second, KubeletHealthz: kubelet.URL,
 				ProbePort: 9444, KubeletPort: 10250}, x, o, f, p, logr.Discard())
 			h.beat(t.Context())
@@ -131,7 +134,8 @@ func TestBeat(t *testing.T) {
 				t.Fatalf("%d reports sent, want 1", len(x.sent))
 			}
 			r := x.sent[0]
-			if r.Node != "a" || r.BootID != "boot" || r.Seq != 1 || !r.KubeletHealthy || r.ProbePort != 9444 || r.KubeletPort != 10250 || r.IntervalMillis != 1000 {
+			if r.Node != "a" || r.BootID != "boot" || r.Seq != 1 || !r.KubeletHealthy || r.ProbePort != 9444 || r.KubeletPort != 10250 || r.IntervalMillis != 1000 ||
+				r.SelfFenceWithinMillis != 150_000 {
 				t.Errorf("report %+v", r)
 			}
 			// Seq orders one process's heartbeats: each Heartbeater names itself apart.

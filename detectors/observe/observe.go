@@ -158,6 +158,25 @@ func (o Observer) SilentAgents(node string, now time.Time) []string {
 	return out
 }
 
+// SelfFenceWithin is what the node's agent said in its latest heartbeat of fencing itself: how
+// long after the node was last reached it has done so at the latest (0: it does not fence
+// itself), and its heartbeat interval; heard is false when the controller has heard no
+// heartbeat of it since it began to listen (without agents, never).
+func (o Observer) SelfFenceWithin(node string) (within, interval time.Duration, heard bool) {
+	if o.Heartbeats == nil {
+		return 0, 0, false
+	}
+	hb, _, ok := o.Heartbeats.Latest(node)
+	if !ok {
+		return 0, 0, false
+	}
+	interval = classify.JudgedInterval(node, hb.Interval, o.IntervalFor)
+	if interval <= 0 {
+		interval = classify.DefaultInterval
+	}
+	return hb.SelfFenceWithin, interval, true
+}
+
 // signalsOf gives a node's classifier inputs from the agents: its own heartbeat and its peers'
 // reports about it (nil without agents).
 type signalsOf func(node string) (classify.Agent, []classify.PeerReport)

@@ -20,6 +20,39 @@ type Signals interface {
 	// SilentAgents names the nodes other than node whose agent the controller heard but has
 	// lost (missed heartbeats), at now.
 	SilentAgents(node string, now time.Time) []string
+	// SelfFenceWithin is what the node's agent said in its latest heartbeat: how long after
+	// the node was last reached it has fenced itself at the latest (0: it does not fence
+	// itself), and its heartbeat interval; heard is false when the controller has heard none.
+	SelfFenceWithin(node string) (within, interval time.Duration, heard bool)
+}
+
+// selfFenceMargin is how many of the agent's heartbeat intervals safeAfter must leave beyond
+// the agent's own time to fence itself: the wait starts once the controller has judged the
+// node silent on every path, and the agent may have been reached up to that many intervals
+// later than the controller heard (a peer's acknowledgement in flight, the agent noticing its
+// isolation at its next heartbeat).
+const selfFenceMargin = 4
+
+// armed fails the method, saying why, unless the node's agent said that it fences itself once
+// cut off, within safeAfter less selfFenceMargin intervals: an agent never heard, one with
+// self-fencing off (--self-fence-after 0, the chart's default) or without a container runtime,
+// or one that takes longer, does not make the node's silence a fence.
+func (s *SelfFence) armed(req providers.Request, settings *v1alpha1.SelfFenceMethod) *providers.Status {
+	within, interval, heard := s.signals.SelfFenceWithin(req.Node())
+	failed := func(format string, args ...any) *providers.Status {
+		return &providers.Status{State: providers.Failed, Reason: providers.ReasonSelfFenceNotArmed,
+			Message: fmt.Sprintf(format, args...) + "; the chain goes on (a power or storage method can fence it)"}
+	}
+	switch safe := settings.SafeAfter.Duration; {
+	case !heard:
+		return failed("the controller has heard no heartbeat of node %s's agent since it started, so nothing says that the agent fences itself once cut off: its silence is not relied on", req.Node())
+	case within <= 0:
+		return failed("node %s's agent does not fence itself (its --self-fence-after is 0, the chart's agent.selfFenceAfter, or it has no --cri-endpoint to stop the workload with): its silence is not a fence", req.Node())
+	case within+selfFenceMargin*interval > safe:
+		return failed("node %s's agent fences itself up to %s after it was last reached (--self-fence-after plus --executor-timeout), which with %d heartbeat intervals of %s exceeds the method's safeAfter %s: raise safeAfter to at least %s, or lower the agents' --self-fence-after",
+			req.Node(), within, selfFenceMargin, interval, safe, within+selfFenceMargin*interval)
+	}
+	return nil
 }
 
 // SelfFence is the SelfFence method: it relies on the node's agent fencing itself once cut off
@@ -45,11 +78,15 @@ func NewSelfFence(signals Signals) *SelfFence { return &SelfFence{signals: signa
 // Name is "self-fence".
 func (s *SelfFence) Name() string { return SelfFenceName }
 
-// Fence notes the node's last signal; the safe time counts from the wait's start (Check).
+// Fence notes the node's last signal; the safe time counts from the wait's start (Check). It
+// fails at once when the node's agent does not fence itself in time (armed).
 func (s *SelfFence) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
 	settings, last, err := s.lastSignal(ctx, req)
 	if err != nil {
 		return providers.Status{}, err
+	}
+	if st := s.armed(req, settings); st != nil {
+		return *st, nil
 	}
 	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("relying on the node's self-fence: last signal at %s; safe %s after the wait for its isolation begins",
 		last.UTC().Format(time.RFC3339), settings.SafeAfter.Duration)}, nil
@@ -85,6 +122,9 @@ func (s *SelfFence) Check(ctx context.Context, req providers.Request) (providers
 		lastSeen = "its last known signal at " + last.UTC().Format(time.RFC3339)
 	}
 	if silent >= safe {
+		if st := s.armed(req, settings); st != nil {
+			return *st, nil // its agent restarted without self-fencing before the silence
+		}
 		// An island: nodes cut off together from the controller and the API server, reaching
 		// each other. Their agents each reach a peer, so none counts itself isolated or fences
 		// itself, while the controller hears none of them. Another silent agent may be such a

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,10 +12,23 @@ import (
 	"palisade.dev/palisade/providers"
 )
 
-// signals is a node's last signal and the other nodes whose agents are silent.
+// signals is a node's last signal, the other nodes whose agents are silent, and what the
+// node's agent said of its self-fence (unheard: nothing).
 type signals struct {
-	last   time.Time
-	silent []string
+	last             time.Time
+	silent           []string
+	within, interval time.Duration
+	unheard          bool
+}
+
+// armed is an agent that fences itself 1 s after it was last reached, beating every 250 ms:
+// within a safeAfter of 5 s with its margin (2 s).
+func armed(last time.Time, silent []string) signals {
+	return signals{last: last, silent: silent, within: time.Second, interval: 250 * time.Millisecond}
+}
+
+func (s signals) SelfFenceWithin(string) (time.Duration, time.Duration, bool) {
+	return s.within, s.interval, !s.unheard
 }
 
 func (s signals) LastSignal(context.Context, string, time.Time) (time.Time, error) {
@@ -59,9 +73,47 @@ func TestSelfFenceCheck(t *testing.T) {
 			nf.Status.Steps = []v1alpha1.Step{{Name: v1alpha1.StepAwaitIsolation, State: v1alpha1.StepSucceeded, StartTime: metav1.NewTime(start)}}
 			req := providers.Request{Fence: nf, Now: tt.now, Expired: tt.expired, Method: v1alpha1.Method{Name: "self",
 				Type: v1alpha1.MethodSelfFence, SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 5 * time.Second}}}}
-			got, err := NewSelfFence(signals{tt.last, tt.silent}).Check(context.Background(), req)
+			got, err := NewSelfFence(armed(tt.last, tt.silent)).Check(context.Background(), req)
 			if err != nil || got.State != tt.want || got.Reason != tt.reason {
 				t.Errorf("Check = %+v, %v; want %s %s", got, err, tt.want, tt.reason)
+			}
+		})
+	}
+}
+
+// The node's silence is a fence only when its agent said that it fences itself once cut off, in
+// time: an agent the controller never heard, one with self-fencing off (the chart's default) or
+// without a runtime, or one slower than safeAfter less 4 heartbeat intervals fails the method at
+// once (Fence) and at the safe time (Check: its agent restarted without self-fencing), with
+// SelfFenceNotArmed, and the chain goes on. Before, each of them was confirmed after safeAfter,
+// and the node released with its workload maybe running.
+func TestSelfFenceReliesOnlyOnAnArmedAgent(t *testing.T) {
+	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		sig  signals
+		want string
+	}{
+		{"agent never heard", signals{unheard: true}, "heard no heartbeat"},
+		{"self-fencing off", signals{within: 0, interval: time.Second}, "does not fence itself"},
+		{"slower than safeAfter allows", signals{within: 4 * time.Second, interval: time.Second}, "raise safeAfter to at least 8s"},
+		{"the margin counts the judged interval", signals{within: time.Second, interval: 2 * time.Second}, "raise safeAfter to at least 9s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}}
+			req := providers.Request{Fence: nf, Now: start, Method: v1alpha1.Method{Name: "self",
+				Type: v1alpha1.MethodSelfFence, SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 5 * time.Second}}}}
+			tc.sig.last = start.Add(-time.Minute)
+			sf := NewSelfFence(tc.sig)
+			got, err := sf.Fence(context.Background(), req)
+			if err != nil || got.State != providers.Failed || got.Reason != providers.ReasonSelfFenceNotArmed || !strings.Contains(got.Message, tc.want) {
+				t.Errorf("Fence = %+v, %v; want Failed %s saying %q", got, err, providers.ReasonSelfFenceNotArmed, tc.want)
+			}
+			nf.Status.Steps = []v1alpha1.Step{{Name: v1alpha1.StepAwaitIsolation, State: v1alpha1.StepSucceeded, StartTime: metav1.NewTime(start)}}
+			req.Now = start.Add(6 * time.Second)
+			got, err = sf.Check(context.Background(), req)
+			if err != nil || got.State != providers.Failed || got.Reason != providers.ReasonSelfFenceNotArmed {
+				t.Errorf("Check after safeAfter = %+v, %v; want Failed %s, never Confirmed", got, err, providers.ReasonSelfFenceNotArmed)
 			}
 		})
 	}

@@ -56,10 +56,11 @@ var activeKinds = Kinds
 
 const (
 	// selfFenceAfter is the agents' --self-fence-after in a SelfFence run, selfFenceSafeAfter
-	// its policy's safeAfter: more than selfFenceAfter, four heartbeat intervals and the
-	// witness pods' 5s grace period.
+	// its policy's safeAfter: at least selfFenceAfter, the agents' termination time limit
+	// (realscene.SelfFenceTerminateWithin, which their heartbeats report) and four heartbeat
+	// intervals, else the SelfFence method does not rely on them (SelfFenceNotArmed).
 	selfFenceAfter     = 10 * time.Second
-	selfFenceSafeAfter = 30 * time.Second
+	selfFenceSafeAfter = selfFenceAfter + realscene.SelfFenceTerminateWithin + 4*time.Second + 3*time.Second
 )
 
 const (

@@ -77,7 +77,9 @@ func TestSelfFence(t *testing.T) {
 	apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
 	t.Cleanup(apiserver.Close)
 	link := newLink(t, s.addr)
-	s.agent(t, link.Addr(), "--self-fence-after", "2s", "--api-server-healthz", apiserver.URL)
+	// It fences itself within 4 s of its isolation (--self-fence-after plus its termination's
+	// time limit), which with 4 heartbeat intervals fits the policy's safeAfter of 8 s.
+	s.agent(t, link.Addr(), "--self-fence-after", "2s", "--executor-timeout", "2s", "--api-server-healthz", apiserver.URL)
 	time.Sleep(3 * time.Second)
 	if !s.workloadRunning(t) {
 		t.Fatal("the agent fenced itself while it reached the controller and the API server")
@@ -96,5 +98,42 @@ func TestSelfFence(t *testing.T) {
 	}
 	if offs, err := n1.BMC.OffCommands(); err != nil || offs != 0 {
 		t.Errorf("%d power-off commands reached the BMC (err %v)", offs, err)
+	}
+}
+
+// A SelfFence method whose node's agent does not fence itself (run without --self-fence-after,
+// as the chart installs it by default) is not relied on: cut off like TestSelfFence's node, the
+// node's silence for safeAfter would have been confirmed as its self-fence, and its pods
+// force-deleted while its workload ran on. Now the method fails at once with SelfFenceNotArmed
+// and the chain goes on to IPMI, which powers the node off before anything is released.
+func TestSelfFenceNotArmedIsNotRelied(t *testing.T) {
+	s := startExecutorScene(t, sceneOptions{
+		kubeletHealthy: true,
+		methods: func(ipmi v1alpha1.Method) []v1alpha1.Method {
+			return []v1alpha1.Method{{Name: "self-fence", Type: v1alpha1.MethodSelfFence, Timeout: &metav1.Duration{Duration: time.Minute},
+				SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 8 * time.Second}}}, ipmi}
+		},
+		workload: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"},
+	})
+	link := newLink(t, s.addr)
+	s.diesWithPower(t, s.agent(t, link.Addr())) // no --self-fence-after: it never fences itself
+	time.Sleep(3 * time.Second)                 // heard by the controller
+
+	n1 := s.env.Node(1)
+	n1.PauseHeartbeats() // cut off from the API server ...
+	link.Cut()           // ... and from the controller
+	nf := waitFence(t, s.env.Cluster, n1.Name(), 90*time.Second, phaseIs(v1alpha1.PhaseReleased))
+	var notArmed bool
+	for _, st := range nf.Status.Steps {
+		notArmed = notArmed || st.Method == "self-fence" && st.State == v1alpha1.StepFailed && st.Reason == "SelfFenceNotArmed"
+	}
+	if !notArmed {
+		t.Errorf("steps %v: want the self-fence failed with SelfFenceNotArmed", trace(nf))
+	}
+	if st, reason, msg := condition(nf, v1alpha1.ConditionFenced); st != "True" || reason != v1alpha1.ReasonPowerOffConfirmed {
+		t.Errorf("Fenced condition = %s/%s (%s), want True/%s", st, reason, msg, v1alpha1.ReasonPowerOffConfirmed)
+	}
+	if offs, err := n1.BMC.OffCommands(); err != nil || offs == 0 {
+		t.Errorf("%d power-off commands reached the BMC (err %v): want the chain to have gone on to IPMI", offs, err)
 	}
 }

@@ -32,6 +32,13 @@ const (
 // AgentInterval is the agents' heartbeat interval, the product's default.
 const AgentInterval = "1s"
 
+// SelfFenceTerminateWithin is the agents' --executor-timeout when they fence themselves
+// (Options.SelfFenceAfter): the time limit of their termination, which the SelfFence method's
+// safeAfter must cover besides --self-fence-after and four heartbeat intervals. It leaves the
+// witness pods their 5 s grace period (executor.GraceWithin: the limit less the 10 s read-back
+// of SIGKILL and 3 s).
+const SelfFenceTerminateWithin = 18 * time.Second
+
 // agents is what the scene's node agents need: the binaries, the certificates of the agents
 // and of the controllers' heartbeat server, and the heartbeat address on the LAN.
 type agents struct {
@@ -64,7 +71,8 @@ func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool, selfFenceAfte
 		a.kubeletStop = ""
 	}
 	if selfFenceAfter > 0 {
-		a.selfFence = []string{"--self-fence-after", selfFenceAfter.String(), "--api-server-healthz", "https://" + s.Relay + "/readyz"}
+		a.selfFence = []string{"--self-fence-after", selfFenceAfter.String(), "--api-server-healthz", "https://" + s.Relay + "/readyz",
+			"--executor-timeout", SelfFenceTerminateWithin.String()}
 	}
 	ca, err := pki.NewCA()
 	if err != nil {

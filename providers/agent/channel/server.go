@@ -512,6 +512,9 @@ func validate(rep agentwire.Report) error {
 	if rep.IntervalMillis < 0 || rep.IntervalMillis > agentwire.MaxIntervalMillis {
 		return fmt.Errorf("heartbeat interval %dms outside 0..%dms", rep.IntervalMillis, agentwire.MaxIntervalMillis)
 	}
+	if rep.SelfFenceWithinMillis < 0 || rep.SelfFenceWithinMillis > agentwire.MaxSelfFenceWithinMillis {
+		return fmt.Errorf("self-fence time %dms outside 0..%dms", rep.SelfFenceWithinMillis, agentwire.MaxSelfFenceWithinMillis)
+	}
 	if rep.RunningContainers != nil && *rep.RunningContainers < 0 {
 		return errors.New("negative running containers")
 	}
@@ -530,6 +533,7 @@ func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartb
 		Node: rep.Node, BootID: rep.BootID, Seq: rep.Seq, Instance: rep.Instance, KubeletHealthy: rep.KubeletHealthy,
 		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, SentAt: rep.SentAt, CertNotAfter: notAfter,
 		Executor: rep.Executor, RunningContainers: rep.RunningContainers,
+		SelfFenceWithin: time.Duration(rep.SelfFenceWithinMillis) * time.Millisecond,
 	}
 	var skew time.Duration
 	if !rep.SentAt.IsZero() {

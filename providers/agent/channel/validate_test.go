@@ -21,6 +21,8 @@ func TestValidateRefusesOverflowAndNegativeCounts(t *testing.T) {
 		{"a probing peer without a name", agentwire.Report{Node: "n1", ProbedBy: []agentwire.PeerReport{{Reachable: true, At: t0}}}},
 		{"a probing peer without a time", agentwire.Report{Node: "n1", ProbedBy: []agentwire.PeerReport{{Node: "n2", Reachable: true}}}},
 		{"more probing peers than MaxPeers", agentwire.Report{Node: "n1", ProbedBy: make([]agentwire.PeerReport, agentwire.MaxPeers+1)}},
+		{"negative self-fence time", agentwire.Report{Node: "n1", SelfFenceWithinMillis: -1}},
+		{"self-fence time above the bound", agentwire.Report{Node: "n1", SelfFenceWithinMillis: agentwire.MaxSelfFenceWithinMillis + 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := validate(tc.rep); err == nil {

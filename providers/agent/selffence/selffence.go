@@ -56,6 +56,9 @@ type Config struct {
 	WatchdogDevice string
 	// Interval is the heartbeat interval: a probe's timeout is half of it.
 	Interval time.Duration
+	// TerminateWithin is the time limit of the self-fence's termination (--executor-timeout);
+	// 0 when the agent has no container runtime (--cri-endpoint) to stop the workload with.
+	TerminateWithin time.Duration
 }
 
 // Starter starts a self-fence as order id on the Terminate path and calls after with its final
@@ -75,6 +78,18 @@ func New(o Config, cmds Starter, log logr.Logger, now time.Time) *Fencer {
 
 // enabled says whether self-fencing is on.
 func (f *Fencer) enabled() bool { return f != nil && f.o.After > 0 }
+
+// Within is how long after the node was last reached it has fenced itself at the latest: After
+// plus the termination's time limit, the heartbeats' report of it (the controller's SelfFence
+// method relies on nothing longer). 0 when self-fencing is off, or when the agent has no
+// runtime to stop the workload with: the watchdog alone reboots the node after a time this
+// agent does not know.
+func (f *Fencer) Within() time.Duration {
+	if !f.enabled() || f.o.TerminateWithin <= 0 {
+		return 0
+	}
+	return f.o.After + f.o.TerminateWithin
+}
 
 // ProbeAPIServer GETs --api-server-healthz with a timeout of half the interval: only 200 counts
 // as reachable. Without a URL the API server counts as unreachable.

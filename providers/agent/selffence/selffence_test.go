@@ -81,3 +81,26 @@ func TestSelfFencerDecides(t *testing.T) {
 		t.Errorf("after peers too were lost: %+v, want self-fence-1000018", st)
 	}
 }
+
+// Within, which the heartbeats carry to the controller's SelfFence method, is --self-fence-after
+// plus the termination's time limit, and 0 when the agent does not fence itself: self-fencing
+// off, or no runtime to stop the workload with (the watchdog alone reboots after a time the
+// agent does not know).
+func TestWithinIsWhatTheAgentPromises(t *testing.T) {
+	for _, tc := range []struct {
+		o    Config
+		want time.Duration
+	}{
+		{Config{After: time.Minute, TerminateWithin: 2 * time.Minute, Interval: interval}, 3 * time.Minute},
+		{Config{After: 0, TerminateWithin: 2 * time.Minute, Interval: interval}, 0},
+		{Config{After: time.Minute, WatchdogDevice: "/dev/watchdog", Interval: interval}, 0},
+	} {
+		if got := New(tc.o, nil, logr.Discard(), time.Now()).Within(); got != tc.want {
+			t.Errorf("Within of %+v = %s, want %s", tc.o, got, tc.want)
+		}
+	}
+	var none *Fencer
+	if got := none.Within(); got != 0 {
+		t.Errorf("Within without a self-fencer = %s, want 0", got)
+	}
+}
