@@ -75,8 +75,11 @@ func newWorld(t *testing.T, methods ...string) *world {
 		Build()
 	w := &world{c: c, power: fake.New(), agent: fake.NewNamed(agent.Name), now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
 	w.agent.SetStatus(&providers.Status{State: providers.Confirmed})
+	// n1's agent, last heard an hour ago, fences itself 1 s after its isolation, beating every
+	// second: within the self-fence method's safeAfter (5 s) with its 4 intervals.
+	armed := heartbeats{"n1": {Node: "n1", Interval: time.Second, Received: w.now.Add(-time.Hour), SelfFenceWithin: time.Second}}
 	w.r = &NodeFenceReconciler{Client: c, APIReader: c, Fencers: map[v1alpha1.MethodType]providers.Fencer{
-		v1alpha1.MethodIPMI: w.power, v1alpha1.MethodExecutor: w.agent, v1alpha1.MethodSelfFence: agent.NewSelfFence(observe.Observer{Reader: c}),
+		v1alpha1.MethodIPMI: w.power, v1alpha1.MethodExecutor: w.agent, v1alpha1.MethodSelfFence: agent.NewSelfFence(observe.Observer{Reader: c, Heartbeats: armed}),
 	}, Attachments: &attach.Releaser{Reader: c, Writer: c}, Now: func() time.Time { return w.now },
 		Tokens: &Tokens{Reader: c, Writer: c, Lease: types.NamespacedName{Namespace: "palisade-system", Name: TokenLeaseName}}}
 	return w
