@@ -180,6 +180,24 @@ func insecureTLSCondition(p *v1alpha1.FencingPolicy) (c metav1.Condition, ok boo
 	return c, ok
 }
 
+// agentMethodNotFirst names the first level that lists a method acting through the node's
+// agent after another of its methods, and why that level is never taken automatically; "" when
+// none does. methodsFor drops such a level from a Dead node's chain, and fences a node alive on
+// other signals only through a chain whose first method needs the agent.
+func agentMethodNotFirst(chain []v1alpha1.Method) string {
+	chain = levelOrder(chain)
+	for i, m := range chain {
+		if !methodKinds[m.Type].needsAgent || m.Level == "" {
+			continue
+		}
+		if first, _ := levelSpan(chain, i); first < i {
+			return fmt.Sprintf("level %s lists method %s (%s), which acts through the node's agent, after method %s: the level is never taken automatically (a Dead node's chain drops it, a node alive on other signals is fenced only by a chain that starts with the agent's method) and a power-off before it would leave it nothing to stop; list %s first in its level",
+				m.Level, m.Name, m.Type, chain[first].Name, m.Name)
+		}
+	}
+	return ""
+}
+
 // invalidSpecCondition is the policy's InvalidSpec condition: True, naming every problem and
 // what to change, while the controller cannot use the spec as written. The CRD's rules refuse
 // most of these at the API server; a policy stored before a rule was added, or a node selector
@@ -211,6 +229,10 @@ func invalidSpecCondition(p *v1alpha1.FencingPolicy) metav1.Condition {
 			problems = append(problems, fmt.Sprintf("method %s: its timeout (%s) does not exceed selfFence.safeAfter (%s), so it can only time out (MethodTimedOut) and every fence moves on to the next method: raise timeout or lower safeAfter",
 				m.Name, timeout, m.SelfFence.SafeAfter.Duration))
 		}
+	}
+	if problem := agentMethodNotFirst(p.Spec.Methods); problem != "" {
+		reasons = append(reasons, v1alpha1.ReasonAgentMethodNotFirstInLevel)
+		problems = append(problems, problem)
 	}
 	c := metav1.Condition{Type: v1alpha1.ConditionInvalidSpec, Status: metav1.ConditionFalse, ObservedGeneration: p.Generation,
 		Reason: v1alpha1.ReasonSpecUsable, Message: "the controller can use the policy as written"}

@@ -99,6 +99,18 @@ func TestPolicyReconcile(t *testing.T) {
 			wantEvents: []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec}},
 		},
 		{
+			// Passes the CRD: the level can never be taken automatically, and says so.
+			name: "a level that lists the Executor after its power-off", policy: poolPolicy(inLevel(ipmiMethod, "both"), inLevel(executorMethod, "both"), inLevel(ipmiMethod, "")),
+			nodes:      map[string]string{"n1": healthy},
+			want:       v1alpha1.FencingPolicyStatus{Nodes: 1, Conditions: guard(metav1.ConditionFalse, "WithinLimit", invalid(v1alpha1.ReasonAgentMethodNotFirstInLevel))},
+			wantEvents: []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec}},
+		},
+		{
+			name: "a level that lists the Executor first", policy: poolPolicy(inLevel(executorMethod, "both"), inLevel(ipmiMethod, "both")),
+			nodes: map[string]string{"n1": healthy},
+			want:  v1alpha1.FencingPolicyStatus{Nodes: 1, Conditions: guard(metav1.ConditionFalse, "WithinLimit")},
+		},
+		{
 			name: "a SelfFence method whose timeout exceeds safeAfter", policy: selfFence(90*time.Second, 60*time.Second),
 			nodes: map[string]string{"n1": healthy},
 			want:  v1alpha1.FencingPolicyStatus{Nodes: 1, Conditions: guard(metav1.ConditionFalse, "WithinLimit")},
@@ -286,4 +298,14 @@ func TestInvalidSpecMessage(t *testing.T) {
 	if strings.Contains(c.Message, "self-b") {
 		t.Errorf("message %q names method self-b, whose timeout exceeds its safeAfter", c.Message)
 	}
+}
+
+// inLevel is m in level; outside any level ("") it is renamed "<name>-alone", so that a chain
+// may hold it twice.
+func inLevel(m v1alpha1.Method, level string) v1alpha1.Method {
+	m.Level = level
+	if level == "" {
+		m.Name += "-alone"
+	}
+	return m
 }

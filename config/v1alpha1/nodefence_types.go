@@ -354,6 +354,12 @@ const (
 	// ReasonSelfFenceTimeoutTooShort (InvalidSpec=True): a SelfFence method's timeout does not
 	// exceed its safeAfter, so it can only time out (MethodTimedOut) and the chain moves on.
 	ReasonSelfFenceTimeoutTooShort = "SelfFenceTimeoutTooShort"
+	// ReasonAgentMethodNotFirstInLevel (InvalidSpec=True): a level lists a method that acts
+	// through the node's agent (the Executor) after another of its methods: the level can
+	// never be taken automatically (a Dead node's chain drops it, and a node alive on other
+	// signals is fenced only by a chain whose first method is the Executor), and a power-off
+	// before the Executor would leave it nothing to stop.
+	ReasonAgentMethodNotFirstInLevel = "AgentMethodNotFirstInLevel"
 	// ReasonStormGuardInvalid (InvalidSpec=True): stormGuard.maxUnhealthy is neither a count
 	// (0 to 1000000) nor a percentage from 0% to 100% (a policy stored before the CRD's rule):
 	// no failed node of the policy is fenced automatically until it is fixed.
