@@ -27,6 +27,9 @@ const (
 	ReasonAPIError Reason = "APIError"
 	// ReasonPowerStillOn: the BMC accepted the off command but still reports power On.
 	ReasonPowerStillOn Reason = "PowerStillOn"
+	// ReasonPowerStateUnknown: the BMC's power status says neither on nor off (IPMI: no off
+	// command is sent to it then).
+	ReasonPowerStateUnknown Reason = "PowerStateUnknown"
 	// ReasonOrderPending: the node's agent has not taken the order yet.
 	ReasonOrderPending Reason = "Pending"
 	// ReasonOrderRunning: the node's agent is carrying out the order.

@@ -55,6 +55,9 @@ func classify(ctx context.Context, err error, elapsed time.Duration, password st
 		return providers.ReasonUnreachable, fmt.Errorf("no answer in time, the command may or may not have taken effect: %w", ctxErr)
 	}
 	msg := redact(power.FlattenBMCLib(err), password)
+	if own := (*providers.Error)(nil); errors.As(err, &own) {
+		return own.Reason, errors.New(msg) // said by this provider, not by ipmitool
+	}
 	return reasonFor(msg, elapsed), errors.New(msg)
 }
 

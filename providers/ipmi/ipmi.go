@@ -87,9 +87,23 @@ func New(reader client.Reader, opts ...Option) *Provider {
 // Name is "ipmi".
 func (p *Provider) Name() string { return ProviderName }
 
-// PowerOff sends "chassis power off" unless the BMC already reports the chassis off.
+// PowerOff sends "chassis power off" unless the BMC already reports the chassis off. bmclib
+// sends it only to a chassis it reads on, and takes any other answer for off: an answer to
+// "chassis power status" that says neither (parsePowerState) is refused here with
+// PowerStateUnknown and the BMC's words, rather than "accepted" with nothing sent.
 func (p *Provider) PowerOff(ctx context.Context, t Target) error {
 	return p.call(ctx, t, "powering off", command, func(ctx context.Context, c *bmclib.Client) error {
+		s, err := c.GetPowerState(ctx)
+		if err != nil {
+			return err
+		}
+		switch parsePowerState(s) {
+		case PowerOff:
+			return nil
+		case PowerUnknown:
+			return providers.NewError(providers.ReasonPowerStateUnknown,
+				fmt.Errorf("the BMC's answer to \"chassis power status\" says neither on nor off (%.200q), so no off command was sent", strings.TrimSpace(s)))
+		}
 		return power.SetBMCPower(ctx, c, "off")
 	})
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/test/testbed/ipmisim"
 )
@@ -369,5 +373,48 @@ func TestMissingIpmitool(t *testing.T) {
 	}
 	if got := p.Name(); got != "ipmi" {
 		t.Errorf("Name() = %q, want ipmi", got)
+	}
+}
+
+// A BMC whose power status says neither on nor off: bmclib sends "chassis power off" only to a
+// chassis it reads on, so PowerOff used to return "accepted" with nothing sent. It fails with
+// PowerStateUnknown, quoting the BMC, and sends nothing; the machine runs on.
+func TestPowerStatusNeitherOnNorOff(t *testing.T) {
+	b := startBMC(t)
+	real, err := exec.LookPath("ipmitool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(t.TempDir(), "ipmitool")
+	script := "#!/bin/sh\ncase \"$*\" in *'chassis power status'*) echo 'Chassis Power is in a state'; exit 0;; esac\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The fence's read-back says the same: not "still on", but an answer it cannot read.
+	c, _, req := fenceScene(t, b, "")
+	p := New(c, WithIpmitoolPath(wrapper))
+	target, err := p.FenceTarget(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Fence.Status.Steps = []v1alpha1.Step{{Name: v1alpha1.StepPowerOff, Method: "ipmi", State: v1alpha1.StepSucceeded, Target: target},
+		{Name: v1alpha1.StepConfirmOff, Method: "ipmi", State: v1alpha1.StepStarted}}
+	for _, expired := range []bool{false, true} {
+		req.Expired = expired
+		st, err := p.Check(context.Background(), req)
+		if err != nil || st.State == providers.Confirmed || st.Reason != providers.ReasonPowerStateUnknown {
+			t.Errorf("Check (expired %v) = %+v, %v; want %s, not confirmed", expired, st, err, providers.ReasonPowerStateUnknown)
+		}
+	}
+	err = New(nil, WithIpmitoolPath(wrapper)).PowerOff(context.Background(), targetOf(b))
+	wantReason(t, err, providers.ReasonPowerStateUnknown)
+	if err != nil && !strings.Contains(err.Error(), "Chassis Power is in a state") {
+		t.Errorf("error %q does not quote the BMC's answer", err)
+	}
+	if n := offCommands(t, b); n != 0 {
+		t.Errorf("off commands = %d, want 0", n)
+	}
+	if !poweredOn(t, b) {
+		t.Error("the machine is off")
 	}
 }

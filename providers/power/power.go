@@ -155,8 +155,12 @@ func (f *Fencer[T]) Check(ctx context.Context, req providers.Request) (providers
 	if start := req.Fence.Status.MethodStartTime; start != nil {
 		elapsed = req.Now.Sub(start.Time).Round(100 * time.Millisecond)
 	}
+	reason := providers.ReasonPowerStillOn
+	if state == Unknown {
+		reason = providers.ReasonPowerStateUnknown // the BMC's answer says neither on nor off
+	}
 	if req.Expired {
-		return providers.Status{State: providers.Failed, Reason: providers.ReasonPowerStillOn,
+		return providers.Status{State: providers.Failed, Reason: reason,
 			Message: fmt.Sprintf("%s of %s still reports power %s %s after the off command; check it and the machine, then delete this NodeFence to try again", f.what, t, state, elapsed)}, nil
 	}
 	if req.Attempt%ResendOffEvery == 0 {
@@ -164,7 +168,7 @@ func (f *Fencer[T]) Check(ctx context.Context, req providers.Request) (providers
 			return providers.Status{}, f.withHint(err)
 		}
 	}
-	return providers.Status{State: providers.InProgress, Reason: providers.ReasonPowerStillOn,
+	return providers.Status{State: providers.InProgress, Reason: reason,
 		Message: fmt.Sprintf("power still reads %s %s after the off command", state, elapsed)}, nil
 }
 
