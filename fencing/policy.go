@@ -50,20 +50,27 @@ func policyFor(ctx context.Context, c client.Reader, node *corev1.Node, opts ...
 	return nil, nil
 }
 
-// policiesBefore are the node selectors in force of the policies before name (by name): a node
-// one of them matches is theirs (policyFor).
-func policiesBefore(ctx context.Context, c client.Reader, name string) ([]labels.Selector, error) {
+// namedSelector is a policy's node selector in force, with the policy's name.
+type namedSelector struct {
+	policy string
+	sel    labels.Selector
+}
+
+// policiesBefore are the node selectors in force of the policies before name (by name), in
+// order: a node one of them matches is the first such policy's (policyFor).
+func policiesBefore(ctx context.Context, c client.Reader, name string) ([]namedSelector, error) {
 	var list v1alpha1.FencingPolicyList
 	if err := c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("listing fencing policies: %w", err)
 	}
-	var out []labels.Selector
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	var out []namedSelector
 	for i := range list.Items {
 		if list.Items[i].Name >= name {
 			continue
 		}
 		if sel, err := selectors.inForce(&list.Items[i]); err == nil {
-			out = append(out, sel)
+			out = append(out, namedSelector{list.Items[i].Name, sel})
 		}
 	}
 	return out, nil
@@ -296,6 +303,9 @@ type health struct {
 	// RaisedTo is the longest such timeout.
 	Raised   int
 	RaisedTo time.Duration
+	// Taken counts, by policy, the nodes the policy's selector matches that a policy before it
+	// by name covers (policyFor): they are not this policy's.
+	Taken map[string]int
 }
 
 // Blocked says whether the storm guard forbids automatic fencing.
@@ -319,16 +329,27 @@ func policyHealth(ctx context.Context, o observe.Observer, p *v1alpha1.FencingPo
 	if err != nil {
 		return health{}, err
 	}
+	var taken map[string]int
 	if len(before) > 0 {
 		nodes.Items = slices.DeleteFunc(nodes.Items, func(n corev1.Node) bool { // the slice is this List's own
-			return slices.ContainsFunc(before, func(s labels.Selector) bool { return s.Matches(labels.Set(n.Labels)) })
+			i := slices.IndexFunc(before, func(s namedSelector) bool { return s.sel.Matches(labels.Set(n.Labels)) })
+			if i < 0 {
+				return false
+			}
+			if taken == nil {
+				taken = map[string]int{}
+			}
+			taken[before[i].policy]++
+			return true
 		})
 	}
 	all, err := o.ObserveAll(ctx, nodes.Items, leaseTimeout(p), now)
 	if err != nil {
 		return health{}, err
 	}
-	return countUnhealthy(all, p), nil
+	h := countUnhealthy(all, p)
+	h.Taken = taken
+	return h, nil
 }
 
 // countUnhealthy is the storm guard's arithmetic over one pass of observations.

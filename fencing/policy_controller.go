@@ -3,6 +3,8 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -87,6 +89,11 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if meta.SetStatusCondition(&p.Status.Conditions, guard) && h.Blocked() {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonStormGuard, "Guard", guard.Message)
 	}
+	if overlap, ok := overlappingCondition(p, h.Taken); !ok {
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1alpha1.ConditionOverlapping)
+	} else if meta.SetStatusCondition(&p.Status.Conditions, overlap) {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1alpha1.ReasonNodesTaken, "Validate", overlap.Message)
+	}
 	r.setBlindCondition(p, max(leaseTimeout(p), h.RaisedTo), now)
 	r.setLeaseTimeoutCondition(p, h)
 	if tls, ok := insecureTLSCondition(p); !ok {
@@ -148,6 +155,27 @@ func leaseTimeoutCondition(p *v1alpha1.FencingPolicy, h health) metav1.Condition
 		Reason: v1alpha1.ReasonShorterThanTwoRenewals, ObservedGeneration: p.Generation,
 		Message: fmt.Sprintf("%d of %d nodes renew their Lease less often than every %s (the slowest every %s): spec.detection.leaseTimeout %s would count them failed between two renewals made on time, so they are judged with %d of their own renewal intervals instead (%s for the slowest); set leaseTimeout to %s or more, or those kubelets' nodeLeaseDurationSeconds to %d or less",
 			h.Raised, h.Nodes, timeout/lease.MinRenewals, h.RaisedTo/lease.MinRenewals, timeout, lease.MinRenewals, h.RaisedTo, h.RaisedTo, maxDuration)}
+}
+
+// overlappingCondition is the policy's Overlapping condition from taken, the nodes its selector
+// matches that policies before it by name cover, by policy: a new catch-all policy named
+// before the others (or a dry-run one, "audit") takes their nodes silently otherwise. A policy
+// that overlaps none has none (ok false).
+func overlappingCondition(p *v1alpha1.FencingPolicy, taken map[string]int) (c metav1.Condition, ok bool) {
+	if len(taken) == 0 {
+		return c, false
+	}
+	c = metav1.Condition{Type: v1alpha1.ConditionOverlapping, ObservedGeneration: p.Generation}
+	var by []string
+	total := 0
+	for _, name := range slices.Sorted(maps.Keys(taken)) {
+		by = append(by, fmt.Sprintf("%d by policy %s", taken[name], name))
+		total += taken[name]
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonNodesTaken
+	c.Message = fmt.Sprintf("%s that its node selector matches %s covered by policies that sort before it by name (%s): the first policy by name covers a node, and those are fenced by its rules (its methods, dryRun, storm guard), not this one's; narrow a selector so that they do not overlap, or rename the policies to order them",
+		countOf(total, "node"), map[bool]string{true: "is", false: "are"}[total == 1], strings.Join(by, ", "))
+	return c, true
 }
 
 // insecureTLSCondition is the policy's InsecureTLS condition: True, naming the methods, while

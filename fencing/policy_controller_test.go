@@ -309,3 +309,42 @@ func inLevel(m v1alpha1.Method, level string) v1alpha1.Method {
 	}
 	return m
 }
+
+// A policy named before another whose selector matches the other's nodes takes them (the first
+// policy by name covers a node): the one left without them says so, with an Overlapping
+// condition and a Warning event naming the policy and the count, instead of only a smaller
+// status.nodes. The one that covers them has no such condition.
+func TestPolicyOverlapIsSaid(t *testing.T) {
+	objs, hbs := cluster(map[string]string{"n1": healthy, "n2": healthy, "n3": healthy})
+	audit := poolPolicy(ipmiMethod)
+	audit.Name, audit.Spec.DryRun = "audit", true
+	audit.Spec.NodeSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pool", Operator: metav1.LabelSelectorOpExists}}}
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, audit, poolPolicy(ipmiMethod))...).
+		WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
+	rec := &recorder{}
+	r := &PolicyReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	for _, name := range []string{"pool", "audit"} {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := &v1alpha1.FencingPolicy{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "pool"}, got); err != nil {
+		t.Fatal(err)
+	}
+	o := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionOverlapping)
+	if got.Status.Nodes != 0 || o == nil || o.Status != metav1.ConditionTrue || o.Reason != v1alpha1.ReasonNodesTaken ||
+		!strings.Contains(o.Message, "3 nodes that its node selector matches are covered") || !strings.Contains(o.Message, "3 by policy audit") {
+		t.Errorf("policy pool: nodes %d, Overlapping %+v; want 0 nodes and True naming audit's 3", got.Status.Nodes, o)
+	}
+	if said := rec.said(v1alpha1.ReasonNodesTaken); len(said) != 1 {
+		t.Errorf("%d %s events, want 1: %v", len(said), v1alpha1.ReasonNodesTaken, said)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "audit"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if o := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionOverlapping); got.Status.Nodes != 3 || o != nil {
+		t.Errorf("policy audit: nodes %d, Overlapping %+v; want 3 nodes and no such condition", got.Status.Nodes, o)
+	}
+}

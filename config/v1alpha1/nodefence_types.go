@@ -339,6 +339,14 @@ const (
 	// it, or one no rule of the CRD can check (a node selector's label keys). The message names
 	// every problem and what to change.
 	ConditionInvalidSpec = "InvalidSpec"
+	// ConditionOverlapping (on FencingPolicy) is True while nodes its selector matches are
+	// covered by a policy before it by name (the first by name covers a node): they are fenced
+	// by that policy's rules, not this one's. The message names those policies and counts.
+	// Absent while none is.
+	ConditionOverlapping = "Overlapping"
+	// ReasonNodesTaken (Overlapping=True, and its Warning event): policies before this one by
+	// name cover some of the nodes its selector matches.
+	ReasonNodesTaken = "NodesTakenByEarlierPolicy"
 )
 
 // InvalidSpec reasons: the first problem found (True), or SpecUsable (False).
