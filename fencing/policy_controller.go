@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -21,6 +23,7 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/detectors/observe"
+	"palisade.dev/palisade/providers/power"
 )
 
 // policyResync is how often a policy's status is refreshed.
@@ -208,6 +211,48 @@ func insecureTLSCondition(p *v1alpha1.FencingPolicy) (c metav1.Condition, ok boo
 	return c, ok
 }
 
+// methodSettingProblem says what of m's settings no fence could use, as the CRD's rules now
+// refuse it (a policy stored before them): "" when nothing.
+func methodSettingProblem(m v1alpha1.Method) string {
+	var refs []*v1alpha1.SecretReference
+	var bad []string
+	switch {
+	case m.IPMI != nil:
+		refs = append(refs, &m.IPMI.CredentialsSecretRef)
+	case m.Redfish != nil:
+		refs = append(refs, &m.Redfish.CredentialsSecretRef, m.Redfish.CABundleSecretRef)
+	case m.AWS != nil:
+		refs = append(refs, m.AWS.CredentialsSecretRef)
+	case m.VSphere != nil:
+		refs = append(refs, &m.VSphere.CredentialsSecretRef, m.VSphere.CABundleSecretRef)
+		if _, _, err := power.SplitAddress(m.VSphere.Server, "443"); err != nil || strings.Contains(m.VSphere.Server, "/") {
+			bad = append(bad, fmt.Sprintf("vsphere.server %q is not host[:port] (no scheme, no path)", m.VSphere.Server))
+		}
+	case m.StorageGateway != nil:
+		refs = append(refs, &m.StorageGateway.TLSSecretRef)
+		for _, gw := range m.StorageGateway.Gateways {
+			if _, _, err := net.SplitHostPort(gw); err != nil {
+				bad = append(bad, fmt.Sprintf("storageGateway.gateways entry %q is not host:port (the gateways' port, 9446 by the chart)", gw))
+			}
+		}
+	}
+	for _, r := range refs {
+		if r == nil {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(r.Namespace); len(errs) > 0 {
+			bad = append(bad, fmt.Sprintf("Secret namespace %q: %s", r.Namespace, errs[0]))
+		}
+		if errs := validation.IsDNS1123Subdomain(r.Name); len(errs) > 0 {
+			bad = append(bad, fmt.Sprintf("Secret name %q: %s", r.Name, errs[0]))
+		}
+	}
+	if len(bad) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("method %s: %s: its fences fail there (BadTarget) and the chain goes on", m.Name, strings.Join(bad, "; "))
+}
+
 // agentMethodNotFirst names the first level that lists a method acting through the node's
 // agent after another of its methods, and why that level is never taken automatically; "" when
 // none does. methodsFor drops such a level from a Dead node's chain, and fences a node alive on
@@ -256,6 +301,12 @@ func invalidSpecCondition(p *v1alpha1.FencingPolicy) metav1.Condition {
 			reasons = append(reasons, v1alpha1.ReasonSelfFenceTimeoutTooShort)
 			problems = append(problems, fmt.Sprintf("method %s: its timeout (%s) does not exceed selfFence.safeAfter (%s), so it can only time out (MethodTimedOut) and every fence moves on to the next method: raise timeout or lower safeAfter",
 				m.Name, timeout, m.SelfFence.SafeAfter.Duration))
+		}
+	}
+	for _, m := range p.Spec.Methods {
+		if problem := methodSettingProblem(m); problem != "" {
+			reasons = append(reasons, v1alpha1.ReasonMethodSettingInvalid)
+			problems = append(problems, problem)
 		}
 	}
 	if problem := agentMethodNotFirst(p.Spec.Methods); problem != "" {

@@ -106,6 +106,17 @@ func TestPolicyReconcile(t *testing.T) {
 			wantEvents: []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec}},
 		},
 		{
+			// Stored before the CRD's patterns: each fence would fail there with BadTarget.
+			name: "method settings no fence can use", policy: poolPolicy(
+				v1alpha1.Method{Name: "ipmi", Type: v1alpha1.MethodIPMI, IPMI: &v1alpha1.IPMIMethod{
+					CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "BMC_Creds"}}},
+				v1alpha1.Method{Name: "gw", Type: v1alpha1.MethodStorageGateway, StorageGateway: &v1alpha1.StorageGatewayMethod{Gateways: []string{"10.0.9.1"},
+					TLSSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "gateway-tls"}}}),
+			nodes:      map[string]string{"n1": healthy},
+			want:       v1alpha1.FencingPolicyStatus{Nodes: 1, Conditions: guard(metav1.ConditionFalse, "WithinLimit", invalid(v1alpha1.ReasonMethodSettingInvalid))},
+			wantEvents: []eventSeen{{"FencingPolicy/pool", corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec}},
+		},
+		{
 			name: "a level that lists the Executor first", policy: poolPolicy(inLevel(executorMethod, "both"), inLevel(ipmiMethod, "both")),
 			nodes: map[string]string{"n1": healthy},
 			want:  v1alpha1.FencingPolicyStatus{Nodes: 1, Conditions: guard(metav1.ConditionFalse, "WithinLimit")},
@@ -346,5 +357,26 @@ func TestPolicyOverlapIsSaid(t *testing.T) {
 	}
 	if o := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionOverlapping); got.Status.Nodes != 3 || o != nil {
 		t.Errorf("policy audit: nodes %d, Overlapping %+v; want 3 nodes and no such condition", got.Status.Nodes, o)
+	}
+}
+
+// The InvalidSpec message names each setting no fence can use and why.
+func TestMethodSettingProblemSaysWhich(t *testing.T) {
+	vc := v1alpha1.Method{Name: "vc", Type: v1alpha1.MethodVSphere, VSphere: &v1alpha1.VSphereMethod{Server: "https://vc.example.com",
+		CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "BMC_Creds"}}}
+	got := methodSettingProblem(vc)
+	for _, want := range []string{"method vc", `vsphere.server "https://vc.example.com"`, `Secret name "BMC_Creds"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("methodSettingProblem = %q, want it to say %q", got, want)
+		}
+	}
+	for _, ok := range []v1alpha1.Method{ipmiMethod, executorMethod,
+		{Name: "vc", Type: v1alpha1.MethodVSphere, VSphere: &v1alpha1.VSphereMethod{Server: "[fd00::1]:443", CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "ns", Name: "vc.creds"}}},
+		{Name: "vc6", Type: v1alpha1.MethodVSphere, VSphere: &v1alpha1.VSphereMethod{Server: "fd00::1", CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "ns", Name: "vc"}}},
+		{Name: "gw", Type: v1alpha1.MethodStorageGateway, StorageGateway: &v1alpha1.StorageGatewayMethod{Gateways: []string{"gw.example.com:9446", "[fd00::2]:9446"},
+			TLSSecretRef: v1alpha1.SecretReference{Namespace: "ns", Name: "tls"}}}} {
+		if got := methodSettingProblem(ok); got != "" {
+			t.Errorf("methodSettingProblem(%s) = %q, want none", ok.Name, got)
+		}
 	}
 }

@@ -246,6 +246,7 @@ type StorageGatewayMethod struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:Pattern=`^([^\s/:\[\]]+|\[[0-9a-fA-F:.]+\]):[0-9]{1,5}$`
 	// +listType=atomic
 	Gateways []string `json:"gateways"`
 	// TLSSecretRef names a Secret with keys "ca.crt" (the CA the gateways' certificates chain
@@ -360,8 +361,10 @@ type AWSMethod struct {
 // VSphereMethod configures vSphere power fencing. The VM is the node's spec.providerID,
 // "vsphere://<BIOS UUID>".
 type VSphereMethod struct {
-	// Server is vCenter's (or the ESXi host's) address, "host" or "host:port" (443 by default).
+	// Server is vCenter's (or the ESXi host's) address, "host" or "host:port" (443 by default),
+	// without a scheme or a path.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^([^\s/:\[\]]+|\[[0-9a-fA-F:.]+\])(:[0-9]{1,5})?$|^[0-9a-fA-F.]*:[0-9a-fA-F:.]*$`
 	Server string `json:"server"`
 
 	// CredentialsSecretRef names the Secret with keys "username" and "password".
@@ -380,9 +383,15 @@ type VSphereMethod struct {
 
 // SecretReference names a Secret.
 type SecretReference struct {
+	// Name is the Secret's name: a DNS subdomain (lower case).
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Name string `json:"name"`
+	// Namespace is the Secret's namespace: a DNS label (lower case).
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace"`
 }
 

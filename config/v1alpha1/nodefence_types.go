@@ -368,6 +368,10 @@ const (
 	// signals is fenced only by a chain whose first method is the Executor), and a power-off
 	// before the Executor would leave it nothing to stop.
 	ReasonAgentMethodNotFirstInLevel = "AgentMethodNotFirstInLevel"
+	// ReasonMethodSettingInvalid (InvalidSpec=True): a method's setting no fence could use (a
+	// Secret reference that is no Secret's name, a vSphere server with a scheme, a gateway
+	// without its port), stored before the CRD's rule: its fences fail there (BadTarget).
+	ReasonMethodSettingInvalid = "MethodSettingInvalid"
 	// ReasonStormGuardInvalid (InvalidSpec=True): stormGuard.maxUnhealthy is neither a count
 	// (0 to 1000000) nor a percentage from 0% to 100% (a policy stored before the CRD's rule):
 	// no failed node of the policy is fenced automatically until it is fixed.

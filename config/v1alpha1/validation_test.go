@@ -123,6 +123,33 @@ func TestFencingPolicyValidation(t *testing.T) {
 			p.Spec.Methods[0].StorageGateway = &v1alpha1.StorageGatewayMethod{Gateways: []string{"10.0.9.1:9446"},
 				TLSSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "gw"}}
 		}, nil},
+		{"StorageGateway without a port", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodStorageGateway, nil
+			p.Spec.Methods[0].StorageGateway = &v1alpha1.StorageGatewayMethod{Gateways: []string{"gw.example.com:9446", "10.0.9.1"},
+				TLSSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "gw"}}
+		}, []string{"spec.methods[0].storageGateway.gateways[1]"}},
+		{"StorageGateway on IPv6", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodStorageGateway, nil
+			p.Spec.Methods[0].StorageGateway = &v1alpha1.StorageGatewayMethod{Gateways: []string{"[fd00::9]:9446"},
+				TLSSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "gw"}}
+		}, nil},
+		{"a Secret name no Secret has", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].IPMI.CredentialsSecretRef.Name = "BMC_Creds"
+		}, []string{"spec.methods[0].ipmi.credentialsSecretRef.name"}},
+		{"a Secret namespace no namespace has", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].IPMI.CredentialsSecretRef.Namespace = "palisade.system"
+		}, []string{"spec.methods[0].ipmi.credentialsSecretRef.namespace"}},
+		{"vSphere server with a scheme", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods[0].Type, p.Spec.Methods[0].IPMI = v1alpha1.MethodVSphere, nil
+			p.Spec.Methods[0].VSphere = &v1alpha1.VSphereMethod{Server: "https://vc", CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "vc"}}
+		}, []string{"spec.methods[0].vsphere.server"}},
+		{"vSphere server host, host:port, IPv6", func(p *v1alpha1.FencingPolicy) {
+			p.Spec.Methods = nil
+			for i, server := range []string{"vc.example.com", "vc.example.com:8443", "[fd00::1]:443", "fd00::1"} {
+				p.Spec.Methods = append(p.Spec.Methods, v1alpha1.Method{Name: fmt.Sprintf("vc%d", i), Type: v1alpha1.MethodVSphere,
+					VSphere: &v1alpha1.VSphereMethod{Server: server, CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "vc"}}})
+			}
+		}, nil},
 		{"NetworkFence and IPMI all-of", func(p *v1alpha1.FencingPolicy) {
 			p.Spec.Methods[0].Level = "storage-and-power"
 			p.Spec.Methods = append([]v1alpha1.Method{{Name: "storage", Type: v1alpha1.MethodNetworkFence, Level: "storage-and-power",
