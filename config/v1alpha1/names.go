@@ -49,7 +49,8 @@ const (
 	FinalizerFenceOnDelete = "palisade.dev/fence-on-delete"
 	// AnnotationStorageCIDRs on a Node lists, comma-separated, the CIDRs a storage fence
 	// (method NetworkFence) fences for it, such as its address on the storage network
-	// ("10.20.0.5/32,fd00:20::5/128"); unset, its InternalIP and ExternalIP addresses.
+	// ("10.20.0.5/32,fd00:20::5/128"; none wider than a /24 or a /64, none holding another Node's
+	// address); unset, its InternalIP and ExternalIP addresses.
 	AnnotationStorageCIDRs = "palisade.dev/storage-cidrs"
 	// FinalizerLiftStorageFence on a NodeFence whose method put up a storage fence holds the
 	// NodeFence's deletion until that fence is lifted: once the node no longer carries the

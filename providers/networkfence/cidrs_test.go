@@ -1,12 +1,19 @@
 package networkfence
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 
+	csiaddonsv1alpha1 "github.com/csi-addons/kubernetes-csi-addons/api/csiaddons/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
@@ -24,6 +31,14 @@ func TestParseCIDRs(t *testing.T) {
 		{"10.20.0.5", nil, `"10.20.0.5" is not a CIDR`},
 		{"storage-net", nil, "is not a CIDR"},
 		{" , ", nil, "lists no CIDR"},
+		{"fd00:20::/64", []string{"fd00:20::/64"}, ""},
+		// Whole networks: a storage fence of one cuts every machine in it off its storage.
+		{"0.0.0.0/0", nil, `"0.0.0.0/0" is wider than a /24`},
+		{"::/0", nil, `"::/0" is wider than a /64`},
+		{"10.20.0.5/32,10.0.0.0/8", nil, `"10.0.0.0/8" is wider than a /24`},
+		{"10.20.0.0/23", nil, "List the node's own addresses on the storage network"},
+		{"fd00:20::/48", nil, `"fd00:20::/48" is wider than a /64`},
+		{"::ffff:10.20.0.0/120", nil, "an IPv4 network written as IPv6"},
 		{"", nil, "lists no CIDR"},
 	} {
 		got, err := ParseCIDRs(tc.in)
@@ -57,4 +72,90 @@ func TestObjectName(t *testing.T) {
 	if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 || !strings.Contains(got, "0123456789abcdef") {
 		t.Errorf("ObjectName of a %d-character node = %q (%v)", len(long), got, errs)
 	}
+}
+
+// node is a Node with the annotation palisade.dev/storage-cidrs (none when cidrs is "-") and the
+// addresses given, alternately type and address.
+func node(name, cidrs string, addrs ...string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if cidrs != "-" {
+		n.Annotations = map[string]string{v1alpha1.AnnotationStorageCIDRs: cidrs}
+	}
+	for i := 0; i+1 < len(addrs); i += 2 {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeAddressType(addrs[i]), Address: addrs[i+1]})
+	}
+	return n
+}
+
+// TestFenceSparesOtherNodes: a storage fence whose CIDRs hold an address of another Node of the
+// cluster (its InternalIP, its ExternalIP, a CIDR of its own storage-cidrs), whether they come
+// from the annotation or from the node's own addresses, is a Failed BadTarget that names the
+// other node and its address and says what to write; no NetworkFence is created. Without the
+// check the storage would refuse those healthy nodes too until the NodeFence is deleted.
+func TestFenceSparesOtherNodes(t *testing.T) {
+	others := []client.Object{
+		node("db-2", "-", "InternalIP", "10.20.0.6", "Hostname", "db-2"),
+		node("db-3", "-", "InternalIP", "10.30.0.7", "ExternalIP", "203.0.113.9"),
+		node("db-4", "192.168.50.8/32", "InternalIP", "10.30.0.8"),
+		node("db-5", "-", "InternalIP", "fd00:20::6"),
+		node("db-6", "10.99.0.0/8", "InternalIP", "10.40.0.9"), // malformed: its own fence says so
+	}
+	for _, tc := range []struct {
+		name string
+		db1  *corev1.Node
+		says []string // nil: fenced
+	}{
+		{"another node's InternalIP as a /32", node("db-1", "10.20.0.6/32"), []string{"10.20.0.6/32 (from its annotation palisade.dev/storage-cidrs) holds 10.20.0.6, the InternalIP of node db-2"}},
+		{"a network holding another node's InternalIP", node("db-1", "10.20.0.5/32,10.20.0.0/24"), []string{"10.20.0.0/24", "holds 10.20.0.6, the InternalIP of node db-2", "cut node db-2 off its storage"}},
+		{"another node's ExternalIP", node("db-1", "203.0.113.9/32"), []string{"holds 203.0.113.9, the ExternalIP of node db-3"}},
+		{"another node's storage-cidrs", node("db-1", "192.168.50.0/24"), []string{"overlaps 192.168.50.8/32, which node db-4 lists as its own"}},
+		{"an IPv6 network holding another node's address", node("db-1", "fd00:20::/64"), []string{"holds fd00:20::6, the InternalIP of node db-5"}},
+		{"its own InternalIP is another node's", node("db-1", "-", "InternalIP", "10.20.0.6"), []string{"(from its InternalIP and ExternalIP addresses) holds 10.20.0.6, the InternalIP of node db-2"}},
+		{"its own addresses", node("db-1", "-", "InternalIP", "10.20.0.5", "ExternalIP", "203.0.113.5"), nil},
+		{"its own network", node("db-1", "10.50.0.0/24,fd00:50::5/128"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(csiScheme(t)).WithObjects(append(others, tc.db1,
+				&csiaddonsv1alpha1.NetworkFenceClass{ObjectMeta: metav1.ObjectMeta{Name: "storage"}})...).Build()
+			p := New(c, c)
+			req := providers.Request{Fence: &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "db-1", UID: "uid-1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "db-1"}},
+				Method: v1alpha1.Method{Name: "storage", Type: v1alpha1.MethodNetworkFence, NetworkFence: &v1alpha1.NetworkFenceMethod{NetworkFenceClassName: "storage"}}}
+			st, err := p.Fence(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := &csiaddonsv1alpha1.NetworkFenceList{}
+			if err := c.List(context.Background(), list); err != nil {
+				t.Fatal(err)
+			}
+			if tc.says == nil {
+				if st.State != providers.InProgress || len(list.Items) != 1 {
+					t.Errorf("Fence = %+v with %d NetworkFences; want InProgress, one NetworkFence", st, len(list.Items))
+				}
+				return
+			}
+			if st.State != providers.Failed || st.Reason != providers.ReasonBadTarget {
+				t.Errorf("Fence = %+v; want Failed %s", st, providers.ReasonBadTarget)
+			}
+			for _, w := range append(tc.says, "List in node db-1's annotation palisade.dev/storage-cidrs only its own addresses", "delete this NodeFence") {
+				if !strings.Contains(st.Message, w) {
+					t.Errorf("Fence's message %q does not say %q", st.Message, w)
+				}
+			}
+			if len(list.Items) != 0 {
+				t.Errorf("%d NetworkFences created for a fence that would cut other nodes off; want none", len(list.Items))
+			}
+		})
+	}
+}
+
+func csiScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, csiaddonsv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
 }
