@@ -36,8 +36,13 @@ const (
 	ReasonStaleUnfenceRequest = "StaleUnfenceRequest"
 	// ReasonFenceRequestAnswered: a node carried a fence request made while its fence was under
 	// way, not the one that asked for it; the fence answered it, and it was removed at the first
-	// look after the release.
+	// look after the release. Or the fence failed: the request it was made for, or one made
+	// while it ran, was removed before the failure was recorded.
 	ReasonFenceRequestAnswered = "FenceRequestAnswered"
+	// ReasonFenceRequestWaiting: a fence request was made while a fence of the node stands; the
+	// event says what becomes of it (answered by that fence, kept while the node is held, or
+	// waiting for a failed or leaving NodeFence to go). Said once per request.
+	ReasonFenceRequestWaiting = "FenceRequestWaiting"
 	// ReasonFenceRequestKept: a node given back carried a fence request made while it was held;
 	// it was kept, so the node is fenced again.
 	ReasonFenceRequestKept = "FenceRequestKept"

@@ -57,6 +57,8 @@ type NodeReconciler struct {
 	looks lookPending
 	// said thins the lines every recheck of a node repeats (repeats.go).
 	said repeats
+	// answered keeps the requests answered without being acted on, each said once (answers.go).
+	answered saidOnce
 }
 
 // SetupWithManager watches Nodes, their Leases, policies and NodeFences.
@@ -91,6 +93,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		if apierrors.IsNotFound(err) {
 			r.forgetNode(req.Name)
 			r.said.forget(req.Name)
+			r.answered.forget(req.Name, "")
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -110,7 +113,9 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	standing := !free && previous != nil // a dry run's record: it takes no step, but a request is still answered
 	if !free && !standing {
-		return ctrl.Result{}, nil // a fence on record is not over: NodeFenceReconciler owns it
+		// A fence on record is not over: NodeFenceReconciler owns it; a request made meanwhile
+		// is told what becomes of it.
+		return ctrl.Result{}, r.sayOnce(ctx, node, v1alpha1.AnnotationFenceRequest, fenceRequestWaiting(policy))
 	}
 	if done, err := r.manualRequest(ctx, node, policy, previous, standing); done || err != nil || standing {
 		return ctrl.Result{}, err
@@ -189,8 +194,11 @@ func (r *NodeReconciler) manualRequest(ctx context.Context, node *corev1.Node, p
 		nf.Spec.RequestedBy = requester(node)
 		r.noteWaiting(ctx, node, p, nf)
 		made, err := r.create(ctx, node, nf, previous, fmt.Sprintf("manual fence requested by %s: %s", by, reason))
-		if err != nil || !p.Spec.DryRun || !made {
-			return true, err // not made: a fence of the node is still there; the request waits for it to go
+		if err == nil && !made { // a fence of the node is still there (on its way out): the request waits for it to go
+			return true, r.sayOnce(ctx, node, v1alpha1.AnnotationFenceRequest, fenceRequestWaiting(p))
+		}
+		if err != nil || !p.Spec.DryRun {
+			return true, err
 		}
 	}
 	return true, r.dropRequest(ctx, node, corev1.EventTypeNormal, ReasonFenceRequestDryRun,

@@ -174,6 +174,9 @@ func (r *NodeFenceReconciler) reconcileFence(ctx context.Context, nf *v1alpha1.N
 		// The CRD refuses it; a record stored before that rule, or written around it, fails
 		// here rather than taking a step with nothing to take it by.
 		msg := fmt.Sprintf("NodeFence %s names no method (spec.methods is empty): nothing can fence node %s; nothing was taken or released. Delete it; the node's policy makes a new one if it must", nf.Name, nf.Spec.NodeName)
+		if err := r.dropRequestsAnswered(ctx, nf); err != nil { // answers.go
+			return ctrl.Result{}, err
+		}
 		recordFailure(nf, ReasonNoMethod, msg)
 		return ctrl.Result{}, r.saveEnd(ctx, nf, corev1.EventTypeWarning, ReasonFenceFailed, msg)
 	}
@@ -199,6 +202,9 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 		}
 		return r.released(ctx, nf), false, nil
 	case actFail:
+		if err := r.dropRequestsAnswered(ctx, nf); err != nil { // answers.go
+			return ctrl.Result{}, false, err
+		}
 		last := lastStep(nf)
 		recordFailure(nf, last.Reason, fmt.Sprintf("every fencing method failed; last: %s: %s", last.Method, last.Message))
 		return ctrl.Result{}, false, r.saveEnd(ctx, nf, corev1.EventTypeWarning, ReasonFenceFailed,

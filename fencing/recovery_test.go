@@ -63,12 +63,22 @@ func notReady(n *corev1.Node) {
 
 // confirmedClean sets an unfence request recorded as set by user.
 func confirmedClean(user, text string) func(*corev1.Node) {
+	return setRequest(v1alpha1.AnnotationUnfenceRequest, v1alpha1.AnnotationUnfenceRequestedBy, text, user)
+}
+
+// fenceRequest sets a fence request recorded as set by user.
+func fenceRequest(text, user string) func(*corev1.Node) {
+	return setRequest(v1alpha1.AnnotationFenceRequest, v1alpha1.AnnotationFenceRequestedBy, text, user)
+}
+
+// setRequest sets the request annotation key to text, and byKey to user.
+func setRequest(key, byKey, text, user string) func(*corev1.Node) {
 	return func(n *corev1.Node) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
-		n.Annotations[v1alpha1.AnnotationUnfenceRequest] = text
-		n.Annotations[v1alpha1.AnnotationUnfenceRequestedBy] = user
+		n.Annotations[key] = text
+		n.Annotations[byKey] = user
 	}
 }
 
@@ -513,15 +523,6 @@ func TestTaintRemovedFromAHeldNode(t *testing.T) {
 // was held is kept when the node is given back, and said, so that the node is fenced again; a
 // manual fence's own request goes with the recovery.
 func TestFenceRequestsAroundARecovery(t *testing.T) {
-	requested := func(text, by string) func(*corev1.Node) {
-		return func(n *corev1.Node) {
-			if n.Annotations == nil {
-				n.Annotations = map[string]string{}
-			}
-			n.Annotations[v1alpha1.AnnotationFenceRequest] = text
-			n.Annotations[v1alpha1.AnnotationFenceRequestedBy] = by
-		}
-	}
 	for _, tc := range []struct {
 		name       string
 		manual     bool // the fence is carol's request "disk errors"
@@ -558,7 +559,7 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 				if err := w.c.Update(context.Background(), nf); err != nil {
 					t.Fatal(err)
 				}
-				w.setNode(t, requested("disk errors", "carol"))
+				w.setNode(t, fenceRequest("disk errors", "carol"))
 			}
 			if tc.noTaint {
 				nf := &v1alpha1.NodeFence{}
@@ -577,7 +578,7 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 				w.tick = func(nf *v1alpha1.NodeFence) {
 					if !made && len(nf.Status.Steps) >= 1 {
 						made = true
-						w.setNode(t, requested(tc.text, by))
+						w.setNode(t, fenceRequest(tc.text, by))
 					}
 				}
 			}
@@ -592,7 +593,7 @@ func TestFenceRequestsAroundARecovery(t *testing.T) {
 				wantHeld(t, nf, node, ReasonNodeNotBack)
 			}
 			if tc.duringHold {
-				w.setNode(t, requested(tc.text, by))
+				w.setNode(t, fenceRequest(tc.text, by))
 			}
 			w.setNode(t, back(bootAfter))
 			nf, node = w.reconcile(t)
