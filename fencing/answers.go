@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,6 +105,10 @@ type answerFn func(node *corev1.Node, nf *v1alpha1.NodeFence) *answer
 // ended) would otherwise answer a request that is gone, or with what no longer holds; its
 // catching up wakes the node again.
 func (r *NodeReconciler) sayOnce(ctx context.Context, node *corev1.Node, topic string, fn answerFn) error {
+	if _, ok := node.Annotations[topic]; !ok {
+		r.answered.forget(node.Name, topic)
+		return nil
+	}
 	nf, err := fenceOf(ctx, r.Client, node.Name)
 	if err != nil {
 		return err
@@ -206,6 +211,47 @@ func actedOn(p *v1alpha1.FencingPolicy) string {
 		return fmt.Sprintf("is recorded as a dry run of policy %s and removed, fencing nothing", p.Name)
 	}
 	return fmt.Sprintf("fences the node (policy %s)", p.Name)
+}
+
+// unfenceRequestIgnored answers an unfence request that nothing acts on: one on a node whose
+// NodeFence (nil: none) is not a released fence holding it, which recovery judges (judgeClean,
+// which says a malformed one as well).
+func unfenceRequestIgnored(node *corev1.Node, nf *v1alpha1.NodeFence) *answer {
+	text, present, err := parseUnfenceRequest(node)
+	st := standingOf(nf)
+	if !present || st == standingHeld {
+		return nil
+	}
+	uid := ""
+	if nf != nil {
+		uid = string(nf.UID)
+	}
+	key := fmt.Sprintf("%s/%s/%s", uid, st, node.Annotations[v1alpha1.AnnotationUnfenceRequest])
+	why := unfenceIgnoredWhy(node.Name, nf, st)
+	if err != nil {
+		return &answer{key: key, typ: corev1.EventTypeWarning, reason: ReasonInvalidUnfenceRequest,
+			msg: fmt.Sprintf("unfence request ignored: %v. Nothing changes: %s", err, why)}
+	}
+	by := orUnknown(strings.TrimSpace(node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]))
+	return &answer{key: key, typ: corev1.EventTypeWarning, reason: ReasonUnfenceRequestIgnored,
+		msg: fmt.Sprintf("unfence request %q (requested by %s) ignored, nothing changes: %s", truncate(text, 256), by, why)}
+}
+
+// unfenceIgnoredWhy says why an unfence request on node, whose NodeFence nf stands as st,
+// changes nothing.
+func unfenceIgnoredWhy(node string, nf *v1alpha1.NodeFence, st standing) string {
+	switch st {
+	case standingNone:
+		return fmt.Sprintf("node %s is not fenced, so there is nothing to unfence (a fence of it begun later removes the request before its first step)", node)
+	case standingDryRun:
+		return fmt.Sprintf("NodeFence %s is a dry run's record: it holds nothing, so there is nothing to unfence", nf.Name)
+	case standingFailed:
+		return fmt.Sprintf("NodeFence %s failed, and an unfence request acts only on a released fence; deleting the NodeFence ends the fence (kubectl delete nodefence %s)", nf.Name, nf.Name)
+	case standingDeleting:
+		return fmt.Sprintf("NodeFence %s is being deleted, and an unfence request acts only on a released fence", nf.Name)
+	}
+	return fmt.Sprintf("NodeFence %s is under way (phase %s), and a confirmation counts only for the release it was made after: this one is removed before the fence's first step or at the first look after its release (%s). Confirm the node clean once the fence is released",
+		nf.Name, orPending(nf.Status.Phase), ReasonStaleUnfenceRequest)
 }
 
 // orPending is the phase, Pending when none is recorded yet.

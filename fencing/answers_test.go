@@ -258,3 +258,97 @@ func TestWaitingSaidOnTheAPIServersWord(t *testing.T) {
 	reconcileN1(t, r)
 	wantSaid(t, rec, ReasonFenceRequestWaiting, "")
 }
+
+// An unfence request on a node whose fence is not a released one holding it changes nothing,
+// and the node says so once per request: none acts on it, so it would otherwise sit there
+// silently. A released fence's node is recovery's to answer.
+func TestUnfenceRequestNothingActsOn(t *testing.T) {
+	fence := func(phase v1alpha1.Phase, edit func(*v1alpha1.NodeFence)) *v1alpha1.NodeFence {
+		nf := recoveredFence()
+		nf.UID = "standing-uid"
+		nf.Status = v1alpha1.NodeFenceStatus{Phase: phase}
+		if edit != nil {
+			edit(nf)
+		}
+		return nf
+	}
+	for _, tc := range []struct {
+		name     string
+		existing *v1alpha1.NodeFence
+		words    []string // of the event; nil: none
+	}{
+		{name: "no fence", words: []string{"node n1 is not fenced", "nothing to unfence"}},
+		{name: "a recovered fence", existing: recoveredFence(), words: []string{"node n1 is not fenced"}},
+		{name: "a fence under way", existing: fence(v1alpha1.PhaseFencing, nil), words: []string{"NodeFence n1 is under way (phase Fencing)", ReasonStaleUnfenceRequest, "once the fence is released"}},
+		{name: "a failed fence", existing: fence(v1alpha1.PhaseFailed, nil), words: []string{"NodeFence n1 failed", "acts only on a released fence", "kubectl delete nodefence n1"}},
+		{name: "a dry run's record", existing: fence("", func(nf *v1alpha1.NodeFence) { nf.Spec.DryRun = true }), words: []string{"dry run", "holds nothing"}},
+		{name: "a fence being deleted", existing: fence(v1alpha1.PhaseReleased, func(nf *v1alpha1.NodeFence) {
+			now := metav1.NewTime(t0)
+			nf.DeletionTimestamp, nf.Finalizers = &now, []string{v1alpha1.FinalizerLiftStorageFence}
+		}), words: []string{"NodeFence n1 is being deleted"}},
+		{name: "a released fence holding the node", existing: fence(v1alpha1.PhaseReleased, func(nf *v1alpha1.NodeFence) {
+			setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, ReasonNodeNotBack, "not back")
+		})},
+	} {
+		for _, value := range []string{"rebooted by hand", " "} {
+			reason := ReasonUnfenceRequestIgnored
+			if value == " " {
+				reason = ReasonInvalidUnfenceRequest
+			}
+			t.Run(tc.name+", "+reason, func(t *testing.T) {
+				c, r, rec := requestWorld(t, poolPolicy(ipmiMethod), tc.existing, nil)
+				node := &corev1.Node{}
+				if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+					t.Fatal(err)
+				}
+				node.Annotations = nil
+				confirmedClean("alice", value)(node)
+				if err := c.Update(context.Background(), node); err != nil {
+					t.Fatal(err)
+				}
+				for range 3 {
+					reconcileN1(t, r)
+				}
+				if tc.words == nil {
+					wantSaid(t, rec, reason, "")
+				} else {
+					wantSaid(t, rec, reason, corev1.EventTypeWarning, tc.words...)
+				}
+				if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+					t.Fatal(err)
+				}
+				if got := node.Annotations[v1alpha1.AnnotationUnfenceRequest]; got != value {
+					t.Errorf("n1's unfence request %q, want %q left as it was", got, value)
+				}
+				want := 0
+				if tc.existing != nil {
+					want = 1
+				}
+				var list v1alpha1.NodeFenceList
+				if err := c.List(context.Background(), &list); err != nil || len(list.Items) != want {
+					t.Errorf("%d NodeFences (%v), want %d: the existing one alone", len(list.Items), err, want)
+				}
+			})
+		}
+	}
+}
+
+// A malformed unfence request on a released fence's node is said at once, not only once the
+// node is Ready again (it hid behind NodeNotBack); the node stays held.
+func TestMalformedUnfenceRequestSaidBeforeTheNodeIsBack(t *testing.T) {
+	w, rec := releasedWorld(t, nil)
+	nf, node := w.reconcile(t) // the first look after the release: powered off
+	wantHeld(t, nf, node, ReasonNodeNotBack)
+	w.setNode(t, confirmedClean("alice", "bell\x07"))
+	nf, node = w.reconcile(t)
+	wantHeld(t, nf, node, ReasonInvalidUnfenceRequest)
+	if said := rec.said(ReasonInvalidUnfenceRequest); len(said) == 0 || !strings.Contains(said[0], "stays fenced") {
+		t.Errorf("%s said %q, want the node to stay fenced", ReasonInvalidUnfenceRequest, said)
+	}
+	w.setNode(t, confirmedClean("alice", "reinstalled"))
+	nf, node = w.reconcile(t)
+	wantHeld(t, nf, node, ReasonNodeNotBack) // a valid one counts once the node is back
+	w.setNode(t, back(bootAtFence))
+	nf, node = w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+}

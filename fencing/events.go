@@ -43,6 +43,10 @@ const (
 	// event says what becomes of it (answered by that fence, kept while the node is held, or
 	// waiting for a failed or leaving NodeFence to go). Said once per request.
 	ReasonFenceRequestWaiting = "FenceRequestWaiting"
+	// ReasonUnfenceRequestIgnored: an unfence request on a node whose fence is not released and
+	// holding it (none, under way, failed, a dry run, being deleted) changes nothing; said once
+	// per request (ReasonInvalidUnfenceRequest when it is malformed).
+	ReasonUnfenceRequestIgnored = "UnfenceRequestIgnored"
 	// ReasonFenceRequestKept: a node given back carried a fence request made while it was held;
 	// it was kept, so the node is fenced again.
 	ReasonFenceRequestKept = "FenceRequestKept"

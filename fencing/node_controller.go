@@ -111,6 +111,9 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.sayOnce(ctx, node, v1alpha1.AnnotationUnfenceRequest, unfenceRequestIgnored); err != nil { // answers.go
+		ctrl.LoggerFrom(ctx).Error(err, "answering the node's unfence request; the node is judged all the same")
+	}
 	standing := !free && previous != nil // a dry run's record: it takes no step, but a request is still answered
 	if !free && !standing {
 		// A fence on record is not over: NodeFenceReconciler owns it; a request made meanwhile

@@ -228,13 +228,16 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 	name, bootID := node.Name, node.Status.NodeInfo.BootID
 	confirm := fmt.Sprintf("once you know its workload's processes are gone, confirm it clean: kubectl annotate node %s %s='<how it was made clean>'",
 		name, v1alpha1.AnnotationUnfenceRequest)
+	// A malformed request is said at once, not once the node is back: until then it would hide
+	// behind NodeNotBack, and its requester would learn of it only when it counted.
+	text, present, err := parseUnfenceRequest(node)
+	if present && err != nil {
+		return nil, ReasonInvalidUnfenceRequest, fmt.Sprintf("%v; the node stays fenced", err)
+	}
 	if !lease.NodeReady(node) {
 		return nil, ReasonNodeNotBack, fmt.Sprintf("node %s is not back (not Ready): it is unfenced once it is Ready again and clean (rebooted since the fence, or confirmed clean)", name)
 	}
-	if text, present, err := parseUnfenceRequest(node); present {
-		if err != nil {
-			return nil, ReasonInvalidUnfenceRequest, fmt.Sprintf("%v; the node stays fenced", err)
-		}
+	if present {
 		return &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryConfirmedClean, Time: metav1.NewTime(now), BootID: bootID,
 			RequestedBy: strings.TrimSpace(node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]), Reason: text}, "", ""
 	}
