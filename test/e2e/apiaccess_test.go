@@ -4,17 +4,18 @@ import (
 	"context"
 	"testing"
 
+	"palisade.dev/palisade/test/agentapi"
 	"palisade.dev/palisade/test/scenario"
 )
 
-// agentAPIArgs gives an agent the API server as a pod would have it (scenario.AgentAPIArgs),
+// agentAPIArgs gives an agent the API server as a pod would have it (agentapi.Args),
 // at server ("" for the API server's own address, e.g. a relay's otherwise).
 func agentAPIArgs(t *testing.T, env *scenario.Env, server, tlsName string) []string {
 	t.Helper()
 	if server == "" {
 		server = env.Cluster.Config.Host
 	}
-	args, err := scenario.AgentAPIArgs(context.Background(), env.Cluster.Kube, env.Cluster.Config.CAData, t.TempDir(), server, tlsName)
+	args, err := agentapi.Args(context.Background(), env.Cluster.Kube, env.Cluster.Config.CAData, t.TempDir(), server, tlsName)
 	if err != nil {
 		t.Fatal(err)
 	}

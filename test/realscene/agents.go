@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"palisade.dev/palisade/providers/agent/pki"
-	"palisade.dev/palisade/test/scenario"
+	"palisade.dev/palisade/test/agentapi"
 	"palisade.dev/palisade/test/testbed/gobin"
 	"palisade.dev/palisade/test/testbed/machine"
 )
@@ -97,7 +97,7 @@ func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool, selfFenceAfte
 		pair, err := ca.IssueAgent(NodeName(i))
 		issue(NodeName(i), pair, err)
 	}
-	if a.api, err = scenario.AgentAPIArgs(context.Background(), s.Cluster.Kube, s.Cluster.Config.CAData, dir, "https://"+s.Relay, "localhost"); err != nil {
+	if a.api, err = agentapi.Args(context.Background(), s.Cluster.Kube, s.Cluster.Config.CAData, dir, "https://"+s.Relay, "localhost"); err != nil {
 		t.Fatal(err)
 	}
 	a.heartbeat = s.LAN.RelayTo(t, "the leading controller's heartbeat server", a.leader)

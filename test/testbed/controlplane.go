@@ -90,6 +90,9 @@ func (c *Cluster) startAPIServerOnce(bins binaries, opts Options) error {
 			return err
 		}
 	}
+	if opts.FeatureGates != "" {
+		c.env.ControlPlane.APIServer.Configure().Set("feature-gates", opts.FeatureGates)
+	}
 	c.logf("starting etcd and kube-apiserver (CRDs from %v)", crdDirs)
 	cfg, err := c.env.Start()
 	if err != nil {

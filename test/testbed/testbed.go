@@ -82,6 +82,10 @@ type Options struct {
 	// (SetKubernetesEndpoint), because the API server listens on the host's loopback, which
 	// no pod reaches.
 	InCluster bool
+	// FeatureGates is kube-apiserver's --feature-gates, e.g. "ContainerStopSignals=true" for
+	// pods' lifecycle.stopSignal (alpha and off by default in 1.37: the API server drops the
+	// field without it); "" sets none.
+	FeatureGates string
 }
 
 // Cluster is a running control plane: etcd, kube-apiserver, kube-controller-manager,

@@ -35,6 +35,9 @@ type Container struct {
 	// Command replaces the image's Cmd when set.
 	Command []string
 	Env     map[string]string
+	// Annotations are the container's, as the kubelet writes its own on every container (the
+	// pod's grace periods, the preStop hook, the ports).
+	Annotations map[string]string
 }
 
 // RunningPod is what RunPod made.
@@ -85,12 +88,13 @@ func (c *Containerd) startContainer(ctx context.Context, p Pod, ctr Container, s
 		env = append(env, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
 	}
 	cfg := &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: ctr.Name},
-		Image:    &runtimeapi.ImageSpec{Image: ctr.Image},
-		Command:  ctr.Command,
-		Envs:     env,
-		Labels:   labels,
-		LogPath:  ctr.Name + ".log",
+		Metadata:    &runtimeapi.ContainerMetadata{Name: ctr.Name},
+		Image:       &runtimeapi.ImageSpec{Image: ctr.Image},
+		Command:     ctr.Command,
+		Envs:        env,
+		Labels:      labels,
+		Annotations: ctr.Annotations,
+		LogPath:     ctr.Name + ".log",
 		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
 		}},

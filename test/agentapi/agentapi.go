@@ -1,4 +1,4 @@
-package scenario
+package agentapi
 
 import (
 	"context"
@@ -14,16 +14,21 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// AgentRules are what an agent does through the API server for orders: watch its NodeFence
-// and answer in an annotation on it.
-var AgentRules = []rbacv1.PolicyRule{{APIGroups: []string{"fencing.palisade.dev"}, Resources: []string{"nodefences"}, Verbs: []string{"get", "list", "watch", "patch"}}}
+// Namespace and Name are the agents' ServiceAccount.
+const Namespace, Name = "palisade-system", "palisade-agent"
 
-// AgentAPIArgs gives agents the API server as a pod would have it: a ServiceAccount token
-// (from the TokenRequest API) with AgentRules, the API server's CA (caData), and its address
+// Rules are what an agent does through the API server for orders, as the chart's
+// ClusterRole lets it: watch its NodeFence and answer in an annotation on it.
+var Rules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"fencing.palisade.dev"}, Resources: []string{"nodefences"}, Verbs: []string{"get", "list", "watch", "patch"}},
+}
+
+// Args gives agents the API server as a pod would have it: a token of the ServiceAccount
+// Namespace/Name (from the TokenRequest API) with Rules, the API server's CA (caData), and its address
 // server (e.g. a relay), whose certificate is checked for tlsName when not "". The files go
 // to dir; it returns the agents' flags.
-func AgentAPIArgs(ctx context.Context, kube kubernetes.Interface, caData []byte, dir, server, tlsName string) ([]string, error) {
-	const ns, name = SecretNamespace, "palisade-agent"
+func Args(ctx context.Context, kube kubernetes.Interface, caData []byte, dir, server, tlsName string) ([]string, error) {
+	const ns, name = Namespace, Name
 	create := func(err error) error {
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("giving the agents API access: %w", err)
@@ -38,7 +43,7 @@ func AgentAPIArgs(ctx context.Context, kube kubernetes.Interface, caData []byte,
 	if err := create(err); err != nil {
 		return nil, err
 	}
-	_, err = kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: AgentRules}, metav1.CreateOptions{})
+	_, err = kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: Rules}, metav1.CreateOptions{})
 	if err := create(err); err != nil {
 		return nil, err
 	}
