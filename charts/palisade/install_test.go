@@ -84,8 +84,8 @@ func checkAccess(t *testing.T, kube kubernetes.Interface, sa string, want []acce
 }
 
 // TestChartRBACOnAPIServer installs the chart into the real API server and checks that its
-// ServiceAccounts may do what the code does and no more: the agent sends and watches its CSR and
-// reads the CA bundle, but approves nothing; the controller keeps the CA Secret, publishes the
+// ServiceAccounts may do what the code does and no more: the agent sends and watches its CSR,
+// reads the CA bundle and lists and watches pods (read-only), but approves nothing; the controller keeps the CA Secret, publishes the
 // bundle, labels its pod, approves and signs palisade.dev/agent CSRs, and no other signer's.
 // Beside the access reviews, the real calls run with each ServiceAccount's token.
 func TestChartRBACOnAPIServer(t *testing.T) {
@@ -102,6 +102,12 @@ func TestChartRBACOnAPIServer(t *testing.T) {
 		{verb: "watch", group: "fencing.palisade.dev", resource: "nodefences", allowed: true},
 		{verb: "patch", group: "fencing.palisade.dev", resource: "nodefences", name: "x", allowed: true},
 		{verb: "delete", group: "fencing.palisade.dev", resource: "nodefences", name: "x"},
+		{verb: "list", resource: "pods", allowed: true},
+		{verb: "watch", resource: "pods", allowed: true},
+		{verb: "get", resource: "pods", ns: "default", name: "x", allowed: true},
+		{verb: "delete", resource: "pods", ns: "default", name: "x"},
+		{verb: "patch", resource: "pods", ns: "default", name: "x"},
+		{verb: "create", resource: "pods", subresource: "eviction", ns: "default", name: "x"},
 		{verb: "update", group: cg, resource: csrs, subresource: "approval", name: "x"},
 		{verb: "update", group: cg, resource: csrs, subresource: "status", name: "x"},
 		{verb: "approve", group: cg, resource: signers, name: signer.SignerName},

@@ -18,9 +18,11 @@ import (
 const Namespace, Name = "palisade-system", "palisade-agent"
 
 // Rules are what an agent does through the API server for orders, as the chart's
-// ClusterRole lets it: watch its NodeFence and answer in an annotation on it.
+// ClusterRole lets it: watch its NodeFence and answer in an annotation on it, and list and
+// watch the pods bound to its node, whose specs it keeps for the executor.
 var Rules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"fencing.palisade.dev"}, Resources: []string{"nodefences"}, Verbs: []string{"get", "list", "watch", "patch"}},
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 }
 
 // Args gives agents the API server as a pod would have it: a token of the ServiceAccount

@@ -17,8 +17,8 @@ import (
 )
 
 // Client makes the few calls the agent makes to the Kubernetes API (CertificateSigningRequests,
-// one ConfigMap, its NodeFence), over net/http with small typed structs: client-go would cost the agent
-// more memory than everything else it does.
+// one ConfigMap, its NodeFence, its node's pods), over net/http with small typed structs:
+// client-go would cost the agent more memory than everything else it does.
 type Client struct {
 	base      string // https://host:port
 	tokenFile string // re-read for every request: the kubelet rotates projected tokens
@@ -185,35 +185,18 @@ func (a *Client) GetCSR(ctx context.Context, name string) (*CSR, error) {
 // until it returns true (then watchCSR returns nil), the server ends the watch (nil), or ctx
 // ends.
 func (a *Client) WatchCSR(ctx context.Context, name, rv string, done func(*CSR) bool) error {
-	q := url.Values{"watch": {"true"}, "fieldSelector": {"metadata.name=" + name}, "resourceVersion": {rv}, "timeoutSeconds": {"60"}}
-	op := "watching CertificateSigningRequest " + name
-	resp, err := a.Send(ctx, op, http.MethodGet, csrPath+"?"+q.Encode(), nil)
-	if err != nil {
-		return err
+	q := url.Values{"fieldSelector": {"metadata.name=" + name}, "resourceVersion": {rv}, "timeoutSeconds": {"60"}}
+	errDone := errors.New("done")
+	err := Watch(ctx, a, "watching CertificateSigningRequest "+name, csrPath, q, func(ev Event[*CSR]) error {
+		if done(ev.Object) {
+			return errDone
+		}
+		return nil
+	})
+	if errors.Is(err, errDone) {
+		return nil
 	}
-	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var ev struct {
-			Type   string          `json:"type"`
-			Object json.RawMessage `json:"object"`
-		}
-		if err := dec.Decode(&ev); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		if ev.Type == "ERROR" { // e.g. 410 Gone: the caller starts again from a GET
-			return fmt.Errorf("%s: %s", op, ev.Object)
-		}
-		csr := &CSR{}
-		if err := json.Unmarshal(ev.Object, csr); err != nil {
-			return fmt.Errorf("%s: decoding an event: %w", op, err)
-		}
-		if done(csr) {
-			return nil
-		}
-	}
+	return err // e.g. 410 Gone: the caller starts again from a GET
 }
 
 // ConfigMapKey returns one key of a ConfigMap.
