@@ -134,7 +134,7 @@ func TestExecutorGarbage(t *testing.T) {
 	t.Parallel()
 	k := newKubelet()
 	defer k.srv.Close()
-	const connected = `read -r line; echo '{"id":1,"version":1}'
+	const connected = `read -r line; echo '{"id":1,"version":2}'
 while read -r line; do case "$line" in *'"op":"terminate"'*) break;; esac; done
 `
 	// drain reads requests until stdin closes, answering none.
@@ -173,7 +173,7 @@ func TestExecutorHung(t *testing.T) {
 	k := newKubelet()
 	defer k.srv.Close()
 	e := newEnv(t, "127.0.0.1:0")
-	hung := childtest.FakeExecutor(t, `read -r line; echo '{"id":1,"version":1}'; while read -r line; do :; done`)
+	hung := childtest.FakeExecutor(t, `read -r line; echo '{"id":1,"version":2}'; while read -r line; do :; done`)
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", "/nonexistent/containerd.sock",
 		"--executor-binary", hung, "--executor-timeout", "3s") // long enough for a loaded machine to start the executor
 	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})
@@ -208,7 +208,7 @@ func TestExecutorEndsWithTheAgent(t *testing.T) {
 	k := newKubelet()
 	defer k.srv.Close()
 	e := newEnv(t, "127.0.0.1:0")
-	deaf := childtest.FakeExecutor(t, `read -r line; echo '{"id":1,"version":1}'; exec sleep 600`)
+	deaf := childtest.FakeExecutor(t, `read -r line; echo '{"id":1,"version":2}'; exec sleep 600`)
 	p := e.startAgent(t, e.server.Addr(), k.srv.URL, interval, "--cri-endpoint", "/nonexistent/containerd.sock",
 		"--executor-binary", deaf, "--fault-report-confirmed-early")
 	e.server.SetCommand(testNode, agentwire.Command{ID: "c1", Action: agentwire.ActionTerminate})

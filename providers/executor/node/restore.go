@@ -87,7 +87,10 @@ func listRuntimePods(ctx context.Context, cri internalapi.RuntimeService, exclud
 // recently created container's first). A container whose annotations are missing or
 // unreadable is stopped as a main container without a hook; the grace period is then the
 // default (30 s). No sidecar ordering: the runtime does not record which containers are
-// sidecars, and the kubelet without the spec does not order them either.
+// sidecars, and the kubelet without the spec does not order them either; nor does it record a
+// container's lifecycle.stopSignal (containerd 1.6 keeps the image's STOPSIGNAL alone, which
+// the executor reads), nor a deletion's grace period given after the containers were
+// created. The spec the agent kept of the pod brings those (withSpec).
 func restorePod(p *runtimePod) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(p.uid), Name: p.name, Namespace: p.namespace}}
 	ctrs := append([]*runtimeapi.Container(nil), p.containers...)
@@ -133,9 +136,11 @@ func capGrace(pod *corev1.Pod, own int64, limit *int64) {
 // needsPodIP says whether a container has an httpGet preStop hook without a host, which is
 // sent to the pod's IP.
 func needsPodIP(pod *corev1.Pod) bool {
-	for _, c := range pod.Spec.Containers {
-		if l := c.Lifecycle; l != nil && l.PreStop != nil && l.PreStop.HTTPGet != nil && l.PreStop.HTTPGet.Host == "" {
-			return true
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if l := c.Lifecycle; l != nil && l.PreStop != nil && l.PreStop.HTTPGet != nil && l.PreStop.HTTPGet.Host == "" {
+				return true
+			}
 		}
 	}
 	return false

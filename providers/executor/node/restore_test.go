@@ -125,7 +125,7 @@ func terminateWithFakes(t *testing.T, rt *fakeRuntime, podUID string, afterList 
 	rt.afterList = afterList
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res, err := terminateAll(ctx, &nodeRuntime{endpoint: fakeEndpoint, exec: ex, cri: fakeCRI{f: rt}}, ptr.To[int64](0), podUID, logr.Discard())
+	res, err := terminateAll(ctx, &nodeRuntime{endpoint: fakeEndpoint, exec: ex, cri: fakeCRI{f: rt}}, ptr.To[int64](0), podUID, nil, logr.Discard())
 	t.Logf("result %+v, error: %v", res, err)
 	return res, err
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"palisade.dev/palisade/providers/executor"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
 // nodeRuntime is the node's container runtime at endpoint: the termination executor on
@@ -77,11 +78,12 @@ type result struct {
 
 // terminateAll terminates every pod on the runtime but the agent's own (UID exclude), all at
 // once, each by the kubelet's rules with its own grace period capped by limit and by ctx's
-// deadline (graceCap); then it reads every pod back (executor.Confirm) and finally sweeps the
-// whole runtime. It returns a nil error only when every Confirm returned nil and the sweep
-// found no container still running. It first checks that the runtime is the kubelet's
-// (checkKubeletRuntime), and stops nothing when it is not.
-func terminateAll(ctx context.Context, rt *nodeRuntime, limit *int64, exclude string, log logr.Logger) (result, error) {
+// deadline (graceCap), each from the spec the agent kept of it (kept, by UID) when it has one;
+// then it reads every pod back (executor.Confirm) and finally sweeps the whole runtime. It
+// returns a nil error only when every Confirm returned nil and the sweep found no container
+// still running. It first checks that the runtime is the kubelet's (checkKubeletRuntime), and
+// stops nothing when it is not.
+func terminateAll(ctx context.Context, rt *nodeRuntime, limit *int64, exclude string, kept []protocol.Pod, log logr.Logger) (result, error) {
 	if err := checkKubeletRuntime(ctx, rt, exclude); err != nil {
 		return result{}, err
 	}
@@ -89,12 +91,16 @@ func terminateAll(ctx context.Context, rt *nodeRuntime, limit *int64, exclude st
 	if err != nil {
 		return result{}, err
 	}
-	log.Info("terminating pods", "pods", len(pods))
+	specs, bad := keptSpecs(kept)
+	for _, err := range bad {
+		log.Error(err, "not using a pod spec the agent kept: its pod is restored from the runtime's labels")
+	}
+	log.Info("terminating pods", "pods", len(pods), "specsKept", len(specs))
 	counts := make([]int, len(pods))
 	errs := make([]error, len(pods))
 	var wg sync.WaitGroup
 	for i, p := range pods {
-		wg.Go(func() { counts[i], errs[i] = terminatePod(ctx, rt, p, limit, log) })
+		wg.Go(func() { counts[i], errs[i] = terminatePod(ctx, rt, p, limit, specs[p.uid], log) })
 	}
 	wg.Wait()
 	res := result{pods: len(pods)}
@@ -111,9 +117,15 @@ func terminateAll(ctx context.Context, rt *nodeRuntime, limit *int64, exclude st
 	return res, sweep(ctx, rt.cri, exclude)
 }
 
-// terminatePod terminates one pod and returns how many of its containers the executor stopped.
-func terminatePod(ctx context.Context, rt *nodeRuntime, p *runtimePod, limit *int64, log logr.Logger) (int, error) {
+// terminatePod terminates one pod, from the spec kept of it when there is one (spec not nil),
+// and returns how many of its containers the executor stopped.
+func terminatePod(ctx context.Context, rt *nodeRuntime, p *runtimePod, limit *int64, spec *keptSpec, log logr.Logger) (int, error) {
 	pod := restorePod(p)
+	source := "from the runtime's labels"
+	if spec != nil {
+		withSpec(pod, spec.pod)
+		source = "kept at " + spec.keptAt.UTC().Format(time.RFC3339)
+	}
 	own, err := executor.GracePeriodSeconds(executor.Request{Pod: pod})
 	if err != nil {
 		return 0, fmt.Errorf("pod %s/%s: %w", p.namespace, p.name, err)
@@ -125,7 +137,7 @@ func terminatePod(ctx context.Context, rt *nodeRuntime, p *runtimePod, limit *in
 	capGrace(pod, own, limit)
 	rep, err := rt.exec.Terminate(ctx, executor.Request{Pod: pod})
 	if rep != nil {
-		log.Info("pod terminated", "pod", klog.KObj(pod), "podUID", p.uid, "ownGraceSeconds", own,
+		log.Info("pod terminated", "pod", klog.KObj(pod), "podUID", p.uid, "spec", source, "ownGraceSeconds", own,
 			"graceSeconds", rep.GracePeriodSeconds, "graceCutByTimeLimit", cut && *limit < own,
 			"confirmed", !rep.Confirmed.IsZero(), "report", rep.String())
 	}

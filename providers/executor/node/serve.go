@@ -107,7 +107,7 @@ func (s *Server) handle(req protocol.Request) protocol.Response {
 		resp.Version = protocol.Version
 	case protocol.OpTerminate:
 		var res result
-		res, err = terminateAll(ctx, rt, req.GracePeriodSeconds, s.o.PodUID, s.log.WithValues("command", req.Command))
+		res, err = terminateAll(ctx, rt, req.GracePeriodSeconds, s.o.PodUID, req.Pods, s.log.WithValues("command", req.Command))
 		resp.Pods, resp.Containers = res.pods, res.containers
 	case protocol.OpReadBack:
 		var running []string

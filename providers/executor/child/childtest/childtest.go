@@ -12,11 +12,11 @@ import (
 	"time"
 )
 
-// Answering is a fake executor that answers every request with success: protocol version 1, a
+// Answering is a fake executor that answers every request with success: protocol version 2, a
 // read-back of 0.
 const Answering = `while read -r line; do
 	id=$(echo "$line" | sed 's/.*"id":\([0-9]*\).*/\1/')
-	echo "{\"id\":$id,\"version\":1,\"running\":0}"
+	echo "{\"id\":$id,\"version\":2,\"running\":0}"
 done`
 
 // FakeExecutor writes script, run by /bin/sh, as a stand-in for palisade-executor and returns
