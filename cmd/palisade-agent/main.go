@@ -4,9 +4,10 @@
 // its peers (detectors/peers). It carries out the controller's orders, from the heartbeats'
 // answers or its NodeFence (providers/agent/orders), through its palisade-executor child
 // process (providers/executor/child), so that the agent itself links none of the container
-// runtime's clients; it fences its node itself when isolated (providers/agent/selffence); with
-// --request-certificate it gets and renews its certificate through the CSR API
-// (providers/agent/pki). It stops cleanly on SIGTERM.
+// runtime's clients, handing it the specs it keeps of its node's pods while the API server
+// answers (providers/agent/podspecs); it fences its node itself when isolated
+// (providers/agent/selffence); with --request-certificate it gets and renews its certificate
+// through the CSR API (providers/agent/pki). It stops cleanly on SIGTERM.
 //
 // `palisade-agent gateway` runs the storage gateway instead, on a storage host: it serves the
 // controller's storage fences (config/gatewaywire) with nftables (providers/agent/gateway).
@@ -30,11 +31,12 @@ import (
 	"palisade.dev/palisade/providers/agent/channel"
 	"palisade.dev/palisade/providers/agent/orders"
 	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/providers/agent/podspecs"
 	"palisade.dev/palisade/providers/agent/selffence"
 )
 
 // DefaultStateDir is where the agent keeps what must outlive it (the highest fencing token it
-// took); the chart mounts it from the node.
+// took, the specs of its node's pods); the chart mounts it from the node.
 const DefaultStateDir = "/var/lib/palisade"
 
 func main() {
@@ -68,6 +70,7 @@ type options struct {
 
 	probeAddress string
 	apiCommands  bool
+	keepSpecs    bool
 	apiTLSName   string
 	probeHost    string
 	kubeletPort  int
@@ -97,11 +100,12 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.apiServerHealthz, "api-server-healthz", "", `URL the agent GETs every interval to see whether it reaches the API server (e.g. https://<apiserver>/readyz); only a 200 counts, so it must answer unauthenticated requests. TLS verification is skipped for this reachability probe only. "" treats the API server as unreachable`)
 	fs.StringVar(&o.watchdogDevice, "watchdog-device", "", `hardware watchdog device (e.g. /dev/watchdog) the agent opens after a self-fence, writes once and never pets again, so that the watchdog reboots the node; it must exist (it is not created). "" uses none`)
 	fs.BoolVar(&o.apiCommands, "api-commands", true, "watch this node's NodeFence for orders through the API server (for a node whose kubelet is down), with --api-server, --api-token-file and --api-ca-file; without an API server, orders arrive only over the direct channel")
+	fs.BoolVar(&o.keepSpecs, "keep-pod-specs", true, "list and watch the pods bound to this node through the API server (--api-server, --api-token-file, --api-ca-file) and keep what the executor needs of their specs that the container runtime does not record (which init containers are sidecars, lifecycle.stopSignal, a deletion's grace period given after the containers were created), in memory and in --state-dir (file "+podspecs.File+"), so that a Terminate command or a self-fence after the API server became unreachable still has them; false, or without an API server or --cri-endpoint: the executor restores every pod from the runtime's labels")
 	fs.StringVar(&o.apiTLSName, "api-tls-server-name", "", "name the API server's certificate must carry, when --api-server's host is not in it (e.g. behind a relay)")
 	fs.StringVar(&o.probeAddress, "probe-address", ":9444", `address to accept peer probes on (TLS: the answer is this agent's certificate, which names its node); "" accepts none, and then this agent probes no peers either`)
 	fs.StringVar(&o.probeHost, "probe-advertise-host", "", "IP address peers probe this node at (default: the address the controller sees its heartbeats come from)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the kubelet's port, which peers probe too (a node whose agent crashed but whose kubelet answers is not dead); 0: not probed")
-	fs.StringVar(&o.stateDir, "state-dir", DefaultStateDir, `directory on the node's disk (a hostPath) where the agent records the highest fencing token it took (file `+orders.TokenFile+`), so that after a restart it still refuses a late order of an older fence; "" keeps it in memory only`)
+	fs.StringVar(&o.stateDir, "state-dir", DefaultStateDir, `directory on the node's disk (a hostPath) where the agent records the highest fencing token it took (file `+orders.TokenFile+`), so that after a restart it still refuses a late order of an older fence, and the specs of its node's pods (file `+podspecs.File+`, see --keep-pod-specs); "" keeps them in memory only`)
 	fs.BoolVar(&o.faultConfirmEarly, "fault-report-confirmed-early", false, "testing only: report Confirmed without terminating")
 	o.certs.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -167,11 +171,13 @@ func run(args []string) error {
 	if err != nil {
 		log.Error(err, "no boot ID: the controller will not see reboots")
 	}
-	cmds := orders.NewCommander(o.orders(), log)
-	defer cmds.Close()
-	if err := watchAPIOrders(ctx, o, cmds, log); err != nil {
+	api, err := newAPIClient(o)
+	if err != nil {
 		return err
 	}
+	cmds := orders.NewCommander(o.orders(keepPodSpecs(ctx, o, api, log)), log)
+	defer cmds.Close()
+	watchAPIOrders(ctx, o, api, cmds, log)
 	prober, probePort, closeProbes, err := probePeers(ctx, o, log)
 	if err != nil {
 		return err

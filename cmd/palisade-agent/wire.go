@@ -14,14 +14,23 @@ import (
 	"palisade.dev/palisade/providers/agent/channel"
 	"palisade.dev/palisade/providers/agent/orders"
 	"palisade.dev/palisade/providers/agent/pki"
+	"palisade.dev/palisade/providers/agent/podspecs"
 	"palisade.dev/palisade/providers/agent/selffence"
 	"palisade.dev/palisade/providers/executor/child"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
 // Each component gets its own small configuration, cut from the flags here.
 
-func (o options) orders() orders.Config {
+// orders is the Commander's configuration; specs, when not nil, keeps the pod specs it hands
+// to the executor.
+func (o options) orders(specs *podspecs.Keeper) orders.Config {
+	var pods func() []protocol.Pod
+	if specs != nil {
+		pods = specs.Pods
+	}
 	return orders.Config{
+		PodSpecs:           pods,
 		Executor:           child.Config{Binary: o.executorBinary, CRIEndpoint: o.criEndpoint, PodUID: o.podUID, Verbosity: o.verbosity},
 		Timeout:            o.executorTimeout,
 		KubeletStopCommand: o.kubeletStopCommand,
@@ -63,22 +72,44 @@ func newClient(o options, log logr.Logger) (*channel.Client, error) {
 	return client, nil
 }
 
-// watchAPIOrders starts watching this node's NodeFence for orders (--api-commands), when there
-// is an API server.
-func watchAPIOrders(ctx context.Context, o options, cmds *orders.Commander, log logr.Logger) error {
-	if !o.apiCommands || o.certs.apiServer == "" {
-		return nil
+// newAPIClient is the agent's client of the API server, for orders (--api-commands) and pod
+// specs (--keep-pod-specs); nil when neither is wanted or there is no API server.
+func newAPIClient(o options) (*apiclient.Client, error) {
+	if o.certs.apiServer == "" || !o.apiCommands && !o.keepsPodSpecs() {
+		return nil, nil
 	}
 	api, err := apiclient.New(o.certs.apiServer, o.certs.tokenFile, o.certs.apiCAFile)
 	if err != nil {
-		return fmt.Errorf("orders through the API server (--api-commands): %w", err)
+		return nil, fmt.Errorf("orders and pod specs through the API server (--api-commands, --keep-pod-specs): %w", err)
 	}
 	if o.apiTLSName != "" {
 		api.SetServerName(o.apiTLSName)
 	}
+	return api, nil
+}
+
+// keepsPodSpecs says whether the pod specs are wanted: kept for the executor alone.
+func (o options) keepsPodSpecs() bool { return o.keepSpecs && o.criEndpoint != "" }
+
+// watchAPIOrders starts watching this node's NodeFence for orders (--api-commands), when there
+// is an API server.
+func watchAPIOrders(ctx context.Context, o options, api *apiclient.Client, cmds *orders.Commander, log logr.Logger) {
+	if !o.apiCommands || api == nil {
+		return
+	}
 	w := orders.NewAPIWatcher(api, orders.WatchConfig{Node: o.nodeName, Interval: o.interval}, cmds, log.WithName("api-commands"))
 	go w.Run(ctx)
-	return nil
+}
+
+// keepPodSpecs starts keeping the specs of this node's pods (--keep-pod-specs), when there is
+// an API server and an executor; nil otherwise.
+func keepPodSpecs(ctx context.Context, o options, api *apiclient.Client, log logr.Logger) *podspecs.Keeper {
+	if !o.keepsPodSpecs() || api == nil {
+		return nil
+	}
+	k := podspecs.New(api, podspecs.Config{Node: o.nodeName, StateDir: o.stateDir, Retry: o.interval}, log.WithName("pod-specs"))
+	go k.Run(ctx)
+	return k
 }
 
 // probePeers answers peers' probes on --probe-address and probes the peers the controller

@@ -11,6 +11,7 @@ import (
 
 	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/providers/executor/child"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
 // ErrNoRuntime answers a Terminate command on an agent started without --cri-endpoint.
@@ -32,6 +33,10 @@ type Config struct {
 	// StateDir holds the highest fencing token the agent took (TokenFile), so that it refuses
 	// an older fence's orders after a restart too; "" keeps it in memory only.
 	StateDir string
+	// PodSpecs, when set, returns the specs the agent kept of its node's pods (podspecs), which
+	// every Terminate hands to the executor; nil: the executor restores every pod from the
+	// runtime's labels.
+	PodSpecs func() []protocol.Pod
 }
 
 // Commander carries out the controller's commands in the background, one at a time and each
@@ -181,11 +186,24 @@ func (c *Commander) execute(ctx context.Context, cmd agentwire.Command) (res chi
 		return child.Result{}, false, err
 	}
 	kubeletStopped = c.o.KubeletStopCommand != ""
-	res, err = child.TerminateAll(ctx, p, cmd.ID, cmd.GracePeriodSeconds)
+	res, err = child.TerminateAll(ctx, p, cmd.ID, cmd.GracePeriodSeconds, c.podSpecs(cmd.ID))
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
 	}
 	return res, kubeletStopped, err
+}
+
+// podSpecs are the pod specs kept that fit the executor's request (child.FitPods).
+func (c *Commander) podSpecs(id string) []protocol.Pod {
+	if c.o.PodSpecs == nil {
+		return nil
+	}
+	pods, left := child.FitPods(c.o.PodSpecs())
+	if len(left) > 0 {
+		c.log.Info("pod specs left out of the executor's request, which they would overflow: those pods are restored from the runtime's labels",
+			"command", id, "pods", left)
+	}
+	return pods
 }
 
 // ReadBack counts the workload containers the runtime lists as not exited, for every heartbeat
