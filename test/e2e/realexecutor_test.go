@@ -42,34 +42,42 @@ const termPreStop = `echo "prestop $(up)" >> /term/events; sleep 2`
 // by the executor's own tests (TestPreStopWholeSecondsTaken).
 const termTolerance = time.Second
 
-// The executor on a real machine stops a pod the way the machine's own kubelet does: the same
-// pod, deleted gracefully on node-1 (the kubelet stops it), and on node-2 whose kubelet was
-// killed, fenced by the Executor method (the node's palisade-agent stops it through the
-// machine's containerd from the labels and annotations the real kubelet put on its
-// containers). Both see preStop, TERM after the hook, SIGKILL at the grace period's end, at
-// the same offsets (within termTolerance); node-2 keeps its power.
+// The executor on a real machine stops pods the way the machine's own kubelet does: the same
+// pods, deleted gracefully on node-1 (the kubelet stops them), and on node-2, whose agent kept
+// their specs from the API server and whose kubelet was then killed, fenced by the Executor
+// method (the node's palisade-agent stops them through the machine's containerd, from the
+// labels and annotations the real kubelet put on their containers and the specs it kept). The
+// probe pod: preStop, TERM after the hook, SIGKILL at the grace period's end, at the same
+// offsets (within termTolerance). The sidecar probe pod (checkSidecarStop): its main container
+// first, with its lifecycle.stopSignal (ContainerStopSignals on), then its sidecars in the
+// reverse order of their declaration, each once the one after it ended. node-2 keeps its power.
 func TestRealMachinesExecutorStopsPodsAsTheKubeletDoes(t *testing.T) {
-	s := realscene.Start(t, realscene.Options{Machines: 2, Agents: true})
+	s := realscene.Start(t, realscene.Options{Machines: 2, Agents: true, FeatureGates: map[string]bool{"ContainerStopSignals": true}})
 	s.CreatePolicy(t, 20*time.Second, realscene.ExecutorFirst)
 	s.StartControllers(t, 1)
 	ctx := context.Background()
 
-	// The reference: the kubelet's graceful deletion.
-	ref := startProbe(t, s, "probe-kubelet", "node-1")
-	if err := s.Cluster.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "probe-kubelet"}}); err != nil {
-		t.Fatal(err)
+	// The reference: the kubelet's graceful deletions.
+	ref, refSidecars := startProbe(t, s, "probe-kubelet", "node-1"), startSidecarProbe(t, s, "sidecars-kubelet", "node-1")
+	for _, name := range []string{"probe-kubelet", "sidecars-kubelet"} {
+		if err := s.Cluster.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitPodGone(t, s, "probe-kubelet", 2*time.Minute)
-	want := readTermination(t, ref)
+	waitPodGone(t, s, "sidecars-kubelet", time.Minute)
+	want, wantSidecars := readTermination(t, ref), readSidecarStop(t, refSidecars)
 
 	// The executor: node-2's kubelet dies, Palisade fences node-2 with the Executor method.
-	got := startProbe(t, s, "probe-executor", "node-2")
+	got, gotSidecars := startProbe(t, s, "probe-executor", "node-2"), startSidecarProbe(t, s, "sidecars-executor", "node-2")
 	m := s.Machine("node-2")
+	waitSpecKept(t, m, "sidecars-executor")
 	if err := m.KillKubelet(); err != nil {
 		t.Fatal(err)
 	}
 	waitPodGone(t, s, "probe-executor", 3*time.Minute)
-	waitFence(t, s.Cluster, "node-2", time.Minute, phaseIs(v1alpha1.PhaseReleased)) // the pod goes before the attachments step ends
+	waitPodGone(t, s, "sidecars-executor", time.Minute)
+	waitFence(t, s.Cluster, "node-2", time.Minute, phaseIs(v1alpha1.PhaseReleased)) // the pods go before the attachments step ends
 	have := readTermination(t, got)
 	t.Logf("kubelet:  %s\nexecutor: %s", want, have)
 	for _, c := range []struct {
@@ -83,6 +91,7 @@ func TestRealMachinesExecutorStopsPodsAsTheKubeletDoes(t *testing.T) {
 			t.Errorf("%s: executor %.2fs, kubelet %.2fs (tolerance %s)", c.what, c.got, c.want, termTolerance)
 		}
 	}
+	checkSidecarStop(t, wantSidecars, readSidecarStop(t, gotSidecars))
 	if !m.Running() {
 		t.Error("node-2 was powered off: the Executor method should have fenced it alone")
 	}
@@ -112,20 +121,28 @@ func startProbe(t *testing.T, s *realscene.Scene, name, node string) string {
 				Lifecycle:    &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "up() { cut -d' ' -f1 /proc/uptime; }; " + termPreStop}}}},
 				VolumeMounts: []corev1.VolumeMount{{Name: "term", MountPath: "/term"}},
 			}},
-			Volumes: []corev1.Volume{{Name: "term", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-				Path: dir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}}},
 		},
 	}
+	return runProbe(t, s, pod, dir, "alive")
+}
+
+// runProbe creates pod with the host directory dir as its volume "term" (which its containers
+// mount at /term and log to, in the file events), waits until that file holds alive 5 times,
+// and returns its path.
+func runProbe(t *testing.T, s *realscene.Scene, pod *corev1.Pod, dir, alive string) string {
+	t.Helper()
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "term", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+		Path: dir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}})
 	if err := s.Cluster.Client.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
 	events := filepath.Join(dir, "events")
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		b, _ := os.ReadFile(events)
-		return strings.Count(string(b), "alive") >= 5, nil
+		return strings.Count(string(b), alive) >= 5, nil
 	})
 	if err != nil {
-		t.Fatalf("probe pod %s did not start on %s", name, node)
+		t.Fatalf("probe pod %s did not start on %s", pod.Name, pod.Spec.NodeName)
 	}
 	return events
 }

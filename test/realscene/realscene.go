@@ -2,11 +2,15 @@ package realscene
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +76,10 @@ type Options struct {
 	ImageArchives []string
 	// Kubelet tunes every machine's kubelet; the zero value keeps its defaults.
 	Kubelet machine.KubeletTuning
+	// FeatureGates are set on kube-apiserver and on every machine's kubelet (e.g.
+	// ContainerStopSignals, alpha in 1.37, without which the API server drops a container's
+	// lifecycle.stopSignal and the kubelet ignores it).
+	FeatureGates map[string]bool
 }
 
 // Scene is a running scene; everything stops in t.Cleanup.
@@ -121,6 +129,14 @@ func Start(t testing.TB, o Options) *Scene {
 		Controllers: controllers, InCluster: o.InCluster, Logf: t.Logf}
 	if o.NoCRDs {
 		to.CRDDirs = []string{}
+	}
+	var gates []string
+	for _, name := range slices.Sorted(maps.Keys(o.FeatureGates)) {
+		gates = append(gates, fmt.Sprintf("%s=%t", name, o.FeatureGates[name]))
+	}
+	to.FeatureGates = strings.Join(gates, ",")
+	if len(o.FeatureGates) > 0 {
+		o.Kubelet.FeatureGates = o.FeatureGates
 	}
 	c, err := testbed.Start(ctx, to)
 	if err != nil {

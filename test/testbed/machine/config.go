@@ -3,8 +3,10 @@ package machine
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -116,6 +118,8 @@ type KubeletTuning struct {
 	// NodeLeaseDurationSeconds is its Lease's duration (default 40); the kubelet renews the
 	// Lease every quarter of it.
 	NodeLeaseDurationSeconds int32
+	// FeatureGates are the kubelet's featureGates (e.g. ContainerStopSignals, alpha in 1.37).
+	FeatureGates map[string]bool
 }
 
 // config is the KubeletConfiguration lines of the tuning.
@@ -128,6 +132,12 @@ func (k KubeletTuning) config() string {
 	}
 	if k.NodeLeaseDurationSeconds > 0 {
 		fmt.Fprintf(&b, "nodeLeaseDurationSeconds: %d\n", k.NodeLeaseDurationSeconds)
+	}
+	if len(k.FeatureGates) > 0 {
+		b.WriteString("featureGates:\n")
+		for _, name := range slices.Sorted(maps.Keys(k.FeatureGates)) {
+			fmt.Fprintf(&b, "  %s: %t\n", name, k.FeatureGates[name])
+		}
 	}
 	return b.String()
 }
