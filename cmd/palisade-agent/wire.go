@@ -141,7 +141,7 @@ func probePeers(ctx context.Context, o options, log logr.Logger) (heartbeat.Prob
 func logStart(o options, bootID string, log logr.Logger) {
 	log.Info("starting palisade-agent", "Node", klog.KRef("", o.nodeName), "controller", o.controller, "interval", o.interval.String(), "bootID", bootID,
 		"criEndpoint", o.criEndpoint, "podUID", o.podUID, "selfFenceAfter", o.selfFenceAfter.String(), "apiServerHealthz", o.apiServerHealthz,
-		"watchdogDevice", o.watchdogDevice)
+		"watchdogDevice", o.watchdogDevice, "keepPodSpecs", o.keepsPodSpecs() && o.certs.apiServer != "")
 	if o.selfFenceAfter > 0 && o.criEndpoint == "" {
 		log.Info("WARNING: --self-fence-after without --cri-endpoint: a self-fence would fail (no runtime configured) and only arm the watchdog")
 	}

@@ -2,6 +2,7 @@ package podspecs
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -80,7 +81,8 @@ func (k *Keeper) sortedLocked() []protocol.Pod {
 }
 
 // Run lists and watches the node's pods until ctx ends, trying again after a failure with a
-// back-off (the kept specs stay meanwhile), and at once after a 410 Gone.
+// back-off (the kept specs stay meanwhile). A watch that fell behind (410 Gone) is no failure:
+// the pods are listed again one retry later.
 func (k *Keeper) Run(ctx context.Context) {
 	wait := k.retry
 	for ctx.Err() == nil {
@@ -88,12 +90,13 @@ func (k *Keeper) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		k.setSynced(false, err)
 		if listed {
 			wait = k.retry
 		}
 		if apiclient.IsStatus(err, http.StatusGone) {
-			continue // the watch fell too far behind: list again
+			k.log.V(1).Info("the watch of this node's pods fell behind: listing them again")
+		} else {
+			k.setSynced(false, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -104,8 +107,10 @@ func (k *Keeper) Run(ctx context.Context) {
 }
 
 // follow lists the node's pods, then watches them from the list's resourceVersion, again and
-// again, until a watch fails; listed says that the list succeeded.
+// again, until a watch fails, or ends as soon as it began (which would otherwise spin);
+// listed says that the list succeeded.
 func (k *Keeper) follow(ctx context.Context) (listed bool, err error) {
+	op := "watching the pods of node " + k.node
 	selector := url.Values{"fieldSelector": {"spec.nodeName=" + k.node}}
 	pods, rv, err := apiclient.List[protocol.Pod](ctx, k.api, "listing the pods of node "+k.node, podsPath, selector)
 	if err != nil {
@@ -116,13 +121,17 @@ func (k *Keeper) follow(ctx context.Context) (listed bool, err error) {
 	for {
 		q := url.Values{"fieldSelector": selector["fieldSelector"], "resourceVersion": {rv},
 			"allowWatchBookmarks": {"true"}, "timeoutSeconds": {watchSeconds}}
-		err := apiclient.Watch(ctx, k.api, "watching the pods of node "+k.node, podsPath, q, func(ev apiclient.Event[protocol.Pod]) error {
+		began := time.Now()
+		err := apiclient.Watch(ctx, k.api, op, podsPath, q, func(ev apiclient.Event[protocol.Pod]) error {
 			if ev.ResourceVersion != "" {
 				rv = ev.ResourceVersion
 			}
 			k.apply(ev, time.Now())
 			return nil
 		})
+		if err == nil && time.Since(began) < time.Second {
+			err = fmt.Errorf("%s: the API server ended the watch as soon as it began", op)
+		}
 		if err != nil {
 			return true, err
 		}
