@@ -16,7 +16,9 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -25,6 +27,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"palisade.dev/palisade/attach"
 	"palisade.dev/palisade/cmd/palisade-controller/app"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/fencing"
@@ -127,6 +130,9 @@ func TestChartRBACOnAPIServer(t *testing.T) {
 		{verb: "approve", group: cg, resource: signers, name: "palisade.dev/*"},
 		{verb: "patch", resource: "pods", ns: namespace, name: "palisade-0", allowed: true},
 		{verb: "patch", resource: "pods", ns: "default", name: "x"},
+		{verb: "get", resource: "persistentvolumes", name: "x", allowed: true}, // the release's volumes (attach.Releaser.Releasing)
+		{verb: "list", resource: "persistentvolumes"},
+		{verb: "delete", resource: "persistentvolumes", name: "x"},
 		{verb: "get", resource: "secrets", ns: namespace, name: "palisade-agent-ca", allowed: true},
 		{verb: "create", resource: "secrets", ns: namespace, allowed: true},
 		{verb: "update", resource: "secrets", ns: namespace, name: "palisade-agent-ca"},
@@ -347,6 +353,23 @@ func chartRealCalls(t *testing.T, c *testbed.Cluster) {
 		if got, err := tokens.Next(ctx); err != nil || got != want {
 			t.Errorf("the controller drawing fencing token %d: %d, %v", want, got, err)
 		}
+	}
+
+	// The release reads a node's attachments, its pods and each attachment's PersistentVolume
+	// (the volumes AWS forceDetachVolumes detaches).
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "chart-pv"}, Spec: corev1.PersistentVolumeSpec{
+		Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: "vol-0abc"}}}}
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "chart-va"}, Spec: storagev1.VolumeAttachmentSpec{Attacher: "ebs.csi.aws.com", NodeName: "node-a",
+		Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv.Name}}}
+	for _, o := range []client.Object{pv, va} {
+		if err := c.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rel := &attach.Releaser{Reader: ctl, Writer: ctl}
+	if vols, _, err := rel.Releasing(ctx, "node-a", time.Time{}); err != nil || len(vols) != 1 || vols[0].Handle != "vol-0abc" {
+		t.Errorf("the controller reading the volumes of node-a's attachments: %+v, %v; want vol-0abc", vols, err)
 	}
 
 	// The agent: reads the bundle, sends its CSR, cannot approve it; the controller signs it.
