@@ -42,7 +42,10 @@ func (o options) orders(specs *podspecs.Keeper) orders.Config {
 
 func (o options) selfFence() selffence.Config {
 	c := selffence.Config{After: o.selfFenceAfter, APIServerHealthz: o.apiServerHealthz, WatchdogDevice: o.watchdogDevice, Interval: o.interval}
-	if o.criEndpoint != "" {
+	if o.criEndpoint != "" && o.kubeletStopCommand != "" {
+		// Only then does a self-fence stop the workload for good: with the kubelet left
+		// running it starts the containers again (k3s, RKE2: kubeletStopCommand ""), and the
+		// controller's SelfFence method must not rely on it (Within 0).
 		c.TerminateWithin = o.executorTimeout
 	}
 	return c

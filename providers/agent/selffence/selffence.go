@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -43,6 +44,11 @@ type Fencer struct {
 
 	lastReachable time.Time // when the controller, the API server or a peer was last reached
 	fenced        bool      // a self-fence was started in this isolation
+	fencedAt      time.Time // when it was started
+	// unconfirmed is set when a self-fence ended without its workload read back stopped (the
+	// kubelet not stopped, the runtime not reached): a heartbeat of the same isolation at least
+	// retryUnconfirmed after it tries again, since the controller relies on it having happened.
+	unconfirmed atomic.Bool
 	apiReachable  *bool     // nil until the first probe, for logging changes
 }
 
@@ -57,7 +63,8 @@ type Config struct {
 	// Interval is the heartbeat interval: a probe's timeout is half of it.
 	Interval time.Duration
 	// TerminateWithin is the time limit of the self-fence's termination (--executor-timeout);
-	// 0 when the agent has no container runtime (--cri-endpoint) to stop the workload with.
+	// 0 when the agent has no container runtime (--cri-endpoint) to stop the workload with, or
+	// no kubelet stop command (the kubelet would start the containers again).
 	TerminateWithin time.Duration
 }
 
@@ -76,14 +83,18 @@ func New(o Config, cmds Starter, log logr.Logger, now time.Time) *Fencer {
 	return &Fencer{o: o, cmds: cmds, log: log.WithName("self-fence"), api: &http.Client{Transport: tr}, lastReachable: now}
 }
 
+// retryUnconfirmed is how long after a self-fence that did not confirm the workload stopped the
+// agent tries again while still isolated.
+const retryUnconfirmed = 10 * time.Second
+
 // enabled says whether self-fencing is on.
 func (f *Fencer) enabled() bool { return f != nil && f.o.After > 0 }
 
 // Within is how long after the node was last reached it has fenced itself at the latest: After
 // plus the termination's time limit, the heartbeats' report of it (the controller's SelfFence
-// method relies on nothing longer). 0 when self-fencing is off, or when the agent has no
-// runtime to stop the workload with: the watchdog alone reboots the node after a time this
-// agent does not know.
+// method relies on nothing longer). 0 when self-fencing is off, or when the agent cannot stop
+// the workload for good (no runtime, or no kubelet stop command: Config.TerminateWithin 0): the
+// watchdog alone reboots the node after a time this agent does not know.
 func (f *Fencer) Within() time.Duration {
 	if !f.enabled() || f.o.TerminateWithin <= 0 {
 		return 0
@@ -136,6 +147,10 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		f.lastReachable, f.fenced = now, false
 		return
 	}
+	if f.fenced && now.Sub(f.fencedAt) >= retryUnconfirmed && f.unconfirmed.Swap(false) {
+		f.fenced = false
+		f.log.Info("the self-fence did not confirm the workload stopped: self-fencing again", "after", now.Sub(f.fencedAt).String())
+	}
 	isolated := now.Sub(f.lastReachable)
 	if f.fenced || isolated <= f.o.After {
 		return
@@ -145,7 +160,7 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		f.log.Info("isolated, but a command is running: self-fencing on a later heartbeat", "isolatedFor", isolated.String())
 		return
 	}
-	f.fenced = true
+	f.fenced, f.fencedAt = true, now
 	f.log.Error(errors.New("node isolated"), "SELF-FENCING: neither the controller, the API server nor any peer has been reachable: stopping the kubelet and terminating every pod",
 		"command", id, "isolatedFor", isolated.String(), "selfFenceAfter", f.o.After.String(),
 		"apiServerHealthz", f.o.APIServerHealthz, "watchdogDevice", f.o.WatchdogDevice)
@@ -162,6 +177,9 @@ var (
 // watchdog is the last step of a self-fence: open --watchdog-device (which arms a hardware
 // watchdog), write one byte, and stop petting it, so that it reboots the node.
 func (f *Fencer) watchdog(st agentwire.ExecutorStatus) {
+	if st.State != agentwire.ExecutorConfirmed {
+		f.unconfirmed.Store(true)
+	}
 	if f.o.WatchdogDevice == "" {
 		return
 	}

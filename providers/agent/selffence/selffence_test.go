@@ -2,6 +2,7 @@ package selffence
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -102,5 +103,31 @@ func TestWithinIsWhatTheAgentPromises(t *testing.T) {
 	var none *Fencer
 	if got := none.Within(); got != 0 {
 		t.Errorf("Within without a self-fencer = %s, want 0", got)
+	}
+}
+
+// A self-fence that did not confirm the workload stopped (here: no runtime) is tried again in
+// the same isolation, retryUnconfirmed after it began, not at every heartbeat: the controller's
+// SelfFence method relies on the agent having stopped the workload by the time it promised.
+func TestUnconfirmedSelfFenceIsTriedAgain(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(2_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	c := orders.NewCommander(orders.Config{Timeout: time.Second, ReadBackWait: interval}, logr.Discard())
+	f := New(Config{Interval: interval, After: 2 * time.Second}, c, logr.Discard(), t0)
+	f.Observe(ctx, heartbeat.Reachability{}, at(3))
+	c.Wait()
+	if st := c.Status(); st == nil || st.ID != "self-fence-2000003" || st.State != agentwire.ExecutorFailed {
+		t.Fatalf("status %+v, want self-fence-2000003 Failed", st)
+	}
+	f.Observe(ctx, heartbeat.Reachability{}, at(3+retryUnconfirmed.Seconds()-1))
+	c.Wait()
+	if st := c.Status(); st.ID != "self-fence-2000003" {
+		t.Errorf("tried again %s after a failed self-fence, before retryUnconfirmed: %+v", retryUnconfirmed-time.Second, st)
+	}
+	f.Observe(ctx, heartbeat.Reachability{}, at(3+retryUnconfirmed.Seconds()))
+	c.Wait()
+	if st := c.Status(); st.ID != fmt.Sprintf("self-fence-%d", 2_000_003+int(retryUnconfirmed.Seconds())) {
+		t.Errorf("a failed self-fence was not tried again after %s: %+v", retryUnconfirmed, st)
 	}
 }
