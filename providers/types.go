@@ -87,8 +87,9 @@ type Request struct {
 }
 
 // Volume is a volume of one of the node's VolumeAttachments: the attachment's name, and the
-// volume's CSI driver and volume handle (for an in-tree volume, its plugin's name, such as
-// "kubernetes.io/aws-ebs", and its ID; both "" when unknown).
+// volume's CSI driver and volume handle (an in-tree volume's as its migration to CSI translates
+// them: an awsElasticBlockStore's are ebs.csi.aws.com and its bare vol-… ID; both "" when
+// unknown).
 type Volume struct {
 	Attachment, Driver, Handle string
 }

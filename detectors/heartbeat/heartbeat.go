@@ -182,6 +182,9 @@ func (h *Heartbeater) beat(ctx context.Context) {
 	if h.fence != nil {
 		selfFence = h.fence.Within()
 	}
+	if selfFence.Milliseconds() > agentwire.MaxSelfFenceWithinMillis {
+		selfFence = 0 // more than the controller takes (it would refuse every heartbeat): not relied on
+	}
 	resp, err := h.client.Exchange(sendCtx, agentwire.Report{
 		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, Instance: h.instance, KubeletHealthy: healthy,
 		Peers: peers, ProbedBy: probedBy, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),

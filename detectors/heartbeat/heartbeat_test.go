@@ -264,3 +264,17 @@ func TestRunReportsALongerIntervalAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A self-fence slower than the controller takes (more than a day) is reported as none, so that
+// the controller neither refuses every heartbeat nor relies on it.
+func TestBeatReportsASelfFenceTooSlowAsNone(t *testing.T) {
+	kubelet := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer kubelet.Close()
+	x := &fakeExchanger{}
+	h := New(Config{Node: "a", Interval: time.Second, CallTimeout: time.Second, KubeletHealthz: kubelet.URL}, x, &fakeOrders{},
+		&fakeFencer{within: 25 * time.Hour}, &fakeProber{}, logr.Discard())
+	h.beat(t.Context())
+	if len(x.sent) != 1 || x.sent[0].SelfFenceWithinMillis != 0 {
+		t.Errorf("reports %+v, want one with no self-fence time", x.sent)
+	}
+}

@@ -47,7 +47,7 @@ func (s *SelfFence) armed(req providers.Request, settings *v1alpha1.SelfFenceMet
 	case !heard:
 		return failed("the controller has heard no heartbeat of node %s's agent since it started, so nothing says that the agent fences itself once cut off: its silence is not relied on", req.Node())
 	case within <= 0:
-		return failed("node %s's agent does not fence itself (its --self-fence-after is 0, the chart's agent.selfFenceAfter, or it has no --cri-endpoint to stop the workload with): its silence is not a fence", req.Node())
+		return failed("node %s's agent does not fence itself (its --self-fence-after is 0, the chart's agent.selfFenceAfter, or it has no --cri-endpoint or no --kubelet-stop-command to stop the workload for good with): its silence is not a fence", req.Node())
 	case within+selfFenceMargin*interval > safe:
 		return failed("node %s's agent fences itself up to %s after it was last reached (--self-fence-after plus --executor-timeout), which with %d heartbeat intervals of %s exceeds the method's safeAfter %s: raise safeAfter to at least %s, or lower the agents' --self-fence-after",
 			req.Node(), within, selfFenceMargin, interval, safe, within+selfFenceMargin*interval)

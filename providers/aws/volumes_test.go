@@ -47,7 +47,7 @@ func TestForceDetachConfirmedAvailable(t *testing.T) {
 	req := func(attempt int32) providers.Request {
 		r := s.req(attempt, false)
 		r.Volumes = append(released("vol-0aaa", "vol-0ccc", "vol-0ddd", "vol-0eee"),
-			providers.Volume{Attachment: "csi-intree", Driver: "kubernetes.io/aws-ebs", Handle: "aws://us-east-1a/vol-0bbb"},
+			providers.Volume{Attachment: "csi-intree", Driver: "ebs.csi.aws.com", Handle: "vol-0bbb"}, // an in-tree volume, translated (attach.Releaser.Releasing)
 			providers.Volume{Attachment: "csi-nfs", Driver: "nfs.csi.k8s.io", Handle: "server/export#vol-0f00"})
 		return r
 	}

@@ -2,14 +2,11 @@ package apiclient_test
 
 import (
 	"context"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -110,18 +107,8 @@ func TestWatchError(t *testing.T) {
 			`{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version: 1 (7)","reason":"Expired","code":410}}` + "\n"))
 	}))
 	defer srv.Close()
-	dir := t.TempDir()
-	ca, token := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	api, err := apiclient.New(srv.URL, token, ca)
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := agentapi.StandIn(t, srv)
+	var err error
 	var got []string
 	err = apiclient.Watch(context.Background(), api, "watching", "/api/v1/pods", nil, func(ev apiclient.Event[pod]) error {
 		got = append(got, ev.Type+" "+ev.Object.Metadata.Name+" "+ev.ResourceVersion)

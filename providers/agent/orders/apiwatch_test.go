@@ -3,11 +3,8 @@ package orders
 import (
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +16,7 @@ import (
 	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/config/names"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/providers/agent/apiclient"
+	"palisade.dev/palisade/test/agentapi"
 )
 
 // fakeAPI serves the watch of node n1's NodeFence: every watch sends the NodeFence's current
@@ -50,18 +47,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // newWatcher is an APIWatcher of node n1 on the API server srv, handing orders to cmds.
 func newWatcher(t *testing.T, srv *httptest.Server, cmds *Commander, log logr.Logger) *APIWatcher {
 	t.Helper()
-	dir := t.TempDir()
-	ca, token := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	api, err := apiclient.New(srv.URL, token, ca)
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := agentapi.StandIn(t, srv)
 	return NewAPIWatcher(api, WatchConfig{Node: "n1", Interval: time.Second}, cmds, log)
 }
 

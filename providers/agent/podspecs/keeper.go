@@ -82,15 +82,17 @@ func (k *Keeper) sortedLocked() []protocol.Pod {
 
 // Run lists and watches the node's pods until ctx ends, trying again after a failure with a
 // back-off (the kept specs stay meanwhile). A watch that fell behind (410 Gone) is no failure:
-// the pods are listed again one retry later.
+// the pods are listed again one retry later. The back-off starts over only after a watch that
+// ran for maxRetry: a list that succeeds before a watch that fails at once (a proxy that cuts
+// long requests) backs off like any failure, rather than listing every interval for ever.
 func (k *Keeper) Run(ctx context.Context) {
 	wait := k.retry
 	for ctx.Err() == nil {
-		listed, err := k.follow(ctx)
+		healthy, err := k.follow(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if listed {
+		if healthy {
 			wait = k.retry
 		}
 		if apiclient.IsStatus(err, http.StatusGone) {
@@ -108,8 +110,8 @@ func (k *Keeper) Run(ctx context.Context) {
 
 // follow lists the node's pods, then watches them from the list's resourceVersion, again and
 // again, until a watch fails, or ends as soon as it began (which would otherwise spin);
-// listed says that the list succeeded.
-func (k *Keeper) follow(ctx context.Context) (listed bool, err error) {
+// healthy says that one of its watches ran for maxRetry at least.
+func (k *Keeper) follow(ctx context.Context) (healthy bool, err error) {
 	op := "watching the pods of node " + k.node
 	selector := url.Values{"fieldSelector": {"spec.nodeName=" + k.node}}
 	pods, rv, err := apiclient.List[protocol.Pod](ctx, k.api, "listing the pods of node "+k.node, podsPath, selector)
@@ -129,11 +131,13 @@ func (k *Keeper) follow(ctx context.Context) (listed bool, err error) {
 			k.apply(ev, time.Now())
 			return nil
 		})
-		if err == nil && time.Since(began) < time.Second {
+		ran := time.Since(began)
+		healthy = healthy || ran >= maxRetry
+		if err == nil && ran < time.Second {
 			err = fmt.Errorf("%s: the API server ended the watch as soon as it began", op)
 		}
 		if err != nil {
-			return true, err
+			return healthy, err
 		}
 	}
 }

@@ -4,12 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -201,5 +206,30 @@ func checkWeb(t *testing.T, kept map[string]protocol.Pod) {
 	}
 	if g := web.Spec.TerminationGracePeriodSeconds; g == nil || *g != 45 || web.Metadata.UID == "" || web.KeptAt.IsZero() {
 		t.Errorf("web %+v, want a grace period of 45 s, a UID and when it was kept", web)
+	}
+}
+
+// A proxy that ends every watch at once, after lists that succeed: the Keeper backs off as for
+// any failure (100 ms doubling) instead of listing again every retry for ever. A stand-in API
+// server: the real one does not end its watches at once.
+func TestWatchEndedAtOnceBacksOff(t *testing.T) {
+	var lists atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.URL.RawQuery, "watch=") {
+			lists.Add(1)
+			_, _ = w.Write([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[]}`))
+			return
+		}
+		// the watch: ended at once, no event
+	}))
+	defer srv.Close()
+	api := agentapi.StandIn(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	New(api, Config{Node: "n1", Retry: 100 * time.Millisecond}, logr.Discard()).Run(ctx)
+	// 100+200+400+800+1600 ms: 5 or 6 lists in 3 s; without the back-off, one every 100 ms.
+	t.Logf("%d lists in 3 s", lists.Load())
+	if n := lists.Load(); n > 7 {
+		t.Errorf("%d lists in 3 s with every watch ended at once, want at most 7 (a back-off)", n)
 	}
 }

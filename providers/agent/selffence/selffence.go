@@ -48,8 +48,8 @@ type Fencer struct {
 	// unconfirmed is set when a self-fence ended without its workload read back stopped (the
 	// kubelet not stopped, the runtime not reached): a heartbeat of the same isolation at least
 	// retryUnconfirmed after it tries again, since the controller relies on it having happened.
-	unconfirmed atomic.Bool
-	apiReachable  *bool     // nil until the first probe, for logging changes
+	unconfirmed  atomic.Bool
+	apiReachable *bool // nil until the first probe, for logging changes
 }
 
 // Config is when the node fences itself and how it ends.
