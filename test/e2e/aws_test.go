@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -56,6 +57,7 @@ func TestAWSFencing(t *testing.T) {
 					ForceDetachVolumes: true}}}
 		},
 	})
+	ebsDetachWaitsForEC2(env, ep)
 	ctx := context.Background()
 	setKeys := func(secretKey string) {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "aws"},
@@ -155,6 +157,21 @@ func TestAWSFencing(t *testing.T) {
 	})
 }
 
+// ebsDetachWaitsForEC2 makes the test bed's CSI driver detach as the EBS CSI driver does: its
+// ControllerUnpublishVolume does not succeed while EC2 (ep) lists the volume attached, as to an
+// impaired instance, which is what forceDetachVolumes is for. Without it the stand-in driver
+// detached at once, the attach-detach controller's detach (the out-of-service taint) could
+// delete the node's VolumeAttachment before the release's DetachVolumes step, and the step
+// then had no attachment, and so no volume, to detach (a CI run of f9ae020).
+func ebsDetachWaitsForEC2(env *scenario.Env, ep *ec2sim.Endpoint) {
+	env.Cluster.CSI.SetUnpublishCheck(func(volumeID, _ string) error {
+		if state := ep.VolumeState(volumeID); state == "in-use" {
+			return fmt.Errorf("EC2 lists volume %s %s", volumeID, state)
+		}
+		return nil
+	})
+}
+
 // waitNodeReady waits until the node reports Ready.
 func waitNodeReady(t *testing.T, env *scenario.Env, name string) {
 	t.Helper()
@@ -196,6 +213,7 @@ func TestDeletingAnAWSNodeDetachesItsVolumes(t *testing.T) {
 					ForceDetachVolumes: true}}}
 		},
 	})
+	ebsDetachWaitsForEC2(env, ep)
 	ctx := context.Background()
 	if err := env.Cluster.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: scenario.SecretNamespace, Name: "aws"},
 		StringData: map[string]string{aws.KeyAccessKeyID: ep.AccessKeyID(), aws.KeySecretAccessKey: ep.SecretAccessKey()}}); err != nil {

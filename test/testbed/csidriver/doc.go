@@ -5,5 +5,7 @@
 // socket and behaves like a cloud disk: ControllerPublishVolume records which node a volume is
 // published to and refuses (FailedPrecondition) to publish a single-node volume to a second
 // node while it is published to another; ControllerUnpublishVolume is idempotent, and fails
-// (Unavailable) as many times as a test asks with FailUnpublish.
+// (Unavailable) as many times as a test asks with FailUnpublish, or (FailedPrecondition) while
+// a test's SetUnpublishCheck says the backend still holds the volume (a cloud's detach that
+// waits for its API, as the EBS CSI driver's waits for EC2).
 package csidriver

@@ -27,10 +27,13 @@ type Driver struct {
 	published map[string]map[string]bool // volume ID → node IDs
 	// failUnpublish is how many ControllerUnpublishVolume calls are still to fail (FailUnpublish).
 	failUnpublish int
-	capsAsked     chan struct{} // closed at the first ControllerGetCapabilities
-	capsOnce      sync.Once
-	stopOnce      sync.Once
-	stopped       chan struct{}
+	// unpublishCheck, when set, fails every ControllerUnpublishVolume it returns an error for
+	// (SetUnpublishCheck).
+	unpublishCheck func(volumeID, nodeID string) error
+	capsAsked      chan struct{} // closed at the first ControllerGetCapabilities
+	capsOnce       sync.Once
+	stopOnce       sync.Once
+	stopped        chan struct{}
 }
 
 // Start serves the plugin on the unix socket socketPath (removed first when it exists; unix
@@ -92,6 +95,16 @@ func (d *Driver) FailUnpublish(n int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.failUnpublish = n
+}
+
+// SetUnpublishCheck makes every ControllerUnpublishVolume that check fails for fail with
+// FailedPrecondition and the check's words, changing nothing: a driver whose detach waits for
+// its backend (the EBS CSI driver's ControllerUnpublishVolume does not return while EC2 lists
+// the volume attached, as to an impaired instance). nil removes the check.
+func (d *Driver) SetUnpublishCheck(check func(volumeID, nodeID string) error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.unpublishCheck = check
 }
 
 // UnpublishFailuresLeft is how many of FailUnpublish's failures are still to come.

@@ -1,6 +1,7 @@
 package csidriver_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -107,7 +108,23 @@ func TestSingleNodeVolumeRefusedToSecondNode(t *testing.T) {
 	if n, ok := d.Published("vol-1"); !ok || n != "node-a" || d.UnpublishFailuresLeft() != 0 {
 		t.Fatalf("Published = %q, %t after failed unpublishes, %d failures left; want node-a, none left", n, ok, d.UnpublishFailuresLeft())
 	}
+	attached := true // the backend's word, as EC2's for the EBS CSI driver
+	d.SetUnpublishCheck(func(vol, node string) error {
+		if attached {
+			return errors.New("still attached")
+		}
+		return nil
+	})
+	if _, err := ctl.ControllerUnpublishVolume(t.Context(), &csi.ControllerUnpublishVolumeRequest{
+		VolumeId: "vol-1", NodeId: "node-a"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("unpublish while the check fails: %v, want FailedPrecondition", err)
+	}
+	if n, ok := d.Published("vol-1"); !ok || n != "node-a" {
+		t.Fatalf("Published = %q, %t after an unpublish the check refused; want node-a", n, ok)
+	}
+	attached = false
 	unpublish("node-a")
+	d.SetUnpublishCheck(nil)
 	unpublish("node-a")
 	if n, ok := d.Published("vol-1"); ok {
 		t.Fatalf("Published = %q after unpublishing, want none", n)

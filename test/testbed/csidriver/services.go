@@ -92,6 +92,11 @@ func (c *controller) ControllerUnpublishVolume(_ context.Context, req *csi.Contr
 		d.failUnpublish--
 		return nil, status.Errorf(codes.Unavailable, "the storage backend is busy: volume %s stays published to %v (a failure the test asked for)", vol, d.publishedNodes(vol))
 	}
+	if d.unpublishCheck != nil {
+		if err := d.unpublishCheck(vol, node); err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s stays published to %v: %v", vol, d.publishedNodes(vol), err)
+		}
+	}
 	if node == "" {
 		delete(d.published, vol)
 	} else {
