@@ -105,7 +105,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.probeAddress, "probe-address", ":9444", `address to accept peer probes on (TLS: the answer is this agent's certificate, which names its node); "" accepts none, and then this agent probes no peers either`)
 	fs.StringVar(&o.probeHost, "probe-advertise-host", "", "IP address peers probe this node at (default: the address the controller sees its heartbeats come from)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the kubelet's port, which peers probe too (a node whose agent crashed but whose kubelet answers is not dead); 0: not probed")
-	fs.StringVar(&o.stateDir, "state-dir", DefaultStateDir, `directory on the node's disk (a hostPath) where the agent records the highest fencing token it took (file `+orders.TokenFile+`), so that after a restart it still refuses a late order of an older fence, and the specs of its node's pods (file `+podspecs.File+`, see --keep-pod-specs); "" keeps them in memory only`)
+	fs.StringVar(&o.stateDir, "state-dir", DefaultStateDir, `directory on the node's disk (a hostPath) where the agent records the highest fencing token it took (file `+orders.TokenFile+`), so that after a restart it still refuses a late order of an older fence, the specs of its node's pods (file `+podspecs.File+`, see --keep-pod-specs), and when the node was last reached (file `+selffence.ReachedFile+`, with --self-fence-after), so that an agent restarted while its node is isolated counts the isolation from then, not from its restart; "" keeps them in memory only`)
 	fs.BoolVar(&o.faultConfirmEarly, "fault-report-confirmed-early", false, "testing only: report Confirmed without terminating")
 	o.certs.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -183,7 +183,7 @@ func run(args []string) error {
 		return err
 	}
 	defer closeProbes()
-	fence := selffence.New(o.selfFence(), cmds, log, time.Now())
+	fence := selffence.New(o.selfFence(bootID), cmds, log, time.Now())
 	h := heartbeat.New(o.heartbeat(bootID, probePort), client, cmds, fence, prober, log)
 	logStart(o, bootID, log)
 	h.Run(ctx)

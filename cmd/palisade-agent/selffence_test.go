@@ -160,3 +160,67 @@ func checkNotFenced(t *testing.T, ctd *containerd.Containerd, p *proc, wd, uid s
 		t.Errorf("watchdog device holds %q (%v), want untouched", b, err)
 	}
 }
+
+// TestSelfFenceAfterRestart: the real binary, with --self-fence-after 6s and a state directory,
+// is killed (SIGKILL, as an OOM kill) 3 s into its node's isolation and started again: it fences
+// the node 6 s after the last reach it recorded, as its heartbeats promised the controller, not
+// 6 s after its restart.
+func TestSelfFenceAfterRestart(t *testing.T) {
+	t.Parallel()
+	ctd := startContainerd(t)
+	ctd.RunEventsPod(t, "work", "uid-work", eventsImage, map[string]string{"app": "TERM"})
+	e := newEnv(t, "")
+	addr, stopServer := e.startServer(t, "127.0.0.1:0")
+	api := newAPIHealthz()
+	defer api.Close()
+	k := newKubelet()
+	defer k.srv.Close()
+	dir := t.TempDir()
+	wd, stopped, state := filepath.Join(dir, "watchdog"), filepath.Join(dir, "kubelet-stopped"), filepath.Join(dir, "state")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--cri-endpoint", ctd.Socket, "--kubelet-stop-command", "touch " + stopped,
+		"--self-fence-after", "6s", "--api-server-healthz", api.URL, "--watchdog-device", wd, "--state-dir", state}
+	first := e.startAgent(t, addr, k.srv.URL, interval, args...)
+	e.next(t, 5*time.Second)
+	first.waitForLog(t, `"API server reachable"`, 5*time.Second)
+	// The reach is recorded at the first heartbeat, then every 5 s: cut just after the second
+	// record, so that it is the last reach within about an interval.
+	time.Sleep(5*time.Second + 3*interval)
+	if _, err := os.Stat(filepath.Join(state, "last-reached")); err != nil {
+		t.Fatalf("no last reach recorded: %v", err)
+	}
+
+	cut := time.Now()
+	api.Close()
+	stopServer()
+	time.Sleep(time.Until(cut.Add(3 * time.Second)))
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	second := e.startAgent(t, addr, k.srv.URL, interval, args...)
+	var took time.Duration
+	for deadline := cut.Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if st := containerStates(t, ctd, "uid-work"); st["app"] == runtimeapi.ContainerState_CONTAINER_EXITED {
+			took = time.Since(cut)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("workload still running 15 s after the node was isolated")
+		}
+	}
+	t.Logf("MEASURED isolation to workload exited, the agent restarted 3 s in: %.3fs (threshold 6 s)", took.Seconds())
+	if took < 5*time.Second {
+		t.Errorf("self-fenced %s after isolation, well before the 6 s threshold", took)
+	}
+	// Counted from the restart it would be 9 s and more.
+	if took > 8500*time.Millisecond {
+		t.Errorf("self-fenced %s after isolation, want ~6 s after the last reach (not 6 s after the restart 3 s in)", took)
+	}
+	if strings.Contains(first.logs(), "SELF-FENCING") {
+		t.Errorf("the first agent self-fenced before it was killed")
+	}
+	second.waitForLog(t, "restarted: counting isolation from the last reach recorded", 5*time.Second)
+}

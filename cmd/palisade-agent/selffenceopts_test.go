@@ -19,7 +19,7 @@ func TestSelfFencePromisedOnlyWhenItHolds(t *testing.T) {
 		{"", "systemctl stop kubelet", 0},
 	} {
 		o := options{selfFenceAfter: time.Minute, executorTimeout: 2 * time.Minute, criEndpoint: tc.cri, kubeletStopCommand: tc.stop, interval: time.Second}
-		if got := o.selfFence().TerminateWithin; got != tc.want {
+		if got := o.selfFence("boot").TerminateWithin; got != tc.want {
 			t.Errorf("--cri-endpoint %q --kubelet-stop-command %q: TerminateWithin %s, want %s", tc.cri, tc.stop, got, tc.want)
 		}
 	}

@@ -40,8 +40,9 @@ func (o options) orders(specs *podspecs.Keeper) orders.Config {
 	}
 }
 
-func (o options) selfFence() selffence.Config {
-	c := selffence.Config{After: o.selfFenceAfter, APIServerHealthz: o.apiServerHealthz, WatchdogDevice: o.watchdogDevice, Interval: o.interval}
+func (o options) selfFence(bootID string) selffence.Config {
+	c := selffence.Config{After: o.selfFenceAfter, APIServerHealthz: o.apiServerHealthz, WatchdogDevice: o.watchdogDevice, Interval: o.interval,
+		StateDir: o.stateDir, BootID: bootID}
 	if o.criEndpoint != "" && o.kubeletStopCommand != "" {
 		// Only then does a self-fence stop the workload for good: with the kubelet left
 		// running it starts the containers again (k3s, RKE2: kubeletStopCommand ""), and the

@@ -45,6 +45,10 @@ type Fencer struct {
 	lastReachable time.Time // when the controller, the API server or a peer was last reached
 	fenced        bool      // a self-fence was started in this isolation
 	fencedAt      time.Time // when it was started
+	started       time.Time // when the agent started (New)
+	restored      bool      // lastReachable is from ReachedFile (or unknown): a restart while isolated
+	written       time.Time // when ReachedFile was last written
+	persistErr    error     // the last failure to write it, nil after a success
 	// unconfirmed is set when a self-fence ended without its workload read back stopped (the
 	// kubelet not stopped, the runtime not reached): a heartbeat of the same isolation at least
 	// retryUnconfirmed after it tries again, since the controller relies on it having happened.
@@ -66,6 +70,11 @@ type Config struct {
 	// 0 when the agent has no container runtime (--cri-endpoint) to stop the workload with, or
 	// no kubelet stop command (the kubelet would start the containers again).
 	TerminateWithin time.Duration
+	// StateDir is --state-dir, where the last reach is recorded (ReachedFile); "" keeps it in
+	// memory only, and a restarted agent counts its isolation from its start.
+	StateDir string
+	// BootID is the node's boot ID: a reach recorded in another boot is not counted.
+	BootID string
 }
 
 // Starter starts a self-fence as order id on the Terminate path and calls after with its final
@@ -74,13 +83,17 @@ type Starter interface {
 	StartSelfFence(ctx context.Context, id string, after func(agentwire.ExecutorStatus)) bool
 }
 
-// New returns a Fencer that counts the node reachable at now.
+// New returns a Fencer that counts the node reachable at now, or, when Config.StateDir records a
+// reach in this boot (ReachedFile), at that reach: an agent restarted while isolated fences
+// itself by the time it promised before its restart.
 func New(o Config, cmds Starter, log logr.Logger, now time.Time) *Fencer {
 	// A reachability probe only: nothing is sent but a GET, and nothing read from the answer
 	// but its status, so the API server's certificate is not verified.
 	tr := &http.Transport{Proxy: nil, MaxIdleConns: 1, IdleConnTimeout: 4 * o.Interval,
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // reachability probe only, see above
-	return &Fencer{o: o, cmds: cmds, log: log.WithName("self-fence"), api: &http.Client{Transport: tr}, lastReachable: now}
+	f := &Fencer{o: o, cmds: cmds, log: log.WithName("self-fence"), api: &http.Client{Transport: tr}, lastReachable: now, started: now}
+	f.restore(now)
+	return f
 }
 
 // retryUnconfirmed is how long after a self-fence that did not confirm the workload stopped the
@@ -144,7 +157,8 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		if f.fenced {
 			f.log.Info("reachable again after self-fencing: self-fencing re-armed", "controllerReachable", r.Controller, "apiServerReachable", r.API, "peersReachable", r.Peers)
 		}
-		f.lastReachable, f.fenced = now, false
+		f.persist(now, f.restored)
+		f.lastReachable, f.fenced, f.restored = now, false, false
 		return
 	}
 	if f.fenced && now.Sub(f.fencedAt) >= retryUnconfirmed && f.unconfirmed.Swap(false) {
@@ -155,14 +169,21 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 	if f.fenced || isolated <= f.o.After {
 		return
 	}
+	if f.restored && now.Sub(f.started) < startGrace*f.o.Interval {
+		return // a peer's acknowledgement may be on its way (startGrace)
+	}
 	id := fmt.Sprintf("self-fence-%d", now.Unix())
 	if !f.cmds.StartSelfFence(ctx, id, f.watchdog) {
 		f.log.Info("isolated, but a command is running: self-fencing on a later heartbeat", "isolatedFor", isolated.String())
 		return
 	}
 	f.fenced, f.fencedAt = true, now
+	isolatedFor := isolated.String()
+	if f.lastReachable.IsZero() {
+		isolatedFor = "unknown (the last-reached file could not be read)"
+	}
 	f.log.Error(errors.New("node isolated"), "SELF-FENCING: neither the controller, the API server nor any peer has been reachable: stopping the kubelet and terminating every pod",
-		"command", id, "isolatedFor", isolated.String(), "selfFenceAfter", f.o.After.String(),
+		"command", id, "isolatedFor", isolatedFor, "selfFenceAfter", f.o.After.String(),
 		"apiServerHealthz", f.o.APIServerHealthz, "watchdogDevice", f.o.WatchdogDevice)
 }
 

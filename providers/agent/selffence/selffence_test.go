@@ -2,6 +2,7 @@ package selffence
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -129,5 +130,107 @@ func TestUnconfirmedSelfFenceIsTriedAgain(t *testing.T) {
 	c.Wait()
 	if st := c.Status(); st.ID != fmt.Sprintf("self-fence-%d", 2_000_003+int(retryUnconfirmed.Seconds())) {
 		t.Errorf("a failed self-fence was not tried again after %s: %+v", retryUnconfirmed, st)
+	}
+}
+
+// An agent restarted while its node is isolated counts the isolation from the last reach it
+// recorded in its state directory (ReachedFile), not from its restart: its heartbeats promised
+// the controller a self-fence at the latest --self-fence-after (plus the termination) after the
+// last reach. A reach of another boot, a reach "after now" and no file count from the start; a
+// malformed file counts as a reach long ago; a restarted agent waits startGrace intervals for a
+// peer's acknowledgement before it fences itself.
+func TestRestartCountsIsolationFromTheLastReach(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(3_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	dir := t.TempDir()
+	o := Config{Interval: interval, After: 10 * time.Second, StateDir: dir, BootID: "boot-1"}
+	co := orders.Config{Timeout: time.Second, ReadBackWait: interval}
+	file := filepath.Join(dir, ReachedFile)
+	recorded := func() time.Time {
+		t.Helper()
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r reached
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		if r.BootID != "boot-1" {
+			t.Errorf("recorded boot ID %q, want boot-1", r.BootID)
+		}
+		return r.Reached
+	}
+	// fencedBy starts an agent at start with config o and says at which of the isolated
+	// heartbeats (at, in seconds after t0) it started a self-fence; -1: none.
+	fencedBy := func(o Config, start float64, beats ...float64) float64 {
+		t.Helper()
+		c := orders.NewCommander(co, logr.Discard())
+		f := New(o, c, logr.Discard(), at(start))
+		for _, s := range beats {
+			f.Observe(ctx, heartbeat.Reachability{}, at(s))
+			c.Wait()
+			if st := c.Status(); st != nil {
+				return s
+			}
+		}
+		return -1
+	}
+
+	c := orders.NewCommander(co, logr.Discard())
+	f := New(o, c, logr.Discard(), t0)
+	f.Observe(ctx, heartbeat.Reachability{Controller: true}, at(1))
+	if got := recorded(); !got.Equal(at(1)) {
+		t.Errorf("first reach recorded as %s, want %s", got, at(1))
+	}
+	f.Observe(ctx, heartbeat.Reachability{Peers: true}, at(3))
+	if got := recorded(); !got.Equal(at(1)) {
+		t.Errorf("a reach 2 s later was written (%s): at most every %s", got, persistEvery)
+	}
+	f.Observe(ctx, heartbeat.Reachability{API: true}, at(7))
+	if got := recorded(); !got.Equal(at(7)) {
+		t.Errorf("last reach recorded as %s, want %s", got, at(7))
+	}
+	f.Observe(ctx, heartbeat.Reachability{}, at(8)) // isolated from 7 s on; the agent restarts at 12 s
+
+	if got := fencedBy(o, 12, 12.1, 16, 17.5); got != 17.5 {
+		t.Errorf("restarted at 12 s, isolated since the reach at 7 s: self-fenced at %v s, want 17.5 (10 s after the last reach, not after the restart)", got)
+	}
+	other := o
+	other.BootID = "boot-2"
+	if got := fencedBy(other, 12, 12.1, 17.5, 22.5); got != 22.5 {
+		t.Errorf("after a reboot: self-fenced at %v s, want 22.5 (10 s after the start: the reboot stopped the workload)", got)
+	}
+	if got := fencedBy(o, 30, 30.1, 30.5); got != 30.5 {
+		t.Errorf("restarted long after the last reach: self-fenced at %v s, want 30.5 (after %d intervals' grace for a peer's acknowledgement)", got, startGrace)
+	}
+	if got := fencedBy(o, 5, 5.5, 14, 15.5); got != 15.5 {
+		t.Errorf("started before the recorded reach (the clock went back): self-fenced at %v s, want 15.5 (10 s after the start)", got)
+	}
+	memory := o
+	memory.StateDir = ""
+	if got := fencedBy(memory, 12, 17.5, 22.5); got != 22.5 {
+		t.Errorf("without a state directory: self-fenced at %v s, want 22.5 (from the start)", got)
+	}
+
+	// A restarted agent that is reached records the new reach at once.
+	f = New(o, orders.NewCommander(co, logr.Discard()), logr.Discard(), at(12))
+	f.Observe(ctx, heartbeat.Reachability{Peers: true}, at(12.2))
+	if got := recorded(); !got.Equal(at(12.2)) {
+		t.Errorf("a restarted agent's first reach recorded as %s, want %s", got, at(12.2))
+	}
+
+	if err := os.WriteFile(file, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := fencedBy(o, 40, 40.1, 40.5); got != 40.5 {
+		t.Errorf("with a malformed %s: self-fenced at %v s, want 40.5 (a reach long ago, after the start's grace)", ReachedFile, got)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if got := fencedBy(o, 40, 40.5, 49, 50.5); got != 50.5 {
+		t.Errorf("without %s: self-fenced at %v s, want 50.5 (10 s after the start)", ReachedFile, got)
 	}
 }
