@@ -53,6 +53,10 @@ const (
 	// ReasonSelfFenceNotArmed: the SelfFence method cannot rely on the node's agent fencing
 	// itself: never heard, self-fencing off, or slower than the method's safeAfter allows.
 	ReasonSelfFenceNotArmed Reason = "SelfFenceNotArmed"
+	// ReasonAgentSilentBeforeNode: the SelfFence method cannot rely on the node's agent: it fell
+	// silent before the node did (the node renewed its Lease or reached a peer after), so it had
+	// stopped before the node was cut off, and a stopped agent fences nothing.
+	ReasonAgentSilentBeforeNode Reason = "AgentSilentBeforeNode"
 	// ReasonCloudAuthFailed: the cloud refused the credentials or the permission (AuthFailure,
 	// UnauthorizedOperation). Not retryable until the credentials or the role change.
 	ReasonCloudAuthFailed Reason = "CloudAuthFailed"

@@ -177,6 +177,23 @@ func (o Observer) SelfFenceWithin(node string) (within, interval time.Duration, 
 	return hb.SelfFenceWithin, interval, true
 }
 
+// AgentLastAlive is the latest moment the node's agent is known to have run: its latest
+// heartbeat's arrival, or a peer's report of acknowledging its probe (LastReached), whichever is
+// later; zero when neither is known (without agents, always).
+func (o Observer) AgentLastAlive(node string) time.Time {
+	if o.Heartbeats == nil {
+		return time.Time{}
+	}
+	var last time.Time
+	if hb, _, ok := o.Heartbeats.Latest(node); ok {
+		last = hb.Received
+	}
+	if r := o.Heartbeats.LastReached(node); r.After(last) {
+		last = r
+	}
+	return last
+}
+
 // signalsOf gives a node's classifier inputs from the agents: its own heartbeat and its peers'
 // reports about it (nil without agents).
 type signalsOf func(node string) (classify.Agent, []classify.PeerReport)

@@ -254,6 +254,34 @@ func TestLastSignalCountsTheNodesProbesOfItsPeers(t *testing.T) {
 	}
 }
 
+// AgentLastAlive is the later of the agent's latest heartbeat and a peer's acknowledgement of its
+// probe (the agent ran then), and never a sign of the node alone: the node's Lease renewal and a
+// peer reaching the node (its kubelet's port may answer with the agent gone) do not count.
+func TestAgentLastAlive(t *testing.T) {
+	now := time.Date(2026, 11, 29, 16, 0, 0, 0, time.UTC)
+	_, c := nodeWithLease(t, now, now.Add(-time.Second)) // the kubelet renewed a second ago
+	probed := now.Add(-20 * time.Second)
+	o := Observer{Reader: c, Since: now.Add(-time.Hour), Heartbeats: snapshot{
+		"n1": {Node: "n1", Received: now.Add(-30 * time.Second), Interval: time.Second, KubeletHealthy: true},
+		"n2": {Node: "n2", Received: now, Interval: time.Second,
+			Peers:    []agentwire.PeerReport{{Node: "n1", Reachable: true, At: now.Add(-time.Second)}},
+			ProbedBy: []agentwire.PeerReport{{Node: "n1", Reachable: true, At: probed}}},
+	}}
+	if got := o.AgentLastAlive("n1"); !got.Equal(probed) {
+		t.Errorf("AgentLastAlive = %s, want %s (n2 acknowledged n1's probe then)", got, probed)
+	}
+	o.Heartbeats = snapshot{"n1": {Node: "n1", Received: now.Add(-30 * time.Second), Interval: time.Second}}
+	if got := o.AgentLastAlive("n1"); !got.Equal(now.Add(-30 * time.Second)) {
+		t.Errorf("AgentLastAlive = %s, want the latest heartbeat's arrival %s", got, now.Add(-30*time.Second))
+	}
+	if got := o.AgentLastAlive("n3"); !got.IsZero() {
+		t.Errorf("AgentLastAlive of a node never heard = %s, want zero", got)
+	}
+	if got := (Observer{Reader: c}).AgentLastAlive("n1"); !got.IsZero() {
+		t.Errorf("AgentLastAlive without agents = %s, want zero", got)
+	}
+}
+
 // remembered is a heartbeat source that remembers an acknowledgement of n1's probe at its time.
 type remembered struct {
 	snapshot

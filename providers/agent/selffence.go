@@ -24,6 +24,9 @@ type Signals interface {
 	// the node was last reached it has fenced itself at the latest (0: it does not fence
 	// itself), and its heartbeat interval; heard is false when the controller has heard none.
 	SelfFenceWithin(node string) (within, interval time.Duration, heard bool)
+	// AgentLastAlive is the latest moment the node's agent is known to have run: its latest
+	// heartbeat's arrival, or a peer's acknowledgement of its probe (zero: never).
+	AgentLastAlive(node string) time.Time
 }
 
 // selfFenceMargin is how many of the agent's heartbeat intervals safeAfter must leave beyond
@@ -33,12 +36,22 @@ type Signals interface {
 // isolation at its next heartbeat).
 const selfFenceMargin = 4
 
+// agentSilentSlack is how much longer than selfFenceMargin intervals the node's last sign of life
+// may follow its agent's before the agent counts as stopped before its node (armed): a Lease
+// renewal made before the cut may reach the controller seconds late through a loaded API server.
+const agentSilentSlack = 5 * time.Second
+
 // armed fails the method, saying why, unless the node's agent said that it fences itself once
 // cut off, within safeAfter less selfFenceMargin intervals: an agent never heard, one with
 // self-fencing off (--self-fence-after 0, the chart's default) or without a container runtime,
-// or one that takes longer, does not make the node's silence a fence.
-func (s *SelfFence) armed(req providers.Request, settings *v1alpha1.SelfFenceMethod) *providers.Status {
+// or one that takes longer, does not make the node's silence a fence. Nor does an agent that
+// fell silent more than selfFenceMargin intervals (and agentSilentSlack) before the node's last
+// sign of life (last):
+// its node ran on without it (its Lease renewed, a peer reached it), so it had stopped (crashed,
+// killed, its pod gone) before its node was cut off, and a stopped agent fences nothing.
+func (s *SelfFence) armed(req providers.Request, settings *v1alpha1.SelfFenceMethod, last time.Time) *providers.Status {
 	within, interval, heard := s.signals.SelfFenceWithin(req.Node())
+	alive := s.signals.AgentLastAlive(req.Node())
 	failed := func(format string, args ...any) *providers.Status {
 		return &providers.Status{State: providers.Failed, Reason: providers.ReasonSelfFenceNotArmed,
 			Message: fmt.Sprintf(format, args...) + "; the chain goes on (a power or storage method can fence it)"}
@@ -51,8 +64,20 @@ func (s *SelfFence) armed(req providers.Request, settings *v1alpha1.SelfFenceMet
 	case within+selfFenceMargin*interval > safe:
 		return failed("node %s's agent fences itself up to %s after it was last reached (--self-fence-after plus --executor-timeout), which with %d heartbeat intervals of %s exceeds the method's safeAfter %s: raise safeAfter to at least %s, or lower the agents' --self-fence-after",
 			req.Node(), within, selfFenceMargin, interval, safe, within+selfFenceMargin*interval)
+	case !last.IsZero() && last.Sub(alive) > selfFenceMargin*interval+agentSilentSlack:
+		return &providers.Status{State: providers.Failed, Reason: providers.ReasonAgentSilentBeforeNode,
+			Message: fmt.Sprintf("node %s's agent was last known to run at %s (its heartbeat, or a peer acknowledging its probe), %s before the node's last sign of life at %s (its Lease, a peer reaching it): the agent stopped (crashed, killed, its pod gone) before its node was cut off, and a stopped agent fences nothing, so the node's silence is not a fence; the chain goes on (a power or storage method can fence it)",
+				req.Node(), timeOrNever(alive), last.Sub(alive).Round(100*time.Millisecond), last.UTC().Format(time.RFC3339))}
 	}
 	return nil
+}
+
+// timeOrNever is t in RFC 3339, or "never" for the zero time.
+func timeOrNever(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // SelfFence is the SelfFence method: it relies on the node's agent fencing itself once cut off
@@ -85,7 +110,7 @@ func (s *SelfFence) Fence(ctx context.Context, req providers.Request) (providers
 	if err != nil {
 		return providers.Status{}, err
 	}
-	if st := s.armed(req, settings); st != nil {
+	if st := s.armed(req, settings, last); st != nil {
 		return *st, nil
 	}
 	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("relying on the node's self-fence: last signal at %s; safe %s after the wait for its isolation begins",
@@ -122,8 +147,8 @@ func (s *SelfFence) Check(ctx context.Context, req providers.Request) (providers
 		lastSeen = "its last known signal at " + last.UTC().Format(time.RFC3339)
 	}
 	if silent >= safe {
-		if st := s.armed(req, settings); st != nil {
-			return *st, nil // its agent restarted without self-fencing before the silence
+		if st := s.armed(req, settings, last); st != nil {
+			return *st, nil // its agent restarted without self-fencing, or stopped, before the silence
 		}
 		// An island: nodes cut off together from the controller and the API server, reaching
 		// each other. Their agents each reach a peer, so none counts itself isolated or fences

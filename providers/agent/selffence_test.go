@@ -19,6 +19,9 @@ type signals struct {
 	silent           []string
 	within, interval time.Duration
 	unheard          bool
+	// agentStopped is how long before the node's last signal its agent was last known to run
+	// (0: as late as the node).
+	agentStopped time.Duration
 }
 
 // armed is an agent that fences itself 1 s after it was last reached, beating every 250 ms:
@@ -36,6 +39,8 @@ func (s signals) LastSignal(context.Context, string, time.Time) (time.Time, erro
 }
 
 func (s signals) SilentAgents(string, time.Time) []string { return s.silent }
+
+func (s signals) AgentLastAlive(string) time.Time { return s.last.Add(-s.agentStopped) }
 
 // The self-fence is confirmed only once the node has been silent for safeAfter since the wait
 // began (not since its last known signal: a peer's earlier reach of it is forgotten once the
@@ -114,6 +119,50 @@ func TestSelfFenceReliesOnlyOnAnArmedAgent(t *testing.T) {
 			got, err = sf.Check(context.Background(), req)
 			if err != nil || got.State != providers.Failed || got.Reason != providers.ReasonSelfFenceNotArmed {
 				t.Errorf("Check after safeAfter = %+v, %v; want Failed %s, never Confirmed", got, err, providers.ReasonSelfFenceNotArmed)
+			}
+		})
+	}
+}
+
+// An agent that fell silent well before its node did (the node's Lease renewed, or a peer
+// reached it, after the agent's last heartbeat and last acknowledged probe) had stopped — a
+// crash, a kill, its pod gone — before the node was cut off, and a stopped agent fences
+// nothing: the method fails with AgentSilentBeforeNode at once and at the safe time, and the
+// chain goes on. An agent silent only a little before its node (the cut's own jitter, a Lease
+// renewal seen late) is relied on as before.
+func TestSelfFenceNotReliedOnAStoppedAgent(t *testing.T) {
+	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		stopped time.Duration
+		fence   providers.State
+		check   providers.State
+		reason  providers.Reason
+	}{
+		{"agent stopped 20 s before its node", 20 * time.Second, providers.Failed, providers.Failed, providers.ReasonAgentSilentBeforeNode},
+		{"agent stopped a minute before its node", time.Minute, providers.Failed, providers.Failed, providers.ReasonAgentSilentBeforeNode},
+		{"agent silent 2 s before its node's last Lease renewal", 2 * time.Second, providers.InProgress, providers.Confirmed, ""},
+		{"agent as late as its node", 0, providers.InProgress, providers.Confirmed, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sig := armed(start.Add(-time.Second), nil)
+			sig.agentStopped = tc.stopped
+			sf := NewSelfFence(sig)
+			nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}}
+			req := providers.Request{Fence: nf, Now: start, Method: v1alpha1.Method{Name: "self",
+				Type: v1alpha1.MethodSelfFence, SelfFence: &v1alpha1.SelfFenceMethod{SafeAfter: metav1.Duration{Duration: 5 * time.Second}}}}
+			got, err := sf.Fence(context.Background(), req)
+			if err != nil || got.State != tc.fence || (tc.fence == providers.Failed && got.Reason != tc.reason) {
+				t.Errorf("Fence = %+v, %v; want %s %s", got, err, tc.fence, tc.reason)
+			}
+			if tc.reason != "" && !strings.Contains(got.Message, "a stopped agent fences nothing") {
+				t.Errorf("Fence's message %q does not say why", got.Message)
+			}
+			nf.Status.Steps = []v1alpha1.Step{{Name: v1alpha1.StepAwaitIsolation, State: v1alpha1.StepSucceeded, StartTime: metav1.NewTime(start)}}
+			req.Now = start.Add(6 * time.Second)
+			got, err = sf.Check(context.Background(), req)
+			if err != nil || got.State != tc.check || got.Reason != tc.reason {
+				t.Errorf("Check after safeAfter = %+v, %v; want %s %s", got, err, tc.check, tc.reason)
 			}
 		})
 	}

@@ -193,6 +193,22 @@ var Regressions = []Schedule{{
 		{Kind: ProbesInCut, Machine: 2, At: 5 * time.Second},
 	},
 	Fenced: map[int]string{},
+}, {
+	// A machine whose agent was killed (crashed, OOM-killed, its pod gone) 20 s before the
+	// machine was cut off from the control plane and both peers, its pods still writing: no
+	// agent runs to fence the node, so its silence is no self-fence. Before, the controller
+	// relied on the agent's last promise, confirmed the SelfFence after safeAfter and released
+	// pods that still wrote. Now the agent's silence before its node's (AgentSilentBeforeNode)
+	// fails the method and the power method fences the machine.
+	Name:      "self-fence-agent-stopped",
+	SelfFence: true,
+	Faults: []Fault{
+		{Kind: AgentKill, Machine: 2, At: 5 * time.Second},
+		{Kind: ControlPlaneCut, Machine: 2, At: 25 * time.Second},
+		{Kind: PeerCut, Machine: 2, Peer: 1, At: 25 * time.Second},
+		{Kind: PeerCut, Machine: 2, Peer: 3, At: 25 * time.Second},
+	},
+	Fenced: map[int]string{2: "ipmi"},
 }}
 
 // Plan draws the schedule of the run with this seed.
