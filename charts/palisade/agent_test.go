@@ -116,7 +116,7 @@ func TestAgentDaemonSet(t *testing.T) {
 func TestAgentValues(t *testing.T) {
 	ms, err := render(t, map[string]any{"agent": map[string]any{
 		"selfFenceAfter": "45s", "interval": "2s", "criEndpoint": "/run/k3s/containerd/containerd.sock", "kubeletStopCommand": "",
-		"watchdogDevice": "/dev/watchdog", "extraArgs": []any{"--executor-timeout=1m"}, "stateDir": "/var/lib/rancher/palisade",
+		"watchdogDevice": "/dev/watchdog", "watchdogTimeout": "20s", "extraArgs": []any{"--executor-timeout=1m"}, "stateDir": "/var/lib/rancher/palisade",
 		"heartbeatPort": 10443,
 	}})
 	if err != nil {
@@ -128,7 +128,7 @@ func TestAgentValues(t *testing.T) {
 	for _, want := range []string{
 		"--self-fence-after=45s", "--interval=2s", "--cri-endpoint=/run/k3s/containerd/containerd.sock", "--kubelet-stop-command=",
 		"--api-server-healthz=https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)/readyz",
-		"--watchdog-device=/dev/watchdog", "--executor-timeout=1m",
+		"--watchdog-device=/dev/watchdog", "--watchdog-timeout=20s", "--executor-timeout=1m",
 	} {
 		if !hasArg(args, want) {
 			t.Errorf("agent args %q lack %q", args, want)
@@ -142,6 +142,32 @@ func TestAgentValues(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]string{"cri-socket": "/run/k3s/containerd/containerd.sock", "watchdog": "/dev/watchdog", "state": "/var/lib/rancher/palisade"}, paths); diff != "" {
 		t.Errorf("host paths (-want +got):\n%s", diff)
+	}
+
+	// The petted watchdog's timeout goes only with self-fencing on and a device (the agent
+	// refuses it otherwise); the default's is 60s.
+	for _, tc := range []struct {
+		agent map[string]any
+		want  string
+	}{
+		{map[string]any{"selfFenceAfter": "45s", "watchdogDevice": "/dev/watchdog"}, "--watchdog-timeout=60s"},
+		{map[string]any{"selfFenceAfter": "0s", "watchdogDevice": "/dev/watchdog"}, ""},
+		{map[string]any{"selfFenceAfter": "45s"}, ""},
+		{map[string]any{"selfFenceAfter": "45s", "watchdogDevice": "/dev/watchdog", "watchdogTimeout": ""}, ""},
+	} {
+		ms, err := render(t, map[string]any{"agent": tc.agent})
+		if err != nil {
+			t.Fatalf("rendering %v: %v", tc.agent, err)
+		}
+		var got string
+		for _, a := range daemonSet(t, ms).Spec.Template.Spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--watchdog-timeout") {
+				got = a
+			}
+		}
+		if got != tc.want {
+			t.Errorf("agent values %v: watchdog timeout arg %q, want %q", tc.agent, got, tc.want)
+		}
 	}
 
 	_, err = render(t, map[string]any{"agent": map[string]any{"criEndpoint": "containerd.sock"}})

@@ -67,6 +67,7 @@ type options struct {
 	selfFenceAfter   time.Duration
 	apiServerHealthz string
 	watchdogDevice   string
+	watchdogTimeout  time.Duration
 
 	probeAddress string
 	apiCommands  bool
@@ -98,7 +99,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.podUID, "pod-uid", os.Getenv("POD_UID"), "UID of the agent's own pod, which Terminate leaves running (default $POD_UID)")
 	fs.DurationVar(&o.selfFenceAfter, "self-fence-after", 0, "fence this node itself (stop the kubelet, terminate every pod, then the watchdog) once neither the controller (a heartbeat it accepted), the API server (while the kubelet answers healthy) nor any peer (a probe its agent acknowledged) has been reachable for longer than this; 0 disables self-fencing")
 	fs.StringVar(&o.apiServerHealthz, "api-server-healthz", "", `URL the agent GETs every interval to see whether it reaches the API server (e.g. https://<apiserver>/readyz); only a 200 counts, so it must answer unauthenticated requests. TLS verification is skipped for this reachability probe only. "" treats the API server as unreachable`)
-	fs.StringVar(&o.watchdogDevice, "watchdog-device", "", `hardware watchdog device (e.g. /dev/watchdog) the agent opens after a self-fence, writes once and never pets again, so that the watchdog reboots the node; it must exist (it is not created). "" uses none`)
+	fs.StringVar(&o.watchdogDevice, "watchdog-device", "", `hardware watchdog device (e.g. /dev/watchdog) the agent opens after a self-fence, writes once and never pets again, so that the watchdog reboots the node (with --watchdog-timeout: opened at the start and petted until then); it must exist (it is not created). "" uses none`)
+	fs.DurationVar(&o.watchdogTimeout, "watchdog-timeout", 0, "with --watchdog-device and --self-fence-after: open the watchdog at the start, set this timeout on it (whole seconds; the device's own, read back, counts), and pet it at every heartbeat while the node is not isolated for longer than --self-fence-after, so that the node is reset even when this agent stops (crashes, is killed) while its node is cut off; the heartbeats then promise a self-fence within --self-fence-after plus this timeout. A graceful exit disarms it (magic close) unless the node is isolated; a crash does not, and the node is reset unless the agent is started again within the timeout. 0: the watchdog is armed only by a self-fence")
 	fs.BoolVar(&o.apiCommands, "api-commands", true, "watch this node's NodeFence for orders through the API server (for a node whose kubelet is down), with --api-server, --api-token-file and --api-ca-file; without an API server, orders arrive only over the direct channel")
 	fs.BoolVar(&o.keepSpecs, "keep-pod-specs", true, "list and watch the pods bound to this node through the API server (--api-server, --api-token-file, --api-ca-file) and keep what the executor needs of their specs that the container runtime does not record (which init containers are sidecars, lifecycle.stopSignal, a deletion's grace period given after the containers were created), in memory and in --state-dir (file "+podspecs.File+"), so that a Terminate command or a self-fence after the API server became unreachable still has them; false, or without an API server or --cri-endpoint: the executor restores every pod from the runtime's labels")
 	fs.StringVar(&o.apiTLSName, "api-tls-server-name", "", "name the API server's certificate must carry, when --api-server's host is not in it (e.g. behind a relay)")
@@ -132,6 +134,14 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.selfFenceAfter < 0 {
 		missing = append(missing, errors.New("--self-fence-after must not be negative"))
+	}
+	switch {
+	case o.watchdogTimeout < 0:
+		missing = append(missing, errors.New("--watchdog-timeout must not be negative"))
+	case o.watchdogTimeout > 0 && (o.watchdogDevice == "" || o.selfFenceAfter <= 0):
+		missing = append(missing, errors.New("--watchdog-timeout needs --watchdog-device and --self-fence-after: the watchdog is petted only while self-fencing is on"))
+	case o.watchdogTimeout > 0 && o.watchdogTimeout < time.Second:
+		missing = append(missing, errors.New("--watchdog-timeout must be at least 1s (watchdogs count whole seconds)"))
 	}
 	o.controllerCallTimeout = o.interval
 	return o, errors.Join(missing...)
@@ -184,9 +194,13 @@ func run(args []string) error {
 	}
 	defer closeProbes()
 	fence := selffence.New(o.selfFence(bootID), cmds, log, time.Now())
+	if err := fence.ArmWatchdog(); err != nil {
+		return err
+	}
 	h := heartbeat.New(o.heartbeat(bootID, probePort), client, cmds, fence, prober, log)
 	logStart(o, bootID, log)
 	h.Run(ctx)
+	fence.Close(time.Now())
 	log.Info("stopping palisade-agent", "reason", context.Cause(ctx).Error(), "heartbeatsSent", h.Seq())
 	return nil
 }

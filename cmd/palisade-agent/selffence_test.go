@@ -224,3 +224,81 @@ func TestSelfFenceAfterRestart(t *testing.T) {
 	}
 	second.waitForLog(t, "restarted: counting isolation from the last reach recorded", 5*time.Second)
 }
+
+// TestPettedWatchdogOnTheBinary: with --watchdog-timeout the real binary opens the watchdog at
+// its start and pets it at every heartbeat while reached (a file stands in for the device: it has
+// no watchdog ioctls, so the agent counts the flag's timeout, and says so); its heartbeats then
+// promise --self-fence-after plus that timeout; SIGTERM disarms it with the magic close, SIGKILL
+// leaves it armed. Bad combinations of the flags are refused.
+func TestPettedWatchdogOnTheBinary(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	addr, _ := e.startServer(t, "127.0.0.1:0")
+	api := newAPIHealthz()
+	defer api.Close()
+	k := newKubelet()
+	defer k.srv.Close()
+	dir := t.TempDir()
+	for _, end := range []string{"SIGTERM", "SIGKILL"} {
+		wd := filepath.Join(dir, "watchdog-"+end)
+		if err := os.WriteFile(wd, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := e.startAgent(t, addr, k.srv.URL, interval, "--self-fence-after", "4s", "--api-server-healthz", api.URL,
+			"--watchdog-device", wd, "--watchdog-timeout", "3s")
+		p.waitForLog(t, "watchdog armed and petted", 5*time.Second)
+		for len(e.beats) > 0 {
+			<-e.beats
+		}
+		if hb := e.next(t, 5*time.Second); hb.SelfFenceWithin != 7*time.Second {
+			t.Errorf("heartbeat promises a self-fence within %s, want 7s (4s + the watchdog's 3s)", hb.SelfFenceWithin)
+		}
+		time.Sleep(10 * interval)
+		b, _ := os.ReadFile(wd)
+		if n := strings.Count(string(b), "1"); n < 5 {
+			t.Errorf("%d pets in the first heartbeats, want one per heartbeat (%q)", n, b)
+		}
+		if end == "SIGTERM" {
+			if code := p.stop(t); code != 0 {
+				t.Errorf("exit status %d after SIGTERM", code)
+			}
+			if b, _ := os.ReadFile(wd); !strings.HasSuffix(string(b), "V") {
+				t.Errorf("after SIGTERM while reached the device holds %q, want the magic close 'V' last", b)
+			}
+			continue
+		}
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if b, _ := os.ReadFile(wd); strings.Contains(string(b), "V") {
+			t.Errorf("after SIGKILL the device holds %q: no magic close, the watchdog stays armed", b)
+		}
+	}
+
+	// Self-fencing on without a petted watchdog: no promise.
+	p := e.startAgent(t, addr, k.srv.URL, interval, "--self-fence-after", "4s", "--api-server-healthz", api.URL)
+	for len(e.beats) > 0 {
+		<-e.beats
+	}
+	if hb := e.next(t, 5*time.Second); hb.Node != testNode || hb.SelfFenceWithin != 0 {
+		t.Errorf("an agent without a petted watchdog promises a self-fence within %s, want none", hb.SelfFenceWithin)
+	}
+	p.stop(t)
+
+	base := []string{"--controller-address", "x:1", "--node-name", "n", "--cert", "c", "--key", "k", "--ca", "a"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--watchdog-timeout", "10s", "--self-fence-after", "1m"}, "--watchdog-timeout needs --watchdog-device and --self-fence-after"},
+		{[]string{"--watchdog-timeout", "10s", "--watchdog-device", "/dev/watchdog"}, "--watchdog-timeout needs --watchdog-device and --self-fence-after"},
+		{[]string{"--watchdog-timeout", "500ms", "--watchdog-device", "/dev/watchdog", "--self-fence-after", "1m"}, "at least 1s"},
+		{[]string{"--watchdog-timeout", "-1s"}, "must not be negative"},
+	} {
+		if _, err := parseFlags(append(base, tc.args...)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%v) = %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := parseFlags(append(base, "--watchdog-timeout", "10s", "--watchdog-device", "/dev/watchdog", "--self-fence-after", "1m")); err != nil {
+		t.Errorf("a valid petted watchdog refused: %v", err)
+	}
+}

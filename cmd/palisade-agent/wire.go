@@ -41,15 +41,8 @@ func (o options) orders(specs *podspecs.Keeper) orders.Config {
 }
 
 func (o options) selfFence(bootID string) selffence.Config {
-	c := selffence.Config{After: o.selfFenceAfter, APIServerHealthz: o.apiServerHealthz, WatchdogDevice: o.watchdogDevice, Interval: o.interval,
-		StateDir: o.stateDir, BootID: bootID}
-	if o.criEndpoint != "" && o.kubeletStopCommand != "" {
-		// Only then does a self-fence stop the workload for good: with the kubelet left
-		// running it starts the containers again (k3s, RKE2: kubeletStopCommand ""), and the
-		// controller's SelfFence method must not rely on it (Within 0).
-		c.TerminateWithin = o.executorTimeout
-	}
-	return c
+	return selffence.Config{After: o.selfFenceAfter, APIServerHealthz: o.apiServerHealthz, WatchdogDevice: o.watchdogDevice, Interval: o.interval,
+		StateDir: o.stateDir, BootID: bootID, WatchdogTimeout: o.watchdogTimeout}
 }
 
 func (o options) heartbeat(bootID string, probePort int) heartbeat.Config {
@@ -145,9 +138,12 @@ func probePeers(ctx context.Context, o options, log logr.Logger) (heartbeat.Prob
 func logStart(o options, bootID string, log logr.Logger) {
 	log.Info("starting palisade-agent", "Node", klog.KRef("", o.nodeName), "controller", o.controller, "interval", o.interval.String(), "bootID", bootID,
 		"criEndpoint", o.criEndpoint, "podUID", o.podUID, "selfFenceAfter", o.selfFenceAfter.String(), "apiServerHealthz", o.apiServerHealthz,
-		"watchdogDevice", o.watchdogDevice, "keepPodSpecs", o.keepsPodSpecs() && o.certs.apiServer != "")
+		"watchdogDevice", o.watchdogDevice, "watchdogTimeout", o.watchdogTimeout.String(), "keepPodSpecs", o.keepsPodSpecs() && o.certs.apiServer != "")
 	if o.selfFenceAfter > 0 && o.criEndpoint == "" {
-		log.Info("WARNING: --self-fence-after without --cri-endpoint: a self-fence would fail (no runtime configured) and only arm the watchdog")
+		log.Info("WARNING: --self-fence-after without --cri-endpoint: a self-fence would fail (no runtime configured) and only leave the node to the watchdog")
+	}
+	if o.selfFenceAfter > 0 && o.watchdogTimeout <= 0 {
+		log.Info("WARNING: --self-fence-after without a petted watchdog (--watchdog-device with --watchdog-timeout): this agent promises the controller no self-fence, since it fences nothing once it stops, and a SelfFence method does not rely on it (SelfFenceNotArmed)")
 	}
 	if o.criEndpoint != "" && o.podUID == "" {
 		// The agent's own pod's sandbox is what tells the kubelet's runtime from another.

@@ -66,10 +66,10 @@ type Report struct {
 	// DatagramKeyID is the ID of the datagram key the agent holds, empty for none.
 	DatagramKeyID []byte `json:"datagramKeyID,omitempty"`
 	// SelfFenceWithinMillis is how long after the node was last reached (the controller, the
-	// API server, a peer) its agent has fenced itself at the latest: --self-fence-after plus
-	// the time limit of its termination (--executor-timeout). 0: the agent does not fence
-	// itself (self-fencing off, or no container runtime to stop the workload with), and the
-	// SelfFence method must not rely on it. At most MaxSelfFenceWithinMillis.
+	// API server, a peer) it has been fenced at the latest: --self-fence-after plus the
+	// timeout of the watchdog its agent pets (--watchdog-timeout), which resets the node even
+	// when the agent stops. 0: the agent promises nothing (self-fencing off, or no petted
+	// watchdog), and the SelfFence method must not rely on it. At most MaxSelfFenceWithinMillis.
 	SelfFenceWithinMillis int64 `json:"selfFenceWithinMillis,omitempty"`
 }
 

@@ -43,7 +43,7 @@ const agentSilentSlack = 5 * time.Second
 
 // armed fails the method, saying why, unless the node's agent said that it fences itself once
 // cut off, within safeAfter less selfFenceMargin intervals: an agent never heard, one with
-// self-fencing off (--self-fence-after 0, the chart's default) or without a container runtime,
+// self-fencing off (--self-fence-after 0, the chart's default) or without a petted watchdog,
 // or one that takes longer, does not make the node's silence a fence. Nor does an agent that
 // fell silent more than selfFenceMargin intervals (and agentSilentSlack) before the node's last
 // sign of life (last):
@@ -60,9 +60,9 @@ func (s *SelfFence) armed(req providers.Request, settings *v1alpha1.SelfFenceMet
 	case !heard:
 		return failed("the controller has heard no heartbeat of node %s's agent since it started, so nothing says that the agent fences itself once cut off: its silence is not relied on", req.Node())
 	case within <= 0:
-		return failed("node %s's agent does not fence itself (its --self-fence-after is 0, the chart's agent.selfFenceAfter, or it has no --cri-endpoint or no --kubelet-stop-command to stop the workload for good with): its silence is not a fence", req.Node())
+		return failed("node %s's agent does not promise to fence itself (its --self-fence-after is 0, the chart's agent.selfFenceAfter, or it pets no watchdog: --watchdog-device with --watchdog-timeout, the chart's agent.watchdogDevice and agent.watchdogTimeout, a hardware watchdog or the softdog module's; without one an agent that stops after its node was cut off fences nothing): its silence is not a fence", req.Node())
 	case within+selfFenceMargin*interval > safe:
-		return failed("node %s's agent fences itself up to %s after it was last reached (--self-fence-after plus --executor-timeout), which with %d heartbeat intervals of %s exceeds the method's safeAfter %s: raise safeAfter to at least %s, or lower the agents' --self-fence-after",
+		return failed("node %s's agent fences itself up to %s after it was last reached (--self-fence-after plus --watchdog-timeout), which with %d heartbeat intervals of %s exceeds the method's safeAfter %s: raise safeAfter to at least %s, or lower the agents' --self-fence-after",
 			req.Node(), within, selfFenceMargin, interval, safe, within+selfFenceMargin*interval)
 	case !last.IsZero() && last.Sub(alive) > selfFenceMargin*interval+agentSilentSlack:
 		return &providers.Status{State: providers.Failed, Reason: providers.ReasonAgentSilentBeforeNode,

@@ -100,7 +100,7 @@ func TestSelfFenceReliesOnlyOnAnArmedAgent(t *testing.T) {
 		want string
 	}{
 		{"agent never heard", signals{unheard: true}, "heard no heartbeat"},
-		{"self-fencing off", signals{within: 0, interval: time.Second}, "does not fence itself"},
+		{"self-fencing off, or no petted watchdog", signals{within: 0, interval: time.Second}, "it pets no watchdog"},
 		{"slower than safeAfter allows", signals{within: 4 * time.Second, interval: time.Second}, "raise safeAfter to at least 8s"},
 		{"the margin counts the judged interval", signals{within: time.Second, interval: 2 * time.Second}, "raise safeAfter to at least 9s"},
 	} {

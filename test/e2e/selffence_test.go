@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -77,9 +79,16 @@ func TestSelfFence(t *testing.T) {
 	apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
 	t.Cleanup(apiserver.Close)
 	link := newLink(t, s.addr)
-	// It fences itself within 4 s of its isolation (--self-fence-after plus its termination's
-	// time limit), which with 4 heartbeat intervals fits the policy's safeAfter of 8 s.
-	s.agent(t, link.Addr(), "--self-fence-after", "2s", "--executor-timeout", "2s", "--api-server-healthz", apiserver.URL)
+	// It promises to fence itself within 4 s of its isolation (--self-fence-after plus its
+	// petted watchdog's timeout), which with 4 heartbeat intervals fits the policy's safeAfter of
+	// 8 s. A file stands in for the watchdog device: nothing resets this node, and the agent's
+	// own termination is what stops the workload here.
+	wd := filepath.Join(t.TempDir(), "watchdog")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.agent(t, link.Addr(), "--self-fence-after", "2s", "--executor-timeout", "2s", "--api-server-healthz", apiserver.URL,
+		"--watchdog-device", wd, "--watchdog-timeout", "2s")
 	time.Sleep(3 * time.Second)
 	if !s.workloadRunning(t) {
 		t.Fatal("the agent fenced itself while it reached the controller and the API server")

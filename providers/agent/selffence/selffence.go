@@ -31,10 +31,12 @@ import (
 // Once per isolation (it is re-armed only when the controller, the API server or a peer is
 // reached again), the agent then runs the same executor path as a Terminate command, with the ID
 // "self-fence-<unix time>" and no grace cap (each pod's own grace period, bounded by
-// --executor-timeout): the kubelet stop command, child.TerminateAll, the read-back. Then, whatever
-// the outcome, if --watchdog-device is set, it opens the device, writes one byte (arming the
-// watchdog and starting its timer) and never writes again, so that the hardware watchdog
-// reboots the node. Its ExecutorStatus stays the Commander's current status, so that the first
+// --executor-timeout): the kubelet stop command, child.TerminateAll, the read-back. With a
+// petted watchdog (Config.WatchdogTimeout, watchdog.go) the pets have stopped already, and the
+// watchdog resets the node its timeout after the last; without one, whatever the outcome, if
+// --watchdog-device is set, it opens the device, writes one byte (arming the watchdog and
+// starting its timer) and never writes again, so that the hardware watchdog reboots the node
+// (the controller does not rely on such an agent: Within). Its ExecutorStatus stays the Commander's current status, so that the first
 // heartbeat the controller accepts again reports it (Confirmed or Failed).
 type Fencer struct {
 	o    Config
@@ -53,7 +55,9 @@ type Fencer struct {
 	// kubelet not stopped, the runtime not reached): a heartbeat of the same isolation at least
 	// retryUnconfirmed after it tries again, since the controller relies on it having happened.
 	unconfirmed  atomic.Bool
-	apiReachable *bool // nil until the first probe, for logging changes
+	apiReachable *bool     // nil until the first probe, for logging changes
+	dog          *watchdog // the petted watchdog (ArmWatchdog), nil without one
+	petErr       error     // the last failure to pet it, nil after a success
 }
 
 // Config is when the node fences itself and how it ends.
@@ -66,15 +70,15 @@ type Config struct {
 	WatchdogDevice string
 	// Interval is the heartbeat interval: a probe's timeout is half of it.
 	Interval time.Duration
-	// TerminateWithin is the time limit of the self-fence's termination (--executor-timeout);
-	// 0 when the agent has no container runtime (--cri-endpoint) to stop the workload with, or
-	// no kubelet stop command (the kubelet would start the containers again).
-	TerminateWithin time.Duration
 	// StateDir is --state-dir, where the last reach is recorded (ReachedFile); "" keeps it in
 	// memory only, and a restarted agent counts its isolation from its start.
 	StateDir string
 	// BootID is the node's boot ID: a reach recorded in another boot is not counted.
 	BootID string
+	// WatchdogTimeout, when not zero, pets WatchdogDevice from the agent's start (ArmWatchdog)
+	// while the node is not isolated for longer than After (watchdog.go), and is the timeout
+	// set on it; zero arms the device only after a self-fence.
+	WatchdogTimeout time.Duration
 }
 
 // Starter starts a self-fence as order id on the Terminate path and calls after with its final
@@ -103,16 +107,78 @@ const retryUnconfirmed = 10 * time.Second
 // enabled says whether self-fencing is on.
 func (f *Fencer) enabled() bool { return f != nil && f.o.After > 0 }
 
-// Within is how long after the node was last reached it has fenced itself at the latest: After
-// plus the termination's time limit, the heartbeats' report of it (the controller's SelfFence
-// method relies on nothing longer). 0 when self-fencing is off, or when the agent cannot stop
-// the workload for good (no runtime, or no kubelet stop command: Config.TerminateWithin 0): the
-// watchdog alone reboots the node after a time this agent does not know.
+// Within is how long after the node was last reached it has fenced itself at the latest, the
+// heartbeats' report of it (the controller's SelfFence method relies on nothing longer): After
+// plus the petted watchdog's timeout. The last pet comes at the latest After after the last
+// reach, whether the agent runs on (and fences itself then) or stops (crashes, is killed), and
+// the watchdog resets the node its timeout later, whatever the termination achieved (a kubelet
+// left running, k3s's, restarts what it stopped; a reset node's kubelet, cut off from the API
+// server, starts no pod).
+//
+// 0 when self-fencing is off or without a petted watchdog (Config.WatchdogTimeout 0): the
+// self-fence's termination then happens only while the agent runs, and an agent that stops
+// after its node was cut off fences nothing, so the controller must not rely on its silence.
+// Measured on real machines (the chaos regression self-fence-agent-killed-isolated): an agent
+// killed 3 s into its node's isolation, the controller relying on its termination alone
+// released a pod that still wrote.
 func (f *Fencer) Within() time.Duration {
-	if !f.enabled() || f.o.TerminateWithin <= 0 {
+	if !f.enabled() || f.dog == nil {
 		return 0
 	}
-	return f.o.After + f.o.TerminateWithin
+	return f.o.After + f.dog.timeout
+}
+
+// ArmWatchdog opens WatchdogDevice and pets it from now on, when WatchdogTimeout is set and
+// self-fencing is on; its failure is the agent's (a device named but not usable).
+func (f *Fencer) ArmWatchdog() error {
+	if !f.enabled() || f.o.WatchdogTimeout <= 0 || f.o.WatchdogDevice == "" {
+		return nil
+	}
+	dog, err := openWatchdog(f.o.WatchdogDevice, f.o.WatchdogTimeout)
+	if err != nil {
+		return err
+	}
+	f.dog = dog
+	f.log.Info("watchdog armed and petted while the node is reached: the node is reset once it is isolated longer than --self-fence-after, or once this agent stops without a graceful exit, plus the watchdog's timeout",
+		"device", dog.path, "timeout", dog.timeout.String(), "timeoutFrom", dog.note, "selfFenceWithin", f.Within().String())
+	return nil
+}
+
+// Close ends the petting at the agent's graceful exit: the magic close disarms the watchdog
+// when the node was reached within the last two intervals (an upgrade of the agent must not
+// reset the node); a node isolated longer keeps it armed, so that it is reset as promised
+// unless an agent started again pets it.
+func (f *Fencer) Close(now time.Time) {
+	dog := f.dog
+	if dog == nil || dog.closed {
+		return
+	}
+	dog.closed = true // no heartbeat pets it after the exit began (f.dog stays for the executor's callback)
+	if f.fenced || now.Sub(f.lastReachable) > 2*f.o.Interval {
+		f.log.Info("stopping while the node is isolated: the watchdog stays armed and unpetted", "device", dog.path,
+			"isolatedFor", now.Sub(f.lastReachable).Round(time.Millisecond).String(), "timeout", dog.timeout.String())
+		return // the process's exit closes the device without the magic character
+	}
+	if err := dog.disarm(); err != nil {
+		f.log.Error(err, "disarming the watchdog (magic close) failed: the node may be reset unless an agent pets it within its timeout", "device", dog.path)
+		return
+	}
+	f.log.Info("watchdog disarmed (magic close)", "device", dog.path)
+}
+
+// pet pets the watchdog, if any, logging a failure once until a pet works again.
+func (f *Fencer) pet() {
+	if f.dog == nil || f.dog.closed {
+		return
+	}
+	err := f.dog.pet()
+	switch {
+	case err != nil && f.petErr == nil:
+		f.log.Error(err, "the watchdog cannot be petted: the node will be reset within its timeout", "timeout", f.dog.timeout.String())
+	case err == nil && f.petErr != nil:
+		f.log.Info("petting the watchdog works again", "device", f.dog.path)
+	}
+	f.petErr = err
 }
 
 // ProbeAPIServer GETs --api-server-healthz with a timeout of half the interval: only 200 counts
@@ -159,6 +225,7 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		}
 		f.persist(now, f.restored)
 		f.lastReachable, f.fenced, f.restored = now, false, false
+		f.pet()
 		return
 	}
 	if f.fenced && now.Sub(f.fencedAt) >= retryUnconfirmed && f.unconfirmed.Swap(false) {
@@ -166,6 +233,9 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		f.log.Info("the self-fence did not confirm the workload stopped: self-fencing again", "after", now.Sub(f.fencedAt).String())
 	}
 	isolated := now.Sub(f.lastReachable)
+	if isolated <= f.o.After && !f.lastReachable.IsZero() {
+		f.pet()
+	}
 	if f.fenced || isolated <= f.o.After {
 		return
 	}
@@ -200,6 +270,11 @@ var (
 func (f *Fencer) watchdog(st agentwire.ExecutorStatus) {
 	if st.State != agentwire.ExecutorConfirmed {
 		f.unconfirmed.Store(true)
+	}
+	if f.dog != nil {
+		f.log.Error(errors.New("watchdog no longer petted"), "SELF-FENCING: the watchdog is no longer petted: the node will be reset within its timeout",
+			"device", f.dog.path, "timeout", f.dog.timeout.String(), "command", st.ID, "state", st.State)
+		return
 	}
 	if f.o.WatchdogDevice == "" {
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,19 +86,28 @@ func TestSelfFencerDecides(t *testing.T) {
 }
 
 // Within, which the heartbeats carry to the controller's SelfFence method, is --self-fence-after
-// plus the termination's time limit, and 0 when the agent does not fence itself: self-fencing
-// off, or no runtime to stop the workload with (the watchdog alone reboots after a time the
-// agent does not know).
+// plus the petted watchdog's timeout, and 0 when the agent does not promise a self-fence:
+// self-fencing off, or no petted watchdog (a watchdog armed only by a self-fence covers nothing
+// when the agent stops after its node was cut off).
 func TestWithinIsWhatTheAgentPromises(t *testing.T) {
+	wd := filepath.Join(t.TempDir(), "watchdog")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		o    Config
 		want time.Duration
 	}{
-		{Config{After: time.Minute, TerminateWithin: 2 * time.Minute, Interval: interval}, 3 * time.Minute},
-		{Config{After: 0, TerminateWithin: 2 * time.Minute, Interval: interval}, 0},
-		{Config{After: time.Minute, WatchdogDevice: "/dev/watchdog", Interval: interval}, 0},
+		{Config{After: time.Minute, WatchdogDevice: wd, WatchdogTimeout: 30 * time.Second, Interval: interval}, 90 * time.Second},
+		{Config{After: time.Minute, WatchdogDevice: wd, Interval: interval}, 0},
+		{Config{After: time.Minute, Interval: interval}, 0},
+		{Config{After: 0, WatchdogDevice: wd, WatchdogTimeout: 30 * time.Second, Interval: interval}, 0},
 	} {
-		if got := New(tc.o, nil, logr.Discard(), time.Now()).Within(); got != tc.want {
+		f := New(tc.o, nil, logr.Discard(), time.Now())
+		if err := f.ArmWatchdog(); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Within(); got != tc.want {
 			t.Errorf("Within of %+v = %s, want %s", tc.o, got, tc.want)
 		}
 	}
@@ -232,5 +242,112 @@ func TestRestartCountsIsolationFromTheLastReach(t *testing.T) {
 	}
 	if got := fencedBy(o, 40, 40.5, 49, 50.5); got != 50.5 {
 		t.Errorf("without %s: self-fenced at %v s, want 50.5 (10 s after the start)", ReachedFile, got)
+	}
+}
+
+// The petted watchdog (WatchdogTimeout): armed at the start, petted at every heartbeat while the
+// node is not isolated for longer than After, whether reached or not, and never after; the
+// promise is After plus the watchdog's timeout, even without a runtime to stop the workload with
+// (the reset stops it), and none without the petted watchdog; a graceful exit disarms it only when the node was just reached; an agent
+// restarted long into an isolation does not pet it. A file that is no watchdog device (this
+// test's stand-in) keeps the configured timeout; a device that cannot be opened fails the start.
+func TestPettedWatchdog(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(4_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	dir := t.TempDir()
+	wd := filepath.Join(dir, "watchdog")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	written := func() string {
+		t.Helper()
+		b, err := os.ReadFile(wd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	o := Config{Interval: interval, After: 2 * time.Second, WatchdogDevice: wd, WatchdogTimeout: 5 * time.Second,
+		StateDir: filepath.Join(dir, "state"), BootID: "boot-1"}
+	co := orders.Config{Timeout: time.Second, ReadBackWait: interval}
+
+	// restart starts an agent with o at start (seconds after t0) on an empty device.
+	restart := func(o Config, start float64) *Fencer {
+		t.Helper()
+		if err := os.WriteFile(wd, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f := New(o, orders.NewCommander(co, logr.Discard()), logr.Discard(), at(start))
+		if err := f.ArmWatchdog(); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	c := orders.NewCommander(co, logr.Discard())
+	f := New(o, c, logr.Discard(), t0)
+	if got := f.Within(); got != 0 {
+		t.Errorf("Within before the watchdog is armed = %s, want 0", got)
+	}
+	if err := f.ArmWatchdog(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Within(), 7*time.Second; got != want {
+		t.Errorf("Within with a petted watchdog = %s, want %s (--self-fence-after plus its timeout)", got, want)
+	}
+	if got := written(); got != "1" {
+		t.Fatalf("after arming the device holds %q, want one pet", got)
+	}
+	f.Observe(ctx, heartbeat.Reachability{Controller: true}, at(1))
+	f.Observe(ctx, heartbeat.Reachability{}, at(2))   // isolated 1 s
+	f.Observe(ctx, heartbeat.Reachability{}, at(2.9)) // isolated 1.9 s: still petted
+	if got := written(); got != "1111" {
+		t.Errorf("device holds %q, want a pet at the start and at each of 3 heartbeats not isolated longer than 2 s", got)
+	}
+	f.Observe(ctx, heartbeat.Reachability{}, at(3.5)) // isolated 2.5 s: the self-fence, no pet
+	c.Wait()
+	f.Observe(ctx, heartbeat.Reachability{}, at(4))
+	if got := written(); got != "1111" {
+		t.Errorf("device holds %q after the isolation passed 2 s, want no more pets (nor the self-fence's own write)", got)
+	}
+	if st := c.Status(); st == nil || !strings.HasPrefix(st.ID, "self-fence-") {
+		t.Errorf("no self-fence after 2.5 s of isolation: %+v", st)
+	}
+	f.Close(at(4.1))
+	if got := written(); got != "1111" {
+		t.Errorf("a graceful exit while isolated wrote to the device (%q): it must stay armed", got)
+	}
+
+	// Reached again: petted; a graceful exit just after a reach disarms it.
+	f = restart(o, 10)
+	f.Observe(ctx, heartbeat.Reachability{Peers: true}, at(10.2))
+	f.Close(at(10.3))
+	if got := written(); got != "11V" {
+		t.Errorf("device holds %q, want two pets and the magic close", got)
+	}
+
+	// Restarted long after the last reach (10.2 s, recorded by the agent above; isolated since):
+	// armed at the start, then not petted.
+	f = restart(o, 30)
+	f.Observe(ctx, heartbeat.Reachability{}, at(30.1))
+	f.Observe(ctx, heartbeat.Reachability{}, at(30.5))
+	if got := written(); got != "1" {
+		t.Errorf("an agent restarted 20 s into an isolation: device holds %q, want only the start's pet", got)
+	}
+
+	// No timeout: nothing opened at the start (armed only by a self-fence), the promise unchanged.
+	legacy := o
+	legacy.WatchdogTimeout = 0
+	f = restart(legacy, 40)
+	f.Observe(ctx, heartbeat.Reachability{Controller: true}, at(40.2))
+	if got := f.Within(); written() != "" || got != 0 {
+		t.Errorf("without --watchdog-timeout: device holds %q, Within %s; want nothing written, no promise", written(), got)
+	}
+
+	missing := o
+	missing.WatchdogDevice = filepath.Join(dir, "no-such-device")
+	if err := New(missing, nil, logr.Discard(), t0).ArmWatchdog(); err == nil || !strings.Contains(err.Error(), "opening the watchdog device") {
+		t.Errorf("ArmWatchdog of a missing device = %v, want an error", err)
 	}
 }
