@@ -56,10 +56,15 @@ var activeKinds = Kinds
 
 const (
 	// selfFenceAfter is the agents' --self-fence-after in a SelfFence run, selfFenceSafeAfter
-	// its policy's safeAfter: at least selfFenceAfter, the agents' termination time limit
-	// (realscene.SelfFenceTerminateWithin, which their heartbeats report) and four heartbeat
-	// intervals, else the SelfFence method does not rely on them (SelfFenceNotArmed).
-	selfFenceAfter     = 10 * time.Second
+	// its policy's safeAfter: at least what their heartbeats promise (selfFenceAfter plus the
+	// watchdog's timeout) and four heartbeat intervals, else the SelfFence method does not rely
+	// on them (SelfFenceNotArmed); it covers their termination's time limit too
+	// (realscene.SelfFenceTerminateWithin), as it did before the watchdog was petted.
+	selfFenceAfter = 10 * time.Second
+	// selfFenceWatchdog is the timeout of the machines' stand-in watchdogs in a run with
+	// Schedule.Watchdog: the agents then promise selfFenceAfter plus it (18 s), within
+	// selfFenceSafeAfter less four intervals. Without a watchdog they promise nothing.
+	selfFenceWatchdog  = 8 * time.Second
 	selfFenceSafeAfter = selfFenceAfter + realscene.SelfFenceTerminateWithin + 4*time.Second + 3*time.Second
 )
 
@@ -200,6 +205,7 @@ func schedulesFromEnv(t *testing.T) ([]Schedule, bool) {
 		for i, seed := range seeds {
 			out[i] = Plan(seed, opts)
 			out[i].SelfFence = os.Getenv(envSelfFence) == "1"
+			out[i].Watchdog = out[i].SelfFence
 		}
 		return out
 	}
@@ -246,6 +252,9 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	o, policy := realscene.Options{Machines: s.Options.Machines, Agents: !vanilla, Volumes: true}, realscene.ExecutorFirst
 	if s.SelfFence {
 		o.SelfFenceAfter, policy = selfFenceAfter, selfFenceFirst
+		if s.Watchdog {
+			o.Watchdog = selfFenceWatchdog
+		}
 	}
 	sc := realscene.Start(t, o)
 	st := &striker{t: t, sc: sc}
@@ -484,6 +493,12 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 			return nil // off, or no agent (vanilla)
 		}
 		st.check(m.KillDaemon(realscene.AgentDaemon))
+		return func() error { return startAgent(m) }
+	case AgentStop:
+		if !m.Running() || !m.DaemonRunning(realscene.AgentDaemon) {
+			return nil
+		}
+		st.check(m.StopDaemon(realscene.AgentDaemon))
 		return func() error { return startAgent(m) }
 	case LeaderKill:
 		st.wg.Go(func() { st.killLeaderAt(ctx, f.Step) })

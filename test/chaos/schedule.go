@@ -42,6 +42,10 @@ const (
 	// passing one direction. Regressions only: not in Kinds, so that the seeds' draws stay as
 	// they were.
 	ProbesInCut Kind = "probes-in-cut"
+	// AgentStop stops the machine's palisade-agent gracefully (SIGTERM: its pod deleted, its
+	// DaemonSet's rollout stuck), which disarms a petted watchdog; healing starts it again.
+	// Regressions only.
+	AgentStop Kind = "agent-stop"
 )
 
 // Kinds is every kind, in a fixed order (the draw depends on it).
@@ -132,6 +136,10 @@ type Schedule struct {
 	// SelfFence runs the agents with --self-fence-after and puts a SelfFence method first in
 	// the policy (selfFenceFirst).
 	SelfFence bool
+	// Watchdog, with SelfFence, has the agents pet their machines' stand-in watchdogs
+	// (realscene.Options.Watchdog, selfFenceWatchdog's timeout): a machine whose agent stops
+	// petting (killed, or fencing itself) is reset. Seeded SelfFence runs have it.
+	Watchdog bool
 	// Fenced is, for a regression, how each machine's fence must end: released after the
 	// named method confirmed it; a machine not named must have no fence (nil: not checked). It
 	// shows the run took the path it was written for; the checker judges the run whatever it
@@ -159,6 +167,7 @@ var Regressions = []Schedule{{
 	// silence on every path, with no power-off.
 	Name:      "self-fence-isolated",
 	SelfFence: true,
+	Watchdog:  true,
 	Faults: []Fault{
 		{Kind: ControlPlaneCut, Machine: 2, At: 5 * time.Second},
 		{Kind: PeerCut, Machine: 2, Peer: 1, At: 5 * time.Second},
@@ -172,6 +181,7 @@ var Regressions = []Schedule{{
 	// with OtherAgentsSilent and the power method fences both.
 	Name:      "self-fence-island",
 	SelfFence: true,
+	Watchdog:  true,
 	Faults: []Fault{
 		{Kind: ControlPlaneCut, Machine: 1, At: 5 * time.Second},
 		{Kind: ControlPlaneCut, Machine: 2, At: 5 * time.Second},
@@ -188,27 +198,47 @@ var Regressions = []Schedule{{
 	// not starting with the Executor, fences nothing (AliveNotFencing): no blind power-off.
 	Name:      "self-fence-one-way",
 	SelfFence: true,
+	Watchdog:  true,
 	Faults: []Fault{
 		{Kind: ControlPlaneCut, Machine: 2, At: 5 * time.Second},
 		{Kind: ProbesInCut, Machine: 2, At: 5 * time.Second},
 	},
 	Fenced: map[int]string{},
 }, {
-	// A machine whose agent was killed (crashed, OOM-killed, its pod gone) 20 s before the
-	// machine was cut off from the control plane and both peers, its pods still writing: no
-	// agent runs to fence the node, so its silence is no self-fence. Before, the controller
-	// relied on the agent's last promise, confirmed the SelfFence after safeAfter and released
-	// pods that still wrote. Now the agent's silence before its node's (AgentSilentBeforeNode)
-	// fails the method and the power method fences the machine.
+	// A machine whose agent was stopped (its pod deleted, its DaemonSet's rollout stuck: a
+	// graceful stop, which disarms its watchdog) 20 s before the machine was cut off from the
+	// control plane and both peers, its pods still writing: no agent runs to fence the node, so
+	// its silence is no self-fence. Before, the controller relied on the agent's last promise,
+	// confirmed the SelfFence after safeAfter and released pods that still wrote. Now the
+	// agent's silence before its node's (AgentSilentBeforeNode) fails the method and the power
+	// method fences the machine.
 	Name:      "self-fence-agent-stopped",
 	SelfFence: true,
+	Watchdog:  true,
 	Faults: []Fault{
-		{Kind: AgentKill, Machine: 2, At: 5 * time.Second},
+		{Kind: AgentStop, Machine: 2, At: 5 * time.Second},
 		{Kind: ControlPlaneCut, Machine: 2, At: 25 * time.Second},
 		{Kind: PeerCut, Machine: 2, Peer: 1, At: 25 * time.Second},
 		{Kind: PeerCut, Machine: 2, Peer: 3, At: 25 * time.Second},
 	},
 	Fenced: map[int]string{2: "ipmi"},
+}, {
+	// A machine cut off from the control plane and both peers, its pods still writing, whose
+	// agent is killed 3 s into the isolation, before it fences itself: the controller cannot
+	// tell (the agent fell silent with its node) and relies on the self-fence after safeAfter.
+	// With the agent's watchdog unpetted from the kill on, the watchdog resets the machine 8 s
+	// later, its pods die, and the release is safe. Without a petted watchdog (the agent arming
+	// it only when it fences itself) nothing stopped the pods.
+	Name:      "self-fence-agent-killed-isolated",
+	SelfFence: true,
+	Watchdog:  true,
+	Faults: []Fault{
+		{Kind: ControlPlaneCut, Machine: 2, At: 5 * time.Second},
+		{Kind: PeerCut, Machine: 2, Peer: 1, At: 5 * time.Second},
+		{Kind: PeerCut, Machine: 2, Peer: 3, At: 5 * time.Second},
+		{Kind: AgentKill, Machine: 2, At: 8 * time.Second},
+	},
+	Fenced: map[int]string{2: "self-fence"},
 }}
 
 // Plan draws the schedule of the run with this seed.
@@ -316,6 +346,9 @@ func (s Schedule) String() string {
 	}
 	if s.SelfFence {
 		parts = append(parts, "agents fence themselves, SelfFence first")
+		if s.Watchdog {
+			parts = append(parts, "watchdogs petted")
+		}
 	}
 	if s.Name != "" {
 		return fmt.Sprintf("regression %s: %s", s.Name, strings.Join(parts, "; "))

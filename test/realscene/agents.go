@@ -49,6 +49,9 @@ type agents struct {
 	kubeletStop string
 	// selfFence are the agents' self-fence flags, none when they do not fence themselves.
 	selfFence []string
+	// watchdog is the timeout of the machines' stand-in watchdogs (Options.Watchdog), 0: none.
+	watchdog time.Duration
+	dir      string // where the certificates and the watchdogs' FIFOs are
 	// Heartbeat is the LAN address the agents send to: a relay to the leading controller's
 	// heartbeat server, standing in for the Service that follows the leader's pod label
 	// (no kube-proxy runs here).
@@ -59,20 +62,21 @@ type agents struct {
 }
 
 // setupAgents builds the agent, issues the certificates and opens the heartbeat relay.
-func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool, selfFenceAfter time.Duration) *agents {
+func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool, selfFenceAfter, watchdog time.Duration) *agents {
 	t.Helper()
 	dir := t.TempDir()
 	bins, err := gobin.BuildAll(nil, "cmd/palisade-agent", "cmd/palisade-executor")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &agents{bin: filepath.Join(bins, "palisade-agent"), files: map[string]string{}, kubeletStop: "pkill -KILL -x kubelet; true"}
+	a := &agents{bin: filepath.Join(bins, "palisade-agent"), files: map[string]string{}, kubeletStop: "pkill -KILL -x kubelet; true", dir: dir}
 	if kubeletLeftRunning {
 		a.kubeletStop = ""
 	}
 	if selfFenceAfter > 0 {
 		a.selfFence = []string{"--self-fence-after", selfFenceAfter.String(), "--api-server-healthz", "https://" + s.Relay + "/readyz",
 			"--executor-timeout", SelfFenceTerminateWithin.String()}
+		a.watchdog = watchdog
 	}
 	ca, err := pki.NewCA()
 	if err != nil {
@@ -109,16 +113,21 @@ func (s *Scene) setupAgents(t testing.TB, kubeletLeftRunning bool, selfFenceAfte
 // heartbeat answers or, for a node whose kubelet is down, through the API server (a
 // ServiceAccount token, as in a pod); its kubelet-stop command kills the machine's kubelet
 // (whose PID namespace is the agent's own) unless the scene leaves the kubelet running; it
-// fences its node itself when the scene says so (Options.SelfFenceAfter).
-func (a *agents) daemon(i int) machine.Daemon {
+// fences its node itself when the scene says so (Options.SelfFenceAfter), petting the machine's
+// stand-in watchdog dog when it has one.
+func (a *agents) daemon(i int, dog *watchdogStandIn) machine.Daemon {
 	node := NodeName(i)
+	selfFence := a.selfFence
+	if dog != nil {
+		selfFence = append(slices.Clip(selfFence), "--watchdog-device", dog.path, "--watchdog-timeout", dog.timeout.String())
+	}
 	return machine.Daemon{Name: AgentDaemon, Path: a.bin, Args: append([]string{
 		"--controller-address", a.heartbeat, "--node-name", node,
 		"--cert", a.files[node+".crt"], "--key", a.files[node+".key"], "--ca", a.files["ca.crt"],
 		"--interval", AgentInterval, "--kubelet-healthz", "http://127.0.0.1:10248/healthz",
 		"--probe-address", "$(NODE_IP):" + strconv.Itoa(AgentProbePort), "--probe-advertise-host", "$(NODE_IP)", "--kubelet-port", strconv.Itoa(KubeletPort),
 		"--cri-endpoint", "$(CONTAINERD_SOCKET)", "--kubelet-stop-command", a.kubeletStop, "--state-dir", "$(STATE_DIR)",
-	}, slices.Concat(a.selfFence, a.api)...)}
+	}, slices.Concat(selfFence, a.api)...)}
 }
 
 // controllerArgs are a controller replica's flags for its heartbeat server at addr.

@@ -60,6 +60,10 @@ type Options struct {
 	// hears neither the controller, the API server (its /readyz through the LAN's relay, while
 	// the kubelet answers healthy) nor a peer for longer fences its node itself.
 	SelfFenceAfter time.Duration
+	// Watchdog, with SelfFenceAfter, gives every machine a stand-in watchdog device
+	// (watchdogStandIn) with this timeout, which its agent pets (--watchdog-device,
+	// --watchdog-timeout): a machine whose agent stops petting it is reset.
+	Watchdog time.Duration
 	// Volumes gives the witness StatefulSet RWO CSI volumes: the test bed's CSI driver (its
 	// controller plugin behind the real external-attacher) and a CSI node plugin on every
 	// machine, registered with its kubelet.
@@ -99,7 +103,8 @@ type Scene struct {
 	inCluster     *inCluster // nil without Options.InCluster
 	imageArchives []string
 	kubelet       machine.KubeletTuning
-	controllerNet *netns.Node // the controller replicas' namespace, from StartControllers
+	controllerNet *netns.Node        // the controller replicas' namespace, from StartControllers
+	watchdogs     []*watchdogStandIn // machine i's at i-1, none without Options.Watchdog
 }
 
 // Start builds the scene and waits until every machine's Node is Ready.
@@ -155,7 +160,7 @@ func Start(t testing.TB, o Options) *Scene {
 	}
 	s.Relay = s.LAN.Relay(t, u.Host)
 	if o.Agents {
-		s.agents = s.setupAgents(t, o.KubeletLeftRunning, o.SelfFenceAfter)
+		s.agents = s.setupAgents(t, o.KubeletLeftRunning, o.SelfFenceAfter, o.Watchdog)
 	}
 	if o.Volumes {
 		s.volumes = setupVolumes(t)
@@ -194,8 +199,13 @@ func (s *Scene) addMachine(t testing.TB, ctx context.Context, i int, img contain
 	}
 	t.Cleanup(func() { _ = bmc.Stop() })
 	var daemons []machine.Daemon
+	var dog *watchdogStandIn
 	if s.agents != nil {
-		daemons = append(daemons, s.agents.daemon(i))
+		if s.agents.watchdog > 0 {
+			dog = startWatchdog(t, s.agents.dir, NodeName(i), s.agents.watchdog, t.Logf)
+			s.watchdogs = append(s.watchdogs, dog)
+		}
+		daemons = append(daemons, s.agents.daemon(i, dog))
 	}
 	if s.volumes != nil {
 		daemons = append(daemons, s.volumes.daemon())
@@ -207,6 +217,11 @@ func (s *Scene) addMachine(t testing.TB, ctx context.Context, i int, img contain
 		s.inCluster.machineOptions(&mo)
 	}
 	m := machine.Start(t, mo)
+	if dog != nil {
+		dog.mu.Lock()
+		dog.m = m
+		dog.mu.Unlock()
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("%s kubelet log:\n%s", m.Name(), m.LogTail("kubelet", 30))
@@ -229,6 +244,14 @@ func (s *Scene) Machine(node string) *machine.Machine {
 		}
 	}
 	return nil
+}
+
+// WatchdogResets is how many times machine i's watchdog (Options.Watchdog) reset it.
+func (s *Scene) WatchdogResets(i int) int {
+	if i < 1 || i > len(s.watchdogs) {
+		return 0
+	}
+	return s.watchdogs[i-1].Resets()
 }
 
 // BMC is the node's BMC, nil when none.

@@ -63,6 +63,16 @@ func (m *Machine) KillDaemon(name string) error {
 	return m.killComm(comm(d.Path), "daemon "+name)
 }
 
+// StopDaemon stops the named daemon gracefully (SIGTERM, as a pod's deletion does) and waits
+// until it is gone; like KillDaemon, it is not started again before the next boot or StartDaemon.
+func (m *Machine) StopDaemon(name string) error {
+	d, err := m.daemon(name)
+	if err != nil {
+		return err
+	}
+	return m.signalComm(comm(d.Path), "daemon "+name, syscall.SIGTERM)
+}
+
 // DaemonRunning says whether the named daemon's process runs.
 func (m *Machine) DaemonRunning(name string) bool {
 	d, err := m.daemon(name)
@@ -84,15 +94,20 @@ func (m *Machine) daemon(name string) (Daemon, error) {
 
 // killComm SIGKILLs the machine's processes named comm and waits until they are gone.
 func (m *Machine) killComm(comm, what string) error {
+	return m.signalComm(comm, what, syscall.SIGKILL)
+}
+
+// signalComm sends sig to the machine's processes named comm and waits until they are gone.
+func (m *Machine) signalComm(comm, what string, sig syscall.Signal) error {
 	pids, err := m.Processes(comm)
 	if err != nil {
 		return err
 	}
 	if len(pids) == 0 {
-		return fmt.Errorf("killing %s of machine %s: it does not run", what, m.o.Name)
+		return fmt.Errorf("signalling %s of machine %s (%s): it does not run", what, m.o.Name, sig)
 	}
 	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, sig)
 	}
 	return waitGone(pids, 10*time.Second)
 }

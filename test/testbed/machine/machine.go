@@ -443,6 +443,17 @@ func (m *Machine) Command(ctx context.Context, name string, args ...string) (*ex
 // keep running.
 func (m *Machine) KillKubelet() error { return m.killComm("kubelet", "the kubelet") }
 
+// Reset is a watchdog's reset: every process of the machine dies at once, as at a power cut,
+// and, its power staying on, the machine boots again at the power loop's next look. A machine
+// that is off stays off (a watchdog does not run without power).
+func (m *Machine) Reset() error {
+	if !m.powered() {
+		return nil
+	}
+	m.o.Logf("machine %s: reset", m.o.Name)
+	return m.kill()
+}
+
 // kill is the power cut: unshare dies, its child (PID 1) with it, and every process of the
 // machine's PID namespace with that. It returns once none is left.
 func (m *Machine) kill() error {
