@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +11,16 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"palisade.dev/palisade/config/agentwire"
+	"palisade.dev/palisade/test/agentapi"
+	"palisade.dev/palisade/test/testbed"
 	"palisade.dev/palisade/test/testbed/containerd"
 )
 
@@ -204,4 +215,89 @@ func rssKiB(b *testing.B, pid int) int64 {
 	}
 	b.Fatalf("no VmRSS in /proc/%d/status", pid)
 	return 0
+}
+
+// podSpecsBenchPods is how many pods BenchmarkAgentPodSpecsCost binds to the agent's node: the
+// kubelet's default maxPods.
+const podSpecsBenchPods = 110
+
+// BenchmarkAgentPodSpecsCost runs the agent as BenchmarkAgentCost does (its 3 peers too), with a
+// real containerd and the real API server (--keep-pod-specs, the chart's default): it lists and watches the 110
+// pods bound to its node (each with a sidecar, a stop signal, probes, env and resources, as
+// real pods carry) and keeps them in memory and in its state directory. It measures the agent
+// over 10 s of steady state, after its file holds every pod, and then while each pod is
+// updated once (an annotation: 11 watch events per second), which rewrites the file each time.
+func BenchmarkAgentPodSpecsCost(b *testing.B) {
+	const window = 10 * time.Second
+	c := testbed.StartT(b, testbed.Options{NoCSIAttacher: true, CRDDirs: []string{}, Controllers: []string{"serviceaccount-token-controller"}})
+	ctx := context.Background()
+	if _, err := c.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	api, err := agentapi.Args(ctx, c.Kube, c.Config.CAData, b.TempDir(), c.Config.Host, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range podSpecsBenchPods {
+		pod := sidecarPod()
+		pod.Name = fmt.Sprintf("web-%03d", i)
+		pod.Labels = map[string]string{"app": "web", "pod-template-hash": "5d4f8c7b9"}
+		for j := range pod.Spec.Containers {
+			ctr := &pod.Spec.Containers[j]
+			ctr.Env = []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "info"}, {Name: "PORT", Value: "8080"}}
+			ctr.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}
+			ctr.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}}
+		}
+		if _, err := c.Kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctd := containerd.StartT(b)
+	e := newEnv(b, "127.0.0.1:0")
+	k := newKubelet()
+	defer k.srv.Close()
+	state := b.TempDir()
+	p := e.startAgent(b, e.server.Addr(), k.srv.URL, time.Second, append([]string{"--cri-endpoint", ctd.Socket, "--state-dir", state}, api...)...)
+	for _, peer := range []string{"peer-1", "peer-2", "peer-3"} {
+		cert, key := e.agentCert(b, peer)
+		e.startAgent(b, e.server.Addr(), k.srv.URL, time.Second, "--node-name", peer, "--cert", cert, "--key", key)
+	}
+	file := filepath.Join(state, specsFile)
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		raw, err := os.ReadFile(file)
+		var s struct{ Pods []corev1.Pod }
+		return err == nil && json.Unmarshal(raw, &s) == nil && len(s.Pods) == podSpecsBenchPods, nil
+	}); err != nil {
+		b.Fatalf("the agent's %s never held the %d pods", specsFile, podSpecsBenchPods)
+	}
+	time.Sleep(2 * time.Second)
+	pid := p.cmd.Process.Pid
+	measure := func(during func()) (rssMiB, cpuPct float64) {
+		startTicks, start := cpuTicks(b, pid), time.Now()
+		during()
+		time.Sleep(time.Until(start.Add(window)))
+		return float64(rssKiB(b, pid)) / 1024, 100 * float64(cpuTicks(b, pid)-startTicks) / clockTicks / time.Since(start).Seconds()
+	}
+	steadyRSS, steadyCPU := measure(func() {})
+	churnRSS, churnCPU := measure(func() {
+		for i := range podSpecsBenchPods {
+			patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"bench/seq":"%d"}}}`, i))
+			if _, err := c.Kube.CoreV1().Pods("default").Patch(ctx, fmt.Sprintf("web-%03d", i), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				b.Error(err)
+			}
+			time.Sleep(window / podSpecsBenchPods)
+		}
+	})
+	info, err := os.Stat(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if code := p.stop(b); code != 0 {
+		b.Errorf("exit status %d after SIGTERM", code)
+	}
+	b.ReportMetric(steadyRSS, "rss_MiB")
+	b.ReportMetric(steadyCPU, "cpu_pct")
+	fmt.Printf("BENCH agent_pod_specs pods=%d rss_mib=%.1f cpu_pct=%.2f churn_rss_mib=%.1f churn_cpu_pct=%.2f file_kib=%.1f\n",
+		podSpecsBenchPods, steadyRSS, steadyCPU, churnRSS, churnCPU, float64(info.Size())/1024)
+	fmt.Printf("  (steady: 10 s after the file held every pod; churn: each pod updated once over 10 s, the file rewritten at each)\n")
 }
