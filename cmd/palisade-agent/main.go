@@ -200,7 +200,8 @@ func run(args []string) error {
 	h := heartbeat.New(o.heartbeat(bootID, probePort), client, cmds, fence, prober, log)
 	logStart(o, bootID, log)
 	h.Run(ctx)
-	fence.Close(time.Now())
+	// A promise of a self-fence is withdrawn before the watchdog behind it is disarmed.
+	fence.Close(time.Now(), fence.Within() > 0 && h.Farewell(o.controllerCallTimeout))
 	log.Info("stopping palisade-agent", "reason", context.Cause(ctx).Error(), "heartbeatsSent", h.Seq())
 	return nil
 }

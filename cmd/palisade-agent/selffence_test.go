@@ -233,7 +233,7 @@ func TestSelfFenceAfterRestart(t *testing.T) {
 func TestPettedWatchdogOnTheBinary(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "")
-	addr, _ := e.startServer(t, "127.0.0.1:0")
+	addr, stopServer := e.startServer(t, "127.0.0.1:0")
 	api := newAPIHealthz()
 	defer api.Close()
 	k := newKubelet()
@@ -265,6 +265,9 @@ func TestPettedWatchdogOnTheBinary(t *testing.T) {
 			if b, _ := os.ReadFile(wd); !strings.HasSuffix(string(b), "V") {
 				t.Errorf("after SIGTERM while reached the device holds %q, want the magic close 'V' last", b)
 			}
+			if hb, ok := e.server.Snapshot()[testNode]; !ok || hb.SelfFenceWithin != 0 {
+				t.Errorf("the controller's latest heartbeat of the stopped agent promises a self-fence within %s, want none (the farewell withdraws it)", hb.SelfFenceWithin)
+			}
 			continue
 		}
 		_ = p.cmd.Process.Kill()
@@ -283,6 +286,25 @@ func TestPettedWatchdogOnTheBinary(t *testing.T) {
 		t.Errorf("an agent without a petted watchdog promises a self-fence within %s, want none", hb.SelfFenceWithin)
 	}
 	p.stop(t)
+
+	// SIGTERM while the controller does not hear it (the API server still answers, so the node
+	// is reached): the farewell is not taken, the promise stands, and the watchdog stays armed.
+	wd := filepath.Join(dir, "watchdog-unheard")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p = e.startAgent(t, addr, k.srv.URL, interval, "--self-fence-after", "4s", "--api-server-healthz", api.URL,
+		"--watchdog-device", wd, "--watchdog-timeout", "3s")
+	p.waitForLog(t, "watchdog armed and petted", 5*time.Second)
+	e.next(t, 5*time.Second)
+	stopServer()
+	time.Sleep(3 * interval)
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit status %d after SIGTERM", code)
+	}
+	if b, _ := os.ReadFile(wd); strings.Contains(string(b), "V") {
+		t.Errorf("after SIGTERM unheard by the controller the device holds %q: its promise stands, so the watchdog must stay armed", b)
+	}
 
 	base := []string{"--controller-address", "x:1", "--node-name", "n", "--cert", "c", "--key", "k", "--ca", "a"}
 	for _, tc := range []struct {

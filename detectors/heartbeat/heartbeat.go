@@ -162,6 +162,33 @@ func (h *Heartbeater) Run(ctx context.Context) {
 	}
 }
 
+// Farewell sends one last heartbeat, after Run returned, that promises no self-fence
+// (SelfFenceWithinMillis 0), within timeout, and says whether the controller accepted it: an
+// agent that stops gracefully withdraws its promise before it disarms its watchdog, so that the
+// controller's SelfFence method no longer relies on a node whose agent is gone. A farewell not
+// accepted leaves the promise standing, and the agent then keeps its watchdog armed.
+func (h *Heartbeater) Farewell(timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	h.seq++
+	peers, probedBy := []agentwire.PeerReport{}, []agentwire.PeerReport(nil)
+	if h.peers != nil {
+		peers, probedBy = h.peers.Reports(), h.peers.ProbedBy(pathWindow*h.interval)
+	}
+	healthy := h.kubeletHealthy != nil && *h.kubeletHealthy
+	_, err := h.client.Exchange(ctx, agentwire.Report{
+		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, Instance: h.instance, KubeletHealthy: healthy,
+		Peers: peers, ProbedBy: probedBy, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
+		Executor: h.cmds.Status(), ProbePort: h.opts.ProbePort, ProbeHost: h.opts.ProbeHost, KubeletPort: h.opts.KubeletPort,
+	})
+	if err != nil {
+		h.log.Info("the controller did not take the farewell heartbeat that withdraws the self-fence promise", "error", err.Error())
+		return false
+	}
+	h.log.Info("farewell heartbeat accepted: the self-fence promise is withdrawn")
+	return true
+}
+
 func (h *Heartbeater) beat(ctx context.Context) {
 	apiReachable := make(chan bool, 1)
 	go func() { apiReachable <- h.fence != nil && h.fence.ProbeAPIServer(ctx) }() // alongside the kubelet check

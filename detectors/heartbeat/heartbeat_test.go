@@ -278,3 +278,25 @@ func TestBeatReportsASelfFenceTooSlowAsNone(t *testing.T) {
 		t.Errorf("reports %+v, want one with no self-fence time", x.sent)
 	}
 }
+
+// Farewell sends one more heartbeat, promising no self-fence, and says whether the controller
+// took it.
+func TestFarewellWithdrawsThePromise(t *testing.T) {
+	kubelet := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer kubelet.Close()
+	x := &fakeExchanger{}
+	h := New(Config{Node: "a", BootID: "b", Interval: time.Second, CallTimeout: time.Second, KubeletHealthz: kubelet.URL}, x, &fakeOrders{},
+		&fakeFencer{within: 30 * time.Second}, &fakeProber{}, logr.Discard())
+	h.beat(t.Context())
+	if !h.Farewell(time.Second) {
+		t.Error("Farewell = false, want true (the controller took it)")
+	}
+	if len(x.sent) != 2 || x.sent[0].SelfFenceWithinMillis != 30_000 || x.sent[1].SelfFenceWithinMillis != 0 ||
+		x.sent[1].Seq != x.sent[0].Seq+1 || x.sent[1].Instance != x.sent[0].Instance || x.sent[1].BootID != "b" {
+		t.Errorf("reports %+v, want a beat promising 30 s, then a farewell promising none, the next of the same instance", x.sent)
+	}
+	x.err = errors.New("unreachable")
+	if h.Farewell(time.Second) {
+		t.Error("Farewell = true when the controller did not take it")
+	}
+}

@@ -210,8 +210,9 @@ var Regressions = []Schedule{{
 	// control plane and both peers, its pods still writing: no agent runs to fence the node, so
 	// its silence is no self-fence. Before, the controller relied on the agent's last promise,
 	// confirmed the SelfFence after safeAfter and released pods that still wrote. Now the
-	// agent's silence before its node's (AgentSilentBeforeNode) fails the method and the power
-	// method fences the machine.
+	// agent's farewell heartbeat withdraws the promise (SelfFenceNotArmed), and, had it been
+	// lost, the agent's silence before its node's (AgentSilentBeforeNode) fails the method: the
+	// power method fences the machine.
 	Name:      "self-fence-agent-stopped",
 	SelfFence: true,
 	Watchdog:  true,

@@ -145,19 +145,26 @@ func (f *Fencer) ArmWatchdog() error {
 }
 
 // Close ends the petting at the agent's graceful exit: the magic close disarms the watchdog
-// when the node was reached within the last two intervals (an upgrade of the agent must not
-// reset the node); a node isolated longer keeps it armed, so that it is reset as promised
-// unless an agent started again pets it.
-func (f *Fencer) Close(now time.Time) {
+// when the controller took the agent's farewell heartbeat, which withdraws the self-fence
+// promise (withdrawn), and the node was reached within the last two intervals (an upgrade of
+// the agent must not reset the node); otherwise the watchdog stays armed, so that the node is
+// reset as promised unless an agent started again pets it in time: the controller may still
+// rely on the promise of a node isolated, or whose controller did not hear the withdrawal.
+func (f *Fencer) Close(now time.Time, withdrawn bool) {
 	dog := f.dog
 	if dog == nil || dog.closed {
 		return
 	}
 	dog.closed = true // no heartbeat pets it after the exit began (f.dog stays for the executor's callback)
-	if f.fenced || now.Sub(f.lastReachable) > 2*f.o.Interval {
+	switch {
+	case f.fenced || now.Sub(f.lastReachable) > 2*f.o.Interval:
 		f.log.Info("stopping while the node is isolated: the watchdog stays armed and unpetted", "device", dog.path,
 			"isolatedFor", now.Sub(f.lastReachable).Round(time.Millisecond).String(), "timeout", dog.timeout.String())
 		return // the process's exit closes the device without the magic character
+	case !withdrawn:
+		f.log.Info("stopping without the controller taking back the self-fence promise: the watchdog stays armed and unpetted, and resets the node unless an agent pets it in time",
+			"device", dog.path, "timeout", dog.timeout.String())
+		return
 	}
 	if err := dog.disarm(); err != nil {
 		f.log.Error(err, "disarming the watchdog (magic close) failed: the node may be reset unless an agent pets it within its timeout", "device", dog.path)

@@ -248,7 +248,8 @@ func TestRestartCountsIsolationFromTheLastReach(t *testing.T) {
 // The petted watchdog (WatchdogTimeout): armed at the start, petted at every heartbeat while the
 // node is not isolated for longer than After, whether reached or not, and never after; the
 // promise is After plus the watchdog's timeout, even without a runtime to stop the workload with
-// (the reset stops it), and none without the petted watchdog; a graceful exit disarms it only when the node was just reached; an agent
+// (the reset stops it), and none without the petted watchdog; a graceful exit disarms it only
+// when the node was just reached and the controller took the farewell that withdraws the promise; an agent
 // restarted long into an isolation does not pet it. A file that is no watchdog device (this
 // test's stand-in) keeps the configured timeout; a device that cannot be opened fails the start.
 func TestPettedWatchdog(t *testing.T) {
@@ -314,7 +315,7 @@ func TestPettedWatchdog(t *testing.T) {
 	if st := c.Status(); st == nil || !strings.HasPrefix(st.ID, "self-fence-") {
 		t.Errorf("no self-fence after 2.5 s of isolation: %+v", st)
 	}
-	f.Close(at(4.1))
+	f.Close(at(4.1), true)
 	if got := written(); got != "1111" {
 		t.Errorf("a graceful exit while isolated wrote to the device (%q): it must stay armed", got)
 	}
@@ -322,7 +323,13 @@ func TestPettedWatchdog(t *testing.T) {
 	// Reached again: petted; a graceful exit just after a reach disarms it.
 	f = restart(o, 10)
 	f.Observe(ctx, heartbeat.Reachability{Peers: true}, at(10.2))
-	f.Close(at(10.3))
+	f.Close(at(10.3), false)
+	if got := written(); got != "11" {
+		t.Errorf("a graceful exit whose farewell the controller did not take: device holds %q, want two pets and no magic close (the promise stands)", got)
+	}
+	f = restart(o, 10)
+	f.Observe(ctx, heartbeat.Reachability{Peers: true}, at(10.2))
+	f.Close(at(10.3), true)
 	if got := written(); got != "11V" {
 		t.Errorf("device holds %q, want two pets and the magic close", got)
 	}
