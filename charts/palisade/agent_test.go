@@ -170,6 +170,12 @@ func TestAgentValues(t *testing.T) {
 		}
 	}
 
+	for _, bad := range []string{"500ms", "0s", "1h"} {
+		if _, err := render(t, map[string]any{"agent": map[string]any{"watchdogTimeout": bad}}); err == nil || !strings.Contains(err.Error(), "watchdogTimeout") {
+			t.Errorf("watchdogTimeout %q: err = %v, want a refusal (whole seconds or minutes, not 0)", bad, err)
+		}
+	}
+
 	_, err = render(t, map[string]any{"agent": map[string]any{"criEndpoint": "containerd.sock"}})
 	if err == nil || !strings.Contains(err.Error(), "criEndpoint") { // the schema refuses it first
 		t.Errorf("relative criEndpoint: err = %v, want a refusal", err)

@@ -245,18 +245,18 @@ func TestPettedWatchdogOnTheBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := e.startAgent(t, addr, k.srv.URL, interval, "--self-fence-after", "4s", "--api-server-healthz", api.URL,
-			"--watchdog-device", wd, "--watchdog-timeout", "3s")
+			"--watchdog-device", wd, "--watchdog-timeout", "3s", "--watchdog-stand-in")
 		p.waitForLog(t, "watchdog armed and petted", 5*time.Second)
 		for len(e.beats) > 0 {
 			<-e.beats
 		}
-		if hb := e.next(t, 5*time.Second); hb.SelfFenceWithin != 7*time.Second {
-			t.Errorf("heartbeat promises a self-fence within %s, want 7s (4s + the watchdog's 3s)", hb.SelfFenceWithin)
+		if hb := e.next(t, 5*time.Second); hb.SelfFenceWithin != 10*time.Second {
+			t.Errorf("heartbeat promises a self-fence within %s, want 10s (4s + twice the watchdog's 3s)", hb.SelfFenceWithin)
 		}
-		time.Sleep(10 * interval)
+		time.Sleep(2 * time.Second)
 		b, _ := os.ReadFile(wd)
-		if n := strings.Count(string(b), "1"); n < 5 {
-			t.Errorf("%d pets in the first heartbeats, want one per heartbeat (%q)", n, b)
+		if n := strings.Count(string(b), "1"); n < 3 {
+			t.Errorf("%d pets in the first 2 s, want one at the start and one every 750 ms (a quarter of the timeout) (%q)", n, b)
 		}
 		if end == "SIGTERM" {
 			if code := p.stop(t); code != 0 {
@@ -277,8 +277,23 @@ func TestPettedWatchdogOnTheBinary(t *testing.T) {
 		}
 	}
 
+	// A plain file is no watchdog: without --watchdog-stand-in the agent refuses to start.
+	plain := filepath.Join(dir, "not-a-watchdog")
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := e.startAgent(t, addr, k.srv.URL, interval, "--self-fence-after", "4s", "--watchdog-device", plain, "--watchdog-timeout", "3s")
+	select {
+	case <-p.done:
+		if code := p.cmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(p.logs(), "is not a watchdog device") {
+			t.Errorf("with a plain file as its watchdog the agent exited %d, logs %s; want a refusal", code, p.logs())
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the agent runs with a plain file as its watchdog device")
+	}
+
 	// Self-fencing on without a petted watchdog: no promise.
-	p := e.startAgent(t, addr, k.srv.URL, interval, "--self-fence-after", "4s", "--api-server-healthz", api.URL)
+	p = e.startAgent(t, addr, k.srv.URL, interval, "--self-fence-after", "4s", "--api-server-healthz", api.URL)
 	for len(e.beats) > 0 {
 		<-e.beats
 	}
@@ -294,7 +309,7 @@ func TestPettedWatchdogOnTheBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = e.startAgent(t, addr, k.srv.URL, interval, "--self-fence-after", "4s", "--api-server-healthz", api.URL,
-		"--watchdog-device", wd, "--watchdog-timeout", "3s")
+		"--watchdog-device", wd, "--watchdog-timeout", "3s", "--watchdog-stand-in")
 	p.waitForLog(t, "watchdog armed and petted", 5*time.Second)
 	e.next(t, 5*time.Second)
 	stopServer()

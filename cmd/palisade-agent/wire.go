@@ -42,7 +42,7 @@ func (o options) orders(specs *podspecs.Keeper) orders.Config {
 
 func (o options) selfFence(bootID string) selffence.Config {
 	return selffence.Config{After: o.selfFenceAfter, APIServerHealthz: o.apiServerHealthz, WatchdogDevice: o.watchdogDevice, Interval: o.interval,
-		StateDir: o.stateDir, BootID: bootID, WatchdogTimeout: o.watchdogTimeout}
+		StateDir: o.stateDir, BootID: bootID, WatchdogTimeout: o.watchdogTimeout, WatchdogStandIn: o.watchdogStandIn}
 }
 
 func (o options) heartbeat(bootID string, probePort int) heartbeat.Config {

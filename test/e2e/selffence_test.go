@@ -79,16 +79,16 @@ func TestSelfFence(t *testing.T) {
 	apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
 	t.Cleanup(apiserver.Close)
 	link := newLink(t, s.addr)
-	// It promises to fence itself within 4 s of its isolation (--self-fence-after plus its
-	// petted watchdog's timeout), which with 4 heartbeat intervals fits the policy's safeAfter of
-	// 8 s. A file stands in for the watchdog device: nothing resets this node, and the agent's
-	// own termination is what stops the workload here.
+	// It promises to fence itself within 4 s of its isolation (--self-fence-after plus twice
+	// its petted watchdog's timeout), which with 4 heartbeat intervals fits the policy's
+	// safeAfter of 8 s. A file stands in for the watchdog device: nothing resets this node, and
+	// the agent's own termination is what stops the workload here.
 	wd := filepath.Join(t.TempDir(), "watchdog")
 	if err := os.WriteFile(wd, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s.agent(t, link.Addr(), "--self-fence-after", "2s", "--executor-timeout", "2s", "--api-server-healthz", apiserver.URL,
-		"--watchdog-device", wd, "--watchdog-timeout", "2s")
+		"--watchdog-device", wd, "--watchdog-timeout", "1s", "--watchdog-stand-in")
 	time.Sleep(3 * time.Second)
 	if !s.workloadRunning(t) {
 		t.Fatal("the agent fenced itself while it reached the controller and the API server")

@@ -33,8 +33,9 @@ const (
 const AgentInterval = "1s"
 
 // SelfFenceTerminateWithin is the agents' --executor-timeout when they fence themselves
-// (Options.SelfFenceAfter): the time limit of their termination, which the SelfFence method's
-// safeAfter must cover besides --self-fence-after and four heartbeat intervals. It leaves the
+// (Options.SelfFenceAfter): the time limit of their termination, which the scenes' SelfFence
+// safeAfter covers besides --self-fence-after and four heartbeat intervals (what the agents
+// promise is --self-fence-after plus twice their watchdog's timeout: Options.Watchdog). It leaves the
 // witness pods their 5 s grace period (executor.GraceWithin: the limit less the 10 s read-back
 // of SIGKILL and 3 s).
 const SelfFenceTerminateWithin = 18 * time.Second
@@ -119,7 +120,7 @@ func (a *agents) daemon(i int, dog *watchdogStandIn) machine.Daemon {
 	node := NodeName(i)
 	selfFence := a.selfFence
 	if dog != nil {
-		selfFence = append(slices.Clip(selfFence), "--watchdog-device", dog.path, "--watchdog-timeout", dog.timeout.String())
+		selfFence = append(slices.Clip(selfFence), "--watchdog-device", dog.path, "--watchdog-timeout", dog.timeout.String(), "--watchdog-stand-in")
 	}
 	return machine.Daemon{Name: AgentDaemon, Path: a.bin, Args: append([]string{
 		"--controller-address", a.heartbeat, "--node-name", node,

@@ -11,15 +11,15 @@ import (
 	"palisade.dev/palisade/test/testbed/machine"
 )
 
-// watchdogStandIn is a machine's watchdog device, for agents run with --watchdog-device and
-// --watchdog-timeout (Options.Watchdog). A stand-in, because no real one can be had here: a
-// hardware watchdog, or the kernel's softdog, would reset this test host itself, not the
-// machine's namespaces. It is a FIFO the agent opens and writes its pets to; it follows Linux's
-// watchdog rules as the agent uses them: the first write arms it, every write restarts its
-// timer, the magic character 'V' disarms it (the agent writes it only to close the device at a
-// graceful exit), and a timer that runs out resets the machine (machine.Reset: every process
-// dies at once and it boots again), unless the machine is off. The FIFO is also opened for
-// writing by the stand-in, so that its reads never end when an agent dies or closes it.
+// watchdogStandIn is a machine's watchdog device, for agents run with --watchdog-device,
+// --watchdog-timeout and --watchdog-stand-in (Options.Watchdog). A stand-in, because no real one
+// can be had here: a hardware watchdog, or the kernel's softdog, would reset this test host
+// itself, not the machine's namespaces. It is a FIFO the agent opens and writes its pets to; it
+// follows Linux's watchdog rules as the agent uses them: the first write arms it, every write
+// restarts its timer, the magic character 'V' followed by the close disarms it, a close without
+// it (the agent died, or left it armed) pings it once more (the kernel's watchdog_release), and
+// a timer that runs out resets the machine (machine.Reset: every process dies at once and it
+// boots again), unless the machine is off.
 type watchdogStandIn struct {
 	path    string
 	timeout time.Duration
@@ -30,6 +30,7 @@ type watchdogStandIn struct {
 	armed    bool
 	deadline time.Time
 	resets   int
+	stopping bool
 }
 
 // startWatchdog makes machine node's stand-in in dir; it runs until the test ends.
@@ -39,35 +40,70 @@ func startWatchdog(t testing.TB, dir, node string, timeout time.Duration, logf f
 	if err := syscall.Mkfifo(w.path, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(w.path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { w.read(f) })
+	wg.Go(w.read)
 	wg.Go(func() { w.watch(stop) })
-	t.Cleanup(func() { close(stop); _ = f.Close(); wg.Wait() })
+	t.Cleanup(func() {
+		close(stop)
+		w.mu.Lock()
+		w.stopping = true
+		w.mu.Unlock()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		// A reader waiting in open is let go by a writer that opens and closes; one about to
+		// open is let go by the next try.
+		for {
+			if f, err := os.OpenFile(w.path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				_ = f.Close()
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
 	return w
 }
 
-// read takes the agents' writes until the FIFO is closed.
-func (w *watchdogStandIn) read(f *os.File) {
+// read takes each agent's writes, from its open (the FIFO's open waits for a writer) to its
+// close, until the test ends.
+func (w *watchdogStandIn) read() {
 	buf := make([]byte, 64)
 	for {
-		n, err := f.Read(buf)
+		f, err := os.OpenFile(w.path, os.O_RDONLY, 0)
 		if err != nil {
 			return
 		}
-		w.mu.Lock()
-		for _, b := range buf[:n] {
-			if b == 'V' {
-				w.armed = false
-				continue
+		var last byte
+		for {
+			n, err := f.Read(buf)
+			w.mu.Lock()
+			for _, b := range buf[:n] {
+				if b != 'V' {
+					w.armed, w.deadline = true, time.Now().Add(w.timeout)
+				}
+				last = b
 			}
-			w.armed, w.deadline = true, time.Now().Add(w.timeout)
+			w.mu.Unlock()
+			if err != nil {
+				break // every writer closed it
+			}
 		}
+		_ = f.Close()
+		w.mu.Lock()
+		switch {
+		case last == 'V':
+			w.armed = false // the magic close
+		case w.armed:
+			w.deadline = time.Now().Add(w.timeout) // closed armed: one more ping
+		}
+		stopping := w.stopping
 		w.mu.Unlock()
+		if stopping {
+			return
+		}
 	}
 }
 

@@ -38,12 +38,12 @@ type reached struct {
 }
 
 // restore sets f.lastReachable from ReachedFile when it records a reach of this boot before now:
-// the isolation then began at that reach. Without the file (a first start), for another boot
+// the isolation then began at that reach. Without the file (a first start) or for another boot
 // (the reboot stopped every container, and a kubelet that boots cut off from the API server
-// starts no pod), without a boot ID to compare, or with a reach after now (the clock went back),
-// it counts from now, as a first start does. An unreadable or malformed file counts as a reach
-// long ago: the agent cannot know how long the node has been isolated, and a node isolated at
-// its start (after startGrace) fences itself rather than later than promised.
+// starts no pod) it counts from now, as a first start does. An unreadable or malformed file, no
+// boot ID to compare, or a reach after now (the clock went back) count as a reach long ago: the
+// agent cannot know how long the node has been isolated, and a node isolated at its start (after
+// startGrace) fences itself rather than later than promised.
 func (f *Fencer) restore(now time.Time) {
 	if f.o.StateDir == "" || !f.enabled() {
 		return
@@ -67,10 +67,13 @@ func (f *Fencer) restore(now time.Time) {
 		return
 	}
 	switch {
-	case f.o.BootID == "" || r.BootID != f.o.BootID:
-		f.log.Info("last reach recorded in another boot (or no boot ID): counting isolation from this start", "file", path, "recordedBootID", r.BootID, "bootID", f.o.BootID)
-	case r.Reached.After(now):
-		f.log.Info("last reach recorded after now (the clock went back): counting isolation from this start", "file", path, "reached", r.Reached)
+	case f.o.BootID == "" || r.Reached.After(now):
+		// Unknown: this may be the same boot, and the reach long ago.
+		f.lastReachable, f.restored = time.Time{}, true
+		f.log.Info("the last reach recorded cannot be placed (no boot ID to compare, or a reach after now: the clock went back): counting the node as unreached since before this start, so that it fences itself if it is isolated now",
+			"file", path, "recordedBootID", r.BootID, "reached", r.Reached)
+	case r.BootID != f.o.BootID:
+		f.log.Info("last reach recorded in another boot: counting isolation from this start", "file", path, "recordedBootID", r.BootID, "bootID", f.o.BootID)
 	default:
 		f.lastReachable, f.restored = r.Reached, true
 		f.log.Info("restarted: counting isolation from the last reach recorded", "file", path, "reached", r.Reached.UTC().Format(time.RFC3339Nano),

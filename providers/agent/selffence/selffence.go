@@ -55,9 +55,16 @@ type Fencer struct {
 	// kubelet not stopped, the runtime not reached): a heartbeat of the same isolation at least
 	// retryUnconfirmed after it tries again, since the controller relies on it having happened.
 	unconfirmed  atomic.Bool
-	apiReachable *bool     // nil until the first probe, for logging changes
-	dog          *watchdog // the petted watchdog (ArmWatchdog), nil without one
-	petErr       error     // the last failure to pet it, nil after a success
+	apiReachable *bool // nil until the first probe, for logging changes
+	// dog is the petted watchdog once opened (ArmWatchdog, or the first reach after a start in
+	// an isolation: armLater), nil before and without one.
+	dog      *watchdog
+	armLater bool
+	// petUntil is lastReachable plus After in Unix nanoseconds (0: unknown): the pet loop pets
+	// while its clock is not past it.
+	petUntil atomic.Int64
+	// manualPets (tests) starts no pet loop: petTick pets.
+	manualPets bool
 }
 
 // Config is when the node fences itself and how it ends.
@@ -79,6 +86,9 @@ type Config struct {
 	// while the node is not isolated for longer than After (watchdog.go), and is the timeout
 	// set on it; zero arms the device only after a self-fence.
 	WatchdogTimeout time.Duration
+	// WatchdogStandIn (tests only) accepts a WatchdogDevice without the watchdog ioctls (a
+	// file or FIFO standing in for one), counting WatchdogTimeout as its timeout.
+	WatchdogStandIn bool
 }
 
 // Starter starts a self-fence as order id on the Terminate path and calls after with its final
@@ -97,6 +107,7 @@ func New(o Config, cmds Starter, log logr.Logger, now time.Time) *Fencer {
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // reachability probe only, see above
 	f := &Fencer{o: o, cmds: cmds, log: log.WithName("self-fence"), api: &http.Client{Transport: tr}, lastReachable: now, started: now}
 	f.restore(now)
+	f.setPetUntil()
 	return f
 }
 
@@ -109,57 +120,103 @@ func (f *Fencer) enabled() bool { return f != nil && f.o.After > 0 }
 
 // Within is how long after the node was last reached it has fenced itself at the latest, the
 // heartbeats' report of it (the controller's SelfFence method relies on nothing longer): After
-// plus the petted watchdog's timeout. The last pet comes at the latest After after the last
-// reach, whether the agent runs on (and fences itself then) or stops (crashes, is killed), and
-// the watchdog resets the node its timeout later, whatever the termination achieved (a kubelet
-// left running, k3s's, restarts what it stopped; a reset node's kubelet, cut off from the API
-// server, starts no pod).
+// plus twice the petted watchdog's timeout. The last pet comes at the latest After after the
+// last reach, whether the agent runs on (and fences itself then) or stops (crashes, is killed),
+// and the watchdog resets the node its timeout later, whatever the termination achieved (a
+// kubelet left running, k3s's, restarts what it stopped; a reset node's kubelet, cut off from
+// the API server, starts no pod) — or, when the agent dies after its last pet, its timeout after
+// the death: the kernel pings a watchdog whose device is closed without the magic character
+// (watchdog_release), and a death comes at the latest one timeout after the last pet, or the
+// node was reset already. An agent started again in the isolation does not open the device
+// (armLater), so no later death pings it again.
 //
-// 0 when self-fencing is off or without a petted watchdog (Config.WatchdogTimeout 0): the
-// self-fence's termination then happens only while the agent runs, and an agent that stops
-// after its node was cut off fences nothing, so the controller must not rely on its silence.
-// Measured on real machines (the chaos regression self-fence-agent-killed-isolated): an agent
-// killed 3 s into its node's isolation, the controller relying on its termination alone
-// released a pod that still wrote.
+// 0 when self-fencing is off or without a petted watchdog (Config.WatchdogTimeout 0, or not
+// opened yet): the self-fence's termination then happens only while the agent runs, and an
+// agent that stops after its node was cut off fences nothing, so the controller must not rely on
+// its silence. Measured on real machines (the chaos regression self-fence-agent-killed-isolated):
+// an agent killed 3 s into its node's isolation, the controller relying on its termination
+// alone released a pod that still wrote.
 func (f *Fencer) Within() time.Duration {
 	if !f.enabled() || f.dog == nil {
 		return 0
 	}
-	return f.o.After + f.dog.timeout
+	return f.o.After + 2*f.dog.timeout
 }
 
 // ArmWatchdog opens WatchdogDevice and pets it from now on, when WatchdogTimeout is set and
-// self-fencing is on; its failure is the agent's (a device named but not usable).
+// self-fencing is on; its failure is the agent's (a device named but not usable). An agent that
+// starts with its node isolated longer than After (restored from ReachedFile), or for a time it
+// cannot know, does not open it before the node is reached again: opening would restart the
+// timer of a watchdog the agent before it left armed.
 func (f *Fencer) ArmWatchdog() error {
 	if !f.enabled() || f.o.WatchdogTimeout <= 0 || f.o.WatchdogDevice == "" {
 		return nil
 	}
-	dog, err := openWatchdog(f.o.WatchdogDevice, f.o.WatchdogTimeout)
+	if !f.mayPet(f.started) {
+		f.armLater = true
+		f.log.Info("the node has been isolated longer than --self-fence-after since before this start (or for a time unknown): the watchdog is neither opened nor petted before the node is reached again, and one the agent before left armed resets the node",
+			"device", f.o.WatchdogDevice)
+		return nil
+	}
+	return f.openDog()
+}
+
+// openDog opens the watchdog and, unless manualPets, starts the pet loop.
+func (f *Fencer) openDog() error {
+	dog, err := openWatchdog(f.o.WatchdogDevice, f.o.WatchdogTimeout, f.o.WatchdogStandIn)
 	if err != nil {
 		return err
 	}
-	f.dog = dog
-	f.log.Info("watchdog armed and petted while the node is reached: the node is reset once it is isolated longer than --self-fence-after, or once this agent stops without a graceful exit, plus the watchdog's timeout",
+	f.dog, f.armLater = dog, false
+	if !f.manualPets {
+		dog.start(f.mayPet, f.log)
+	}
+	f.log.Info("watchdog armed and petted while the node is reached: the node is reset once it is isolated longer than --self-fence-after, or once this agent stops without a graceful exit, plus the watchdog's timeout (twice it when the agent dies after its last pet)",
 		"device", dog.path, "timeout", dog.timeout.String(), "timeoutFrom", dog.note, "selfFenceWithin", f.Within().String())
 	return nil
 }
 
-// Close ends the petting at the agent's graceful exit: the magic close disarms the watchdog
-// when the controller took the agent's farewell heartbeat, which withdraws the self-fence
-// promise (withdrawn), and the node was reached within the last two intervals (an upgrade of
-// the agent must not reset the node); otherwise the watchdog stays armed, so that the node is
-// reset as promised unless an agent started again pets it in time: the controller may still
-// rely on the promise of a node isolated, or whose controller did not hear the withdrawal.
-func (f *Fencer) Close(now time.Time, withdrawn bool) {
-	dog := f.dog
-	if dog == nil || dog.closed {
+// setPetUntil records lastReachable plus After for the pet loop (0 when the last reach is
+// unknown).
+func (f *Fencer) setPetUntil() {
+	if f.lastReachable.IsZero() {
+		f.petUntil.Store(0)
 		return
 	}
-	dog.closed = true // no heartbeat pets it after the exit began (f.dog stays for the executor's callback)
-	switch {
-	case f.fenced || now.Sub(f.lastReachable) > 2*f.o.Interval:
+	f.petUntil.Store(f.lastReachable.Add(f.o.After).UnixNano())
+}
+
+// mayPet says whether the watchdog may be petted at now: the node was reached at most After
+// before.
+func (f *Fencer) mayPet(now time.Time) bool {
+	u := f.petUntil.Load()
+	return u != 0 && now.UnixNano() <= u
+}
+
+// petTick is one pass of the pet loop at now (tests call it with manualPets).
+func (f *Fencer) petTick(now time.Time) {
+	if f.dog != nil && f.mayPet(now) {
+		f.dog.petLogged(f.log)
+	}
+}
+
+// Close ends the petting at the agent's graceful exit: the magic close disarms the watchdog
+// when the controller took the agent's farewell heartbeat, which withdraws the self-fence
+// promise (withdrawn), and the node was reached within the last two intervals, and within After
+// (an upgrade of the agent must not reset the node); otherwise the watchdog stays armed, so that
+// the node is reset as promised unless an agent started again pets it in time: the controller
+// may still rely on the promise of a node isolated, or whose controller did not hear the
+// withdrawal.
+func (f *Fencer) Close(now time.Time, withdrawn bool) {
+	dog := f.dog
+	if dog == nil {
+		return
+	}
+	dog.halt()
+	switch isolated := now.Sub(f.lastReachable); {
+	case f.fenced || f.lastReachable.IsZero() || isolated > min(2*f.o.Interval, f.o.After):
 		f.log.Info("stopping while the node is isolated: the watchdog stays armed and unpetted", "device", dog.path,
-			"isolatedFor", now.Sub(f.lastReachable).Round(time.Millisecond).String(), "timeout", dog.timeout.String())
+			"isolatedFor", isolated.Round(time.Millisecond).String(), "timeout", dog.timeout.String())
 		return // the process's exit closes the device without the magic character
 	case !withdrawn:
 		f.log.Info("stopping without the controller taking back the self-fence promise: the watchdog stays armed and unpetted, and resets the node unless an agent pets it in time",
@@ -171,21 +228,6 @@ func (f *Fencer) Close(now time.Time, withdrawn bool) {
 		return
 	}
 	f.log.Info("watchdog disarmed (magic close)", "device", dog.path)
-}
-
-// pet pets the watchdog, if any, logging a failure once until a pet works again.
-func (f *Fencer) pet() {
-	if f.dog == nil || f.dog.closed {
-		return
-	}
-	err := f.dog.pet()
-	switch {
-	case err != nil && f.petErr == nil:
-		f.log.Error(err, "the watchdog cannot be petted: the node will be reset within its timeout", "timeout", f.dog.timeout.String())
-	case err == nil && f.petErr != nil:
-		f.log.Info("petting the watchdog works again", "device", f.dog.path)
-	}
-	f.petErr = err
 }
 
 // ProbeAPIServer GETs --api-server-healthz with a timeout of half the interval: only 200 counts
@@ -232,7 +274,13 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		}
 		f.persist(now, f.restored)
 		f.lastReachable, f.fenced, f.restored = now, false, false
-		f.pet()
+		f.setPetUntil()
+		if f.armLater {
+			if err := f.openDog(); err != nil {
+				f.armLater = false // said once: this agent promises no self-fence
+				f.log.Error(err, "opening the watchdog at the first reach failed: this agent promises no self-fence")
+			}
+		}
 		return
 	}
 	if f.fenced && now.Sub(f.fencedAt) >= retryUnconfirmed && f.unconfirmed.Swap(false) {
@@ -240,9 +288,6 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		f.log.Info("the self-fence did not confirm the workload stopped: self-fencing again", "after", now.Sub(f.fencedAt).String())
 	}
 	isolated := now.Sub(f.lastReachable)
-	if isolated <= f.o.After && !f.lastReachable.IsZero() {
-		f.pet()
-	}
 	if f.fenced || isolated <= f.o.After {
 		return
 	}
@@ -278,9 +323,11 @@ func (f *Fencer) watchdog(st agentwire.ExecutorStatus) {
 	if st.State != agentwire.ExecutorConfirmed {
 		f.unconfirmed.Store(true)
 	}
-	if f.dog != nil {
+	if f.o.WatchdogTimeout > 0 {
+		// Petted (or left armed by the agent before, and not opened): the device is not touched,
+		// since a write would restart its timer.
 		f.log.Error(errors.New("watchdog no longer petted"), "SELF-FENCING: the watchdog is no longer petted: the node will be reset within its timeout",
-			"device", f.dog.path, "timeout", f.dog.timeout.String(), "command", st.ID, "state", st.State)
+			"device", f.o.WatchdogDevice, "timeout", f.o.WatchdogTimeout.String(), "command", st.ID, "state", st.State)
 		return
 	}
 	if f.o.WatchdogDevice == "" {

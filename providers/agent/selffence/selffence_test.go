@@ -86,7 +86,7 @@ func TestSelfFencerDecides(t *testing.T) {
 }
 
 // Within, which the heartbeats carry to the controller's SelfFence method, is --self-fence-after
-// plus the petted watchdog's timeout, and 0 when the agent does not promise a self-fence:
+// plus twice the petted watchdog's timeout, and 0 when the agent does not promise a self-fence:
 // self-fencing off, or no petted watchdog (a watchdog armed only by a self-fence covers nothing
 // when the agent stops after its node was cut off).
 func TestWithinIsWhatTheAgentPromises(t *testing.T) {
@@ -98,10 +98,10 @@ func TestWithinIsWhatTheAgentPromises(t *testing.T) {
 		o    Config
 		want time.Duration
 	}{
-		{Config{After: time.Minute, WatchdogDevice: wd, WatchdogTimeout: 30 * time.Second, Interval: interval}, 90 * time.Second},
-		{Config{After: time.Minute, WatchdogDevice: wd, Interval: interval}, 0},
+		{Config{After: time.Minute, WatchdogDevice: wd, WatchdogTimeout: 30 * time.Second, WatchdogStandIn: true, Interval: interval}, 2 * time.Minute},
+		{Config{After: time.Minute, WatchdogDevice: wd, WatchdogStandIn: true, Interval: interval}, 0},
 		{Config{After: time.Minute, Interval: interval}, 0},
-		{Config{After: 0, WatchdogDevice: wd, WatchdogTimeout: 30 * time.Second, Interval: interval}, 0},
+		{Config{After: 0, WatchdogDevice: wd, WatchdogTimeout: 30 * time.Second, WatchdogStandIn: true, Interval: interval}, 0},
 	} {
 		f := New(tc.o, nil, logr.Discard(), time.Now())
 		if err := f.ArmWatchdog(); err != nil {
@@ -146,8 +146,8 @@ func TestUnconfirmedSelfFenceIsTriedAgain(t *testing.T) {
 // An agent restarted while its node is isolated counts the isolation from the last reach it
 // recorded in its state directory (ReachedFile), not from its restart: its heartbeats promised
 // the controller a self-fence at the latest --self-fence-after (plus the termination) after the
-// last reach. A reach of another boot, a reach "after now" and no file count from the start; a
-// malformed file counts as a reach long ago; a restarted agent waits startGrace intervals for a
+// last reach. A reach of another boot and no file count from the start; a malformed file, a
+// reach "after now" and no boot ID count as a reach long ago; a restarted agent waits startGrace intervals for a
 // peer's acknowledgement before it fences itself.
 func TestRestartCountsIsolationFromTheLastReach(t *testing.T) {
 	ctx := context.Background()
@@ -215,8 +215,13 @@ func TestRestartCountsIsolationFromTheLastReach(t *testing.T) {
 	if got := fencedBy(o, 30, 30.1, 30.5); got != 30.5 {
 		t.Errorf("restarted long after the last reach: self-fenced at %v s, want 30.5 (after %d intervals' grace for a peer's acknowledgement)", got, startGrace)
 	}
-	if got := fencedBy(o, 5, 5.5, 14, 15.5); got != 15.5 {
-		t.Errorf("started before the recorded reach (the clock went back): self-fenced at %v s, want 15.5 (10 s after the start)", got)
+	if got := fencedBy(o, 5, 5.1, 5.5); got != 5.5 {
+		t.Errorf("started before the recorded reach (the clock went back): self-fenced at %v s, want 5.5 (a reach long ago, after the start's grace)", got)
+	}
+	noBoot := o
+	noBoot.BootID = ""
+	if got := fencedBy(noBoot, 12, 12.1, 12.5); got != 12.5 {
+		t.Errorf("without a boot ID to compare: self-fenced at %v s, want 12.5 (a reach long ago, after the start's grace)", got)
 	}
 	memory := o
 	memory.StateDir = ""
@@ -245,22 +250,21 @@ func TestRestartCountsIsolationFromTheLastReach(t *testing.T) {
 	}
 }
 
-// The petted watchdog (WatchdogTimeout): armed at the start, petted at every heartbeat while the
-// node is not isolated for longer than After, whether reached or not, and never after; the
-// promise is After plus the watchdog's timeout, even without a runtime to stop the workload with
-// (the reset stops it), and none without the petted watchdog; a graceful exit disarms it only
-// when the node was just reached and the controller took the farewell that withdraws the promise; an agent
-// restarted long into an isolation does not pet it. A file that is no watchdog device (this
-// test's stand-in) keeps the configured timeout; a device that cannot be opened fails the start.
+// The petted watchdog (WatchdogTimeout): armed at the start and petted by its loop (petTick
+// here) while the node was reached at most After ago, whether the heartbeats reach anything or
+// not, and never after; the promise is After plus twice the watchdog's timeout (the kernel pings
+// a device closed without the magic character once more), even without a runtime to stop the
+// workload with, and none without the petted watchdog; a graceful exit disarms it only when the
+// node was just reached and the controller took the farewell that withdraws the promise; an
+// agent restarted long into an isolation neither opens nor pets it before a reach (opening would
+// restart the timer the agent before it left running). A file is refused as a device unless it
+// is a declared stand-in; a device that cannot be opened fails the start.
 func TestPettedWatchdog(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Unix(4_000_000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	dir := t.TempDir()
 	wd := filepath.Join(dir, "watchdog")
-	if err := os.WriteFile(wd, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	written := func() string {
 		t.Helper()
 		b, err := os.ReadFile(wd)
@@ -269,46 +273,48 @@ func TestPettedWatchdog(t *testing.T) {
 		}
 		return string(b)
 	}
-	o := Config{Interval: interval, After: 2 * time.Second, WatchdogDevice: wd, WatchdogTimeout: 5 * time.Second,
+	o := Config{Interval: interval, After: 2 * time.Second, WatchdogDevice: wd, WatchdogTimeout: 5 * time.Second, WatchdogStandIn: true,
 		StateDir: filepath.Join(dir, "state"), BootID: "boot-1"}
 	co := orders.Config{Timeout: time.Second, ReadBackWait: interval}
-
-	// restart starts an agent with o at start (seconds after t0) on an empty device.
-	restart := func(o Config, start float64) *Fencer {
+	// start starts an agent with o at s (seconds after t0) on an empty device, its pets by hand.
+	start := func(o Config, s float64, c *orders.Commander) *Fencer {
 		t.Helper()
 		if err := os.WriteFile(wd, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		f := New(o, orders.NewCommander(co, logr.Discard()), logr.Discard(), at(start))
+		f := New(o, c, logr.Discard(), at(s))
+		f.manualPets = true
+		if got := f.Within(); got != 0 {
+			t.Errorf("Within before the watchdog is armed = %s, want 0", got)
+		}
 		if err := f.ArmWatchdog(); err != nil {
 			t.Fatal(err)
 		}
 		return f
 	}
+	// beat is a heartbeat at s that reached r, and a pass of the pet loop.
+	beat := func(f *Fencer, r heartbeat.Reachability, s float64) {
+		f.Observe(ctx, r, at(s))
+		f.petTick(at(s))
+	}
 
 	c := orders.NewCommander(co, logr.Discard())
-	f := New(o, c, logr.Discard(), t0)
-	if got := f.Within(); got != 0 {
-		t.Errorf("Within before the watchdog is armed = %s, want 0", got)
-	}
-	if err := f.ArmWatchdog(); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := f.Within(), 7*time.Second; got != want {
-		t.Errorf("Within with a petted watchdog = %s, want %s (--self-fence-after plus its timeout)", got, want)
+	f := start(o, 0, c)
+	if got, want := f.Within(), 12*time.Second; got != want {
+		t.Errorf("Within with a petted watchdog = %s, want %s (--self-fence-after plus twice its timeout)", got, want)
 	}
 	if got := written(); got != "1" {
 		t.Fatalf("after arming the device holds %q, want one pet", got)
 	}
-	f.Observe(ctx, heartbeat.Reachability{Controller: true}, at(1))
-	f.Observe(ctx, heartbeat.Reachability{}, at(2))   // isolated 1 s
-	f.Observe(ctx, heartbeat.Reachability{}, at(2.9)) // isolated 1.9 s: still petted
+	beat(f, heartbeat.Reachability{Controller: true}, 1)
+	beat(f, heartbeat.Reachability{}, 2)   // isolated 1 s
+	beat(f, heartbeat.Reachability{}, 2.9) // isolated 1.9 s: still petted
 	if got := written(); got != "1111" {
-		t.Errorf("device holds %q, want a pet at the start and at each of 3 heartbeats not isolated longer than 2 s", got)
+		t.Errorf("device holds %q, want a pet at the start and at each of 3 passes not isolated longer than 2 s", got)
 	}
-	f.Observe(ctx, heartbeat.Reachability{}, at(3.5)) // isolated 2.5 s: the self-fence, no pet
+	beat(f, heartbeat.Reachability{}, 3.5) // isolated 2.5 s: the self-fence, no pet
 	c.Wait()
-	f.Observe(ctx, heartbeat.Reachability{}, at(4))
+	beat(f, heartbeat.Reachability{}, 4)
 	if got := written(); got != "1111" {
 		t.Errorf("device holds %q after the isolation passed 2 s, want no more pets (nor the self-fence's own write)", got)
 	}
@@ -320,41 +326,89 @@ func TestPettedWatchdog(t *testing.T) {
 		t.Errorf("a graceful exit while isolated wrote to the device (%q): it must stay armed", got)
 	}
 
-	// Reached again: petted; a graceful exit just after a reach disarms it.
-	f = restart(o, 10)
-	f.Observe(ctx, heartbeat.Reachability{Peers: true}, at(10.2))
+	// Reached: petted; a graceful exit just after a reach disarms it only once the controller
+	// took the farewell.
+	f = start(o, 10, orders.NewCommander(co, logr.Discard()))
+	beat(f, heartbeat.Reachability{Peers: true}, 10.2)
 	f.Close(at(10.3), false)
 	if got := written(); got != "11" {
 		t.Errorf("a graceful exit whose farewell the controller did not take: device holds %q, want two pets and no magic close (the promise stands)", got)
 	}
-	f = restart(o, 10)
-	f.Observe(ctx, heartbeat.Reachability{Peers: true}, at(10.2))
+	f = start(o, 10, orders.NewCommander(co, logr.Discard()))
+	beat(f, heartbeat.Reachability{Peers: true}, 10.2)
 	f.Close(at(10.3), true)
 	if got := written(); got != "11V" {
 		t.Errorf("device holds %q, want two pets and the magic close", got)
 	}
 
-	// Restarted long after the last reach (10.2 s, recorded by the agent above; isolated since):
-	// armed at the start, then not petted.
-	f = restart(o, 30)
-	f.Observe(ctx, heartbeat.Reachability{}, at(30.1))
-	f.Observe(ctx, heartbeat.Reachability{}, at(30.5))
-	if got := written(); got != "1" {
-		t.Errorf("an agent restarted 20 s into an isolation: device holds %q, want only the start's pet", got)
+	// Restarted long after the last reach (10.2 s, recorded above; isolated since): the device
+	// is neither opened nor petted, and nothing is promised, until a reach.
+	f = start(o, 30, orders.NewCommander(co, logr.Discard()))
+	beat(f, heartbeat.Reachability{}, 30.1)
+	beat(f, heartbeat.Reachability{}, 30.5)
+	if got, within := written(), f.Within(); got != "" || within != 0 {
+		t.Errorf("an agent restarted 20 s into an isolation: device holds %q, Within %s; want nothing written, no promise", got, within)
+	}
+	beat(f, heartbeat.Reachability{API: true}, 31)
+	if got, within := written(), f.Within(); got != "11" || within != 12*time.Second {
+		t.Errorf("reached again: device holds %q, Within %s; want opened and petted (\"11\"), 12s", got, within)
 	}
 
-	// No timeout: nothing opened at the start (armed only by a self-fence), the promise unchanged.
+	// No timeout: nothing opened at the start (armed only by a self-fence), no promise.
 	legacy := o
 	legacy.WatchdogTimeout = 0
-	f = restart(legacy, 40)
-	f.Observe(ctx, heartbeat.Reachability{Controller: true}, at(40.2))
+	f = start(legacy, 40, orders.NewCommander(co, logr.Discard()))
+	beat(f, heartbeat.Reachability{Controller: true}, 40.2)
 	if got := f.Within(); written() != "" || got != 0 {
 		t.Errorf("without --watchdog-timeout: device holds %q, Within %s; want nothing written, no promise", written(), got)
 	}
 
+	real := o
+	real.WatchdogStandIn, real.StateDir = false, "" // a first start: opened at once
+	if err := New(real, nil, logr.Discard(), t0).ArmWatchdog(); err == nil || !strings.Contains(err.Error(), "is not a watchdog device") {
+		t.Errorf("ArmWatchdog of a plain file without --watchdog-stand-in = %v, want a refusal", err)
+	}
+	if got := written(); got != "V" {
+		t.Errorf("a refused file holds %q, want the magic close only (a refused device is not left armed)", got)
+	}
 	missing := o
-	missing.WatchdogDevice = filepath.Join(dir, "no-such-device")
+	missing.WatchdogDevice, missing.StateDir = filepath.Join(dir, "no-such-device"), ""
 	if err := New(missing, nil, logr.Discard(), t0).ArmWatchdog(); err == nil || !strings.Contains(err.Error(), "opening the watchdog device") {
 		t.Errorf("ArmWatchdog of a missing device = %v, want an error", err)
+	}
+}
+
+// The pet loop pets on its own clock, whatever the heartbeats do (a policy may stretch them to a
+// minute, longer than the watchdog's timeout), while the node was reached at most After ago,
+// and stops then; a graceful exit stops it before the magic close.
+func TestPetLoopPetsOnItsOwnClock(t *testing.T) {
+	wd := filepath.Join(t.TempDir(), "watchdog")
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := Config{Interval: time.Minute, After: 1500 * time.Millisecond, WatchdogDevice: wd, WatchdogTimeout: time.Second, WatchdogStandIn: true}
+	f := New(o, orders.NewCommander(orders.Config{Timeout: time.Second}, logr.Discard()), logr.Discard(), time.Now())
+	if err := f.ArmWatchdog(); err != nil {
+		t.Fatal(err)
+	}
+	defer f.dog.halt()
+	time.Sleep(time.Second)
+	b, _ := os.ReadFile(wd)
+	if n := len(b); n < 3 {
+		t.Errorf("%d pets in the first second (a pet every 250 ms), want at least 3, with no heartbeat at all", n)
+	}
+	time.Sleep(time.Second) // past After since the start's reach
+	b, _ = os.ReadFile(wd)
+	time.Sleep(600 * time.Millisecond)
+	after, _ := os.ReadFile(wd)
+	if len(after) != len(b) {
+		t.Errorf("pets went on after the node was isolated longer than After: %d then %d", len(b), len(after))
+	}
+	f.Observe(context.Background(), heartbeat.Reachability{Controller: true}, time.Now())
+	time.Sleep(600 * time.Millisecond)
+	f.Close(time.Now(), true)
+	final, _ := os.ReadFile(wd)
+	if len(final) < len(after)+2 || final[len(final)-1] != 'V' {
+		t.Errorf("reached again: device holds %q after %q, want pets again and the magic close last", final, after)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 )
 
@@ -13,31 +14,37 @@ import (
 // covers nothing while the agent runs, and an agent that stops (crashes, is killed, its pod
 // gone) after its node was cut off fences nothing, though its heartbeats promised the controller
 // that it would. Petted, it covers the agent itself, as sbd's and medik8s' self node remediation's
-// do: the agent opens the device at its start and pets it at every heartbeat while its node is
-// not isolated for longer than --self-fence-after; a node isolated longer, or whose agent stopped,
-// is reset by the watchdog at the latest its timeout after the last pet. So the node is fenced
-// at the latest --self-fence-after plus the watchdog's timeout after it was last reached, whether
-// its agent runs or not, and that is what the heartbeats promise (Within). A graceful stop of the
-// agent (SIGTERM: an upgrade of its DaemonSet) disarms the watchdog with the magic close, unless
-// its node is isolated; a crash leaves it armed, and the node is reset unless the agent is
-// started again within the timeout.
+// do: the agent opens the device at its start and a loop of its own pets it (every quarter of
+// the timeout, at most every second, whatever the heartbeat interval) while its node was reached
+// at most --self-fence-after ago; a node isolated longer, or whose agent stopped, is reset by the
+// watchdog its timeout after the last pet — or, when the agent dies after the last pet, its
+// timeout after the death, since the kernel pings a watchdog closed without the magic character
+// (Fencer.Within promises twice the timeout). A graceful stop of the agent (SIGTERM: an upgrade
+// of its DaemonSet) first withdraws the promise (a farewell heartbeat) and then disarms the
+// watchdog with the magic close, unless its node is isolated or the controller did not take the
+// farewell; a crash leaves it armed, and the node is reset unless the agent is started again in
+// time. Only one process may hold a watchdog device: systemd's RuntimeWatchdogSec or a watchdog
+// daemon holding it makes the open fail (EBUSY), and the agent with it.
 
 // watchdog is an open watchdog device, petted by writes.
 type watchdog struct {
 	file    *os.File
 	path    string
-	timeout time.Duration // the device's own, or Config.WatchdogTimeout when it cannot say
+	timeout time.Duration // the device's own, or Config.WatchdogTimeout for a stand-in
 	// note says how the timeout was found, for the agent's log.
 	note string
-	// closed is set by Fencer.Close, on the heartbeats' goroutine, after their last pet.
-	closed bool
+
+	stop, done chan struct{} // the pet loop's (start), nil without one
+	petErr     error         // the last failure to pet, nil after a success (the loop's)
 }
 
 // openWatchdog opens path and sets its timeout (WDIOC_SETTIMEOUT, whole seconds, rounded up),
 // then reads back the timeout the device took (a driver may round it, or not set it at all): the
-// promise counts the device's own. A file that is no watchdog device (no such ioctl: a test's
-// stand-in) keeps timeout, and says so.
-func openWatchdog(path string, timeout time.Duration) (*watchdog, error) {
+// promise counts the device's own. A file that is no watchdog device (no such ioctls) is refused
+// unless standIn (tests: a file or FIFO standing in for one, counting timeout). A device opened
+// but refused is closed with the magic character first, so that the refusal does not leave it
+// armed.
+func openWatchdog(path string, timeout time.Duration, standIn bool) (*watchdog, error) {
 	file, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening the watchdog device: %w", err)
@@ -54,13 +61,59 @@ func openWatchdog(path string, timeout time.Duration) (*watchdog, error) {
 		if setErr != nil {
 			w.note += fmt.Sprintf(" (setting %ds failed: %v)", secs, setErr)
 		}
+	case errors.Is(getErr, unix.ENOTTY) && errors.Is(setErr, unix.ENOTTY) && standIn:
+		w.note = "a stand-in without watchdog ioctls (--watchdog-stand-in): counting --watchdog-timeout"
 	case errors.Is(getErr, unix.ENOTTY) && errors.Is(setErr, unix.ENOTTY):
-		w.note = "not a watchdog device (no WDIOC_GETTIMEOUT): counting --watchdog-timeout"
+		_ = w.disarm()
+		return nil, fmt.Errorf("%s is not a watchdog device (it has no watchdog ioctls): nothing would reset the node, so the agent would promise a self-fence with nothing behind it (a hardware watchdog, or the softdog module's /dev/watchdog)", path)
 	default:
-		_ = file.Close()
+		_ = w.disarm()
 		return nil, fmt.Errorf("the watchdog device %s does not say its timeout (setting %ds: %v; reading it: %v): without it the agent cannot promise when its node is reset", path, secs, setErr, getErr)
 	}
 	return w, w.pet()
+}
+
+// start runs the pet loop: every quarter of the timeout (between 100 ms and a second) it pets
+// while may says so.
+func (w *watchdog) start(may func(time.Time) bool, log logr.Logger) {
+	every := min(max(w.timeout/4, 100*time.Millisecond), time.Second)
+	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case now := <-tick.C:
+				if may(now) {
+					w.petLogged(log)
+				}
+			}
+		}
+	}()
+}
+
+// halt stops the pet loop and waits for it.
+func (w *watchdog) halt() {
+	if w.stop != nil {
+		close(w.stop)
+		<-w.done
+		w.stop = nil
+	}
+}
+
+// petLogged pets, logging a failure once until a pet works again.
+func (w *watchdog) petLogged(log logr.Logger) {
+	err := w.pet()
+	switch {
+	case err != nil && w.petErr == nil:
+		log.Error(err, "the watchdog cannot be petted: the node will be reset within its timeout", "timeout", w.timeout.String())
+	case err == nil && w.petErr != nil:
+		log.Info("petting the watchdog works again", "device", w.path)
+	}
+	w.petErr = err
 }
 
 // pet restarts the watchdog's timer.
