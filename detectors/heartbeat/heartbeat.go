@@ -136,6 +136,10 @@ func New(o Config, c Exchanger, cmds Orders, fence Fencer, peers Prober, log log
 // Seq is the number of heartbeats sent; read it once Run returned.
 func (h *Heartbeater) Seq() uint64 { return h.seq }
 
+// Interval is the heartbeat interval in force (the controller may have asked for a longer one);
+// read it once Run returned.
+func (h *Heartbeater) Interval() time.Duration { return h.interval }
+
 // Run beats at once, then every interval until ctx is done, and at once when the executor's
 // status changes or the controller asked for a longer interval (the controller judges an agent
 // by the interval its heartbeats report, so it learns the longer one now, not one new interval

@@ -103,8 +103,7 @@ type Scene struct {
 	inCluster     *inCluster // nil without Options.InCluster
 	imageArchives []string
 	kubelet       machine.KubeletTuning
-	controllerNet *netns.Node        // the controller replicas' namespace, from StartControllers
-	watchdogs     []*watchdogStandIn // machine i's at i-1, none without Options.Watchdog
+	controllerNet *netns.Node // the controller replicas' namespace, from StartControllers
 }
 
 // Start builds the scene and waits until every machine's Node is Ready.
@@ -203,7 +202,6 @@ func (s *Scene) addMachine(t testing.TB, ctx context.Context, i int, img contain
 	if s.agents != nil {
 		if s.agents.watchdog > 0 {
 			dog = startWatchdog(t, s.agents.dir, NodeName(i), s.agents.watchdog, t.Logf)
-			s.watchdogs = append(s.watchdogs, dog)
 		}
 		daemons = append(daemons, s.agents.daemon(i, dog))
 	}
@@ -244,14 +242,6 @@ func (s *Scene) Machine(node string) *machine.Machine {
 		}
 	}
 	return nil
-}
-
-// WatchdogResets is how many times machine i's watchdog (Options.Watchdog) reset it.
-func (s *Scene) WatchdogResets(i int) int {
-	if i < 1 || i > len(s.watchdogs) {
-		return 0
-	}
-	return s.watchdogs[i-1].Resets()
 }
 
 // BMC is the node's BMC, nil when none.

@@ -29,8 +29,10 @@ type watchdogStandIn struct {
 	mu       sync.Mutex
 	armed    bool
 	deadline time.Time
-	resets   int
 	stopping bool
+	// armedBoot is the machine's boot ID at the last pet: a machine booted since (its power
+	// cut and restored by its BMC) has a watchdog that starts disarmed.
+	armedBoot string
 }
 
 // startWatchdog makes machine node's stand-in in dir; it runs until the test ends.
@@ -52,8 +54,9 @@ func startWatchdog(t testing.TB, dir, node string, timeout time.Duration, logf f
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
 		// A reader waiting in open is let go by a writer that opens and closes; one about to
-		// open is let go by the next try.
-		for {
+		// open is let go by the next try. One still reading (an agent that outlived its
+		// machine's teardown) is left after 30 s.
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 			if f, err := os.OpenFile(w.path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 				_ = f.Close()
 			}
@@ -63,6 +66,7 @@ func startWatchdog(t testing.TB, dir, node string, timeout time.Duration, logf f
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
+		w.logf("watchdog stand-in %s: its reader did not end within 30 s of the test's end", w.path)
 	})
 	return w
 }
@@ -83,6 +87,9 @@ func (w *watchdogStandIn) read() {
 			for _, b := range buf[:n] {
 				if b != 'V' {
 					w.armed, w.deadline = true, time.Now().Add(w.timeout)
+					if w.m != nil {
+						w.armedBoot = w.m.BootID()
+					}
 				}
 				last = b
 			}
@@ -118,10 +125,13 @@ func (w *watchdogStandIn) watch(stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		w.mu.Lock()
+		if w.armed && w.m != nil && w.armedBoot != "" && w.m.BootID() != w.armedBoot {
+			w.armed = false // the machine lost its power since (a watchdog loses its state with it)
+		}
 		expired := w.armed && time.Now().After(w.deadline) && w.m != nil
 		if expired {
 			w.armed = false
-			w.resets++
+			expired = w.m.Running() // a machine off (or booting) has no running watchdog
 		}
 		w.mu.Unlock()
 		if expired {
@@ -131,11 +141,4 @@ func (w *watchdogStandIn) watch(stop <-chan struct{}) {
 			}
 		}
 	}
-}
-
-// Resets is how many times the watchdog reset its machine.
-func (w *watchdogStandIn) Resets() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.resets
 }

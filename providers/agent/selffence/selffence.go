@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"sync"
@@ -60,8 +61,9 @@ type Fencer struct {
 	// an isolation: armLater), nil before and without one.
 	dog      *watchdog
 	armLater bool
-	// petUntil is lastReachable plus After in Unix nanoseconds (0: unknown): the pet loop pets
-	// while its clock is not past it.
+	// petUntil is lastReachable plus After, in nanoseconds after started (petUnknown: no reach
+	// known): the pet loop pets while it is not past it, on the monotonic clock (a clock stepped
+	// back during an isolation must not stretch the pets).
 	petUntil atomic.Int64
 	// manualPets (tests) starts no pet loop: petTick pets.
 	manualPets bool
@@ -176,21 +178,24 @@ func (f *Fencer) openDog() error {
 	return nil
 }
 
-// setPetUntil records lastReachable plus After for the pet loop (0 when the last reach is
-// unknown).
+// petUnknown is petUntil when no reach is known.
+const petUnknown = math.MinInt64
+
+// setPetUntil records lastReachable plus After for the pet loop, as an offset from started
+// (monotonic when both come from the clock; a restored reach has only its wall time).
 func (f *Fencer) setPetUntil() {
 	if f.lastReachable.IsZero() {
-		f.petUntil.Store(0)
+		f.petUntil.Store(petUnknown)
 		return
 	}
-	f.petUntil.Store(f.lastReachable.Add(f.o.After).UnixNano())
+	f.petUntil.Store(int64(f.lastReachable.Add(f.o.After).Sub(f.started)))
 }
 
 // mayPet says whether the watchdog may be petted at now: the node was reached at most After
 // before.
 func (f *Fencer) mayPet(now time.Time) bool {
 	u := f.petUntil.Load()
-	return u != 0 && now.UnixNano() <= u
+	return u != petUnknown && int64(now.Sub(f.started)) <= u
 }
 
 // petTick is one pass of the pet loop at now (tests call it with manualPets).
@@ -202,19 +207,20 @@ func (f *Fencer) petTick(now time.Time) {
 
 // Close ends the petting at the agent's graceful exit: the magic close disarms the watchdog
 // when the controller took the agent's farewell heartbeat, which withdraws the self-fence
-// promise (withdrawn), and the node was reached within the last two intervals, and within After
+// promise (withdrawn), and the node was reached within the last two heartbeat intervals (interval:
+// the one in force, which a policy may lengthen), and within After
 // (an upgrade of the agent must not reset the node); otherwise the watchdog stays armed, so that
 // the node is reset as promised unless an agent started again pets it in time: the controller
 // may still rely on the promise of a node isolated, or whose controller did not hear the
 // withdrawal.
-func (f *Fencer) Close(now time.Time, withdrawn bool) {
+func (f *Fencer) Close(now time.Time, withdrawn bool, interval time.Duration) {
 	dog := f.dog
 	if dog == nil {
 		return
 	}
 	dog.halt()
 	switch isolated := now.Sub(f.lastReachable); {
-	case f.fenced || f.lastReachable.IsZero() || isolated > min(2*f.o.Interval, f.o.After):
+	case f.fenced || f.lastReachable.IsZero() || isolated > min(2*max(interval, f.o.Interval), f.o.After):
 		f.log.Info("stopping while the node is isolated: the watchdog stays armed and unpetted", "device", dog.path,
 			"isolatedFor", isolated.Round(time.Millisecond).String(), "timeout", dog.timeout.String())
 		return // the process's exit closes the device without the magic character

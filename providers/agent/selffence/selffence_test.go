@@ -321,7 +321,7 @@ func TestPettedWatchdog(t *testing.T) {
 	if st := c.Status(); st == nil || !strings.HasPrefix(st.ID, "self-fence-") {
 		t.Errorf("no self-fence after 2.5 s of isolation: %+v", st)
 	}
-	f.Close(at(4.1), true)
+	f.Close(at(4.1), true, interval)
 	if got := written(); got != "1111" {
 		t.Errorf("a graceful exit while isolated wrote to the device (%q): it must stay armed", got)
 	}
@@ -330,15 +330,24 @@ func TestPettedWatchdog(t *testing.T) {
 	// took the farewell.
 	f = start(o, 10, orders.NewCommander(co, logr.Discard()))
 	beat(f, heartbeat.Reachability{Peers: true}, 10.2)
-	f.Close(at(10.3), false)
+	f.Close(at(10.3), false, interval)
 	if got := written(); got != "11" {
 		t.Errorf("a graceful exit whose farewell the controller did not take: device holds %q, want two pets and no magic close (the promise stands)", got)
 	}
 	f = start(o, 10, orders.NewCommander(co, logr.Discard()))
 	beat(f, heartbeat.Reachability{Peers: true}, 10.2)
-	f.Close(at(10.3), true)
+	f.Close(at(10.3), true, interval)
 	if got := written(); got != "11V" {
 		t.Errorf("device holds %q, want two pets and the magic close", got)
+	}
+
+	// A policy lengthened the heartbeats to 30 s: a reach 1 s before the exit is recent (within
+	// two of them, and within After), though 5 of the flag's intervals ago.
+	f = start(o, 10, orders.NewCommander(co, logr.Discard()))
+	beat(f, heartbeat.Reachability{Peers: true}, 10.2)
+	f.Close(at(11.2), true, 30*time.Second)
+	if got := written(); got != "11V" {
+		t.Errorf("a graceful exit 1 s after a reach, heartbeats every 30 s: device holds %q, want the magic close", got)
 	}
 
 	// Restarted long after the last reach (10.2 s, recorded above; isolated since): the device
@@ -406,7 +415,7 @@ func TestPetLoopPetsOnItsOwnClock(t *testing.T) {
 	}
 	f.Observe(context.Background(), heartbeat.Reachability{Controller: true}, time.Now())
 	time.Sleep(600 * time.Millisecond)
-	f.Close(time.Now(), true)
+	f.Close(time.Now(), true, time.Minute)
 	final, _ := os.ReadFile(wd)
 	if len(final) < len(after)+2 || final[len(final)-1] != 'V' {
 		t.Errorf("reached again: device holds %q after %q, want pets again and the magic close last", final, after)

@@ -15,7 +15,7 @@ import (
 // gone) after its node was cut off fences nothing, though its heartbeats promised the controller
 // that it would. Petted, it covers the agent itself, as sbd's and medik8s' self node remediation's
 // do: the agent opens the device at its start and a loop of its own pets it (every quarter of
-// the timeout, at most every second, whatever the heartbeat interval) while its node was reached
+// the timeout, at least once a second, whatever the heartbeat interval) while its node was reached
 // at most --self-fence-after ago; a node isolated longer, or whose agent stopped, is reset by the
 // watchdog its timeout after the last pet — or, when the agent dies after the last pet, its
 // timeout after the death, since the kernel pings a watchdog closed without the magic character
@@ -70,7 +70,11 @@ func openWatchdog(path string, timeout time.Duration, standIn bool) (*watchdog, 
 		_ = w.disarm()
 		return nil, fmt.Errorf("the watchdog device %s does not say its timeout (setting %ds: %v; reading it: %v): without it the agent cannot promise when its node is reset", path, secs, setErr, getErr)
 	}
-	return w, w.pet()
+	if err := w.pet(); err != nil {
+		_ = w.disarm() // not left armed by an agent that will not pet it
+		return nil, err
+	}
+	return w, nil
 }
 
 // start runs the pet loop: every quarter of the timeout (between 100 ms and a second) it pets
@@ -86,8 +90,8 @@ func (w *watchdog) start(may func(time.Time) bool, log logr.Logger) {
 			select {
 			case <-w.stop:
 				return
-			case now := <-tick.C:
-				if may(now) {
+			case <-tick.C:
+				if may(time.Now()) { // now, not the tick's time: a late tick must not pet past it
 					w.petLogged(log)
 				}
 			}
