@@ -174,23 +174,30 @@ func (h *Heartbeater) Run(ctx context.Context) {
 func (h *Heartbeater) Farewell(timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	h.seq++
-	peers, probedBy := []agentwire.PeerReport{}, []agentwire.PeerReport(nil)
-	if h.peers != nil {
-		peers, probedBy = h.peers.Reports(), h.peers.ProbedBy(pathWindow*h.interval)
-	}
-	healthy := h.kubeletHealthy != nil && *h.kubeletHealthy
-	_, err := h.client.Exchange(ctx, agentwire.Report{
-		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, Instance: h.instance, KubeletHealthy: healthy,
-		Peers: peers, ProbedBy: probedBy, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
-		Executor: h.cmds.Status(), ProbePort: h.opts.ProbePort, ProbeHost: h.opts.ProbeHost, KubeletPort: h.opts.KubeletPort,
-	})
+	_, err := h.client.Exchange(ctx, h.report(h.cmds.Status(), h.kubeletHealthy != nil && *h.kubeletHealthy, 0))
 	if err != nil {
 		h.log.Info("the controller did not take the farewell heartbeat that withdraws the self-fence promise", "error", err.Error())
 		return false
 	}
 	h.log.Info("farewell heartbeat accepted: the self-fence promise is withdrawn")
 	return true
+}
+
+// report is the next heartbeat's report, its Seq counted: the node, its peer reports, the
+// interval in force, the executor's status and the kubelet's health as given, and the
+// self-fence promised (0: none). The executor's read-back is the caller's.
+func (h *Heartbeater) report(status *agentwire.ExecutorStatus, healthy bool, selfFence time.Duration) agentwire.Report {
+	h.seq++
+	peers, probedBy := []agentwire.PeerReport{}, []agentwire.PeerReport(nil)
+	if h.peers != nil {
+		peers, probedBy = h.peers.Reports(), h.peers.ProbedBy(pathWindow*h.interval)
+	}
+	return agentwire.Report{
+		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, Instance: h.instance, KubeletHealthy: healthy,
+		Peers: peers, ProbedBy: probedBy, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
+		Executor: status, ProbePort: h.opts.ProbePort, ProbeHost: h.opts.ProbeHost, KubeletPort: h.opts.KubeletPort,
+		SelfFenceWithinMillis: selfFence.Milliseconds(),
+	}
 }
 
 func (h *Heartbeater) beat(ctx context.Context) {
@@ -202,13 +209,8 @@ func (h *Heartbeater) beat(ctx context.Context) {
 	// kubelet's longest restart back-off).
 	status := h.cmds.Status()
 	healthy := h.checkKubelet(ctx)
-	h.seq++
 	sendCtx, cancel := context.WithTimeout(ctx, min(h.opts.CallTimeout, h.interval))
 	defer cancel()
-	peers, probedBy := []agentwire.PeerReport{}, []agentwire.PeerReport(nil)
-	if h.peers != nil {
-		peers, probedBy = h.peers.Reports(), h.peers.ProbedBy(pathWindow*h.interval)
-	}
 	var selfFence time.Duration
 	if h.fence != nil {
 		selfFence = h.fence.Within()
@@ -216,13 +218,9 @@ func (h *Heartbeater) beat(ctx context.Context) {
 	if selfFence.Milliseconds() > agentwire.MaxSelfFenceWithinMillis {
 		selfFence = 0 // more than the controller takes (it would refuse every heartbeat): not relied on
 	}
-	resp, err := h.client.Exchange(sendCtx, agentwire.Report{
-		Node: h.opts.Node, BootID: h.opts.BootID, Seq: h.seq, Instance: h.instance, KubeletHealthy: healthy,
-		Peers: peers, ProbedBy: probedBy, IntervalMillis: h.interval.Milliseconds(), SentAt: time.Now(),
-		Executor: status, RunningContainers: h.cmds.ReadBack(sendCtx),
-		ProbePort: h.opts.ProbePort, ProbeHost: h.opts.ProbeHost, KubeletPort: h.opts.KubeletPort,
-		SelfFenceWithinMillis: selfFence.Milliseconds(),
-	})
+	rep := h.report(status, healthy, selfFence)
+	rep.RunningContainers = h.cmds.ReadBack(sendCtx)
+	resp, err := h.client.Exchange(sendCtx, rep)
 	cmd := resp.Command
 	if err == nil {
 		h.adoptInterval(resp.IntervalMillis)
