@@ -144,6 +144,9 @@ func parseFlags(args []string) (options, error) {
 		missing = append(missing, errors.New("--watchdog-timeout needs --watchdog-device and --self-fence-after: the watchdog is petted only while self-fencing is on"))
 	case o.watchdogTimeout > 0 && o.watchdogTimeout < time.Second:
 		missing = append(missing, errors.New("--watchdog-timeout must be at least 1s (watchdogs count whole seconds)"))
+	case o.watchdogTimeout > 0 && o.selfFenceAfter+2*o.watchdogTimeout > agentwire.MaxSelfFenceWithinMillis*time.Millisecond:
+		missing = append(missing, fmt.Errorf("--self-fence-after plus twice --watchdog-timeout is %s: the heartbeats promise a self-fence within at most %s (the controller refuses longer), so shorten either",
+			o.selfFenceAfter+2*o.watchdogTimeout, agentwire.MaxSelfFenceWithinMillis*time.Millisecond))
 	}
 	o.controllerCallTimeout = o.interval
 	return o, errors.Join(missing...)

@@ -330,6 +330,7 @@ func TestPettedWatchdogOnTheBinary(t *testing.T) {
 		{[]string{"--watchdog-timeout", "10s", "--watchdog-device", "/dev/watchdog"}, "--watchdog-timeout needs --watchdog-device and --self-fence-after"},
 		{[]string{"--watchdog-timeout", "500ms", "--watchdog-device", "/dev/watchdog", "--self-fence-after", "1m"}, "at least 1s"},
 		{[]string{"--watchdog-timeout", "-1s"}, "must not be negative"},
+		{[]string{"--watchdog-timeout", "1h", "--watchdog-device", "/dev/watchdog", "--self-fence-after", "23h"}, "is 25h0m0s: the heartbeats promise a self-fence within at most 24h0m0s"},
 	} {
 		if _, err := parseFlags(append(base, tc.args...)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseFlags(%v) = %v, want an error saying %q", tc.args, err, tc.want)

@@ -122,6 +122,7 @@ type Heartbeater struct {
 	instance       string // this process's, drawn at New: seq orders its heartbeats
 	kubeletHealthy *bool  // nil until the first check
 	sendState      string // of the last heartbeat: "" before the first, "accepted", "refused <code>", "unreachable"
+	withinTooLong  bool   // the self-fence promise exceeded agentwire.MaxSelfFenceWithinMillis (said once)
 }
 
 // New returns a Heartbeater sending to c and handing commands to cmds; fence and peers may be
@@ -216,6 +217,11 @@ func (h *Heartbeater) beat(ctx context.Context) {
 		selfFence = h.fence.Within()
 	}
 	if selfFence.Milliseconds() > agentwire.MaxSelfFenceWithinMillis {
+		if !h.withinTooLong {
+			h.withinTooLong = true
+			h.log.Info("WARNING: the self-fence promise exceeds what the controller takes: heartbeats promise no self-fence, and a SelfFence method does not rely on this node (shorten --self-fence-after or the watchdog's timeout)",
+				"selfFenceWithin", selfFence.String(), "max", (agentwire.MaxSelfFenceWithinMillis * time.Millisecond).String())
+		}
 		selfFence = 0 // more than the controller takes (it would refuse every heartbeat): not relied on
 	}
 	rep := h.report(status, healthy, selfFence)

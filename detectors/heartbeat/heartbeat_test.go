@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 
 	"palisade.dev/palisade/config/agentwire"
@@ -266,16 +268,26 @@ func TestRunReportsALongerIntervalAtOnce(t *testing.T) {
 }
 
 // A self-fence slower than the controller takes (more than a day) is reported as none, so that
-// the controller neither refuses every heartbeat nor relies on it.
+// the controller neither refuses every heartbeat nor relies on it, and the agent says so once.
 func TestBeatReportsASelfFenceTooSlowAsNone(t *testing.T) {
 	kubelet := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer kubelet.Close()
 	x := &fakeExchanger{}
+	var warnings []string
+	log := funcr.New(func(_, args string) {
+		if strings.Contains(args, "exceeds what the controller takes") {
+			warnings = append(warnings, args)
+		}
+	}, funcr.Options{})
 	h := New(Config{Node: "a", Interval: time.Second, CallTimeout: time.Second, KubeletHealthz: kubelet.URL}, x, &fakeOrders{},
-		&fakeFencer{within: 25 * time.Hour}, &fakeProber{}, logr.Discard())
+		&fakeFencer{within: 25 * time.Hour}, &fakeProber{}, log)
 	h.beat(t.Context())
-	if len(x.sent) != 1 || x.sent[0].SelfFenceWithinMillis != 0 {
-		t.Errorf("reports %+v, want one with no self-fence time", x.sent)
+	h.beat(t.Context())
+	if len(x.sent) != 2 || x.sent[0].SelfFenceWithinMillis != 0 || x.sent[1].SelfFenceWithinMillis != 0 {
+		t.Errorf("reports %+v, want two with no self-fence time", x.sent)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "25h0m0s") {
+		t.Errorf("warnings %q, want one naming the 25h promise", warnings)
 	}
 }
 

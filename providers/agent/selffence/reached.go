@@ -35,6 +35,16 @@ const startGrace = 2
 type reached struct {
 	BootID  string    `json:"bootID"`
 	Reached time.Time `json:"reached"`
+	// WithinMillis is the self-fence the agent promised when it wrote the file (Fencer.Within;
+	// 0: none, or a file written before the field): an agent restarted in the same boot whose
+	// own promise would be longer (a longer --watchdog-timeout or --self-fence-after, rolled out
+	// while the node is isolated) does not open the watchdog before a reach (ArmWatchdog), since
+	// its pets and timeout would reset the node later than the controller was promised.
+	WithinMillis int64 `json:"selfFenceWithinMillis,omitempty"`
+	// Disarmed says the agent that wrote the file disarmed the watchdog at its graceful exit
+	// (the magic close, Close): no timer of it runs, so an agent restarted in a long isolation
+	// arms it at its self-fence (armAtSelfFence) rather than leave the node without the reset.
+	Disarmed bool `json:"watchdogDisarmed,omitempty"`
 }
 
 // restore sets f.lastReachable from ReachedFile when it records a reach of this boot before now:
@@ -75,7 +85,7 @@ func (f *Fencer) restore(now time.Time) {
 	case r.BootID != f.o.BootID:
 		f.log.Info("last reach recorded in another boot: counting isolation from this start", "file", path, "recordedBootID", r.BootID, "bootID", f.o.BootID)
 	default:
-		f.lastReachable, f.restored = r.Reached, true
+		f.lastReachable, f.restored, f.before = r.Reached, true, r
 		f.log.Info("restarted: counting isolation from the last reach recorded", "file", path, "reached", r.Reached.UTC().Format(time.RFC3339Nano),
 			"ago", now.Sub(r.Reached).Round(time.Millisecond).String(), "selfFenceAfter", f.o.After.String())
 	}
@@ -88,7 +98,15 @@ func (f *Fencer) persist(now time.Time, restored bool) {
 	if f.o.StateDir == "" || (!restored && !f.written.IsZero() && now.Sub(f.written) < persistEvery) {
 		return
 	}
-	raw, err := json.Marshal(reached{BootID: f.o.BootID, Reached: now.UTC()})
+	f.record(reached{BootID: f.o.BootID, Reached: now.UTC(), WithinMillis: f.Within().Milliseconds()}, now)
+}
+
+// record writes r to ReachedFile at now (persist; Close's disarm; openDog's new promise).
+func (f *Fencer) record(r reached, now time.Time) {
+	if f.o.StateDir == "" {
+		return
+	}
+	raw, err := json.Marshal(r)
 	if err == nil {
 		err = os.MkdirAll(f.o.StateDir, 0o700)
 	}

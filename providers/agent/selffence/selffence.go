@@ -34,11 +34,13 @@ import (
 // "self-fence-<unix time>" and no grace cap (each pod's own grace period, bounded by
 // --executor-timeout): the kubelet stop command, child.TerminateAll, the read-back. With a
 // petted watchdog (Config.WatchdogTimeout, watchdog.go) the pets have stopped already, and the
-// watchdog resets the node its timeout after the last; without one, whatever the outcome, if
-// --watchdog-device is set, it opens the device, writes one byte (arming the watchdog and
-// starting its timer) and never writes again, so that the hardware watchdog reboots the node
-// (the controller does not rely on such an agent: Within). Its ExecutorStatus stays the Commander's current status, so that the first
-// heartbeat the controller accepts again reports it (Confirmed or Failed).
+// watchdog resets the node its timeout after the last (an agent restarted in the isolation that
+// has not opened it arms it then when the agent before it disarmed it: armAtSelfFence);
+// without one, whatever the outcome, if --watchdog-device is set, it opens the device, writes
+// one byte (arming the watchdog and starting its timer) and never writes again, so that the
+// hardware watchdog reboots the node (the controller does not rely on such an agent: Within).
+// Its ExecutorStatus stays the Commander's current status, so that the first heartbeat the
+// controller accepts again reports it (Confirmed or Failed).
 type Fencer struct {
 	o    Config
 	cmds Starter
@@ -57,10 +59,19 @@ type Fencer struct {
 	// retryUnconfirmed after it tries again, since the controller relies on it having happened.
 	unconfirmed  atomic.Bool
 	apiReachable *bool // nil until the first probe, for logging changes
+	// before is what ReachedFile said of the agent before this one, when restored from it
+	// with a reach of this boot (restore); zero otherwise.
+	before reached
+	// dogMu guards dog, armLater and held: the heartbeat loop opens the watchdog (openDog),
+	// the executor's goroutine arms it at a self-fence (armAtSelfFence).
+	dogMu sync.Mutex
 	// dog is the petted watchdog once opened (ArmWatchdog, or the first reach after a start in
 	// an isolation: armLater), nil before and without one.
 	dog      *watchdog
 	armLater bool
+	// held is the watchdog a self-fence of an agent waiting for a reach opened and armed, never
+	// petted (armAtSelfFence): the first reach adopts it as dog (a second open would fail, busy).
+	held *watchdog
 	// petUntil is lastReachable plus After, in nanoseconds after started (petUnknown: no reach
 	// known): the pet loop pets while it is not past it, on the monotonic clock (a clock stepped
 	// back during an isolation must not stretch the pets).
@@ -130,7 +141,8 @@ func (f *Fencer) enabled() bool { return f != nil && f.o.After > 0 }
 // the death: the kernel pings a watchdog whose device is closed without the magic character
 // (watchdog_release), and a death comes at the latest one timeout after the last pet, or the
 // node was reset already. An agent started again in the isolation does not open the device
-// (armLater), so no later death pings it again.
+// (armLater), so no later death pings it again; it arms it at its self-fence only when the agent
+// before it disarmed it, which it does only once the controller took back its promise (Close).
 //
 // 0 when self-fencing is off or without a petted watchdog (Config.WatchdogTimeout 0, or not
 // opened yet): the self-fence's termination then happens only while the agent runs, and an
@@ -139,42 +151,77 @@ func (f *Fencer) enabled() bool { return f != nil && f.o.After > 0 }
 // an agent killed 3 s into its node's isolation, the controller relying on its termination
 // alone released a pod that still wrote.
 func (f *Fencer) Within() time.Duration {
-	if !f.enabled() || f.dog == nil {
+	if !f.enabled() {
+		return 0
+	}
+	f.dogMu.Lock()
+	defer f.dogMu.Unlock()
+	if f.dog == nil {
 		return 0
 	}
 	return f.o.After + 2*f.dog.timeout
 }
 
 // ArmWatchdog opens WatchdogDevice and pets it from now on, when WatchdogTimeout is set and
-// self-fencing is on; its failure is the agent's (a device named but not usable). An agent that
-// starts with its node isolated longer than After (restored from ReachedFile), or for a time it
-// cannot know, does not open it before the node is reached again: opening would restart the
-// timer of a watchdog the agent before it left armed.
+// self-fencing is on; its failure is the agent's (a device named but not usable). An agent
+// restarted in the same boot (restored from ReachedFile) does not open it before the node is
+// reached again (armLater) when
+//
+//   - the node has been isolated longer than After since before this start, or for a time it
+//     cannot know: opening would restart the timer of a watchdog the agent before it left armed;
+//   - or its own promise would be longer than the one the agent before it recorded (a rollout of
+//     a longer --watchdog-timeout or --self-fence-after, or a record without one): its pets and
+//     its timeout could reset the node later than the promise the controller holds. The device's
+//     own timeout is known only once opened; the one asked for is compared, which a device
+//     rounds alike for both agents.
 func (f *Fencer) ArmWatchdog() error {
 	if !f.enabled() || f.o.WatchdogTimeout <= 0 || f.o.WatchdogDevice == "" {
 		return nil
 	}
-	if !f.mayPet(f.started) {
-		f.armLater = true
+	before, want := time.Duration(f.before.WithinMillis)*time.Millisecond, f.o.After+2*f.o.WatchdogTimeout
+	switch {
+	case !f.mayPet(f.started):
+		f.setArmLater()
 		f.log.Info("the node has been isolated longer than --self-fence-after since before this start (or for a time unknown): the watchdog is neither opened nor petted before the node is reached again, and one the agent before left armed resets the node",
-			"device", f.o.WatchdogDevice)
+			"device", f.o.WatchdogDevice, "disarmedBefore", f.before.Disarmed)
+		return nil
+	case f.restored && before < want:
+		f.setArmLater()
+		f.log.Info("restarted with a self-fence promise longer than the agent before this one recorded: the watchdog is neither opened nor petted before the node is reached again (its timer runs as the agent before left it), so that the node is not reset later than the controller was promised",
+			"device", f.o.WatchdogDevice, "promisedBefore", before.String(), "promise", want.String())
 		return nil
 	}
 	return f.openDog()
 }
 
-// openDog opens the watchdog and, unless manualPets, starts the pet loop.
+func (f *Fencer) setArmLater() {
+	f.dogMu.Lock()
+	f.armLater = true
+	f.dogMu.Unlock()
+}
+
+// openDog opens the watchdog, or adopts the one a self-fence armed (held), and, unless
+// manualPets, starts the pet loop; the promise is recorded at once (ReachedFile).
 func (f *Fencer) openDog() error {
-	dog, err := openWatchdog(f.o.WatchdogDevice, f.o.WatchdogTimeout, f.o.WatchdogStandIn)
+	f.dogMu.Lock()
+	dog, err, adopted := f.held, error(nil), f.held != nil
+	if dog == nil {
+		dog, err = openWatchdog(f.o.WatchdogDevice, f.o.WatchdogTimeout, f.o.WatchdogStandIn)
+	}
 	if err != nil {
+		f.dogMu.Unlock()
 		return err
 	}
-	f.dog, f.armLater = dog, false
+	f.dog, f.armLater, f.held = dog, false, nil
+	f.dogMu.Unlock()
 	if !f.manualPets {
 		dog.start(f.mayPet, f.log)
 	}
+	if !f.lastReachable.IsZero() {
+		f.record(reached{BootID: f.o.BootID, Reached: f.lastReachable.UTC(), WithinMillis: f.Within().Milliseconds()}, f.lastReachable)
+	}
 	f.log.Info("watchdog armed and petted while the node is reached: the node is reset once it is isolated longer than --self-fence-after, or once this agent stops without a graceful exit, plus the watchdog's timeout (twice it when the agent dies after its last pet)",
-		"device", dog.path, "timeout", dog.timeout.String(), "timeoutFrom", dog.note, "selfFenceWithin", f.Within().String())
+		"device", dog.path, "timeout", dog.timeout.String(), "timeoutFrom", dog.note, "selfFenceWithin", f.Within().String(), "adoptedFromSelfFence", adopted)
 	return nil
 }
 
@@ -200,8 +247,11 @@ func (f *Fencer) mayPet(now time.Time) bool {
 
 // petTick is one pass of the pet loop at now (tests call it with manualPets).
 func (f *Fencer) petTick(now time.Time) {
-	if f.dog != nil && f.mayPet(now) {
-		f.dog.petLogged(f.log)
+	f.dogMu.Lock()
+	dog := f.dog
+	f.dogMu.Unlock()
+	if dog != nil && f.mayPet(now) {
+		dog.petLogged(f.log)
 	}
 }
 
@@ -214,7 +264,9 @@ func (f *Fencer) petTick(now time.Time) {
 // may still rely on the promise of a node isolated, or whose controller did not hear the
 // withdrawal.
 func (f *Fencer) Close(now time.Time, withdrawn bool, interval time.Duration) {
+	f.dogMu.Lock()
 	dog := f.dog
+	f.dogMu.Unlock()
 	if dog == nil {
 		return
 	}
@@ -233,6 +285,8 @@ func (f *Fencer) Close(now time.Time, withdrawn bool, interval time.Duration) {
 		f.log.Error(err, "disarming the watchdog (magic close) failed: the node may be reset unless an agent pets it within its timeout", "device", dog.path)
 		return
 	}
+	// The next agent promises anew, and may arm the watchdog at a self-fence (armAtSelfFence).
+	f.record(reached{BootID: f.o.BootID, Reached: f.lastReachable.UTC(), Disarmed: true}, now)
 	f.log.Info("watchdog disarmed (magic close)", "device", dog.path)
 }
 
@@ -283,7 +337,9 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		f.setPetUntil()
 		if f.armLater {
 			if err := f.openDog(); err != nil {
+				f.dogMu.Lock()
 				f.armLater = false // said once: this agent promises no self-fence
+				f.dogMu.Unlock()
 				f.log.Error(err, "opening the watchdog at the first reach failed: this agent promises no self-fence")
 			}
 		}
@@ -330,6 +386,9 @@ func (f *Fencer) watchdog(st agentwire.ExecutorStatus) {
 		f.unconfirmed.Store(true)
 	}
 	if f.o.WatchdogTimeout > 0 {
+		if f.armAtSelfFence(st) {
+			return
+		}
 		// Petted (or left armed by the agent before, and not opened): the device is not touched,
 		// since a write would restart its timer.
 		f.log.Error(errors.New("watchdog no longer petted"), "SELF-FENCING: the watchdog is no longer petted: the node will be reset within its timeout",
@@ -352,4 +411,31 @@ func (f *Fencer) watchdog(st agentwire.ExecutorStatus) {
 	}
 	f.log.Error(errors.New("watchdog armed"), "SELF-FENCING: watchdog armed and no longer petted: the node will reboot",
 		"device", f.o.WatchdogDevice, "command", st.ID, "state", st.State)
+}
+
+// armAtSelfFence arms the watchdog at a self-fence of an agent that has not opened it (armLater:
+// restarted in a long isolation) when the agent before it disarmed it at a graceful exit
+// (reached.Disarmed): no timer of it runs, so nothing else would reset the node. The device is
+// opened (its timeout set, one write starting the timer) and held, never petted (held); the
+// first reach adopts it (openDog). A watchdog the agent before left armed (a crash, an exit
+// while isolated) is not touched: opening it would restart the timer behind that agent's
+// promise. It says whether it handled the watchdog.
+func (f *Fencer) armAtSelfFence(st agentwire.ExecutorStatus) bool {
+	f.dogMu.Lock()
+	defer f.dogMu.Unlock()
+	if f.dog != nil || !f.armLater || !f.before.Disarmed {
+		return false
+	}
+	if f.held != nil {
+		return true // armed by a self-fence before in this isolation: a write would restart it
+	}
+	dog, err := openWatchdog(f.o.WatchdogDevice, f.o.WatchdogTimeout, f.o.WatchdogStandIn)
+	if err != nil {
+		f.log.Error(err, "SELF-FENCING: cannot arm the watchdog the agent before this one disarmed", "device", f.o.WatchdogDevice, "command", st.ID, "state", st.State)
+		return true
+	}
+	f.held = dog
+	f.log.Error(errors.New("watchdog armed"), "SELF-FENCING: the watchdog the agent before this one disarmed is armed again and never petted: the node will be reset within its timeout",
+		"device", dog.path, "timeout", dog.timeout.String(), "command", st.ID, "state", st.State)
+	return true
 }

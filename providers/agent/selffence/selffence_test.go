@@ -265,32 +265,14 @@ func TestPettedWatchdog(t *testing.T) {
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	dir := t.TempDir()
 	wd := filepath.Join(dir, "watchdog")
-	written := func() string {
-		t.Helper()
-		b, err := os.ReadFile(wd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
+	written := func() string { t.Helper(); return holds(t, wd) }
 	o := Config{Interval: interval, After: 2 * time.Second, WatchdogDevice: wd, WatchdogTimeout: 5 * time.Second, WatchdogStandIn: true,
 		StateDir: filepath.Join(dir, "state"), BootID: "boot-1"}
 	co := orders.Config{Timeout: time.Second, ReadBackWait: interval}
 	// start starts an agent with o at s (seconds after t0) on an empty device, its pets by hand.
 	start := func(o Config, s float64, c *orders.Commander) *Fencer {
 		t.Helper()
-		if err := os.WriteFile(wd, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f := New(o, c, logr.Discard(), at(s))
-		f.manualPets = true
-		if got := f.Within(); got != 0 {
-			t.Errorf("Within before the watchdog is armed = %s, want 0", got)
-		}
-		if err := f.ArmWatchdog(); err != nil {
-			t.Fatal(err)
-		}
-		return f
+		return startAgent(t, wd, o, at(s), c)
 	}
 	// beat is a heartbeat at s that reached r, and a pass of the pet loop.
 	beat := func(f *Fencer, r heartbeat.Reachability, s float64) {
@@ -420,4 +402,164 @@ func TestPetLoopPetsOnItsOwnClock(t *testing.T) {
 	if len(final) < len(after)+2 || final[len(final)-1] != 'V' {
 		t.Errorf("reached again: device holds %q after %q, want pets again and the magic close last", final, after)
 	}
+}
+
+// An agent restarted in the same boot opens the watchdog at its start only where its own promise
+// is no longer than the one the agent before it recorded; a self-fence of an agent that waits
+// for a reach arms the watchdog only when the agent before it disarmed it (no timer of it runs),
+// once per isolation, and the first reach adopts that device; the record says what each agent
+// promised and whether it disarmed.
+func TestWatchdogAcrossRestarts(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(5_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	dir := t.TempDir()
+	wd, state := filepath.Join(dir, "watchdog"), filepath.Join(dir, "state")
+	o := Config{Interval: interval, After: 2 * time.Second, WatchdogDevice: wd, WatchdogTimeout: 5 * time.Second, WatchdogStandIn: true,
+		StateDir: state, BootID: "boot-1"}
+	co := orders.Config{Timeout: time.Second, ReadBackWait: interval}
+	written := func() string { t.Helper(); return holds(t, wd) }
+	write := func(r reached) {
+		t.Helper()
+		raw, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(state, ReachedFile), raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() reached {
+		t.Helper()
+		raw, err := os.ReadFile(filepath.Join(state, ReachedFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r reached
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	start := func(o Config, s float64, c *orders.Commander) *Fencer {
+		t.Helper()
+		return startAgent(t, wd, o, at(s), c)
+	}
+	beat := func(f *Fencer, c *orders.Commander, r heartbeat.Reachability, s float64) {
+		f.Observe(ctx, r, at(s))
+		c.Wait()
+		f.petTick(at(s))
+	}
+	promise := (12 * time.Second).Milliseconds() // After plus twice the timeout
+
+	// A first start records its promise at once.
+	c := orders.NewCommander(co, logr.Discard())
+	f := start(o, 0, c)
+	if r := read(); r.WithinMillis != promise || r.Disarmed || !r.Reached.Equal(at(0)) {
+		t.Errorf("record after the first start = %+v, want the promise %d ms, reached at the start, not disarmed", r, promise)
+	}
+	beat(f, c, heartbeat.Reachability{Controller: true}, 1)
+	f.Close(at(1.1), true, interval)
+	if r := read(); !r.Disarmed || r.WithinMillis != 0 || !r.Reached.Equal(at(1)) {
+		t.Errorf("record after a graceful disarm = %+v, want disarmed, no promise, the last reach kept", r)
+	}
+
+	// The agent before disarmed it; this one starts long into an isolation: its self-fence arms
+	// the watchdog (one write), a retry in the same isolation does not write again, and the
+	// first reach adopts the armed device and pets it.
+	c = orders.NewCommander(co, logr.Discard())
+	f = start(o, 20, c)
+	if got := written(); got != "" {
+		t.Errorf("restarted long into an isolation: device holds %q at the start, want nothing", got)
+	}
+	beat(f, c, heartbeat.Reachability{}, 20.5)
+	if st := c.Status(); st == nil || !strings.HasPrefix(st.ID, "self-fence-") {
+		t.Fatalf("no self-fence 0.5 s after a start 19 s into an isolation: %+v", st)
+	}
+	if got, within := written(), f.Within(); got != "1" || within != 0 {
+		t.Errorf("self-fence after a disarm: device holds %q, Within %s; want armed (one write), no promise", got, within)
+	}
+	beat(f, c, heartbeat.Reachability{}, 31) // retryUnconfirmed later: the self-fence again
+	if got := written(); got != "1" {
+		t.Errorf("after a second self-fence in the isolation the device holds %q, want the one write (a second would restart its timer)", got)
+	}
+	beat(f, c, heartbeat.Reachability{Peers: true}, 32)
+	if got, within := written(), f.Within(); got != "11" || within != 12*time.Second {
+		t.Errorf("reached after the self-fence armed it: device holds %q, Within %s; want adopted and petted (\"11\"), 12s", got, within)
+	}
+	if r := read(); r.WithinMillis != promise || r.Disarmed {
+		t.Errorf("record after adopting = %+v, want the promise, not disarmed", r)
+	}
+
+	// The agent before left it armed (a crash): a self-fence of this one does not touch it.
+	write(reached{BootID: "boot-1", Reached: at(40), WithinMillis: promise})
+	c = orders.NewCommander(co, logr.Discard())
+	f = start(o, 60, c)
+	beat(f, c, heartbeat.Reachability{}, 60.5)
+	if st := c.Status(); st == nil || !strings.HasPrefix(st.ID, "self-fence-") {
+		t.Fatalf("no self-fence 0.5 s after a start 20 s into an isolation: %+v", st)
+	}
+	if got := written(); got != "" {
+		t.Errorf("self-fence with the watchdog the agent before left armed: device holds %q, want nothing (a write restarts its timer)", got)
+	}
+
+	// Restarted 1 s into an isolation (within After): the same promise opens at once; a longer
+	// one, or a record without one, waits for a reach.
+	for _, tc := range []struct {
+		name    string
+		before  int64
+		timeout time.Duration
+		opened  bool
+	}{
+		{"the same timeout", promise, 5 * time.Second, true},
+		{"a shorter timeout", promise, 3 * time.Second, true},
+		{"a longer timeout", promise, 10 * time.Second, false},
+		{"a record without a promise", 0, 5 * time.Second, false},
+	} {
+		write(reached{BootID: "boot-1", Reached: at(70), WithinMillis: tc.before})
+		oo := o
+		oo.WatchdogTimeout = tc.timeout
+		c = orders.NewCommander(co, logr.Discard())
+		f = start(oo, 71, c)
+		want := oo.After + 2*tc.timeout
+		if opened := written() == "1" && f.Within() == want; opened != tc.opened {
+			t.Errorf("%s: device holds %q, Within %s at the start; want opened %v", tc.name, written(), f.Within(), tc.opened)
+		}
+		beat(f, c, heartbeat.Reachability{API: true}, 71.2)
+		if got := f.Within(); got != want {
+			t.Errorf("%s: Within after a reach = %s, want %s", tc.name, got, want)
+		}
+		f.Close(at(71.3), false, interval)
+	}
+}
+
+// holds is what was written to the stand-in watchdog device at path.
+func holds(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// startAgent starts an agent with o at now on an empty stand-in device wd, its pets by hand
+// (petTick), and arms its watchdog; it promises nothing before.
+func startAgent(t *testing.T, wd string, o Config, now time.Time, c Starter) *Fencer {
+	t.Helper()
+	if err := os.WriteFile(wd, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := New(o, c, logr.Discard(), now)
+	f.manualPets = true
+	if got := f.Within(); got != 0 {
+		t.Errorf("Within before the watchdog is armed = %s, want 0", got)
+	}
+	if err := f.ArmWatchdog(); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
