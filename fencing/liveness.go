@@ -391,6 +391,18 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 	if sign == nil {
 		return outcome{}, l, false
 	}
+	if fresh && recordedSign(nf) == nil {
+		// The sign is recorded before anything follows from it: a controller that dies, or
+		// loses its leadership, before it records the method disproved leaves the record
+		// saying so, and a new leader — which has not heard the node's agent yet — does not
+		// resume the release on a node that lives (recordedSign).
+		step := lastStep(nf)
+		step.Reason, step.Message = lifeSeenReason(sign), fmt.Sprintf("node %s showed life (%s): releasing nothing more", nf.Spec.NodeName, sign.message)
+		if err := r.saveStatus(ctx, nf); err != nil {
+			_, _ = r.untaint(ctx, nf) // the safe way whatever the record: the taint goes
+			return pending(retryRelease, lifeSeenReason(sign), "node %s showed life (%s), and recording it failed: %v", nf.Spec.NodeName, sign.message, err), l, true
+		}
+	}
 	untainted, err := r.untaint(ctx, nf)
 	if err != nil {
 		if !fresh { // as first recorded, not nested once more each pass
@@ -415,6 +427,38 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 		msg += "; the out-of-service taint was removed again"
 	}
 	return failed(v1alpha1.ReasonNodeAliveAfterFence, "%s", msg), l, true
+}
+
+// heardEnough holds a release step (stop) while the controller cannot have heard the node's
+// agent and peers long enough to know the node is still silent: while it is blind (sight.Tracker:
+// its start or a new leadership until the first round trip, the API server out of reach, a
+// stale watch), and, when it began to see only after the confirmation (a new leader, a restart,
+// a blind spell), until three of the agent's heartbeat intervals plus verifyMargin after that —
+// the agents' signals live in the leader's memory, so a sign of life the leader before it heard
+// (and died before recording) is heard again by then, if the node still lives. The Lease needs
+// no such wait: its renewals are on the API server.
+func (r *NodeFenceReconciler) heardEnough(nf *v1alpha1.NodeFence) (outcome, bool) {
+	if r.Sight == nil {
+		return outcome{}, false
+	}
+	if s, ok := r.Sight.(sightView); ok {
+		if st := s.Status(); st.Blind {
+			return pending(verifyRecheck, ReasonControllerBlind, "the controller is blind since %s (%s: %s): releasing nothing of node %s until it sees again",
+				st.LastLost.UTC().Format(time.RFC3339), st.Cause, st.Message, nf.Spec.NodeName), true
+		}
+	}
+	since := r.Sight.Since()
+	if r.Heartbeats == nil || !since.After(fencedAt(nf)) {
+		return outcome{}, false
+	}
+	hb, _, _ := r.Heartbeats.Latest(nf.Spec.NodeName)
+	until, now := since.Add(3*r.heartbeatEvery(nf.Spec.NodeName, hb)+verifyMargin), r.now()
+	if !now.Before(until) {
+		return outcome{}, false
+	}
+	return pending(min(until.Sub(now), verifyRecheck), ReasonWatchingForLife,
+		"the controller has seen only since %s (%s), after the confirmation at %s: listening for node %s's agent and peers until %s before releasing (a sign of life heard before then may not be on record)",
+		since.UTC().Format(time.RFC3339), r.Sight.Cause(), fencedAt(nf).Format(time.RFC3339), nf.Spec.NodeName, until.UTC().Format(time.RFC3339)), true
 }
 
 // lifeSeenReason is the reason a step waits with when the node showed life and its taint could

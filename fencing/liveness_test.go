@@ -19,6 +19,8 @@ import (
 	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/detectors/observe"
+	"palisade.dev/palisade/detectors/sight"
 )
 
 // renewLease creates or renews node n1's Lease at the world's time.
@@ -873,9 +875,7 @@ func TestRecordedSignOfLifeOutlivesTheController(t *testing.T) {
 	if last := lastStep(nf); last.Reason != ReasonLifeSeen {
 		t.Fatalf("last step %s %s %q, want it held with %s", last.Name, last.Reason, last.Message, ReasonLifeSeen)
 	}
-	// A new leader: nothing heard from the node's agent yet.
-	w.r = &NodeFenceReconciler{Client: w.r.Client, APIReader: w.r.APIReader, Fencers: w.r.Fencers, Attachments: w.r.Attachments,
-		Now: w.r.Now, Tokens: w.r.Tokens, Heartbeats: heartbeats{}}
+	w.newLeader(w.r.Client, nil) // nothing heard from the node's agent yet
 	w.tick = nil
 	if nf, ended = w.advance(t); ended {
 		t.Fatalf("the new leader ended the fence (%s) while the taint could not be removed", nf.Status.Phase)
@@ -884,9 +884,112 @@ func TestRecordedSignOfLifeOutlivesTheController(t *testing.T) {
 		t.Fatalf("the new leader force-deleted the pod of a node that showed life: %v", podErr)
 	}
 	failUntaint = false
-	nf = w.run(t)
+	w.checkDisproved(t)
+}
+
+// A sign of life is recorded before the method is failed for it: a controller whose write of
+// the failure is refused, and which then loses its leadership, leaves the record saying the
+// node lives, and a new leader — which has not heard the node's agent — releases nothing.
+func TestSignOfLifeIsRecordedBeforeTheFailure(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.r.Heartbeats = heartbeats{}
+	refuseEnd := true
+	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if err := c.Patch(ctx, obj, patch, opts...); err != nil {
+				return err
+			}
+			if node, ok := obj.(*corev1.Node); ok && OutOfService(node) {
+				// Tainted: from now on the node's agent heartbeats (the fence hit another machine).
+				w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Interval: time.Second, Received: w.now.Add(2 * time.Second)}}
+			}
+			return nil
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok && refuseEnd && lastStep(nf).Reason == v1alpha1.ReasonNodeAliveAfterFence {
+				return apierrors.NewServiceUnavailable("the API server is overloaded")
+			}
+			return c.Status().Update(ctx, obj, opts...)
+		},
+	})
+	w.reconcileErrors = true
+	w.ticks = 20
+	nf, ended := w.advance(t)
+	if ended {
+		t.Fatalf("phase %s: the failure's write was refused, want the fence not ended", nf.Status.Phase)
+	}
+	if last := lastStep(nf); last.Reason != ReasonLifeSeen {
+		t.Fatalf("last step %s %s %q, want the sign recorded (%s) though the failure's write was refused\n%s", last.Name, last.Reason, last.Message, ReasonLifeSeen, goldenTrace(nf))
+	}
+	w.newLeader(w.r.Client, nil) // nothing heard from the node's agent
+	w.advance(t)
+	if podErr := w.c.Get(context.Background(), client.ObjectKey{Namespace: "db", Name: "db-0"}, &corev1.Pod{}); podErr != nil {
+		t.Fatalf("the new leader force-deleted the pod of a node that showed life: %v", podErr)
+	}
+	refuseEnd = false
+	w.checkDisproved(t)
+}
+
+// A controller that began to see after the confirmation (a new leader, a restart, a blind
+// spell) releases nothing before it could have heard the node's agent and peers: the leader
+// before it may have heard a sign of life and died before recording it. While blind it
+// releases nothing at all.
+func TestReleaseWaitsUntilTheControllerCouldHearTheNode(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		aliveFrom time.Duration // after the new leader began to see: the node's agent reaches it
+		blindFor  time.Duration // the new leader blind that long after its start
+	}{
+		{"the agent heard 3 s after the new leader began to see", 3 * time.Second, 0},
+		{"blind 10 s, then the agent heard 3 s after", 3 * time.Second, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, "ipmi")
+			w.r.Heartbeats = heartbeats{}
+			// The first leader takes the fence to its DeletePods step (its deletions refused),
+			// and dies.
+			client0 := w.r.Client
+			w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+				Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+					return apierrors.NewServiceUnavailable("the API server is overloaded")
+				},
+			})
+			w.ticks = 30
+			if nf, _ := w.advance(t); lastStep(nf).Name != v1alpha1.StepDeletePods {
+				t.Fatalf("the first leader did not stop at DeletePods\n%s", goldenTrace(nf))
+			}
+			w.ticks = 0
+			start := w.now
+			st := &fixedSight{sight.Status{Blind: tc.blindFor > 0, Cause: sight.Starting, Message: "the controller started", Since: start, LastLost: start}}
+			w.newLeader(client0, st)
+			seeing := start.Add(tc.blindFor)
+			w.tick = func(nf *v1alpha1.NodeFence) {
+				if st.st.Blind && !w.now.Before(seeing) {
+					st.st.Blind, st.st.Since = false, seeing
+				}
+				if !w.now.Before(seeing.Add(tc.aliveFrom)) {
+					w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Interval: time.Second, Received: w.now}}
+				}
+			}
+			w.checkDisproved(t)
+		})
+	}
+}
+
+// newLeader replaces the world's controller with a new leader on c that has heard no agent yet
+// and sees as s says (nil: no sight tracker).
+func (w *world) newLeader(c client.Client, s observe.Sight) {
+	w.r = &NodeFenceReconciler{Client: c, APIReader: w.r.APIReader, Fencers: w.r.Fencers, Attachments: w.r.Attachments,
+		Now: w.r.Now, Tokens: w.r.Tokens, Heartbeats: heartbeats{}, Sight: s}
+}
+
+// checkDisproved runs the fence to its end and wants it Failed by the node's sign of life,
+// with nothing released.
+func (w *world) checkDisproved(t *testing.T) {
+	t.Helper()
+	nf := w.run(t)
 	if nf.Status.Phase != v1alpha1.PhaseFailed || lastStep(nf).Reason != v1alpha1.ReasonNodeAliveAfterFence {
-		t.Errorf("phase %s, last step %s %q: want Failed with %s", nf.Status.Phase, lastStep(nf).Reason, lastStep(nf).Message, v1alpha1.ReasonNodeAliveAfterFence)
+		t.Errorf("phase %s, last step %s %q: want Failed with %s\n%s", nf.Status.Phase, lastStep(nf).Reason, lastStep(nf).Message, v1alpha1.ReasonNodeAliveAfterFence, goldenTrace(nf))
 	}
 	checkReleased(t, w, false)
 }

@@ -387,6 +387,9 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 	if a.step == v1alpha1.StepVerifyFenced {
 		return r.verifyFenced(ctx, nf)
 	}
+	if out, stop := r.heardEnough(nf); stop {
+		return out
+	}
 	if out, _, stop := r.checkLife(ctx, nf); stop {
 		return out
 	}
