@@ -264,19 +264,21 @@ func (r *NodeFenceReconciler) drawToken(ctx context.Context, nf *v1alpha1.NodeFe
 // takeAndRecord takes the last recorded step and records its outcome.
 func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.NodeFence, a action) (ctrl.Result, bool, error) {
 	s := lastStep(nf)
-	resumed := releaseStep(s.Name) && !r.memory.begunHere(nf)
+	resumed := (releaseStep(s.Name) || isFenceStep(s.Name)) && !r.memory.begunHere(nf)
 	var before *v1alpha1.NodeFenceStatus // for a pass that may be quiet (quiet.go): the record as read
 	if a.step == v1alpha1.StepVerifyFenced || releaseStep(s.Name) && !resumed {
 		before = nf.Status.DeepCopy()
 	}
 	if resumed {
-		// A release step this controller did not begin, resumed from a copy it did not write
-		// (a new leader's cache, behind the old leader's last writes): the step acts before its
-		// end's write would be refused, and the record may since say the node showed life.
+		// A release or fence step this controller did not begin, resumed from a copy it did
+		// not write (a new leader's cache, behind the old leader's last writes): the step acts
+		// before its end's write would be refused, and the record may since say the node
+		// showed life, or be released and the machine powered on again (a power-off resumed
+		// from it would stop a running machine).
 		if res, current, err := r.resumable(ctx, nf); !current {
 			return res, false, err
 		}
-		if s.Attempts == 0 {
+		if releaseStep(s.Name) && s.Attempts == 0 {
 			// Begun by another controller (or before a restart) and never recorded as taken:
 			// it may have acted and died before recording so. Counted as one attempt, so that
 			// a sign of life found now does not read as found before the step did anything
@@ -305,7 +307,7 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		if err := r.saveCounted(ctx, nf, nil); err != nil {
 			return ctrl.Result{}, false, err
 		}
-		if releaseStep(step.Name) {
+		if releaseStep(step.Name) || isFenceStep(step.Name) {
 			r.memory.began(nf) // this write of the step is this controller's: no need to check again
 		}
 		return ctrl.Result{RequeueAfter: out.retry}, false, nil

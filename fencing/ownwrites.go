@@ -21,16 +21,16 @@ import (
 // remembers the resourceVersion of its last write of each fence and, while the cache shows
 // another, reads the fence from the API server instead: it never acts on a record older than
 // its own write. Only this controller's writes are remembered, in its fenceMemory (memory.go);
-// a new leader reads the cache, and before it resumes a release step it did not begin it
-// checks its copy against the API server's (resumable).
+// a new leader reads the cache, and before it resumes a release or fence step it did not begin
+// it checks its copy against the API server's (resumable).
 
 // errCopyReplaced says that the record in hand was replaced by the API server's copy: the
 // reconcile starts again from the top with it (it may be Released, Recovered or being deleted
 // by now).
 var errCopyReplaced = errors.New("the NodeFence in hand was replaced by the API server's copy")
 
-// resumable reads the fence from the API server before a release step this controller did not
-// begin is resumed, and says whether nf is that record. When it is not, the API server's copy
+// resumable reads the fence from the API server before a release or fence step this controller
+// did not begin is resumed, and says whether nf is that record. When it is not, the API server's copy
 // replaces nf and err is errCopyReplaced; a fence deleted or made anew under its name is looked
 // at again in a second; a failed read is an error.
 func (r *NodeFenceReconciler) resumable(ctx context.Context, nf *v1alpha1.NodeFence) (res ctrl.Result, current bool, err error) {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers/fake"
 )
 
 // A cache that shows each NodeFence one write behind the controller's own last write (a busy
@@ -336,4 +337,29 @@ func leaderWithCacheAt(w *world, stale *v1alpha1.NodeFence) *NodeFenceReconciler
 		},
 	})
 	return r
+}
+
+// A new leader does not resume a fence step from a copy of the record it did not write either:
+// the old leader's PowerOff, refused once by the BMC, went on to a release, and the machine was
+// powered on again; a cache still showing PowerOff Started would power the running machine off.
+func TestNewLeaderResumesNoFenceStepOfAStaleCopy(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	ctx := context.Background()
+	w.power.InjectError(fake.MethodFence, errors.New("the BMC is busy"))
+	w.ticks = 1
+	nf, _ := w.advance(t)
+	if s := lastStep(nf); s.Name != v1alpha1.StepPowerOff || s.State != v1alpha1.StepStarted || s.Attempts == 0 {
+		t.Fatalf("the old leader's record ends in %s %s (%d attempts), want PowerOff Started and taken\n%s", s.Name, s.State, s.Attempts, goldenTrace(nf))
+	}
+	stale := nf.DeepCopy()
+	w.ticks = 0
+	if nf = w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("the old leader's fence ended %s, want Released", nf.Status.Phase)
+	}
+	w.power.SetFenced("n1", false) // powered on again
+	offs := w.power.CallCount(fake.MethodFence, "n1")
+	_, _ = leaderWithCacheAt(w, stale).Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+	if got := w.power.CallCount(fake.MethodFence, "n1"); got != offs {
+		t.Errorf("the new leader sent %d power-offs from a stale copy (PowerOff Started) of a fence since released, want none", got-offs)
+	}
 }
