@@ -101,6 +101,11 @@ func unfence(ctx context.Context, c client.Client, s streams, opts unfenceOption
 			}
 			return err
 		}
+		// The question may have waited long: the answer is for the fence shown, not for one
+		// that replaced it or moved on meanwhile.
+		if err := sameFence(ctx, c, nf, opts.tool); err != nil {
+			return err
+		}
 	}
 	if err := annotate(ctx, c, node.Name, v1alpha1.AnnotationUnfenceRequest, opts.reason, "unfence request"); err != nil {
 		return err
@@ -110,6 +115,27 @@ func unfence(ctx context.Context, c client.Client, s streams, opts unfenceOption
 		fmt.Fprintf(s.out, ", recorded as confirmed by %s", by)
 	}
 	fmt.Fprintf(s.out, ".\nPalisade unfences the node once it is Ready; follow it with: %s explain %s\n", opts.tool, node.Name)
+	return nil
+}
+
+// sameFence refuses the answer when node's NodeFence is no longer the one shown (was): deleted,
+// made anew, or gone on to another phase or to a recovery decision while the question waited.
+func sameFence(ctx context.Context, c client.Client, was *v1alpha1.NodeFence, tool string) error {
+	now, err := getNodeFence(ctx, c, was.Spec.NodeName)
+	if err != nil {
+		return err
+	}
+	again := fmt.Sprintf("nothing was set; run %s unfence %s again to see it as it is now", tool, was.Spec.NodeName)
+	switch {
+	case now == nil:
+		return fmt.Errorf("the NodeFence of node %s was deleted while you answered: %s", was.Spec.NodeName, again)
+	case now.UID != was.UID:
+		return fmt.Errorf("the NodeFence of node %s was made anew while you answered (a new fence): %s", was.Spec.NodeName, again)
+	case now.Status.Phase != was.Status.Phase:
+		return fmt.Errorf("the NodeFence of node %s went from %s to %s while you answered: %s", was.Spec.NodeName, was.Status.Phase, now.Status.Phase, again)
+	case (now.Status.Recovery == nil) != (was.Status.Recovery == nil):
+		return fmt.Errorf("palisade decided the recovery of node %s while you answered: %s", was.Spec.NodeName, again)
+	}
 	return nil
 }
 

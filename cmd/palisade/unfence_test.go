@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 )
@@ -20,13 +24,14 @@ func TestUnfence(t *testing.T) {
 	nodes := map[string]corev1.ConditionStatus{"unfence-held": corev1.ConditionTrue, "unfence-no": corev1.ConditionTrue,
 		"unfence-notready": corev1.ConditionFalse, "unfence-fencing": corev1.ConditionFalse, "unfence-failed": corev1.ConditionTrue,
 		"unfence-recovered": corev1.ConditionTrue, "unfence-dry": corev1.ConditionTrue, "unfence-recovering": corev1.ConditionTrue,
-		"unfence-none": corev1.ConditionTrue, "unfence-unjudged": corev1.ConditionTrue}
+		"unfence-none": corev1.ConditionTrue, "unfence-unjudged": corev1.ConditionTrue, "unfence-moved": corev1.ConditionTrue}
 	for n, ready := range nodes {
 		makeNode(t, c, nodeSpec{name: n, labels: sel, ready: ready, bootID: "boot-1", taint: true})
 	}
 	held := "node unfence-held is back but has not rebooted since it was fenced (boot ID boot-1)"
 	makeFence(t, c, "unfence-held", "unfence", released("BootIDUnchanged", held))
 	makeFence(t, c, "unfence-no", "unfence", released("Flapping", "fenced again 5m after it was last unfenced"))
+	makeFence(t, c, "unfence-moved", "unfence", released("BootIDUnchanged", "node unfence-moved is back but has not rebooted"))
 	makeFence(t, c, "unfence-notready", "unfence", released("NodeNotBack", "node unfence-notready is not back (not Ready)"))
 	makeFence(t, c, "unfence-fencing", "unfence", func(nf *v1alpha1.NodeFence) {
 		nf.Status = v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFencing, Method: "ipmi", Token: 9}
@@ -79,6 +84,33 @@ func TestUnfence(t *testing.T) {
 		}
 	})
 
+	// The question waited while Palisade recovered the node (it rebooted): the answer was for
+	// the fence shown, and sets nothing.
+	t.Run("refuses an answer for a fence that moved on", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		in := &answerAfter{answer: "y\n", before: func() {
+			nf := &v1alpha1.NodeFence{}
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "unfence-moved"}, nf); err != nil {
+				t.Error(err)
+				return
+			}
+			nf.Status.Phase = v1alpha1.PhaseRecovered
+			nf.Status.Recovery = &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryRebooted, Time: metav1.Now(), Reason: "rebooted: boot ID boot-1 when fenced, boot-2 now"}
+			if err := c.Status().Update(context.Background(), nf); err != nil {
+				t.Error(err)
+			}
+		}}
+		a := newApp("palisade", in, &out, &errOut)
+		a.connect = func(kubeFlags) (client.Client, error) { return c, nil }
+		if code := a.run(context.Background(), []string{"unfence", "unfence-moved", "--reason", "checked by hand"}); code != exitError {
+			t.Fatalf("unfence answered after the fence moved on: exit %d\n%s\n%s", code, out.String(), errOut.String())
+		}
+		wantContains(t, "the refusal", errOut.String(), "the NodeFence of node unfence-moved went from Released to Recovered while you answered: nothing was set")
+		if _, ok := annotations(t, c, "unfence-moved")[v1alpha1.AnnotationUnfenceRequest]; ok {
+			t.Error("the node carries an unfence request given for a fence that had moved on")
+		}
+	})
+
 	t.Run("not ready", func(t *testing.T) {
 		r := runCLI(t, c, "", "unfence", "unfence-notready", "--reason", "checked by hand", "-y")
 		if r.code != exitOK {
@@ -122,4 +154,21 @@ func TestUnfence(t *testing.T) {
 		}
 		wantContains(t, "the refusal", r.errOut, "--reason is empty: it must say how the node was made clean")
 	})
+}
+
+// answerAfter is a terminal whose user answers only after before ran (the world changed while
+// the question waited).
+type answerAfter struct {
+	answer string
+	before func()
+	read   bool
+}
+
+func (a *answerAfter) Read(p []byte) (int, error) {
+	if a.read {
+		return 0, io.EOF
+	}
+	a.before()
+	a.read = true
+	return copy(p, a.answer), nil
 }
