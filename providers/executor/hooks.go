@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -53,7 +54,7 @@ func (e *Executor) httpGet(ctx context.Context, pod *corev1.Pod, cp ContainerPla
 	if scheme == "" {
 		scheme = "http"
 	}
-	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: g.Path}
+	u := hookURL(scheme, net.JoinHostPort(host, strconv.Itoa(port)), g.Path)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return fmt.Errorf("running httpGet hook of %s: %w", cp.Name, err)
@@ -61,11 +62,15 @@ func (e *Executor) httpGet(ctx context.Context, pod *corev1.Pod, cp ContainerPla
 	for _, h := range g.HTTPHeaders {
 		req.Header.Add(h.Name, h.Value)
 	}
+	req.Host = req.Header.Get("Host") // net/http sends req.Host, never a Host in req.Header
 	client := e.HTTPClient
 	if client == nil {
-		client = &http.Client{Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's hooks
-		}}
+		client = &http.Client{
+			Transport: &http.Transport{
+				TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's hooks
+			},
+			CheckRedirect: localRedirectsOnly,
+		}
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -75,6 +80,31 @@ func (e *Executor) httpGet(ctx context.Context, pod *corev1.Pod, cp ContainerPla
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
 		return fmt.Errorf("running httpGet hook of %s: HTTP %d", cp.Name, resp.StatusCode)
+	}
+	return nil
+}
+
+// hookURL is the hook's URL as the kubelet builds it (pkg/probe/http formatURL): the path is
+// parsed, so that a query or fragment in it stays one, and taken as a bare path only when it
+// does not parse.
+func hookURL(scheme, hostPort, path string) *url.URL {
+	u, err := url.Parse(path)
+	if err != nil {
+		u = &url.URL{Path: path}
+	}
+	u.Scheme, u.Host = scheme, hostPort
+	return u
+}
+
+// localRedirectsOnly is the kubelet's redirect policy for hooks (pkg/probe/http
+// RedirectChecker(false)): a redirect to another host name is not followed, and its response
+// is the hook's (a success); one to the same host name, on any port, is, up to 10 of them.
+func localRedirectsOnly(req *http.Request, via []*http.Request) error {
+	if req.URL.Hostname() != via[0].URL.Hostname() {
+		return http.ErrUseLastResponse
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -99,6 +100,100 @@ func TestHTTPAndSleepHooks(t *testing.T) {
 			}
 			if len(rt.signals) != 1 || rt.signals[0] != syscall.SIGTERM || c.Outcome != executor.OutcomeExited {
 				t.Errorf("signals %v, outcome %s; want SIGTERM only, exited", rt.signals, c.Outcome)
+			}
+		})
+	}
+}
+
+// request is what a test server saw of one request.
+type request struct{ path, query, host string }
+
+// recorder is a test server that records the requests it gets and answers each with handle,
+// when set.
+type recorder struct {
+	*httptest.Server
+	mu     sync.Mutex
+	got    []request
+	handle http.HandlerFunc
+}
+
+func newRecorder(t *testing.T, handle http.HandlerFunc) *recorder {
+	rec := &recorder{handle: handle}
+	rec.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.mu.Lock()
+		rec.got = append(rec.got, request{r.URL.Path, r.URL.RawQuery, r.Host})
+		rec.mu.Unlock()
+		if rec.handle != nil {
+			rec.handle(w, r)
+		}
+	}))
+	t.Cleanup(rec.Close)
+	return rec
+}
+
+func (rec *recorder) requests() []request {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]request(nil), rec.got...)
+}
+
+// TestHTTPHookRequestAsTheKubelet: an httpGet hook's request is built as the kubelet builds it
+// (pkg/probe/http NewRequestForHTTPGetAction): a query in the path stays a query, a Host header
+// is the request's Host, and a redirect is followed only to the same host name
+// (RedirectChecker(false)), the redirect's own response counting as the hook's otherwise.
+func TestHTTPHookRequestAsTheKubelet(t *testing.T) {
+	elsewhere := newRecorder(t, nil)
+	_, elsewherePort, _ := net.SplitHostPort(elsewhere.Listener.Addr().String())
+	redirectTo := func(host string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://"+net.JoinHostPort(host, elsewherePort)+"/moved", http.StatusFound)
+		}
+	}
+	for _, tt := range []struct {
+		name          string
+		path          string
+		headers       []corev1.HTTPHeader
+		handle        http.HandlerFunc
+		want          []request // at the hook's server
+		wantElsewhere []request
+	}{{
+		name: "query and Host", path: "/shutdown?mode=fast", headers: []corev1.HTTPHeader{{Name: "Host", Value: "db.example"}},
+		want: []request{{"/shutdown", "mode=fast", "db.example"}},
+	}, {
+		name: "redirect to another host is not followed", path: "/quit", handle: redirectTo("localhost"),
+		want: []request{{"/quit", "", ""}},
+	}, {
+		name: "redirect to the same host is followed", path: "/quit", handle: redirectTo("127.0.0.1"),
+		want: []request{{"/quit", "", ""}}, wantElsewhere: []request{{"/moved", "", "127.0.0.1:" + elsewherePort}},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			elsewhere.mu.Lock()
+			elsewhere.got = nil
+			elsewhere.mu.Unlock()
+			srv := newRecorder(t, tt.handle)
+			host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+			for i := range tt.want {
+				if tt.want[i].host == "" {
+					tt.want[i].host = net.JoinHostPort(host, port)
+				}
+			}
+			hook := &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: tt.path, Port: intstr.Parse(port), HTTPHeaders: tt.headers,
+			}}
+			pod := newPod("hook-request", 10, corev1.Container{Name: "app", Lifecycle: &corev1.Lifecycle{PreStop: hook}})
+			pod.Status.PodIP = host
+			rep, err := executor.New(&fakeRuntime{state: executor.StateRunning}).Terminate(context.Background(), executor.Request{Pod: pod})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := rep.Container("app").PreStop; h == nil || !h.Completed || h.Error != "" {
+				t.Errorf("hook = %+v, want completed without error", h)
+			}
+			if diff := cmp.Diff(tt.want, srv.requests(), cmp.AllowUnexported(request{})); diff != "" {
+				t.Errorf("requests at the hook's server (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantElsewhere, elsewhere.requests(), cmp.AllowUnexported(request{})); diff != "" {
+				t.Errorf("requests at the redirect's target (-want +got):\n%s", diff)
 			}
 		})
 	}
