@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,8 @@ type fakeRuntime struct {
 	state    executor.ContainerState
 	stubborn bool
 	signals  []syscall.Signal
+	// failSignals is how many Signal calls fail, sending nothing, before one is sent.
+	failSignals int
 	// imageSignal and imageErr are what ImageStopSignal answers.
 	imageSignal string
 	imageErr    error
@@ -48,6 +51,10 @@ func (f *fakeRuntime) Signal(ctx context.Context, _ string, sig syscall.Signal) 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failSignals > 0 {
+		f.failSignals--
+		return errors.New("runtime busy")
+	}
 	f.signals = append(f.signals, sig)
 	if !f.stubborn || sig == syscall.SIGKILL {
 		f.state = executor.StateExited

@@ -87,13 +87,15 @@ func (t *Termination) waitForTurn(ctx context.Context, names []string) {
 }
 
 // signalAndWait sends the stop signal, then SIGKILL once KillAt has passed, and polls the
-// container's status until it is read back as exited.
+// container's status until it is read back as exited. A stop signal the runtime did not take
+// is sent again at every poll until it takes one or KillAt comes, as the kubelet's pod worker
+// tries the kill again; one it took is never sent again (a second one means "exit now" to some
+// servers). KillAt counts from the first try.
 func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.Signal, spent spent, rep *ContainerReport) {
 	rt := t.e.runtime
 	rep.SignalledAt = time.Now()
-	if err := rt.Signal(ctx, tg.ID, sig); err != nil && !errors.Is(err, ErrNotFound) {
-		rep.Error = withNote(rep.Error, fmt.Sprintf("sending %s: %v", rep.Signal, err)) // confirmed below either way
-	}
+	stop := stopSender{sig: sig}
+	stop.send(ctx, rt, tg.ID)
 	for {
 		rep.KillAt = t.deadline.KillAt(rep.SignalledAt, spent.hook, spent.turn)
 		st, err := rt.Status(ctx, tg.ID)
@@ -101,6 +103,9 @@ func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.
 			st, err = ContainerStatus{State: StateExited, ExitCode: -1, FinishedAt: time.Now()}, nil
 		}
 		if err == nil && st.State == StateExited {
+			if rep.KilledAt.IsZero() {
+				rep.Error = withNote(rep.Error, stop.note(rep.SignalledAt))
+			}
 			rep.ExitCode, rep.ExitedAt, rep.Outcome = st.ExitCode, st.FinishedAt, OutcomeExited
 			if !rep.KilledAt.IsZero() && isExitedBySIGKILL(st.ExitCode) {
 				rep.Outcome = OutcomeKilled
@@ -109,6 +114,7 @@ func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.
 		}
 		now := time.Now()
 		if rep.KilledAt.IsZero() && !now.Before(rep.KillAt) {
+			rep.Error = withNote(rep.Error, stop.note(rep.SignalledAt)) // confirmed below either way
 			rep.KilledAt = now
 			if err := rt.Signal(ctx, tg.ID, syscall.SIGKILL); err != nil && !errors.Is(err, ErrNotFound) {
 				rep.Error = fmt.Sprintf("sending SIGKILL: %v", err)
@@ -123,7 +129,45 @@ func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.
 			t.killAtTimeLimit(ctx, tg, err, rep)
 			return
 		}
+		if !stop.accepted && time.Now().Before(rep.KillAt) {
+			stop.send(ctx, rt, tg.ID)
+		}
 	}
+}
+
+// stopSender sends a container's stop signal until the runtime takes it, and counts the tries.
+type stopSender struct {
+	sig      syscall.Signal
+	accepted bool
+	tries    int
+	first    error // the first try's error, nil when it was taken
+	at       time.Time
+}
+
+// send tries the stop signal once; a container already gone counts as taken.
+func (s *stopSender) send(ctx context.Context, rt Runtime, id string) {
+	s.tries++
+	err := rt.Signal(ctx, id, s.sig)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		if s.first == nil {
+			s.first = err
+		}
+		return
+	}
+	s.accepted, s.at = true, time.Now()
+}
+
+// note is what the report says of a stop signal that failed at the first try: "" when none
+// did.
+func (s *stopSender) note(first time.Time) string {
+	name := SignalName(s.sig)
+	switch {
+	case s.first == nil:
+		return ""
+	case s.accepted:
+		return fmt.Sprintf("sending %s: %v (sent at try %d, %s later)", name, s.first, s.tries, s.at.Sub(first).Round(time.Millisecond))
+	}
+	return fmt.Sprintf("sending %s: %v (not sent in %d tries)", name, s.first, s.tries)
 }
 
 // killTimeout bounds the SIGKILL sent once the order's time limit has passed.
