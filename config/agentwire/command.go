@@ -77,7 +77,9 @@ type ExecutorStatus struct {
 	// Reason, on a Failed status, is a CamelCase word for why, when the agent has one
 	// (ReasonStaleToken); "" otherwise.
 	Reason string `json:"reason,omitempty"`
-	// Message says why a command failed (which containers still run, for one).
+	// Message says why a command failed (which containers still run, for one); on a Confirmed
+	// status, what the agent did that the kubelet would not have (the pods whose grace period
+	// the agent's time limit, --executor-timeout, cut), "" for nothing.
 	Message string `json:"message,omitempty"`
 	// Pods is how many pods were terminated and confirmed; Containers how many of their
 	// containers the agent stopped (those already exited are not counted).

@@ -292,6 +292,9 @@ func judge(st agentwire.ExecutorStatus, running *int) providers.Status {
 	if st.KubeletStopped {
 		kubelet = "its kubelet stopped first"
 	}
-	return providers.Status{State: providers.Confirmed,
-		Message: fmt.Sprintf("the agent confirms no workload container runs: %d pods, %d containers stopped, %s; runtime read-back: none running", st.Pods, st.Containers, kubelet)}
+	msg := fmt.Sprintf("the agent confirms no workload container runs: %d pods, %d containers stopped, %s; runtime read-back: none running", st.Pods, st.Containers, kubelet)
+	if st.Message != "" {
+		msg += "; but " + st.Message // grace periods its time limit cut
+	}
+	return providers.Status{State: providers.Confirmed, Message: msg}
 }

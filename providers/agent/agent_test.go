@@ -359,3 +359,21 @@ func TestOrderOfAControllerBeforeOrderIDs(t *testing.T) {
 		t.Errorf("the old order %s is still on the NodeFence after End of the method it ran for", raw)
 	}
 }
+
+// TestConfirmedSaysWhatTheAgentCut: a Confirmed check carries the agent's message (the pods
+// whose grace period its time limit cut) after its own account, so that the NodeFence's step
+// says the pods did not all stop as the kubelet would have stopped them.
+func TestConfirmedSaysWhatTheAgentCut(t *testing.T) {
+	const cut = "the time limit (--executor-timeout 2m0s) cut the grace period of 1 pod: db/db-0 cut from 300s to 105s"
+	zero := 0
+	for _, tc := range []struct{ message, want string }{
+		{"", "the agent confirms no workload container runs: 2 pods, 3 containers stopped, its kubelet stopped first; runtime read-back: none running"},
+		{cut, "the agent confirms no workload container runs: 2 pods, 3 containers stopped, its kubelet stopped first; runtime read-back: none running; but " + cut},
+	} {
+		st := agentwire.ExecutorStatus{ID: "f1/executor", State: agentwire.ExecutorConfirmed, Message: tc.message, Pods: 2, Containers: 3, KubeletStopped: true}
+		got := judge(st, &zero)
+		if got.State != providers.Confirmed || got.Message != tc.want {
+			t.Errorf("message %q: %s %q, want %s %q", tc.message, got.State, got.Message, providers.Confirmed, tc.want)
+		}
+	}
+}

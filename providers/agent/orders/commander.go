@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -146,8 +147,17 @@ func (c *Commander) run(ctx context.Context, cmd agentwire.Command) {
 	st := *c.current
 	st.State, st.Pods, st.Containers, st.FinishedAt = agentwire.ExecutorConfirmed, res.Pods, res.Containers, time.Now()
 	st.KubeletStopped = kubeletStopped
+	cuts := graceCutNote(res.GraceCuts, c.o.Timeout)
+	st.Message = agentwire.TruncateMessage(cuts)
+	if cuts != "" {
+		c.log.Info("WARNING: "+cuts+": those pods did not get the grace period the kubelet would have given them", "command", cmd.ID)
+	}
 	if err != nil {
-		st.State, st.Message = agentwire.ExecutorFailed, agentwire.TruncateMessage(err.Error())
+		msg := err.Error()
+		if cuts != "" {
+			msg += "; " + cuts
+		}
+		st.State, st.Message = agentwire.ExecutorFailed, agentwire.TruncateMessage(msg)
 		c.log.Error(err, "command failed", "command", cmd.ID, "pods", res.Pods, "containers", res.Containers)
 	} else {
 		c.log.Info("command confirmed", "command", cmd.ID, "pods", res.Pods, "containers", res.Containers,
@@ -155,6 +165,25 @@ func (c *Commander) run(ctx context.Context, cmd agentwire.Command) {
 	}
 	c.current, c.busy = &st, ""
 	c.notify()
+}
+
+// graceCutNote names the pods whose grace period the executor cut to fit the order's time
+// limit, with the grace each had and got: "" for none. The count comes first, so that a message
+// truncated still says it.
+func graceCutNote(cuts []protocol.GraceCut, timeout time.Duration) string {
+	if len(cuts) == 0 {
+		return ""
+	}
+	pods := make([]string, len(cuts))
+	for i, cut := range cuts {
+		pods[i] = fmt.Sprintf("%s cut from %ds to %ds", cut.Pod, cut.From, cut.To)
+	}
+	count := "1 pod"
+	if len(cuts) > 1 {
+		count = fmt.Sprintf("%d pods", len(cuts))
+	}
+	return fmt.Sprintf("the time limit (--executor-timeout %s) cut the grace period of %s: %s",
+		timeout, count, strings.Join(pods, ", "))
 }
 
 // execute checks the command, has the executor child process connect to the runtime (which

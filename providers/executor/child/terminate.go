@@ -19,6 +19,9 @@ import (
 // Result is what a Terminate command did.
 type Result struct {
 	Pods, Containers int
+	// GraceCuts are the pods whose grace period the executor cut to fit the command's time
+	// limit.
+	GraceCuts []protocol.GraceCut
 }
 
 // StopKubelet runs the --kubelet-stop-command line with /bin/sh -c, so that nothing restarts
@@ -53,7 +56,7 @@ func TerminateAll(ctx context.Context, p *Process, command string, grace *int64,
 	deadline, _ := ctx.Deadline()
 	resp, err := p.Call(ctx, protocol.Request{Op: protocol.OpTerminate, Deadline: deadline, Command: command,
 		GracePeriodSeconds: grace, Pods: pods}, AnswerGrace)
-	return Result{Pods: resp.Pods, Containers: resp.Containers}, err
+	return Result{Pods: resp.Pods, Containers: resp.Containers, GraceCuts: resp.GraceCuts}, err
 }
 
 // FitPods keeps, of the pod specs the agent kept, what fits protocol.MaxPodsBytes of a request,

@@ -74,6 +74,8 @@ func (r *nodeRuntime) Close() error {
 // result is what a Terminate command did.
 type result struct {
 	pods, containers int
+	// cuts are the pods whose grace period the order's time limit cut (graceCap).
+	cuts []protocol.GraceCut
 }
 
 // terminateAll terminates every pod on the runtime but the agent's own (UID exclude), all at
@@ -97,15 +99,19 @@ func terminateAll(ctx context.Context, rt *nodeRuntime, limit *int64, exclude st
 	}
 	log.Info("terminating pods", "pods", len(pods), "specsKept", len(specs))
 	counts := make([]int, len(pods))
+	cuts := make([]*protocol.GraceCut, len(pods))
 	errs := make([]error, len(pods))
 	var wg sync.WaitGroup
 	for i, p := range pods {
-		wg.Go(func() { counts[i], errs[i] = terminatePod(ctx, rt, p, limit, specs[p.uid], log) })
+		wg.Go(func() { counts[i], cuts[i], errs[i] = terminatePod(ctx, rt, p, limit, specs[p.uid], log) })
 	}
 	wg.Wait()
 	res := result{pods: len(pods)}
 	for i, p := range pods {
 		res.containers += counts[i]
+		if cuts[i] != nil {
+			res.cuts = append(res.cuts, *cuts[i])
+		}
 		// Read back again, whatever Terminate said: Confirmed rests on this, not on reports.
 		if err := rt.exec.Confirm(ctx, p.uid); err != nil {
 			errs[i] = errors.Join(errs[i], fmt.Errorf("confirming pod %s/%s: %w", p.namespace, p.name, err))
@@ -118,8 +124,9 @@ func terminateAll(ctx context.Context, rt *nodeRuntime, limit *int64, exclude st
 }
 
 // terminatePod terminates one pod, from the spec kept of it when there is one (spec not nil),
-// and returns how many of its containers the executor stopped.
-func terminatePod(ctx context.Context, rt *nodeRuntime, p *runtimePod, limit *int64, spec *keptSpec, log logr.Logger) (int, error) {
+// and returns how many of its containers the executor stopped, and its grace period's cut when
+// the order's time limit cut it.
+func terminatePod(ctx context.Context, rt *nodeRuntime, p *runtimePod, limit *int64, spec *keptSpec, log logr.Logger) (int, *protocol.GraceCut, error) {
 	pod := restorePod(p)
 	source := "from the runtime's labels"
 	if spec != nil {
@@ -128,23 +135,27 @@ func terminatePod(ctx context.Context, rt *nodeRuntime, p *runtimePod, limit *in
 	}
 	own, err := executor.GracePeriodSeconds(executor.Request{Pod: pod})
 	if err != nil {
-		return 0, fmt.Errorf("pod %s/%s: %w", p.namespace, p.name, err)
+		return 0, nil, fmt.Errorf("pod %s/%s: %w", p.namespace, p.name, err)
 	}
 	if needsPodIP(pod) {
 		pod.Status.PodIP = podIP(ctx, rt.cri, p)
 	}
-	limit, cut := graceCap(ctx, rt.exec, limit) // from now: the grace period starts with Terminate
+	limit, byTimeLimit := graceCap(ctx, rt.exec, limit) // from now: the grace period starts with Terminate
 	capGrace(pod, own, limit)
+	var cut *protocol.GraceCut
+	if byTimeLimit && *limit < own {
+		cut = &protocol.GraceCut{Pod: p.namespace + "/" + p.name, From: own, To: *limit}
+	}
 	rep, err := rt.exec.Terminate(ctx, executor.Request{Pod: pod})
 	if rep != nil {
 		log.Info("pod terminated", "pod", klog.KObj(pod), "podUID", p.uid, "spec", source, "ownGraceSeconds", own,
-			"graceSeconds", rep.GracePeriodSeconds, "graceCutByTimeLimit", cut && *limit < own,
+			"graceSeconds", rep.GracePeriodSeconds, "graceCutByTimeLimit", cut != nil,
 			"confirmed", !rep.Confirmed.IsZero(), "report", rep.String())
 	}
 	if err != nil {
-		return 0, fmt.Errorf("terminating pod %s/%s: %w", p.namespace, p.name, err)
+		return 0, cut, fmt.Errorf("terminating pod %s/%s: %w", p.namespace, p.name, err)
 	}
-	return len(rep.Containers), nil
+	return len(rep.Containers), cut, nil
 }
 
 // graceCap is the cap on a pod's grace period: the command's, or the one that leaves SIGKILL

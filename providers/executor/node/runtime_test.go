@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"palisade.dev/palisade/providers/executor"
+	"palisade.dev/palisade/providers/executor/protocol"
 )
 
 // TestTerminateChecksKubeletRuntime: a runtime without a sandbox of the agent's own pod is not
@@ -47,7 +49,7 @@ func TestTerminateChecksKubeletRuntime(t *testing.T) {
 			if tc.wantError == nil && err != nil || tc.wantError != nil && (err == nil || !containsAll(err.Error(), tc.wantError)) {
 				t.Errorf("terminateAll: %v, want an error holding %q", err, tc.wantError)
 			}
-			if tc.wantError != nil && res != (result{}) {
+			if tc.wantError != nil && !cmp.Equal(res, result{}, cmp.AllowUnexported(result{})) {
 				t.Errorf("result %+v of a refused terminate, want none", res)
 			}
 			if diff := cmp.Diff(tc.wantStopped, rt.stopped()); diff != "" {
@@ -101,5 +103,28 @@ func TestGraceCapFitsTimeLimit(t *testing.T) {
 				t.Errorf("cap (-want +got):\n%s\ncut %v, want %v", diff, cut, tc.wantCut)
 			}
 		})
+	}
+}
+
+// TestGraceCutsReported: a terminate reports the pods whose own grace period it cut to fit the
+// order's time limit (20 s here: 16 s fit, with a 200 ms read-back), with the grace they had
+// and the one they got; a pod whose grace fits is not named.
+func TestGraceCutsReported(t *testing.T) {
+	t.Parallel()
+	rt := newFakeRuntime()
+	for uid, grace := range map[string]string{"u1": "300", "u2": "5"} {
+		c := fakeContainer("app-"+uid, uid, "app", runtimeapi.ContainerState_CONTAINER_RUNNING, 1,
+			map[string]string{annotationTerminationGrace: grace})
+		c.Labels[labelPodName] = map[string]string{"u1": "db-0", "u2": "web"}[uid]
+		rt.containers[c.Id] = c
+		rt.sandboxes[uid] = &runtimeapi.PodSandbox{Id: "sandbox-" + uid, State: runtimeapi.PodSandboxState_SANDBOX_READY,
+			Labels: map[string]string{labelPodUID: uid, labelPodName: c.Labels[labelPodName], labelPodNamespace: "default"}}
+	}
+	res, err := terminateWithSpecs(t, rt, nil, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]protocol.GraceCut{{Pod: "default/db-0", From: 300, To: 16}}, res.cuts); diff != "" {
+		t.Errorf("grace cuts (-want +got):\n%s", diff)
 	}
 }

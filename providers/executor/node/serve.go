@@ -108,7 +108,7 @@ func (s *Server) handle(req protocol.Request) protocol.Response {
 	case protocol.OpTerminate:
 		var res result
 		res, err = terminateAll(ctx, rt, req.GracePeriodSeconds, s.o.PodUID, req.Pods, s.log.WithValues("command", req.Command))
-		resp.Pods, resp.Containers = res.pods, res.containers
+		resp.Pods, resp.Containers, resp.GraceCuts = res.pods, res.containers, res.cuts
 	case protocol.OpReadBack:
 		var running []string
 		if running, err = runningContainers(ctx, rt.cri, s.o.PodUID); err == nil {

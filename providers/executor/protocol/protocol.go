@@ -110,6 +110,15 @@ type Lifecycle struct {
 	StopSignal string          `json:"stopSignal,omitempty"`
 }
 
+// GraceCut is a pod whose grace period a terminate cut to fit the request's Deadline.
+type GraceCut struct {
+	// Pod is namespace/name.
+	Pod string `json:"pod"`
+	// From is the pod's own grace period, To the one it got, in seconds.
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
 // Response is one line from the executor to the agent, answering the Request of the same ID.
 type Response struct {
 	// ID is the Request's.
@@ -121,6 +130,10 @@ type Response struct {
 	// Pods and Containers count what OpTerminate terminated, also when it failed.
 	Pods       int `json:"pods,omitempty"`
 	Containers int `json:"containers,omitempty"`
+	// GraceCuts are the pods of OpTerminate whose own grace period the executor cut so that
+	// SIGKILL and its read-back fit before the request's Deadline, also when it failed: the
+	// kubelet would have given them all of it. An executor older than this field sends none.
+	GraceCuts []GraceCut `json:"graceCuts,omitempty"`
 	// Running is OpReadBack's count; nil when it failed.
 	Running *int `json:"running,omitempty"`
 }
