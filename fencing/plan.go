@@ -75,11 +75,9 @@ func disproved(s v1alpha1.Step) bool {
 	return s.State == v1alpha1.StepFailed && disproving(s.Reason)
 }
 
-// disproving says whether a step reason says a confirmed fence did not hold.
-func disproving(reason string) bool {
-	return reason == v1alpha1.ReasonNodeAliveAfterFence || reason == v1alpha1.ReasonWorkloadRunningAfterFence ||
-		reason == v1alpha1.ReasonWorkloadUnverified
-}
+// disproving says whether a step reason says a confirmed fence did not hold (the API's rule,
+// which the CLI reads too).
+func disproving(reason string) bool { return v1alpha1.Disproving(reason) }
 
 // releaseSequence is the order of the release steps after a confirmed fence. VerifyFenced is
 // always taken: it watches the node's own signals before anything is released.

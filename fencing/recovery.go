@@ -242,8 +242,8 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 			RequestedBy: strings.TrimSpace(node.Annotations[v1alpha1.AnnotationUnfenceRequestedBy]), Reason: text}, "", ""
 	}
 	if posted, ok := powerOffDisproved(nf, node); ok {
-		return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off at %s: the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
-			name, posted.Format(time.RFC3339), bootID, nf.Status.Method, nf.Status.FencedTime.Format(time.RFC3339), confirm)
+		return nil, ReasonPowerOffDisproved, fmt.Sprintf("node %s posted its status at %s with the boot ID it had when fenced (%s), after method %s confirmed its power off (the fence was confirmed at %s): the machine never lost power (the BMC's read-back is wrong, or the power-off hit another machine), and the workload released from it may run beside its replacements. Check it at once and stop it (power it off by hand); then fix the method's target or BMC. It is held fenced; %s",
+			name, posted.Format(time.RFC3339), bootID, nf.Status.PowerOffMethod(), nf.Status.FencedTime.Format(time.RFC3339), confirm)
 	}
 	if registeredAnew(nf, node) {
 		return nil, ReasonNodeReplaced, fmt.Sprintf("node %s was deleted and registered anew since it was fenced (UID %s then, %s now): the machine that registered may not be the one fenced, so its boot ID proves no reboot of that one, and the fence's storage fences name the fenced machine's addresses. The new Node carries no out-of-service taint of this fence (pods may run on it); the fence's storage fences stay, and the fence is not over until you confirm the fenced machine off, wiped or clean: kubectl annotate node %s %s='<how it was made clean>'",
@@ -347,7 +347,7 @@ func (r *NodeFenceReconciler) dropEarlyRequests(ctx context.Context, nf *v1alpha
 	if err := r.saveStatus(ctx, nf); err != nil {
 		return err
 	}
-	fencesDisproved.WithLabelValues(nf.Status.Method, signalBootID).Inc()
+	fencesDisproved.WithLabelValues(nf.Status.PowerOffMethod(), signalBootID).Inc()
 	return nil
 }
 
@@ -451,11 +451,14 @@ func (r *NodeFenceReconciler) dropAnsweredFenceRequest(ctx context.Context, nf *
 	return nil
 }
 
-// poweredOff is the method that confirmed the fence (status.method) when it cuts the machine's
-// power, so that the machine can only come back with a new boot ID; nil otherwise.
+// poweredOff is the method that confirmed the machine's power off in the fence's current
+// confirmation (NodeFenceStatus.PowerOffMethod: any method of the confirmed level, not only
+// status.method, the level's last), so that the machine can only come back with a new boot
+// ID; nil when none did.
 func poweredOff(nf *v1alpha1.NodeFence) *v1alpha1.Method {
+	name := nf.Status.PowerOffMethod()
 	for i, m := range nf.Spec.Methods {
-		if m.Name == nf.Status.Method && methodKinds[m.Type].fence == v1alpha1.StepPowerOff {
+		if name != "" && m.Name == name && methodKinds[m.Type].fence == v1alpha1.StepPowerOff {
 			return &nf.Spec.Methods[i]
 		}
 	}

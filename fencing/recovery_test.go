@@ -89,6 +89,14 @@ func releasedWorld(t *testing.T, edit func(*v1alpha1.NodeFence)) (*world, *recor
 	w := newWorld(t, "ipmi")
 	rec := &recorder{}
 	w.r.Recorder = rec
+	w.release(t, edit)
+	return w, rec
+}
+
+// release edits n1's fence (when edit is not nil), has n1 go down with boot ID bootAtFence,
+// and runs the fence until it is released.
+func (w *world) release(t *testing.T, edit func(*v1alpha1.NodeFence)) {
+	t.Helper()
 	w.setNode(t, back(bootAtFence))
 	if edit != nil {
 		nf := &v1alpha1.NodeFence{}
@@ -104,7 +112,20 @@ func releasedWorld(t *testing.T, edit func(*v1alpha1.NodeFence)) (*world, *recor
 	if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
 		t.Fatalf("fence ended %s, want Released", nf.Status.Phase)
 	}
-	return w, rec
+}
+
+// releasedPowerAndStorageWorld is releasedWorld for a fence whose one level is a power-off
+// (ipmi) and then a storage fence, both confirmed; edit changes the fence before it runs.
+func releasedPowerAndStorageWorld(t *testing.T, edit func(*v1alpha1.NodeFence)) (*world, *recorder, *storage) {
+	t.Helper()
+	s := &storage{answers: []providers.Status{{State: providers.Confirmed, Message: "lifted"}}}
+	ipmi := v1alpha1.Method{Name: "ipmi", Type: v1alpha1.MethodIPMI, Level: "power-and-storage", Timeout: &metav1.Duration{Duration: 10 * time.Second},
+		IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "palisade-system", Name: "bmc"}}}
+	fence := storageMethod
+	fence.Level = ipmi.Level
+	w, rec := storageWorld(t, s, ipmi, fence)
+	w.release(t, edit)
+	return w, rec, s
 }
 
 // reconcile reconciles n1's NodeFence once and returns it and n1 as they then stand.
@@ -272,6 +293,39 @@ func TestPowerOffDisproved(t *testing.T) {
 		w.setNode(t, confirmedClean("alice", "powered off by hand at the PDU, then on"))
 		nf, node = w.reconcile(t)
 		wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+	})
+	// A level of a power-off and a storage fence (power listed first, so that status.method
+	// names the storage fence) cut the power as much as a power method alone: a request made
+	// while the node was down is removed once the machine shows it never lost power, and the
+	// storage fence is not lifted under it.
+	t.Run("a level of a power-off and a storage fence", func(t *testing.T) {
+		w, rec, s := releasedPowerAndStorageWorld(t, nil)
+		nf, node := w.reconcile(t)
+		if nf.Status.Method != storageMethod.Name || nf.Status.PowerOffMethod() != "ipmi" {
+			t.Fatalf("status.method %q, power-off by %q: want the level's last method (%s) and ipmi", nf.Status.Method, nf.Status.PowerOffMethod(), storageMethod.Name)
+		}
+		wantHeld(t, nf, node, ReasonNodeNotBack)
+		w.setNode(t, confirmedClean("alice", "it is off, the BMC says so"))
+		nf, node = w.reconcile(t)
+		wantHeld(t, nf, node, ReasonNodeNotBack)
+		w.setNode(t, posted(nf.Status.FencedTime.Add(5*time.Minute)))
+		nf, node = w.reconcile(t)
+		wantHeld(t, nf, node, ReasonPowerOffDisproved)
+		if _, ok := node.Annotations[v1alpha1.AnnotationUnfenceRequest]; ok {
+			t.Errorf("the request made before the disproval is still on the node")
+		}
+		if nf.Status.PowerOffDisprovedTime == nil {
+			t.Error("PowerOffDisproved seen, not recorded (status.powerOffDisprovedTime)")
+		}
+		if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); !strings.Contains(c.Message, "method ipmi confirmed its power off") {
+			t.Errorf("message %q does not name the power method", c.Message)
+		}
+		if s.lifts != 0 {
+			t.Errorf("the storage fence was lifted %d times under a machine that never lost power", s.lifts)
+		}
+		if said := rec.said(ReasonStaleUnfenceRequest); len(said) == 0 {
+			t.Errorf("no %s event", ReasonStaleUnfenceRequest)
+		}
 	})
 	// Seen once, PowerOffDisproved is recorded: a request made after it is honoured even when
 	// the node went NotReady meanwhile, or the first request was malformed.
@@ -888,6 +942,18 @@ func TestRecoveryPowersOn(t *testing.T) {
 	if !powered {
 		t.Error("no PoweredOn event")
 	}
+}
+
+// recovery.powerOn powers the machine on through the power method of a level that also holds a
+// storage fence, though status.method names the storage fence.
+func TestRecoveryPowersOnThroughALevel(t *testing.T) {
+	w, _, _ := releasedPowerAndStorageWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Recovery.PowerOn = true })
+	nf, node := w.reconcile(t)
+	if nf.Status.PowerRestoredTime == nil || w.power.Fenced("n1") || w.power.CallCount(fake.MethodRestorePower, "n1") != 1 {
+		t.Fatalf("powered on at %v, machine off %v, RestorePower called %d times: want one power-on through ipmi",
+			nf.Status.PowerRestoredTime, w.power.Fenced("n1"), w.power.CallCount(fake.MethodRestorePower, "n1"))
+	}
+	wantHeld(t, nf, node, ReasonNodeNotBack) // powered on, not back yet
 }
 
 // A power-on that keeps failing (the BMC gone for good) does not hold the node once it is back

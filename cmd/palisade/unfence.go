@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -185,8 +184,9 @@ func printHeld(w io.Writer, nf *v1alpha1.NodeFence, node *corev1.Node) {
 		"pods may run on %s again.\n", node.Name, node.Name)
 	if readyStatus(node) != string(corev1.ConditionTrue) {
 		fmt.Fprintf(w, "Note: %s is not Ready: Palisade unfences it only once it is Ready again, confirmation or not.\n", node.Name)
-		if nf.Status.BootID != "" && slices.ContainsFunc(nf.Spec.Methods, func(m v1alpha1.Method) bool { return m.Name == nf.Status.Method && powersOff(m.Type) }) {
-			fmt.Fprintf(w, "If it comes back with the boot ID it had when fenced (%s), its power-off did not happen: this confirmation is then removed (PowerOffDisproved).\n", nf.Status.BootID)
+		// Any method of the confirmed level may have cut the power, not only status.method (the controller's rule).
+		if method := nf.Status.PowerOffMethod(); nf.Status.BootID != "" && method != "" {
+			fmt.Fprintf(w, "If it comes back with the boot ID it had when fenced (%s), its power-off by method %s did not happen: this confirmation is then removed (PowerOffDisproved).\n", nf.Status.BootID, method)
 		}
 	}
 	if old, ok := node.Annotations[v1alpha1.AnnotationUnfenceRequest]; ok {

@@ -24,7 +24,8 @@ func TestUnfence(t *testing.T) {
 	nodes := map[string]corev1.ConditionStatus{"unfence-held": corev1.ConditionTrue, "unfence-no": corev1.ConditionTrue,
 		"unfence-notready": corev1.ConditionFalse, "unfence-fencing": corev1.ConditionFalse, "unfence-failed": corev1.ConditionTrue,
 		"unfence-recovered": corev1.ConditionTrue, "unfence-dry": corev1.ConditionTrue, "unfence-recovering": corev1.ConditionTrue,
-		"unfence-none": corev1.ConditionTrue, "unfence-unjudged": corev1.ConditionTrue, "unfence-moved": corev1.ConditionTrue}
+		"unfence-none": corev1.ConditionTrue, "unfence-unjudged": corev1.ConditionTrue, "unfence-moved": corev1.ConditionTrue,
+		"unfence-notready-level": corev1.ConditionFalse, "unfence-notready-storage": corev1.ConditionFalse}
 	for n, ready := range nodes {
 		makeNode(t, c, nodeSpec{name: n, labels: sel, ready: ready, bootID: "boot-1", taint: true})
 	}
@@ -33,6 +34,26 @@ func TestUnfence(t *testing.T) {
 	makeFence(t, c, "unfence-no", "unfence", released("Flapping", "fenced again 5m after it was last unfenced"))
 	makeFence(t, c, "unfence-moved", "unfence", released("BootIDUnchanged", "node unfence-moved is back but has not rebooted"))
 	makeFence(t, c, "unfence-notready", "unfence", released("NodeNotBack", "node unfence-notready is not back (not Ready)"))
+	// A level of a power-off and a storage fence: status.method names the level's last method,
+	// the storage fence, though the power-off cut the power. A storage fence alone did not.
+	storage := v1alpha1.Method{Name: "storage", Type: v1alpha1.MethodNetworkFence, Level: "both", NetworkFence: &v1alpha1.NetworkFenceMethod{NetworkFenceClassName: "nfc"}}
+	makeFence(t, c, "unfence-notready-level", "unfence", func(nf *v1alpha1.NodeFence) {
+		released("NodeNotBack", "node unfence-notready-level is not back (not Ready)")(nf)
+		nf.Spec.Methods = []v1alpha1.Method{ipmi("ipmi", "both"), storage}
+		nf.Status.Method = "storage"
+		nf.Status.Steps = append(nf.Status.Steps[:2:2],
+			step(v1alpha1.StepStorageFence, "storage", v1alpha1.StepSucceeded, "", "NetworkFence created"),
+			step(v1alpha1.StepConfirmStorageFenced, "storage", v1alpha1.StepSucceeded, "", "NetworkFence Fenced"))
+	})
+	makeFence(t, c, "unfence-notready-storage", "unfence", func(nf *v1alpha1.NodeFence) {
+		released("NodeNotBack", "node unfence-notready-storage is not back (not Ready)")(nf)
+		storage.Level = ""
+		nf.Spec.Methods = []v1alpha1.Method{storage}
+		nf.Status.Method = "storage"
+		nf.Status.Steps = []v1alpha1.Step{
+			step(v1alpha1.StepStorageFence, "storage", v1alpha1.StepSucceeded, "", "NetworkFence created"),
+			step(v1alpha1.StepConfirmStorageFenced, "storage", v1alpha1.StepSucceeded, "", "NetworkFence Fenced")}
+	})
 	makeFence(t, c, "unfence-fencing", "unfence", func(nf *v1alpha1.NodeFence) {
 		nf.Status = v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFencing, Method: "ipmi", Token: 9}
 	})
@@ -111,13 +132,24 @@ func TestUnfence(t *testing.T) {
 		}
 	})
 
-	t.Run("not ready", func(t *testing.T) {
-		r := runCLI(t, c, "", "unfence", "unfence-notready", "--reason", "checked by hand", "-y")
+	for _, node := range []string{"unfence-notready", "unfence-notready-level"} {
+		t.Run("not ready "+node, func(t *testing.T) {
+			r := runCLI(t, c, "", "unfence", node, "--reason", "checked by hand", "-y")
+			if r.code != exitOK {
+				t.Fatalf("unfence -y: %s", r)
+			}
+			wantContains(t, "the note", r.out, "Note: "+node+" is not Ready: Palisade unfences it only once it is Ready again",
+				"If it comes back with the boot ID it had when fenced (boot-1), its power-off by method ipmi did not happen: this confirmation is then removed (PowerOffDisproved).")
+		})
+	}
+	t.Run("not ready, a storage fence alone", func(t *testing.T) {
+		r := runCLI(t, c, "", "unfence", "unfence-notready-storage", "--reason", "checked by hand", "-y")
 		if r.code != exitOK {
 			t.Fatalf("unfence -y: %s", r)
 		}
-		wantContains(t, "the note", r.out, "Note: unfence-notready is not Ready: Palisade unfences it only once it is Ready again",
-			"If it comes back with the boot ID it had when fenced (boot-1), its power-off did not happen: this confirmation is then removed (PowerOffDisproved).")
+		if strings.Contains(r.out, "PowerOffDisproved") {
+			t.Errorf("a storage fence's node is warned of a power-off:\n%s", r.out)
+		}
 	})
 
 	for _, tc := range []struct{ node, want string }{

@@ -1,0 +1,28 @@
+package v1alpha1
+
+// Disproving says whether a failed step's reason says that a confirmed fence did not hold: the
+// node showed life after it, or (for a method that leaves the node running) its workload runs
+// again or can no longer be read back. Such a step ends the confirmation it disproved.
+func Disproving(reason string) bool {
+	return reason == ReasonNodeAliveAfterFence || reason == ReasonWorkloadRunningAfterFence ||
+		reason == ReasonWorkloadUnverified
+}
+
+// PowerOffMethod is the method that confirmed the node's machine off (its ConfirmOff step
+// Succeeded) since the last step that disproved a confirmation, "" when none did: the machine
+// can then only come back with a new boot ID. Read from the steps, not from status.method: a
+// level may hold several methods (a power-off and a storage fence), and status.method names
+// the last one taken, which need not be the one that cut the power. When two methods
+// confirmed it off, the later one.
+func (s *NodeFenceStatus) PowerOffMethod() string {
+	method := ""
+	for _, st := range s.Steps {
+		switch {
+		case st.Name == StepConfirmOff && st.State == StepSucceeded:
+			method = st.Method
+		case st.State == StepFailed && Disproving(st.Reason):
+			method = ""
+		}
+	}
+	return method
+}
