@@ -34,7 +34,13 @@ func (r *NodeFenceReconciler) takeMethod(ctx context.Context, nf *v1alpha1.NodeF
 		}
 		return fence(ctx, fencer, req)
 	case kind.confirm:
-		return confirm(ctx, fencer, req)
+		out := confirm(ctx, fencer, req)
+		if out.state == v1alpha1.StepSucceeded {
+			if err := r.noteBoots(ctx, nf); err != nil { // boots.go: recorded with the confirmation
+				return pending(retryConfirm, ReasonAPIError, "%v", err)
+			}
+		}
+		return out
 	}
 	return failed(ReasonUnknownStep, "step %q is not one of method type %s", a.step, m.Type)
 }

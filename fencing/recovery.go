@@ -22,7 +22,8 @@ import (
 
 // Recovery (invariant 5): a node whose fence was released is given back to the cluster only
 // when it is back and clean. Back: its Node is Ready again. Clean: it rebooted since the fence
-// (its boot ID is another than the one recorded when the fence began), or an operator confirms
+// (its boot ID is another than the one recorded when the fence began and those read at its
+// confirmation, boots.go), or an operator confirms
 // it clean with the palisade.dev/unfence-request annotation (guarded like fence requests). A
 // node that comes back without a reboot stays fenced: the fence may have stopped its kubelet and
 // not its processes. A node fenced again soon after its last recovery (the policy's flapWindow)
@@ -258,6 +259,10 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 	if bootID == nf.Status.BootID {
 		return nil, ReasonBootIDUnchanged, fmt.Sprintf("node %s is back but has not rebooted since it was fenced (boot ID %s): the processes of its workload may have outlived the fence. Reboot it, or %s", name, bootID, confirm)
 	}
+	if bootOfFence(nf, bootID) { // boots.go
+		return nil, ReasonBootIDUnchanged, fmt.Sprintf("node %s is back in the boot it was in when its fence was confirmed (boot ID %s; %s when the fence began): it rebooted while the fence was under way, not since the fence acted, so the processes of its workload may have outlived the fence. Reboot it, or %s",
+			name, bootID, nf.Status.BootID, confirm)
+	}
 	if prev, window := nf.Spec.PreviousRecoveryTime, flapWindow(nf); prev != nil && window > 0 && !nf.CreationTimestamp.Before(prev) && nf.CreationTimestamp.Sub(prev.Time) < window {
 		return nil, ReasonFlapping, fmt.Sprintf("node %s was fenced again %s after it was last unfenced, within the policy's flap window (%s): it is held fenced although it rebooted. Find out why it keeps failing; %s",
 			name, nf.CreationTimestamp.Sub(prev.Time).Round(time.Second), window, confirm)
@@ -287,12 +292,12 @@ func fenceTaintGone(nf *v1alpha1.NodeFence, node *corev1.Node) bool {
 	return tainted && !OutOfService(node)
 }
 
-// powerOffDisproved says when the node, Ready, posted its status with the boot ID it had when
-// fenced, if that was after a power method confirmed its machine off (readyPostedAfter): the
-// machine never lost power.
+// powerOffDisproved says when the node, Ready, posted its status with a boot ID it had when
+// fenced (when the fence began, or at a confirmation: bootOfFence), if that was after a power
+// method confirmed its machine off (readyPostedAfter): the machine never lost power.
 func powerOffDisproved(nf *v1alpha1.NodeFence, node *corev1.Node) (time.Time, bool) {
 	boot := node.Status.NodeInfo.BootID
-	if !lease.NodeReady(node) || boot == "" || boot != nf.Status.BootID || poweredOff(nf) == nil {
+	if !lease.NodeReady(node) || boot == "" || !bootOfFence(nf, boot) || poweredOff(nf) == nil {
 		return time.Time{}, false
 	}
 	return readyPostedAfter(node, nf.Status.FencedTime)

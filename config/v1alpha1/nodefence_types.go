@@ -191,9 +191,19 @@ type NodeFenceStatus struct {
 	// MethodStartTime is when the current method began; its timeout counts from here.
 	// +optional
 	MethodStartTime *metav1.Time `json:"methodStartTime,omitempty"`
-	// BootID is the node's boot ID when the fence began; a different one later proves a reboot.
+	// BootID is the node's boot ID when the fence began. A reboot since the fence is proven by a
+	// boot ID other than this one and every one of confirmedBootIDs.
 	// +optional
 	BootID string `json:"bootID,omitempty"`
+	// ConfirmedBootIDs are the boot IDs the node was seen in when its fence's methods were
+	// confirmed, other than bootID: its Node's (status.nodeInfo.bootID) and its agent's latest
+	// heartbeat's, read at each confirmation. A method that leaves the node running (the
+	// Executor) acts in the boot it is confirmed in, which is another than bootID when the node
+	// rebooted while the fence was under way: back in that boot, it has not rebooted since the
+	// fence acted.
+	// +optional
+	// +listType=set
+	ConfirmedBootIDs []string `json:"confirmedBootIDs,omitempty"`
 	// NodeUID is the UID of the Node when the fence began. A Node of the same name with another
 	// UID was registered anew since, perhaps by another machine: its boot ID says nothing about
 	// the machine fenced, so it is not unfenced on it.

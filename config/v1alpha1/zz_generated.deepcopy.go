@@ -413,6 +413,11 @@ func (in *NodeFenceStatus) DeepCopyInto(out *NodeFenceStatus) {
 		in, out := &in.MethodStartTime, &out.MethodStartTime
 		*out = (*in).DeepCopy()
 	}
+	if in.ConfirmedBootIDs != nil {
+		in, out := &in.ConfirmedBootIDs, &out.ConfirmedBootIDs
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.FencedTime != nil {
 		in, out := &in.FencedTime, &out.FencedTime
 		*out = (*in).DeepCopy()

@@ -1,0 +1,89 @@
+package fencing
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+)
+
+// bootMidFence is the boot a node rebooted into while its fence was under way.
+const bootMidFence = "boot-mid"
+
+// A node that rebooted while its Executor fence was under way (boot bootAtFence when it began,
+// bootMidFence when the agent carried the order out and the fence was confirmed) has not
+// rebooted since the fence acted when it is back in bootMidFence: held as BootIDUnchanged, not
+// unfenced as Rebooted. Either the Node or the agent's heartbeat may say the new boot at the
+// confirmation (a kubelet down does not post). Back in a third boot, it is unfenced.
+func TestRebootedWhileFenced(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// seen makes the world show bootMidFence during the fence, before its confirmation.
+		seen func(t *testing.T, w *world)
+	}{
+		{"the Node says the new boot", func(t *testing.T, w *world) {
+			w.setNode(t, func(n *corev1.Node) { n.Status.NodeInfo.BootID = bootMidFence; notReady(n) })
+		}},
+		{"the agent's heartbeat says the new boot", func(t *testing.T, w *world) {
+			w.r.Heartbeats = heartbeats{"n1": {Node: "n1", BootID: bootMidFence, Received: w.now, Sent: w.now, RunningContainers: ptr.To(0)}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, "executor")
+			w.setNode(t, back(bootAtFence))
+			// The agent carries the order out only once the node rebooted.
+			w.agent.SetStatus(&providers.Status{State: providers.InProgress, Reason: providers.ReasonOrderRunning})
+			w.tick = func(nf *v1alpha1.NodeFence) {
+				if len(nf.Status.Steps) > 0 {
+					tc.seen(t, w)
+					w.agent.SetStatus(&providers.Status{State: providers.Confirmed})
+				}
+			}
+			if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.BootID != bootAtFence {
+				t.Fatalf("fence ended %s with boot ID %q, want Released with %q:\n%s", nf.Status.Phase, nf.Status.BootID, bootAtFence, goldenTrace(nf))
+			}
+			w.tick = nil
+			w.setNode(t, back(bootMidFence))
+			if nf, _ := w.reconcile(t); !slices.Equal(nf.Status.ConfirmedBootIDs, []string{bootMidFence}) {
+				t.Errorf("status.confirmedBootIDs %q, want [%s]", nf.Status.ConfirmedBootIDs, bootMidFence)
+			}
+			nf, node := w.reconcile(t)
+			wantHeld(t, nf, node, ReasonBootIDUnchanged)
+			w.setNode(t, back(bootAfter))
+			nf, node = w.reconcile(t)
+			wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+		})
+	}
+}
+
+// A power fence's node seen in a new boot at the confirmation (it rebooted while the fence was
+// under way) that posts its status in that boot after the power-off never lost power:
+// PowerOffDisproved, not Rebooted.
+func TestPowerOffDisprovedInTheBootOfTheConfirmation(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.setNode(t, back(bootAtFence))
+	w.power.SetStatus(&providers.Status{State: providers.InProgress, Reason: "PowerStillOn"})
+	w.tick = func(nf *v1alpha1.NodeFence) {
+		if len(nf.Status.Steps) > 0 {
+			w.setNode(t, func(n *corev1.Node) { n.Status.NodeInfo.BootID = bootMidFence; notReady(n) })
+			w.power.SetStatus(nil)
+		}
+	}
+	if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased {
+		t.Fatalf("fence ended %s, want Released", nf.Status.Phase)
+	}
+	w.tick = nil
+	nf, _ := w.reconcile(t)
+	w.setNode(t, func(n *corev1.Node) {
+		back(bootMidFence)(n)
+		n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(nf.Status.FencedTime.Add(time.Minute))
+	})
+	nf, node := w.reconcile(t)
+	wantHeld(t, nf, node, ReasonPowerOffDisproved)
+}
