@@ -132,6 +132,16 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	decidedBefore := nf.Status.Recovery != nil
 	if nf.Status.Recovery == nil {
 		rec, reason, msg := judgeClean(nf, node, r.now())
+		if rec != nil && rec.How != v1alpha1.RecoveryConfirmedClean {
+			manual, err := r.manualNow(ctx, nf) // recovery_policy.go
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if manual {
+				rec, reason, msg = nil, ReasonAutomaticRecoveryOff, fmt.Sprintf("node %s is back (%s), but policy %s now unfences only on request (its recovery.automatic was turned off after this fence began): %s",
+					nf.Spec.NodeName, rec.Reason, nf.Spec.PolicyName, confirmText(nf.Spec.NodeName))
+			}
+		}
 		if rec == nil {
 			if reason != ReasonPowerOffDisproved && reason != ReasonNodeReplaced { // those say more: a Node registered anew never had the taint
 				reason, msg = taintTakenOff(nf, node, reason, msg)
@@ -227,8 +237,7 @@ func (r *NodeFenceReconciler) restorePower(ctx context.Context, nf *v1alpha1.Nod
 // how when it may, else the Recovered=False reason and message saying what it waits for.
 func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1alpha1.RecoveryRecord, string, string) {
 	name, bootID := node.Name, node.Status.NodeInfo.BootID
-	confirm := fmt.Sprintf("once you know its workload's processes are gone, confirm it clean: kubectl annotate node %s %s='<how it was made clean>'",
-		name, v1alpha1.AnnotationUnfenceRequest)
+	confirm := confirmText(name)
 	// A malformed request is said at once, not once the node is back: until then it would hide
 	// behind NodeNotBack, and its requester would learn of it only when it counted.
 	text, present, err := parseUnfenceRequest(node)

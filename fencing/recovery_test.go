@@ -805,6 +805,48 @@ func TestRecoveryAutomaticOff(t *testing.T) {
 	wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
 }
 
+// A policy whose automatic recovery is turned off while its fence is under way holds that
+// fence's node too, though the fence's own copy of the policy still says automatic: the
+// stricter of the two holds. A policy left automatic, or deleted, unfences the rebooted node.
+func TestRecoveryAutomaticTurnedOffDuringTheFence(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		automatic *bool // the policy's now; nil: the policy was deleted
+		want      string
+	}{
+		{"turned off", ptr.To(false), ReasonAutomaticRecoveryOff},
+		{"left on", ptr.To(true), ""},
+		{"deleted", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) {
+				nf.Spec.PolicyName = "db"
+				nf.Spec.Recovery.Automatic = ptr.To(true)
+			})
+			if tc.automatic != nil {
+				p := &v1alpha1.FencingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "db"}}
+				p.Spec.Recovery.Automatic = tc.automatic
+				if err := w.c.Create(context.Background(), p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.setNode(t, back(bootAfter))
+			nf, node := w.reconcile(t)
+			if tc.want == "" {
+				wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+				return
+			}
+			wantHeld(t, nf, node, tc.want)
+			if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c == nil || !strings.Contains(c.Message, "turned off after this fence began") {
+				t.Errorf("Recovered condition %+v, want it to say the policy changed", c)
+			}
+			w.setNode(t, confirmedClean("alice", "checked by hand"))
+			nf, node = w.reconcile(t)
+			wantRecovered(t, nf, node, v1alpha1.RecoveryConfirmedClean)
+		})
+	}
+}
+
 // Without a boot ID from the time of the fence, a reboot cannot be proven.
 func TestRecoveryBootIDUnknown(t *testing.T) {
 	w := newWorld(t, "ipmi")
