@@ -1,13 +1,18 @@
 package fencing
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
@@ -86,4 +91,36 @@ func TestPowerOffDisprovedInTheBootOfTheConfirmation(t *testing.T) {
 	})
 	nf, node := w.reconcile(t)
 	wantHeld(t, nf, node, ReasonPowerOffDisproved)
+}
+
+// A confirmation whose Node read fails waits (the boot ID is recorded with it), but not past the
+// method's time: then the method fails, and the chain goes on, rather than wait for ever.
+func TestConfirmationWaitsForTheBootIDWithinTheMethodsTime(t *testing.T) {
+	w := newWorld(t, "executor")
+	w.setNode(t, back(bootAtFence))
+	// The agent confirms only once the fence has begun (its first look reads the Node too); the
+	// Node's reads fail from then on.
+	w.agent.SetStatus(&providers.Status{State: providers.InProgress, Reason: providers.ReasonOrderRunning})
+	failing := false
+	w.tick = func(nf *v1alpha1.NodeFence) {
+		if failing = len(nf.Status.Steps) > 0; failing {
+			w.agent.SetStatus(&providers.Status{State: providers.Confirmed})
+		}
+	}
+	w.reconcileErrors = true
+	w.r.APIReader = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Node); ok && failing {
+				return apierrors.NewServiceUnavailable("the API server is overloaded")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	w.ticks = 20
+	nf, _ := w.advance(t)
+	s := stepOf(nf, v1alpha1.StepConfirmTerminated)
+	if s.State != v1alpha1.StepFailed || !strings.Contains(s.Message, "time ran out before the node's boot ID could be read") {
+		t.Errorf("ConfirmTerminated %s %q: want the method failed once its time ran out\n%s", s.State, s.Message, goldenTrace(nf))
+	}
+	checkReleased(t, w, false)
 }

@@ -15,6 +15,7 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/classify"
 	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/agent"
 )
@@ -380,18 +381,21 @@ func (r *NodeFenceReconciler) agentsUntil(nf *v1alpha1.NodeFence) time.Time {
 // node's Lease as it read it (nil when it had none, or read none: a method that leaves the node
 // running is checked by its workload).
 func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFence) (outcome, *coordinationv1.Lease, bool) {
-	sign, l, err := r.signOfLife(ctx, nf)
-	if err != nil {
-		return pending(retryRelease, ReasonAPIError, "reading the node's signals before releasing: %v", err), nil, true
-	}
-	fresh := sign != nil
-	if !fresh {
-		sign = recordedSign(nf)
+	// A sign recorded by an earlier pass decides without a look: a failed read must not replace
+	// it on the step (a new leader would then not know it).
+	sign, fresh := recordedSign(nf), false
+	var l *coordinationv1.Lease
+	if sign == nil {
+		var err error
+		if sign, l, err = r.signOfLife(ctx, nf); err != nil {
+			return pending(retryRelease, ReasonAPIError, "reading the node's signals before releasing: %v", err), nil, true
+		}
+		fresh = sign != nil
 	}
 	if sign == nil {
 		return outcome{}, l, false
 	}
-	if fresh && recordedSign(nf) == nil {
+	if fresh {
 		// The sign is recorded before anything follows from it: a controller that dies, or
 		// loses its leadership, before it records the method disproved leaves the record
 		// saying so, and a new leader — which has not heard the node's agent yet — does not
@@ -430,19 +434,22 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 }
 
 // heardEnough holds a release step (stop) while the controller cannot have heard the node's
-// agent and peers long enough to know the node is still silent: while it is blind (sight.Tracker:
-// its start or a new leadership until the first round trip, the API server out of reach, a
-// stale watch), and, when it began to see only after the confirmation (a new leader, a restart,
-// a blind spell), until three of the agent's heartbeat intervals plus verifyMargin after that —
-// the agents' signals live in the leader's memory, so a sign of life the leader before it heard
-// (and died before recording) is heard again by then, if the node still lives. The Lease needs
-// no such wait: its renewals are on the API server.
+// agent and peers long enough to know the node is still silent: before its sight's first round
+// trip since its start or new leadership (sight.Tracker, Starting: until then the tracker's
+// Since is not this leadership's), and, when it began to see only after the confirmation (a new
+// leader, a restart, a blind spell), until three of the agent's heartbeat intervals plus
+// verifyMargin after that — the agents' signals live in the leader's memory, so a sign of life
+// the leader before it heard (and died before recording) is heard again by then, if the node
+// still lives: the same warm-up the classifier gives agents not heard since it began to listen.
+// The Lease needs no such wait: its renewals are on the API server. A later blind spell holds
+// nothing while it lasts (a stale watch may last through an etcd overload, and manual fences go
+// on then), only the wait after it.
 func (r *NodeFenceReconciler) heardEnough(nf *v1alpha1.NodeFence) (outcome, bool) {
 	if r.Sight == nil {
 		return outcome{}, false
 	}
 	if s, ok := r.Sight.(sightView); ok {
-		if st := s.Status(); st.Blind {
+		if st := s.Status(); st.Blind && st.Cause == sight.Starting {
 			return pending(verifyRecheck, ReasonControllerBlind, "the controller is blind since %s (%s: %s): releasing nothing of node %s until it sees again",
 				st.LastLost.UTC().Format(time.RFC3339), st.Cause, st.Message, nf.Spec.NodeName), true
 		}

@@ -875,7 +875,7 @@ func TestRecordedSignOfLifeOutlivesTheController(t *testing.T) {
 	if last := lastStep(nf); last.Reason != ReasonLifeSeen {
 		t.Fatalf("last step %s %s %q, want it held with %s", last.Name, last.Reason, last.Message, ReasonLifeSeen)
 	}
-	w.newLeader(w.r.Client, nil) // nothing heard from the node's agent yet
+	w.newLeader(w.r.Client, seeingSince(w.now)) // nothing heard from the node's agent yet
 	w.tick = nil
 	if nf, ended = w.advance(t); ended {
 		t.Fatalf("the new leader ended the fence (%s) while the taint could not be removed", nf.Status.Phase)
@@ -921,7 +921,19 @@ func TestSignOfLifeIsRecordedBeforeTheFailure(t *testing.T) {
 	if last := lastStep(nf); last.Reason != ReasonLifeSeen {
 		t.Fatalf("last step %s %s %q, want the sign recorded (%s) though the failure's write was refused\n%s", last.Name, last.Reason, last.Message, ReasonLifeSeen, goldenTrace(nf))
 	}
-	w.newLeader(w.r.Client, nil) // nothing heard from the node's agent
+	w.newLeader(w.r.Client, seeingSince(w.now)) // nothing heard from the node's agent
+	// Its first reads of the node's Lease fail: the failure must not replace the recorded sign.
+	leaseReads := 0
+	w.r.APIReader = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*coordinationv1.Lease); ok {
+				if leaseReads++; leaseReads <= 3 {
+					return apierrors.NewServiceUnavailable("the API server is overloaded")
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
 	w.advance(t)
 	if podErr := w.c.Get(context.Background(), client.ObjectKey{Namespace: "db", Name: "db-0"}, &corev1.Pod{}); podErr != nil {
 		t.Fatalf("the new leader force-deleted the pod of a node that showed life: %v", podErr)
@@ -992,4 +1004,9 @@ func (w *world) checkDisproved(t *testing.T) {
 		t.Errorf("phase %s, last step %s %q: want Failed with %s\n%s", nf.Status.Phase, lastStep(nf).Reason, lastStep(nf).Message, v1alpha1.ReasonNodeAliveAfterFence, goldenTrace(nf))
 	}
 	checkReleased(t, w, false)
+}
+
+// seeingSince is the sight of a new leader that has seen since at (after its start).
+func seeingSince(at time.Time) *fixedSight {
+	return &fixedSight{sight.Status{Cause: sight.Starting, Message: "the controller started or won leadership", Since: at, LastLost: at}}
 }

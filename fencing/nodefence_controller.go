@@ -389,10 +389,10 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 	if a.step == v1alpha1.StepVerifyFenced {
 		return r.verifyFenced(ctx, nf)
 	}
-	if out, stop := r.heardEnough(nf); stop {
+	if out, _, stop := r.checkLife(ctx, nf); stop {
 		return out
 	}
-	if out, _, stop := r.checkLife(ctx, nf); stop {
+	if out, stop := r.heardEnough(nf); stop { // after checkLife: its hold must not replace a recorded sign
 		return out
 	}
 	if out, stop := r.sameNode(ctx, nf); stop {
