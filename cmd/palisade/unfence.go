@@ -134,8 +134,20 @@ func sameFence(ctx context.Context, c client.Client, was *v1alpha1.NodeFence, to
 		return fmt.Errorf("the NodeFence of node %s went from %s to %s while you answered: %s", was.Spec.NodeName, was.Status.Phase, now.Status.Phase, again)
 	case (now.Status.Recovery == nil) != (was.Status.Recovery == nil):
 		return fmt.Errorf("palisade decided the recovery of node %s while you answered: %s", was.Spec.NodeName, again)
+	case (now.Status.PowerOffDisprovedTime == nil) != (was.Status.PowerOffDisprovedTime == nil):
+		return fmt.Errorf("node %s came back with the boot ID it had when fenced while you answered: its power-off did not happen (PowerOffDisproved), and its workload may run; %s", was.Spec.NodeName, again)
+	case recoveredReason(now) != recoveredReason(was):
+		return fmt.Errorf("the fence of node %s is held for another reason now (%s, shown: %s): %s", was.Spec.NodeName, recoveredReason(now), recoveredReason(was), again)
 	}
 	return nil
+}
+
+// recoveredReason is the reason of nf's Recovered condition, "" without one.
+func recoveredReason(nf *v1alpha1.NodeFence) string {
+	if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c != nil {
+		return c.Reason
+	}
+	return ""
 }
 
 // unfenceable refuses a fence that an unfence request would not end: one that is not Released,

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,7 +25,7 @@ func TestUnfence(t *testing.T) {
 	nodes := map[string]corev1.ConditionStatus{"unfence-held": corev1.ConditionTrue, "unfence-no": corev1.ConditionTrue,
 		"unfence-notready": corev1.ConditionFalse, "unfence-fencing": corev1.ConditionFalse, "unfence-failed": corev1.ConditionTrue,
 		"unfence-recovered": corev1.ConditionTrue, "unfence-dry": corev1.ConditionTrue, "unfence-recovering": corev1.ConditionTrue,
-		"unfence-none": corev1.ConditionTrue, "unfence-unjudged": corev1.ConditionTrue, "unfence-moved": corev1.ConditionTrue,
+		"unfence-none": corev1.ConditionTrue, "unfence-unjudged": corev1.ConditionTrue, "unfence-moved": corev1.ConditionTrue, "unfence-disproved": corev1.ConditionFalse,
 		"unfence-notready-level": corev1.ConditionFalse, "unfence-notready-storage": corev1.ConditionFalse}
 	for n, ready := range nodes {
 		makeNode(t, c, nodeSpec{name: n, labels: sel, ready: ready, bootID: "boot-1", taint: true})
@@ -33,6 +34,7 @@ func TestUnfence(t *testing.T) {
 	makeFence(t, c, "unfence-held", "unfence", released("BootIDUnchanged", held))
 	makeFence(t, c, "unfence-no", "unfence", released("Flapping", "fenced again 5m after it was last unfenced"))
 	makeFence(t, c, "unfence-moved", "unfence", released("BootIDUnchanged", "node unfence-moved is back but has not rebooted"))
+	makeFence(t, c, "unfence-disproved", "unfence", released("NodeNotBack", "node unfence-disproved is not back (not Ready)"))
 	makeFence(t, c, "unfence-notready", "unfence", released("NodeNotBack", "node unfence-notready is not back (not Ready)"))
 	// A level of a power-off and a storage fence: status.method names the level's last method,
 	// the storage fence, though the power-off cut the power. A storage fence alone did not.
@@ -105,32 +107,48 @@ func TestUnfence(t *testing.T) {
 		}
 	})
 
-	// The question waited while Palisade recovered the node (it rebooted): the answer was for
-	// the fence shown, and sets nothing.
-	t.Run("refuses an answer for a fence that moved on", func(t *testing.T) {
-		var out, errOut bytes.Buffer
-		in := &answerAfter{answer: "y\n", before: func() {
-			nf := &v1alpha1.NodeFence{}
-			if err := c.Get(context.Background(), client.ObjectKey{Name: "unfence-moved"}, nf); err != nil {
-				t.Error(err)
-				return
-			}
+	// The question waited while the fence moved on: Palisade recovered the node (it rebooted),
+	// or the node came back in the boot it had when fenced (its power-off disproved). The answer
+	// was for the fence shown, and sets nothing.
+	for _, tc := range []struct {
+		node   string
+		change func(nf *v1alpha1.NodeFence)
+		want   string
+	}{
+		{"unfence-moved", func(nf *v1alpha1.NodeFence) {
 			nf.Status.Phase = v1alpha1.PhaseRecovered
 			nf.Status.Recovery = &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryRebooted, Time: metav1.Now(), Reason: "rebooted: boot ID boot-1 when fenced, boot-2 now"}
-			if err := c.Status().Update(context.Background(), nf); err != nil {
-				t.Error(err)
+		}, "the NodeFence of node unfence-moved went from Released to Recovered while you answered: nothing was set"},
+		{"unfence-disproved", func(nf *v1alpha1.NodeFence) {
+			now := metav1.Now()
+			nf.Status.PowerOffDisprovedTime = &now
+			meta.SetStatusCondition(&nf.Status.Conditions, condition(v1alpha1.ConditionRecovered, metav1.ConditionFalse, "PowerOffDisproved", "the machine never lost power"))
+		}, "node unfence-disproved came back with the boot ID it had when fenced while you answered: its power-off did not happen (PowerOffDisproved)"},
+	} {
+		t.Run("refuses an answer for a fence that moved on: "+tc.node, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			in := &answerAfter{answer: "y\n", before: func() {
+				nf := &v1alpha1.NodeFence{}
+				if err := c.Get(context.Background(), client.ObjectKey{Name: tc.node}, nf); err != nil {
+					t.Error(err)
+					return
+				}
+				tc.change(nf)
+				if err := c.Status().Update(context.Background(), nf); err != nil {
+					t.Error(err)
+				}
+			}}
+			a := newApp("palisade", in, &out, &errOut)
+			a.connect = func(kubeFlags) (client.Client, error) { return c, nil }
+			if code := a.run(context.Background(), []string{"unfence", tc.node, "--reason", "checked by hand"}); code != exitError {
+				t.Fatalf("unfence answered after the fence moved on: exit %d\n%s\n%s", code, out.String(), errOut.String())
 			}
-		}}
-		a := newApp("palisade", in, &out, &errOut)
-		a.connect = func(kubeFlags) (client.Client, error) { return c, nil }
-		if code := a.run(context.Background(), []string{"unfence", "unfence-moved", "--reason", "checked by hand"}); code != exitError {
-			t.Fatalf("unfence answered after the fence moved on: exit %d\n%s\n%s", code, out.String(), errOut.String())
-		}
-		wantContains(t, "the refusal", errOut.String(), "the NodeFence of node unfence-moved went from Released to Recovered while you answered: nothing was set")
-		if _, ok := annotations(t, c, "unfence-moved")[v1alpha1.AnnotationUnfenceRequest]; ok {
-			t.Error("the node carries an unfence request given for a fence that had moved on")
-		}
-	})
+			wantContains(t, "the refusal", errOut.String(), tc.want)
+			if _, ok := annotations(t, c, tc.node)[v1alpha1.AnnotationUnfenceRequest]; ok {
+				t.Error("the node carries an unfence request given for a fence that had moved on")
+			}
+		})
+	}
 
 	for _, node := range []string{"unfence-notready", "unfence-notready-level"} {
 		t.Run("not ready "+node, func(t *testing.T) {
