@@ -35,12 +35,15 @@ const startGrace = 2
 type reached struct {
 	BootID  string    `json:"bootID"`
 	Reached time.Time `json:"reached"`
-	// WithinMillis is the self-fence the agent promised when it wrote the file (Fencer.Within;
-	// 0: none, or a file written before the field): an agent restarted in the same boot whose
-	// own promise would be longer (a longer --watchdog-timeout or --self-fence-after, rolled out
-	// while the node is isolated) does not open the watchdog before a reach (ArmWatchdog), since
-	// its pets and timeout would reset the node later than the controller was promised.
-	WithinMillis int64 `json:"selfFenceWithinMillis,omitempty"`
+	// AfterMillis and TimeoutMillis are the self-fence the agent promised when it wrote the
+	// file: its --self-fence-after and its watchdog's timeout (the device's own), both 0 when
+	// it promised nothing (or in a file written before the fields). An agent restarted in the
+	// same boot with a longer one of either (a rollout of a longer --watchdog-timeout or
+	// --self-fence-after while the node is isolated) does not open the watchdog before a reach
+	// (ArmWatchdog): its pets and timeout would reset the node later than the controller was
+	// promised. Each is compared on its own: a device may keep a timeout of its own.
+	AfterMillis   int64 `json:"selfFenceAfterMillis,omitempty"`
+	TimeoutMillis int64 `json:"watchdogTimeoutMillis,omitempty"`
 	// Disarmed says the agent that wrote the file disarmed the watchdog at its graceful exit
 	// (the magic close, Close): no timer of it runs, so an agent restarted in a long isolation
 	// arms it at its self-fence (armAtSelfFence) rather than leave the node without the reset.
@@ -98,7 +101,18 @@ func (f *Fencer) persist(now time.Time, restored bool) {
 	if f.o.StateDir == "" || (!restored && !f.written.IsZero() && now.Sub(f.written) < persistEvery) {
 		return
 	}
-	f.record(reached{BootID: f.o.BootID, Reached: now.UTC(), WithinMillis: f.Within().Milliseconds()}, now)
+	f.record(f.promised(now), now)
+}
+
+// promised is the record of a reach at at with the promise this agent makes now.
+func (f *Fencer) promised(at time.Time) reached {
+	r := reached{BootID: f.o.BootID, Reached: at.UTC()}
+	f.dogMu.Lock()
+	defer f.dogMu.Unlock()
+	if f.enabled() && f.dog != nil {
+		r.AfterMillis, r.TimeoutMillis = f.o.After.Milliseconds(), f.dog.timeout.Milliseconds()
+	}
+	return r
 }
 
 // record writes r to ReachedFile at now (persist; Close's disarm; openDog's new promise).

@@ -72,6 +72,10 @@ type Fencer struct {
 	// held is the watchdog a self-fence of an agent waiting for a reach opened and armed, never
 	// petted (armAtSelfFence): the first reach adopts it as dog (a second open would fail, busy).
 	held *watchdog
+	// heldUnrecorded says that ReachedFile still says the watchdog is disarmed though a
+	// self-fence armed it (held): the next heartbeat's Observe writes that it is not, so that an
+	// agent started after this one dies does not open it again (restarting its timer).
+	heldUnrecorded atomic.Bool
 	// petUntil is lastReachable plus After, in nanoseconds after started (petUnknown: no reach
 	// known): the pet loop pets while it is not past it, on the monotonic clock (a clock stepped
 	// back during an isolation must not stretch the pets).
@@ -169,26 +173,30 @@ func (f *Fencer) Within() time.Duration {
 //
 //   - the node has been isolated longer than After since before this start, or for a time it
 //     cannot know: opening would restart the timer of a watchdog the agent before it left armed;
-//   - or its own promise would be longer than the one the agent before it recorded (a rollout of
-//     a longer --watchdog-timeout or --self-fence-after, or a record without one): its pets and
-//     its timeout could reset the node later than the promise the controller holds. The device's
-//     own timeout is known only once opened; the one asked for is compared, which a device
-//     rounds alike for both agents.
+//   - or its --self-fence-after or --watchdog-timeout is longer than the agent before it
+//     recorded (a rollout of a longer one, or a record without them), unless that agent disarmed
+//     the watchdog (it withdrew its promise first): its pets and its timeout could reset the
+//     node later than the promise the controller holds. Each is compared on its own (the
+//     timeout asked for against the device's own the agent before had: a device may keep a
+//     timeout of its own, and rounds alike for both agents).
 func (f *Fencer) ArmWatchdog() error {
 	if !f.enabled() || f.o.WatchdogTimeout <= 0 || f.o.WatchdogDevice == "" {
 		return nil
 	}
-	before, want := time.Duration(f.before.WithinMillis)*time.Millisecond, f.o.After+2*f.o.WatchdogTimeout
+	beforeAfter, beforeTimeout := time.Duration(f.before.AfterMillis)*time.Millisecond, time.Duration(f.before.TimeoutMillis)*time.Millisecond
 	switch {
 	case !f.mayPet(f.started):
 		f.setArmLater()
 		f.log.Info("the node has been isolated longer than --self-fence-after since before this start (or for a time unknown): the watchdog is neither opened nor petted before the node is reached again, and one the agent before left armed resets the node",
 			"device", f.o.WatchdogDevice, "disarmedBefore", f.before.Disarmed)
 		return nil
-	case f.restored && before < want:
+	case f.restored && !f.before.Disarmed && (f.o.After > beforeAfter || f.o.WatchdogTimeout > beforeTimeout):
+		// (An agent before that disarmed the watchdog withdrew its promise first: nothing to
+		// keep.)
 		f.setArmLater()
 		f.log.Info("restarted with a self-fence promise longer than the agent before this one recorded: the watchdog is neither opened nor petted before the node is reached again (its timer runs as the agent before left it), so that the node is not reset later than the controller was promised",
-			"device", f.o.WatchdogDevice, "promisedBefore", before.String(), "promise", want.String())
+			"device", f.o.WatchdogDevice, "selfFenceAfterBefore", beforeAfter.String(), "watchdogTimeoutBefore", beforeTimeout.String(),
+			"selfFenceAfter", f.o.After.String(), "watchdogTimeout", f.o.WatchdogTimeout.String())
 		return nil
 	}
 	return f.openDog()
@@ -213,12 +221,13 @@ func (f *Fencer) openDog() error {
 		return err
 	}
 	f.dog, f.armLater, f.held = dog, false, nil
+	f.heldUnrecorded.Store(false) // the record below says more
 	f.dogMu.Unlock()
 	if !f.manualPets {
 		dog.start(f.mayPet, f.log)
 	}
 	if !f.lastReachable.IsZero() {
-		f.record(reached{BootID: f.o.BootID, Reached: f.lastReachable.UTC(), WithinMillis: f.Within().Milliseconds()}, f.lastReachable)
+		f.record(f.promised(f.lastReachable), f.lastReachable)
 	}
 	f.log.Info("watchdog armed and petted while the node is reached: the node is reset once it is isolated longer than --self-fence-after, or once this agent stops without a graceful exit, plus the watchdog's timeout (twice it when the agent dies after its last pet)",
 		"device", dog.path, "timeout", dog.timeout.String(), "timeoutFrom", dog.note, "selfFenceWithin", f.Within().String(), "adoptedFromSelfFence", adopted)
@@ -345,6 +354,9 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		}
 		return
 	}
+	if f.heldUnrecorded.Swap(false) {
+		f.record(reached{BootID: f.o.BootID, Reached: f.lastReachable.UTC()}, now) // armed, not disarmed
+	}
 	if f.fenced && now.Sub(f.fencedAt) >= retryUnconfirmed && f.unconfirmed.Swap(false) {
 		f.fenced = false
 		f.log.Info("the self-fence did not confirm the workload stopped: self-fencing again", "after", now.Sub(f.fencedAt).String())
@@ -435,6 +447,7 @@ func (f *Fencer) armAtSelfFence(st agentwire.ExecutorStatus) bool {
 		return true
 	}
 	f.held = dog
+	f.heldUnrecorded.Store(true)
 	f.log.Error(errors.New("watchdog armed"), "SELF-FENCING: the watchdog the agent before this one disarmed is armed again and never petted: the node will be reset within its timeout",
 		"device", dog.path, "timeout", dog.timeout.String(), "command", st.ID, "state", st.State)
 	return true

@@ -453,17 +453,17 @@ func TestWatchdogAcrossRestarts(t *testing.T) {
 		c.Wait()
 		f.petTick(at(s))
 	}
-	promise := (12 * time.Second).Milliseconds() // After plus twice the timeout
+	promised := func(r reached) bool { return r.AfterMillis == 2000 && r.TimeoutMillis == 5000 } // o's After and timeout
 
 	// A first start records its promise at once.
 	c := orders.NewCommander(co, logr.Discard())
 	f := start(o, 0, c)
-	if r := read(); r.WithinMillis != promise || r.Disarmed || !r.Reached.Equal(at(0)) {
-		t.Errorf("record after the first start = %+v, want the promise %d ms, reached at the start, not disarmed", r, promise)
+	if r := read(); !promised(r) || r.Disarmed || !r.Reached.Equal(at(0)) {
+		t.Errorf("record after the first start = %+v, want the promise (2 s after, a 5 s timeout), reached at the start, not disarmed", r)
 	}
 	beat(f, c, heartbeat.Reachability{Controller: true}, 1)
 	f.Close(at(1.1), true, interval)
-	if r := read(); !r.Disarmed || r.WithinMillis != 0 || !r.Reached.Equal(at(1)) {
+	if r := read(); !r.Disarmed || r.AfterMillis != 0 || r.TimeoutMillis != 0 || !r.Reached.Equal(at(1)) {
 		t.Errorf("record after a graceful disarm = %+v, want disarmed, no promise, the last reach kept", r)
 	}
 
@@ -482,20 +482,36 @@ func TestWatchdogAcrossRestarts(t *testing.T) {
 	if got, within := written(), f.Within(); got != "1" || within != 0 {
 		t.Errorf("self-fence after a disarm: device holds %q, Within %s; want armed (one write), no promise", got, within)
 	}
+	held := f.held
 	beat(f, c, heartbeat.Reachability{}, 31) // retryUnconfirmed later: the self-fence again
-	if got := written(); got != "1" {
+	if got := written(); got != "1" || f.held != held {
 		t.Errorf("after a second self-fence in the isolation the device holds %q, want the one write (a second would restart its timer)", got)
+	}
+	if r := read(); r.Disarmed {
+		t.Errorf("record after the self-fence armed the watchdog = %+v, want it no longer disarmed", r)
+	}
+	// An agent started after this one died, in the same isolation, does not open it again.
+	c2 := orders.NewCommander(co, logr.Discard())
+	f2 := New(o, c2, logr.Discard(), at(31.5))
+	f2.manualPets = true
+	if err := f2.ArmWatchdog(); err != nil {
+		t.Fatal(err)
+	}
+	f2.Observe(ctx, heartbeat.Reachability{}, at(32))
+	c2.Wait()
+	if got := written(); got != "1" || f2.held != nil {
+		t.Errorf("an agent started after the self-fence armed the watchdog opened it again (device %q, held %v): it would restart its timer", got, f2.held != nil)
 	}
 	beat(f, c, heartbeat.Reachability{Peers: true}, 32)
 	if got, within := written(), f.Within(); got != "11" || within != 12*time.Second {
 		t.Errorf("reached after the self-fence armed it: device holds %q, Within %s; want adopted and petted (\"11\"), 12s", got, within)
 	}
-	if r := read(); r.WithinMillis != promise || r.Disarmed {
+	if r := read(); !promised(r) || r.Disarmed {
 		t.Errorf("record after adopting = %+v, want the promise, not disarmed", r)
 	}
 
 	// The agent before left it armed (a crash): a self-fence of this one does not touch it.
-	write(reached{BootID: "boot-1", Reached: at(40), WithinMillis: promise})
+	write(reached{BootID: "boot-1", Reached: at(40), AfterMillis: 2000, TimeoutMillis: 5000})
 	c = orders.NewCommander(co, logr.Discard())
 	f = start(o, 60, c)
 	beat(f, c, heartbeat.Reachability{}, 60.5)
@@ -507,24 +523,31 @@ func TestWatchdogAcrossRestarts(t *testing.T) {
 	}
 
 	// Restarted 1 s into an isolation (within After): the same promise opens at once; a longer
-	// one, or a record without one, waits for a reach.
+	// one, or a record without one, waits for a reach, unless the agent before disarmed the
+	// watchdog (it withdrew its promise first). Each of the two is compared on its own: the
+	// first "longer self-fence-after" promises 2 s + 2×4 s = 10 s, less than the 12 s before.
+	recorded := reached{BootID: "boot-1", Reached: at(70), AfterMillis: 2000, TimeoutMillis: 5000}
+	disarmed := reached{BootID: "boot-1", Reached: at(70), Disarmed: true}
 	for _, tc := range []struct {
 		name    string
-		before  int64
+		before  reached
+		after   time.Duration
 		timeout time.Duration
 		opened  bool
 	}{
-		{"the same timeout", promise, 5 * time.Second, true},
-		{"a shorter timeout", promise, 3 * time.Second, true},
-		{"a longer timeout", promise, 10 * time.Second, false},
-		{"a record without a promise", 0, 5 * time.Second, false},
+		{"the same timeout", recorded, 2 * time.Second, 5 * time.Second, true},
+		{"a shorter timeout", recorded, 2 * time.Second, 3 * time.Second, true},
+		{"a longer timeout", recorded, 2 * time.Second, 10 * time.Second, false},
+		{"a longer self-fence-after, a shorter timeout", recorded, 4 * time.Second, 3 * time.Second, false},
+		{"a record without a promise", reached{BootID: "boot-1", Reached: at(70)}, 2 * time.Second, 5 * time.Second, false},
+		{"disarmed before, a longer timeout", disarmed, 2 * time.Second, 10 * time.Second, true},
 	} {
-		write(reached{BootID: "boot-1", Reached: at(70), WithinMillis: tc.before})
+		write(tc.before)
 		oo := o
-		oo.WatchdogTimeout = tc.timeout
+		oo.After, oo.WatchdogTimeout = tc.after, tc.timeout
 		c = orders.NewCommander(co, logr.Discard())
 		f = start(oo, 71, c)
-		want := oo.After + 2*tc.timeout
+		want := tc.after + 2*tc.timeout
 		if opened := written() == "1" && f.Within() == want; opened != tc.opened {
 			t.Errorf("%s: device holds %q, Within %s at the start; want opened %v", tc.name, written(), f.Within(), tc.opened)
 		}
