@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -44,4 +46,32 @@ func (r *NodeFenceReconciler) noteBoots(ctx context.Context, nf *v1alpha1.NodeFe
 // bootOfFence says whether boot is one the node was seen in up to its fence's confirmation.
 func bootOfFence(nf *v1alpha1.NodeFence, boot string) bool {
 	return boot == nf.Status.BootID || slices.Contains(nf.Status.ConfirmedBootIDs, boot)
+}
+
+// clockSkewMargin is how far a kubelet's clock may run ahead of the controller's before a
+// status it posted before a fence's confirmation reads as one posted after it.
+const clockSkewMargin = 30 * time.Second
+
+// readyPostedAfter is when the node's kubelet last posted its Ready condition, if that was
+// more than clockSkewMargin after t (the heartbeat is the kubelet's clock, t the controller's):
+// a Ready condition that merely has not been marked stale yet is from before. A kubelet back
+// after a partition posts at once when node lifecycle marked it NotReady meanwhile, within its
+// status report frequency (5 min by default) otherwise. The API server's own time of the
+// kubelet's last status write (its managedFields entry) counts too: a kubelet whose clock runs
+// minutes behind (an RTC reset, a clock stepped back) stamps its heartbeat before t.
+func readyPostedAfter(node *corev1.Node, t *metav1.Time) (time.Time, bool) {
+	if t == nil {
+		return time.Time{}, false
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.LastHeartbeatTime.After(t.Add(clockSkewMargin)) {
+			return c.LastHeartbeatTime.Time, true
+		}
+	}
+	for _, mf := range node.ManagedFields {
+		if mf.Manager == "kubelet" && mf.Subresource == "status" && mf.Time != nil && mf.Time.After(t.Add(clockSkewMargin)) {
+			return mf.Time.Time, true
+		}
+	}
+	return time.Time{}, false
 }

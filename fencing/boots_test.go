@@ -124,3 +124,33 @@ func TestConfirmationWaitsForTheBootIDWithinTheMethodsTime(t *testing.T) {
 	}
 	checkReleased(t, w, false)
 }
+
+// A kubelet whose clock runs minutes behind stamps its heartbeat before a fence's confirmation;
+// the API server's time of its status write (its managedFields entry) shows it posted after.
+// Another manager's write (node lifecycle marking it NotReady) is no post of the kubelet's.
+func TestReadyPostedAfterByTheAPIServersClock(t *testing.T) {
+	confirmed := metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	node := func(manager, sub string, wrote time.Duration) *corev1.Node {
+		n := &corev1.Node{}
+		back(bootAtFence)(n)
+		n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(confirmed.Add(-10 * time.Minute)) // the kubelet's clock
+		at := metav1.NewTime(confirmed.Add(wrote))
+		n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: sub, Time: &at}}
+		return n
+	}
+	for _, tc := range []struct {
+		name         string
+		manager, sub string
+		wrote        time.Duration
+		posted       bool
+	}{
+		{"the kubelet wrote its status 2 min after", "kubelet", "status", 2 * time.Minute, true},
+		{"the kubelet wrote its status 10 s after (within the margin)", "kubelet", "status", 10 * time.Second, false},
+		{"node lifecycle wrote 2 min after", "kube-controller-manager", "status", 2 * time.Minute, false},
+		{"the kubelet wrote the Node itself 2 min after", "kubelet", "", 2 * time.Minute, false},
+	} {
+		if _, posted := readyPostedAfter(node(tc.manager, tc.sub, tc.wrote), &confirmed); posted != tc.posted {
+			t.Errorf("%s: posted after = %t, want %t", tc.name, posted, tc.posted)
+		}
+	}
+}

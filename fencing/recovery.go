@@ -479,27 +479,6 @@ func poweredOff(nf *v1alpha1.NodeFence) *v1alpha1.Method {
 	return nil
 }
 
-// clockSkewMargin is how far a kubelet's clock may run ahead of the controller's before a
-// status it posted before a fence's confirmation reads as one posted after it.
-const clockSkewMargin = 30 * time.Second
-
-// readyPostedAfter is when the node's kubelet last posted its Ready condition, if that was
-// more than clockSkewMargin after t (the heartbeat is the kubelet's clock, t the controller's):
-// a Ready condition that merely has not been marked stale yet is from before. A kubelet back
-// after a partition posts at once when node lifecycle marked it NotReady meanwhile, within its
-// status report frequency (5 min by default) otherwise.
-func readyPostedAfter(node *corev1.Node, t *metav1.Time) (time.Time, bool) {
-	if t == nil {
-		return time.Time{}, false
-	}
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.LastHeartbeatTime.After(t.Add(clockSkewMargin)) {
-			return c.LastHeartbeatTime.Time, true
-		}
-	}
-	return time.Time{}, false
-}
-
 // registeredAnew says whether node is another Node than the one fenced: deleted and registered
 // anew under the name since (another UID than status.nodeUID, recorded at the fence's first
 // look). A record from before status.nodeUID cannot tell, and says no.
