@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -69,9 +70,20 @@ func readyPostedAfter(node *corev1.Node, t *metav1.Time) (time.Time, bool) {
 		}
 	}
 	for _, mf := range node.ManagedFields {
-		if mf.Manager == "kubelet" && mf.Subresource == "status" && mf.Time != nil && mf.Time.After(t.Add(clockSkewMargin)) {
+		if kubeletStatusWrite(mf) && mf.Time != nil && mf.Time.After(t.Add(clockSkewMargin)) {
 			return mf.Time.Time, true
 		}
 	}
 	return time.Time{}, false
+}
+
+// kubeletStatusWrite says whether a managedFields entry is the kubelet's status writes: through
+// the status subresource, by the manager named "kubelet" (the API server names a manager from
+// the writer's user agent: the binary's name, "k3s" on k3s, "kubelite" on MicroK8s) or owning
+// status.nodeInfo, which only the kubelet writes.
+func kubeletStatusWrite(mf metav1.ManagedFieldsEntry) bool {
+	if mf.Subresource != "status" {
+		return false
+	}
+	return mf.Manager == "kubelet" || mf.FieldsV1 != nil && bytes.Contains(mf.FieldsV1.Raw, []byte(`"f:nodeInfo"`))
 }

@@ -94,7 +94,8 @@ func TestPowerOffDisprovedInTheBootOfTheConfirmation(t *testing.T) {
 }
 
 // A confirmation whose Node read fails waits (the boot ID is recorded with it), but not past the
-// method's time: then the method fails, and the chain goes on, rather than wait for ever.
+// method's time and bootReadGrace: then the method fails, and the chain goes on, rather than
+// wait for ever.
 func TestConfirmationWaitsForTheBootIDWithinTheMethodsTime(t *testing.T) {
 	w := newWorld(t, "executor")
 	w.setNode(t, back(bootAtFence))
@@ -116,10 +117,15 @@ func TestConfirmationWaitsForTheBootIDWithinTheMethodsTime(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	w.ticks = 20
+	w.ticks = 30 // the executor's 5 s, and less than bootReadGrace more
 	nf, _ := w.advance(t)
+	if s := stepOf(nf, v1alpha1.StepConfirmTerminated); s.State != v1alpha1.StepStarted {
+		t.Fatalf("ConfirmTerminated %s %q within %s of the method's timeout, want it waiting\n%s", s.State, s.Message, bootReadGrace, goldenTrace(nf))
+	}
+	w.ticks = 10
+	nf, _ = w.advance(t)
 	s := stepOf(nf, v1alpha1.StepConfirmTerminated)
-	if s.State != v1alpha1.StepFailed || !strings.Contains(s.Message, "time ran out before the node's boot ID could be read") {
+	if s.State != v1alpha1.StepFailed || !strings.Contains(s.Message, "ran out before the node's boot ID could be read") {
 		t.Errorf("ConfirmTerminated %s %q: want the method failed once its time ran out\n%s", s.State, s.Message, goldenTrace(nf))
 	}
 	checkReleased(t, w, false)
@@ -130,26 +136,29 @@ func TestConfirmationWaitsForTheBootIDWithinTheMethodsTime(t *testing.T) {
 // Another manager's write (node lifecycle marking it NotReady) is no post of the kubelet's.
 func TestReadyPostedAfterByTheAPIServersClock(t *testing.T) {
 	confirmed := metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	node := func(manager, sub string, wrote time.Duration) *corev1.Node {
+	owns := func(fields string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(fields)} }
+	node := func(manager, sub string, wrote time.Duration, fields *metav1.FieldsV1) *corev1.Node {
 		n := &corev1.Node{}
 		back(bootAtFence)(n)
 		n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(confirmed.Add(-10 * time.Minute)) // the kubelet's clock
 		at := metav1.NewTime(confirmed.Add(wrote))
-		n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: sub, Time: &at}}
+		n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: sub, Time: &at, FieldsV1: fields}}
 		return n
 	}
 	for _, tc := range []struct {
 		name         string
 		manager, sub string
 		wrote        time.Duration
+		fields       *metav1.FieldsV1
 		posted       bool
 	}{
-		{"the kubelet wrote its status 2 min after", "kubelet", "status", 2 * time.Minute, true},
-		{"the kubelet wrote its status 10 s after (within the margin)", "kubelet", "status", 10 * time.Second, false},
-		{"node lifecycle wrote 2 min after", "kube-controller-manager", "status", 2 * time.Minute, false},
-		{"the kubelet wrote the Node itself 2 min after", "kubelet", "", 2 * time.Minute, false},
+		{"the kubelet wrote its status 2 min after", "kubelet", "status", 2 * time.Minute, nil, true},
+		{"the kubelet wrote its status 10 s after (within the margin)", "kubelet", "status", 10 * time.Second, nil, false},
+		{"node lifecycle wrote 2 min after", "kube-controller-manager", "status", 2 * time.Minute, owns(`{"f:status":{"f:conditions":{}}}`), false},
+		{"the kubelet wrote the Node itself 2 min after", "kubelet", "", 2 * time.Minute, nil, false},
+		{"k3s's kubelet (manager k3s, owning nodeInfo) wrote its status 2 min after", "k3s", "status", 2 * time.Minute, owns(`{"f:status":{"f:nodeInfo":{"f:bootID":{}}}}`), true},
 	} {
-		if _, posted := readyPostedAfter(node(tc.manager, tc.sub, tc.wrote), &confirmed); posted != tc.posted {
+		if _, posted := readyPostedAfter(node(tc.manager, tc.sub, tc.wrote, tc.fields), &confirmed); posted != tc.posted {
 			t.Errorf("%s: posted after = %t, want %t", tc.name, posted, tc.posted)
 		}
 	}

@@ -91,7 +91,16 @@ func (r *NodeReconciler) deleted(ctx context.Context, node *corev1.Node) error {
 		// covered a workload that may run again, or another machine: fence anew.
 		return r.fenceDeleted(ctx, node, nf)
 	case Verified(nf) || nf.Status.Phase == v1alpha1.PhaseReleased:
-		if why := uncovered(nf, node); why != "" {
+		// The Node as the API server has it: the cache's copy has no managedFields (the
+		// manager's cache strips them), which say when the kubelet last wrote (readyPostedAfter).
+		fresh := &corev1.Node{}
+		if err := r.reader().Get(ctx, client.ObjectKeyFromObject(node), fresh); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil // gone meanwhile
+			}
+			return fmt.Errorf("reading node %s before letting its deletion go on: %w", node.Name, err)
+		}
+		if why := uncovered(nf, fresh); why != "" {
 			if nf.Status.Phase != v1alpha1.PhaseReleased {
 				return nil // under way: its release steps read the node's signs of life and end it
 			}

@@ -71,6 +71,7 @@ func TestNodeDeletionIsAFenceRequest(t *testing.T) {
 		policy         *v1alpha1.FencingPolicy
 		state          string
 		editN1         func(*corev1.Node)
+		apiN1          func(*corev1.Node) // what the API server adds to n1 (the cache strips managedFields)
 		existing       *v1alpha1.NodeFence
 		wantFinalizer  bool
 		wantTrigger    v1alpha1.Trigger // of n1's NodeFence afterwards; "" for none
@@ -122,6 +123,13 @@ func TestNodeDeletionIsAFenceRequest(t *testing.T) {
 		{name: "a deleted node whose kubelet posted after its released fence is fenced anew", policy: poolPolicy(ipmiMethod), state: healthy,
 			editN1: deletingPosted(t0.Add(-time.Second)), existing: releasedUntainted(nil),
 			wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1, wantEventsTail: heldThenCreated()},
+		{name: "a deleted node whose kubelet, its clock behind, wrote its status after its released fence is fenced anew", policy: poolPolicy(ipmiMethod), state: healthy,
+			editN1: deletingPosted(t0.Add(-20 * time.Minute)),
+			apiN1: func(n *corev1.Node) {
+				wrote := metav1.NewTime(t0.Add(-time.Second)) // the API server's time of the kubelet's last status write
+				n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: &wrote}}
+			},
+			existing: releasedUntainted(nil), wantFinalizer: true, wantTrigger: v1alpha1.TriggerNodeDeleted, wantMethods: 1, wantEventsTail: heldThenCreated()},
 		{name: "a deleted node whose released fence's power-off was disproved is fenced anew", policy: poolPolicy(ipmiMethod), state: dead,
 			editN1: deletingPosted(t0.Add(-20 * time.Minute)), existing: releasedUntainted(func(nf *v1alpha1.NodeFence) {
 				nf.Status.PowerOffDisprovedTime = ptr.To(metav1.NewTime(t0.Add(-5 * time.Minute)))
@@ -161,6 +169,17 @@ func TestNodeDeletionIsAFenceRequest(t *testing.T) {
 			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
 			rec := &recorder{}
 			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c}, Now: func() time.Time { return t0 }}
+			if tt.apiN1 != nil {
+				r.APIReader = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+						err := c.Get(ctx, key, obj, opts...)
+						if n, ok := obj.(*corev1.Node); ok && err == nil && key.Name == "n1" {
+							tt.apiN1(n)
+						}
+						return err
+					},
+				})
+			}
 			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
 			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
 				t.Fatal(err)
