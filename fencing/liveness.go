@@ -15,7 +15,6 @@ import (
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/classify"
 	"palisade.dev/palisade/detectors/lease"
-	"palisade.dev/palisade/detectors/sight"
 	"palisade.dev/palisade/providers"
 	"palisade.dev/palisade/providers/agent"
 )
@@ -414,9 +413,9 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 		}
 		return pending(retryRelease, lifeSeenReason(sign), "node %s showed life (%s) and its out-of-service taint must go: %v", nf.Spec.NodeName, sign.message, err), l, true
 	}
-	if fresh {
-		fencesDisproved.WithLabelValues(nf.Status.Method, sign.signal).Inc()
-	}
+	// Counted as the method is failed for it, whether this pass saw the sign or an earlier one
+	// recorded it (signal "Recorded": the taint's removal failed then, or the leader changed).
+	fencesDisproved.WithLabelValues(nf.Status.Method, sign.signal).Inc()
 	if sign.signal == signalWorkload {
 		msg := fmt.Sprintf("the workload of node %s runs again: %s, after method %s confirmed it stopped at %s; something started it again — on a node whose kubelet runs, the agent must stop the kubelet first (the agent's --kubelet-stop-command, the chart's agent.kubeletStopCommand). Releasing nothing more",
 			nf.Spec.NodeName, sign.message, nf.Status.Method, fencedAt(nf).Format(time.RFC3339))
@@ -435,8 +434,8 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 
 // heardEnough holds a release step (stop) while the controller cannot have heard the node's
 // agent and peers long enough to know the node is still silent: before its sight's first round
-// trip since its start or new leadership (sight.Tracker, Starting: until then the tracker's
-// Since is not this leadership's), and, when it began to see only after the confirmation (a new
+// trip since its start or new leadership (sight.Status.Seen: until then the tracker's Since is
+// not this leadership's, whatever cause its blindness gives by then), and, when it began to see only after the confirmation (a new
 // leader, a restart, a blind spell), until three of the agent's heartbeat intervals plus
 // verifyMargin after that — the agents' signals live in the leader's memory, so a sign of life
 // the leader before it heard (and died before recording) is heard again by then, if the node
@@ -449,7 +448,7 @@ func (r *NodeFenceReconciler) heardEnough(nf *v1alpha1.NodeFence) (outcome, bool
 		return outcome{}, false
 	}
 	if s, ok := r.Sight.(sightView); ok {
-		if st := s.Status(); st.Blind && st.Cause == sight.Starting {
+		if st := s.Status(); st.Blind && !st.Seen {
 			return pending(verifyRecheck, ReasonControllerBlind, "the controller is blind since %s (%s: %s): releasing nothing of node %s until it sees again",
 				st.LastLost.UTC().Format(time.RFC3339), st.Cause, st.Message, nf.Spec.NodeName), true
 		}

@@ -884,7 +884,11 @@ func TestRecordedSignOfLifeOutlivesTheController(t *testing.T) {
 		t.Fatalf("the new leader force-deleted the pod of a node that showed life: %v", podErr)
 	}
 	failUntaint = false
+	before := testutil.ToFloat64(fencesDisproved.WithLabelValues("ipmi", signalRecorded))
 	w.checkDisproved(t)
+	if got := testutil.ToFloat64(fencesDisproved.WithLabelValues("ipmi", signalRecorded)) - before; got != 1 {
+		t.Errorf("palisade_fences_disproved_total{signal=%q} rose by %v, want 1 (the failure for a recorded sign is counted)", signalRecorded, got)
+	}
 }
 
 // A sign of life is recorded before the method is failed for it: a controller whose write of
@@ -954,6 +958,7 @@ func TestReleaseWaitsUntilTheControllerCouldHearTheNode(t *testing.T) {
 	}{
 		{"the agent heard 3 s after the new leader began to see", 3 * time.Second, 0},
 		{"blind 10 s, then the agent heard 3 s after", 3 * time.Second, 10 * time.Second},
+		{"blind 10 s, for a stale watch after the start, then the agent heard 3 s after", 3 * time.Second, 10 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, "ipmi")
@@ -973,11 +978,14 @@ func TestReleaseWaitsUntilTheControllerCouldHearTheNode(t *testing.T) {
 			w.ticks = 0
 			start := w.now
 			st := &fixedSight{sight.Status{Blind: tc.blindFor > 0, Cause: sight.Starting, Message: "the controller started", Since: start, LastLost: start}}
+			if strings.Contains(tc.name, "stale watch") { // the first round found the watch stale: another cause, still not seen
+				st.st.Cause, st.st.Message = sight.WatchStale, "the watch shows no canary yet"
+			}
 			w.newLeader(client0, st)
 			seeing := start.Add(tc.blindFor)
 			w.tick = func(nf *v1alpha1.NodeFence) {
 				if st.st.Blind && !w.now.Before(seeing) {
-					st.st.Blind, st.st.Since = false, seeing
+					st.st.Blind, st.st.Since, st.st.Seen = false, seeing, true
 				}
 				if !w.now.Before(seeing.Add(tc.aliveFrom)) {
 					w.r.Heartbeats = heartbeats{"n1": {Node: "n1", Interval: time.Second, Received: w.now}}
@@ -1008,5 +1016,5 @@ func (w *world) checkDisproved(t *testing.T) {
 
 // seeingSince is the sight of a new leader that has seen since at (after its start).
 func seeingSince(at time.Time) *fixedSight {
-	return &fixedSight{sight.Status{Cause: sight.Starting, Message: "the controller started or won leadership", Since: at, LastLost: at}}
+	return &fixedSight{sight.Status{Cause: sight.Starting, Message: "the controller started or won leadership", Since: at, LastLost: at, Seen: true}}
 }

@@ -37,8 +37,8 @@ func (r *NodeFenceReconciler) takeMethod(ctx context.Context, nf *v1alpha1.NodeF
 		out := confirm(ctx, fencer, req)
 		if out.state == v1alpha1.StepSucceeded {
 			if err := r.noteBoots(ctx, nf); err != nil { // boots.go: recorded with the confirmation
-				if req.Expired { // the method's time is up: the chain goes on (a power-off next)
-					return failed(ReasonAPIError, "the method's time ran out before the node's boot ID could be read with its confirmation (recorded with it, so that a node that rebooted during the fence is not taken for rebooted after it): %v", err)
+				if r.pastTimeout(nf, m, bootReadGrace) { // the chain goes on (a power-off next)
+					return failed(ReasonAPIError, "the method's time (and %s more) ran out before the node's boot ID could be read with its confirmation (recorded with it, so that a node that rebooted during the fence is not taken for rebooted after it): %v", bootReadGrace, err)
 				}
 				return pending(retryConfirm, ReasonAPIError, "%v", err)
 			}

@@ -40,9 +40,19 @@ func providerFailure(req providers.Request, doing string, err error) outcome {
 }
 
 func (r *NodeFenceReconciler) timedOut(nf *v1alpha1.NodeFence, m v1alpha1.Method) bool {
-	start := nf.Status.MethodStartTime
-	return start != nil && r.now().Sub(start.Time) >= methodTimeout(m)
+	return r.pastTimeout(nf, m, 0)
 }
+
+// pastTimeout says whether the method's timeout plus grace has passed since it started.
+func (r *NodeFenceReconciler) pastTimeout(nf *v1alpha1.NodeFence, m v1alpha1.Method, grace time.Duration) bool {
+	start := nf.Status.MethodStartTime
+	return start != nil && r.now().Sub(start.Time) >= methodTimeout(m)+grace
+}
+
+// bootReadGrace is how long past its method's timeout a confirmation waits for the node's boot
+// ID to be read with it (noteBoots) before the method fails: a read failing once, near the
+// timeout, does not fail a fence that happened.
+const bootReadGrace = 30 * time.Second
 
 // taint adds node.kubernetes.io/out-of-service=nodeshutdown:NoExecute.
 func (r *NodeFenceReconciler) taint(ctx context.Context, nf *v1alpha1.NodeFence) outcome {

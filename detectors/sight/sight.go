@@ -45,6 +45,9 @@ type Status struct {
 	Since time.Time
 	// LastLost is when sight was lost last (the start counts).
 	LastLost time.Time
+	// Seen says the tracker has seen at least once since it started (or won leadership): a
+	// blind spell before that has the start's Since, whatever its cause says by now.
+	Seen bool
 }
 
 // Options configure a Tracker. Client writes the canary; Cache reads it back and must be the
@@ -208,7 +211,7 @@ func (t *Tracker) lose(c Cause, msg string, now time.Time) {
 	lost := !t.st.Blind || c == ClockJumped || c == Starting
 	news := lost || t.st.Cause != c // the same spell for the same cause: nothing new to say
 	if lost {
-		t.st = Status{Blind: true, Cause: c, Message: msg, Since: now, LastLost: now}
+		t.st = Status{Blind: true, Cause: c, Message: msg, Since: now, LastLost: now, Seen: t.st.Seen && c != Starting}
 		sightLost.WithLabelValues(string(c)).Inc()
 	} else if news {
 		t.st.Cause, t.st.Message = c, msg
@@ -229,6 +232,7 @@ func (t *Tracker) see(now time.Time) {
 	if changed {
 		t.st.Blind, t.st.Since = false, now
 	}
+	t.st.Seen = true
 	st := t.st
 	t.mu.Unlock()
 	blind.Set(0)

@@ -57,6 +57,7 @@ type view struct {
 	Blind bool
 	Cause Cause
 	Since time.Duration // after the start
+	Seen  bool          // seen since the start
 }
 
 func TestTracker(t *testing.T) {
@@ -68,26 +69,26 @@ func TestTracker(t *testing.T) {
 		want []view
 	}{
 		{"seeing from the first round trip", func(int, *clock, *error, *bool) {},
-			[]view{{false, Starting, 0}, {false, Starting, 0}, {false, Starting, 0}}},
+			[]view{{false, Starting, 0, true}, {false, Starting, 0, true}, {false, Starting, 0, true}}},
 		{"API unreachable, then back", func(i int, _ *clock, api *error, _ *bool) {
 			*api = map[bool]error{true: down}[i == 1 || i == 2]
-		}, []view{{false, Starting, 0}, {true, APIUnreachable, time.Second}, {true, APIUnreachable, time.Second}, {false, APIUnreachable, 3 * time.Second}}},
+		}, []view{{false, Starting, 0, true}, {true, APIUnreachable, time.Second, true}, {true, APIUnreachable, time.Second, true}, {false, APIUnreachable, 3 * time.Second, true}}},
 		{"API unreachable from the start: the cause is told, the spell began at the start", func(i int, _ *clock, api *error, _ *bool) {
 			*api = map[bool]error{true: down}[i < 2]
-		}, []view{{true, APIUnreachable, 0}, {true, APIUnreachable, 0}, {false, APIUnreachable, 2 * time.Second}}},
+		}, []view{{true, APIUnreachable, 0, false}, {true, APIUnreachable, 0, false}, {false, APIUnreachable, 2 * time.Second, true}}},
 		{"watch stale: the cache keeps an old value", func(i int, _ *clock, _ *error, freeze *bool) {
 			*freeze = i >= 1
-		}, []view{{false, Starting, 0}, {false, Starting, 0}, {false, Starting, 0}, {false, Starting, 0}, {false, Starting, 0}, {true, WatchStale, 5 * time.Second}}},
+		}, []view{{false, Starting, 0, true}, {false, Starting, 0, true}, {false, Starting, 0, true}, {false, Starting, 0, true}, {false, Starting, 0, true}, {true, WatchStale, 5 * time.Second, true}}},
 		{"wall clock jumps forward", func(i int, c *clock, _ *error, _ *bool) {
 			if i == 2 {
 				c.wall = c.wall.Add(time.Hour)
 			}
-		}, []view{{false, Starting, 0}, {false, Starting, 0}, {false, ClockJumped, time.Hour + 2*time.Second}}},
+		}, []view{{false, Starting, 0, true}, {false, Starting, 0, true}, {false, ClockJumped, time.Hour + 2*time.Second, true}}},
 		{"wall clock jumps back: old canary values are still told apart", func(i int, c *clock, _ *error, _ *bool) {
 			if i == 2 {
 				c.wall = c.wall.Add(-time.Hour)
 			}
-		}, []view{{false, Starting, 0}, {false, Starting, 0}, {false, ClockJumped, -time.Hour + 2*time.Second}}},
+		}, []view{{false, Starting, 0, true}, {false, Starting, 0, true}, {false, ClockJumped, -time.Hour + 2*time.Second, true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,7 +124,7 @@ func TestTracker(t *testing.T) {
 				tt.step(i, c, &api, &freeze)
 				tr.Round(t.Context())
 				st := tr.Status()
-				got = append(got, view{st.Blind, st.Cause, st.Since.Sub(start)})
+				got = append(got, view{st.Blind, st.Cause, st.Since.Sub(start), st.Seen})
 				c.advance(time.Second)
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
