@@ -98,7 +98,10 @@ func (f *Fencer) restore(now time.Time) {
 // and always the first after a restart from a recorded reach (now is a newer one). A failure is
 // logged: the agent still fences itself by the reach it holds in memory.
 func (f *Fencer) persist(now time.Time, restored bool) {
-	if f.o.StateDir == "" || (!restored && !f.written.IsZero() && now.Sub(f.written) < persistEvery) {
+	f.recMu.Lock()
+	recent := !f.written.IsZero() && now.Sub(f.written) < persistEvery
+	f.recMu.Unlock()
+	if f.o.StateDir == "" || (!restored && recent) {
 		return
 	}
 	f.record(f.promised(now), now)
@@ -120,6 +123,8 @@ func (f *Fencer) record(r reached, now time.Time) {
 	if f.o.StateDir == "" {
 		return
 	}
+	f.recMu.Lock()
+	defer f.recMu.Unlock()
 	raw, err := json.Marshal(r)
 	if err == nil {
 		err = os.MkdirAll(f.o.StateDir, 0o700)

@@ -52,8 +52,11 @@ type Fencer struct {
 	fencedAt      time.Time // when it was started
 	started       time.Time // when the agent started (New)
 	restored      bool      // lastReachable is from ReachedFile (or unknown): a restart while isolated
-	written       time.Time // when ReachedFile was last written
-	persistErr    error     // the last failure to write it, nil after a success
+	// recMu guards written and persistErr: ReachedFile is written from the heartbeat loop and
+	// from the executor's goroutine (armAtSelfFence).
+	recMu      sync.Mutex
+	written    time.Time // when ReachedFile was last written
+	persistErr error     // the last failure to write it, nil after a success
 	// unconfirmed is set when a self-fence ended without its workload read back stopped (the
 	// kubelet not stopped, the runtime not reached): a heartbeat of the same isolation at least
 	// retryUnconfirmed after it tries again, since the controller relies on it having happened.
@@ -72,10 +75,6 @@ type Fencer struct {
 	// held is the watchdog a self-fence of an agent waiting for a reach opened and armed, never
 	// petted (armAtSelfFence): the first reach adopts it as dog (a second open would fail, busy).
 	held *watchdog
-	// heldUnrecorded says that ReachedFile still says the watchdog is disarmed though a
-	// self-fence armed it (held): the next heartbeat's Observe writes that it is not, so that an
-	// agent started after this one dies does not open it again (restarting its timer).
-	heldUnrecorded atomic.Bool
 	// petUntil is lastReachable plus After, in nanoseconds after started (petUnknown: no reach
 	// known): the pet loop pets while it is not past it, on the monotonic clock (a clock stepped
 	// back during an isolation must not stretch the pets).
@@ -221,7 +220,6 @@ func (f *Fencer) openDog() error {
 		return err
 	}
 	f.dog, f.armLater, f.held = dog, false, nil
-	f.heldUnrecorded.Store(false) // the record below says more
 	f.dogMu.Unlock()
 	if !f.manualPets {
 		dog.start(f.mayPet, f.log)
@@ -245,6 +243,16 @@ func (f *Fencer) setPetUntil() {
 		return
 	}
 	f.petUntil.Store(int64(f.lastReachable.Add(f.o.After).Sub(f.started)))
+}
+
+// reachOf is the last reach as the pet loop counts it (petUntil less After), safe to read from
+// any goroutine; zero when none is known.
+func (f *Fencer) reachOf() time.Time {
+	u := f.petUntil.Load()
+	if u == petUnknown {
+		return time.Time{}
+	}
+	return f.started.Add(time.Duration(u) - f.o.After).UTC()
 }
 
 // mayPet says whether the watchdog may be petted at now: the node was reached at most After
@@ -354,9 +362,6 @@ func (f *Fencer) Observe(ctx context.Context, r heartbeat.Reachability, now time
 		}
 		return
 	}
-	if f.heldUnrecorded.Swap(false) {
-		f.record(reached{BootID: f.o.BootID, Reached: f.lastReachable.UTC()}, now) // armed, not disarmed
-	}
 	if f.fenced && now.Sub(f.fencedAt) >= retryUnconfirmed && f.unconfirmed.Swap(false) {
 		f.fenced = false
 		f.log.Info("the self-fence did not confirm the workload stopped: self-fencing again", "after", now.Sub(f.fencedAt).String())
@@ -447,7 +452,9 @@ func (f *Fencer) armAtSelfFence(st agentwire.ExecutorStatus) bool {
 		return true
 	}
 	f.held = dog
-	f.heldUnrecorded.Store(true)
+	// Recorded at once as no longer disarmed, so that an agent started after this one dies (a
+	// crash loop) does not open it again, restarting its timer.
+	f.record(reached{BootID: f.o.BootID, Reached: f.reachOf()}, time.Now())
 	f.log.Error(errors.New("watchdog armed"), "SELF-FENCING: the watchdog the agent before this one disarmed is armed again and never petted: the node will be reset within its timeout",
 		"device", dog.path, "timeout", dog.timeout.String(), "command", st.ID, "state", st.State)
 	return true

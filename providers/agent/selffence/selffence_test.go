@@ -482,25 +482,29 @@ func TestWatchdogAcrossRestarts(t *testing.T) {
 	if got, within := written(), f.Within(); got != "1" || within != 0 {
 		t.Errorf("self-fence after a disarm: device holds %q, Within %s; want armed (one write), no promise", got, within)
 	}
-	held := f.held
-	beat(f, c, heartbeat.Reachability{}, 31) // retryUnconfirmed later: the self-fence again
-	if got := written(); got != "1" || f.held != held {
-		t.Errorf("after a second self-fence in the isolation the device holds %q, want the one write (a second would restart its timer)", got)
+	if r := read(); r.Disarmed || !r.Reached.Equal(at(1)) {
+		t.Errorf("record at once after the self-fence armed the watchdog = %+v, want it no longer disarmed, the last reach kept", r)
 	}
-	if r := read(); r.Disarmed {
-		t.Errorf("record after the self-fence armed the watchdog = %+v, want it no longer disarmed", r)
-	}
-	// An agent started after this one died, in the same isolation, does not open it again.
+	// An agent started after this one died, before its next heartbeat, in the same isolation,
+	// does not open it again.
 	c2 := orders.NewCommander(co, logr.Discard())
-	f2 := New(o, c2, logr.Discard(), at(31.5))
+	f2 := New(o, c2, logr.Discard(), at(20.6))
 	f2.manualPets = true
 	if err := f2.ArmWatchdog(); err != nil {
 		t.Fatal(err)
 	}
-	f2.Observe(ctx, heartbeat.Reachability{}, at(32))
+	f2.Observe(ctx, heartbeat.Reachability{}, at(21.1))
 	c2.Wait()
+	if st := c2.Status(); st == nil || !strings.HasPrefix(st.ID, "self-fence-") {
+		t.Fatalf("the agent started after it did not self-fence: %+v", st)
+	}
 	if got := written(); got != "1" || f2.held != nil {
 		t.Errorf("an agent started after the self-fence armed the watchdog opened it again (device %q, held %v): it would restart its timer", got, f2.held != nil)
+	}
+	held := f.held
+	beat(f, c, heartbeat.Reachability{}, 31) // retryUnconfirmed later: the self-fence again
+	if got := written(); got != "1" || f.held != held {
+		t.Errorf("after a second self-fence in the isolation the device holds %q, want the one write (a second would restart its timer)", got)
 	}
 	beat(f, c, heartbeat.Reachability{Peers: true}, 32)
 	if got, within := written(), f.Within(); got != "11" || within != 12*time.Second {
