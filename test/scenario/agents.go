@@ -73,12 +73,9 @@ func (e *Env) startAgents(ctx context.Context) (err error) {
 	if err := issue("heartbeat-server", pair, err); err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if a.addr, err = freeTCPAndUDP(); err != nil {
 		return err
 	}
-	a.addr = lis.Addr().String()
-	_ = lis.Close()
 	a.opts = channel.ServerOptions{Addr: a.addr, CertFile: a.files["heartbeat-server.crt"], KeyFile: a.files["heartbeat-server.key"], CAFile: a.files["ca.crt"]}
 	a.heard = newHeard()
 	a.opts.OnHeartbeat = a.heard.record
@@ -201,4 +198,28 @@ func (a *agents) stopAll() {
 		<-p.exited
 		p.kubelet.Close()
 	}
+}
+
+// freeTCPAndUDP is an address on 127.0.0.1 whose port is free for TCP and for UDP both: the
+// heartbeat server listens on both (channel.Server: HTTPS and datagrams). A port free for TCP
+// may be taken for UDP (an agent's probe socket, another test's): measured once in a CI run,
+// the server's start failed "bind: address already in use".
+func freeTCPAndUDP() (string, error) {
+	var last error
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("finding a free port: %w", err)
+		}
+		addr := l.Addr().String()
+		u, err := net.ListenPacket("udp", addr)
+		_ = l.Close()
+		if err != nil {
+			last = err
+			continue
+		}
+		_ = u.Close()
+		return addr, nil
+	}
+	return "", fmt.Errorf("finding a port free for TCP and UDP: %w", last)
 }
