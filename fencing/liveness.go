@@ -435,14 +435,14 @@ func (r *NodeFenceReconciler) checkLife(ctx context.Context, nf *v1alpha1.NodeFe
 // heardEnough holds a release step (stop) while the controller cannot have heard the node's
 // agent and peers long enough to know the node is still silent: before its sight's first round
 // trip since its start or new leadership (sight.Status.Seen: until then the tracker's Since is
-// not this leadership's, whatever cause its blindness gives by then), and, when it began to see only after the confirmation (a new
-// leader, a restart, a blind spell), until three of the agent's heartbeat intervals plus
-// verifyMargin after that — the agents' signals live in the leader's memory, so a sign of life
-// the leader before it heard (and died before recording) is heard again by then, if the node
-// still lives: the same warm-up the classifier gives agents not heard since it began to listen.
-// The Lease needs no such wait: its renewals are on the API server. A later blind spell holds
-// nothing while it lasts (a stale watch may last through an etcd overload, and manual fences go
-// on then), only the wait after it.
+// not this leadership's, whatever cause its blindness gives by then), and, when it began to see
+// only after the confirmation (a new leader, a restart, a blind spell), until three of the
+// agent's heartbeat intervals plus verifyMargin after that — the agents' signals live in the
+// leader's memory, so a sign of life the leader before it heard (and died before recording) is
+// heard again by then, if the node still lives: the same warm-up the classifier gives agents
+// not heard since it began to listen. The Lease needs no such wait: its renewals are on the API
+// server. A later blind spell holds nothing while it lasts (a stale watch may last through an
+// etcd overload, and manual fences go on then), only the wait after it.
 func (r *NodeFenceReconciler) heardEnough(nf *v1alpha1.NodeFence) (outcome, bool) {
 	if r.Sight == nil {
 		return outcome{}, false
