@@ -157,4 +157,8 @@ type Status struct {
 	Message string
 	// RetryAfter, when set, is when to ask again (InProgress, Unknown).
 	RetryAfter time.Duration
+	// BootID, on a Confirmed answer, is the boot ID of the machine the read-back saw the fence
+	// in, when the provider has one from the machine itself (the agent's executor answer); ""
+	// otherwise. The controller records it with the confirmation.
+	BootID string
 }

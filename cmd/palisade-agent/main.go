@@ -190,7 +190,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	cmds := orders.NewCommander(o.orders(keepPodSpecs(ctx, o, api, log)), log)
+	cmds := orders.NewCommander(o.orders(bootID, keepPodSpecs(ctx, o, api, log)), log)
 	defer cmds.Close()
 	watchAPIOrders(ctx, o, api, cmds, log)
 	prober, probePort, closeProbes, err := probePeers(ctx, o, log)

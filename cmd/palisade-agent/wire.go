@@ -24,13 +24,14 @@ import (
 
 // orders is the Commander's configuration; specs, when not nil, keeps the pod specs it hands
 // to the executor.
-func (o options) orders(specs *podspecs.Keeper) orders.Config {
+func (o options) orders(bootID string, specs *podspecs.Keeper) orders.Config {
 	var pods func() []protocol.Pod
 	if specs != nil {
 		pods = specs.Pods
 	}
 	return orders.Config{
 		PodSpecs:           pods,
+		BootID:             bootID,
 		Executor:           child.Config{Binary: o.executorBinary, CRIEndpoint: o.criEndpoint, PodUID: o.podUID, Verbosity: o.verbosity},
 		Timeout:            o.executorTimeout,
 		KubeletStopCommand: o.kubeletStopCommand,

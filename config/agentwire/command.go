@@ -24,6 +24,9 @@ const (
 // maxExecutorMessage bounds ExecutorStatus.Message, so that a status always fits a heartbeat.
 const maxExecutorMessage = 4 << 10
 
+// MaxBootID bounds a boot ID an agent reports (a Linux boot ID is a 36-byte UUID).
+const MaxBootID = 64
+
 // maxExecutorReason bounds ExecutorStatus.Reason.
 const maxExecutorReason = 64
 
@@ -89,6 +92,11 @@ type ExecutorStatus struct {
 	// before it terminated anything: no kubelet restarts what the executor stopped (unless
 	// something starts the kubelet again, which the heartbeats' KubeletHealthy shows).
 	KubeletStopped bool `json:"kubeletStopped,omitempty"`
+	// BootID is the boot ID of the machine the agent carried the command out in (its
+	// /proc/sys/kernel/random/boot_id, at most MaxBootID bytes), "" when it could not read it
+	// or is older than this field. The controller records it with the order's confirmation: a
+	// node back in that boot has not rebooted since the executor acted.
+	BootID string `json:"bootID,omitempty"`
 	// StartedAt and FinishedAt are on the agent's clock; FinishedAt is zero while running.
 	StartedAt  time.Time `json:"startedAt,omitzero"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
@@ -107,6 +115,8 @@ func (s ExecutorStatus) Validate() error {
 		return fmt.Errorf("executor status of command %s: reason longer than %d bytes", s.ID, maxExecutorReason)
 	case len(s.Message) > maxExecutorMessage:
 		return fmt.Errorf("executor status of command %s: message longer than %d bytes", s.ID, maxExecutorMessage)
+	case len(s.BootID) > MaxBootID:
+		return fmt.Errorf("executor status of command %s: boot ID longer than %d bytes", s.ID, MaxBootID)
 	}
 	return nil
 }

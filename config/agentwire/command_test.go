@@ -39,6 +39,18 @@ func TestExecutorStatusReasonBounded(t *testing.T) {
 	}
 }
 
+// An executor status's boot ID is bounded like a heartbeat's: it is recorded on the NodeFence.
+func TestExecutorStatusBootIDBounded(t *testing.T) {
+	ok := ExecutorStatus{ID: "a", State: ExecutorConfirmed, BootID: "8d4c1e2a-5b6f-4c3d-9e8f-0a1b2c3d4e5f"}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(%+v) = %v", ok, err)
+	}
+	long := ExecutorStatus{ID: "a", State: ExecutorConfirmed, BootID: strings.Repeat("b", MaxBootID+1)}
+	if err := long.Validate(); err == nil {
+		t.Errorf("Validate accepted a %d-byte boot ID", len(long.BootID))
+	}
+}
+
 func TestTruncateMessage(t *testing.T) {
 	if got := TruncateMessage("short"); got != "short" {
 		t.Errorf("TruncateMessage(short) = %q", got)

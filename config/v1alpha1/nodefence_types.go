@@ -204,6 +204,14 @@ type NodeFenceStatus struct {
 	// +optional
 	// +listType=set
 	ConfirmedBootIDs []string `json:"confirmedBootIDs,omitempty"`
+	// AgentBootID is the boot ID the node's agent last reported to the fence, when the fence
+	// began or with a method's confirmation (its heartbeat over the mTLS channel, or the
+	// executor's answer); empty when no agent was heard. It is also a boot the node was in
+	// before the fence acted. A node with an agent whose fence kept its machine on (no
+	// confirmed power-off) is found rebooted only once its agent heartbeats from the node's
+	// new boot too: the kubelet's report alone may come from its stolen credentials.
+	// +optional
+	AgentBootID string `json:"agentBootID,omitempty"`
 	// NodeUID is the UID of the Node when the fence began. A Node of the same name with another
 	// UID was registered anew since, perhaps by another machine: its boot ID says nothing about
 	// the machine fenced, so it is not unfenced on it.

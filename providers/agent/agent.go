@@ -296,5 +296,5 @@ func judge(st agentwire.ExecutorStatus, running *int) providers.Status {
 	if st.Message != "" {
 		msg += "; but " + st.Message // grace periods its time limit cut
 	}
-	return providers.Status{State: providers.Confirmed, Message: msg}
+	return providers.Status{State: providers.Confirmed, Message: msg, BootID: st.BootID}
 }

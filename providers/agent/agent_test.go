@@ -370,10 +370,13 @@ func TestConfirmedSaysWhatTheAgentCut(t *testing.T) {
 		{"", "the agent confirms no workload container runs: 2 pods, 3 containers stopped, its kubelet stopped first; runtime read-back: none running"},
 		{cut, "the agent confirms no workload container runs: 2 pods, 3 containers stopped, its kubelet stopped first; runtime read-back: none running; but " + cut},
 	} {
-		st := agentwire.ExecutorStatus{ID: "f1/executor", State: agentwire.ExecutorConfirmed, Message: tc.message, Pods: 2, Containers: 3, KubeletStopped: true}
+		st := agentwire.ExecutorStatus{ID: "f1/executor", State: agentwire.ExecutorConfirmed, Message: tc.message, Pods: 2, Containers: 3, KubeletStopped: true, BootID: "boot-2"}
 		got := judge(st, &zero)
 		if got.State != providers.Confirmed || got.Message != tc.want {
 			t.Errorf("message %q: %s %q, want %s %q", tc.message, got.State, got.Message, providers.Confirmed, tc.want)
+		}
+		if got.BootID != "boot-2" { // recorded with the confirmation: the boot the executor acted in
+			t.Errorf("the confirmation's boot ID %q, want the agent's answer's, boot-2", got.BootID)
 		}
 	}
 }

@@ -492,6 +492,9 @@ func clientCert(r *http.Request) *x509.Certificate {
 }
 
 func validate(rep agentwire.Report) error {
+	if len(rep.BootID) > agentwire.MaxBootID {
+		return fmt.Errorf("boot ID of %d bytes, at most %d", len(rep.BootID), agentwire.MaxBootID)
+	}
 	if len(rep.Instance) > agentwire.MaxInstance {
 		return fmt.Errorf("instance of %d bytes, at most %d", len(rep.Instance), agentwire.MaxInstance)
 	}

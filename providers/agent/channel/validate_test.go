@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"strings"
 	"testing"
 
 	"palisade.dev/palisade/config/agentwire"
@@ -21,6 +22,7 @@ func TestValidateRefusesOverflowAndNegativeCounts(t *testing.T) {
 		{"a probing peer without a name", agentwire.Report{Node: "n1", ProbedBy: []agentwire.PeerReport{{Reachable: true, At: t0}}}},
 		{"a probing peer without a time", agentwire.Report{Node: "n1", ProbedBy: []agentwire.PeerReport{{Node: "n2", Reachable: true}}}},
 		{"more probing peers than MaxPeers", agentwire.Report{Node: "n1", ProbedBy: make([]agentwire.PeerReport, agentwire.MaxPeers+1)}},
+		{"a boot ID longer than MaxBootID", agentwire.Report{Node: "n1", BootID: strings.Repeat("b", agentwire.MaxBootID+1)}},
 		{"negative self-fence time", agentwire.Report{Node: "n1", SelfFenceWithinMillis: -1}},
 		{"self-fence time above the bound", agentwire.Report{Node: "n1", SelfFenceWithinMillis: agentwire.MaxSelfFenceWithinMillis + 1}},
 	} {

@@ -34,6 +34,9 @@ type Config struct {
 	// StateDir holds the highest fencing token the agent took (TokenFile), so that it refuses
 	// an older fence's orders after a restart too; "" keeps it in memory only.
 	StateDir string
+	// BootID is the boot ID of the machine the agent runs in, carried in every status it
+	// reports (ExecutorStatus.BootID); "" when unknown.
+	BootID string
 	// PodSpecs, when set, returns the specs the agent kept of its node's pods (podspecs), which
 	// every Terminate hands to the executor; nil: the executor restores every pod from the
 	// runtime's labels.
@@ -95,6 +98,7 @@ func (c *Commander) Status() *agentwire.ExecutorStatus {
 		return nil
 	}
 	st := *c.current
+	st.BootID = c.o.BootID // the agent's boot is the order's: it runs orders in its own process
 	return &st
 }
 

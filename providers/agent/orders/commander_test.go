@@ -68,7 +68,7 @@ func TestGraceCutsInStatus(t *testing.T) {
 	*) echo "{\"id\":$id,\"version\":2}" ;;
 	esac
 done`
-			c := NewCommander(Config{Timeout: 2 * time.Minute, Executor: child.Config{
+			c := NewCommander(Config{Timeout: 2 * time.Minute, BootID: "boot-1", Executor: child.Config{
 				Binary: childtest.FakeExecutor(t, script), CRIEndpoint: "unix:///run/containerd/containerd.sock",
 			}}, logr.Discard())
 			defer c.Close()
@@ -77,6 +77,9 @@ done`
 			st := c.Status()
 			if st.State != tc.wantState || st.Message != tc.wantMessage {
 				t.Errorf("status %s %q, want %s %q", st.State, st.Message, tc.wantState, tc.wantMessage)
+			}
+			if st.BootID != "boot-1" {
+				t.Errorf("status boot ID %q, want the agent's, boot-1", st.BootID)
 			}
 		})
 	}
