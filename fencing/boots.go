@@ -16,37 +16,76 @@ import (
 
 // The boots of a fence (invariant 5): a released node counts as rebooted since its fence only
 // with a boot ID other than every one it was seen in up to the fence's confirmation — the one
-// recorded when the fence began (status.bootID) and those read at each method's confirmation
-// (status.confirmedBootIDs). A node that rebooted while its fence was under way (its kubelet
-// down, an Executor order pending) is fenced in its new boot: back in that boot, it has not
-// rebooted since the fence acted.
+// recorded when the fence began (status.bootID), those read at each method's confirmation
+// (status.confirmedBootIDs) and the one its agent last reported (status.agentBootID). A node
+// that rebooted while its fence was under way (its kubelet down, an Executor order pending) is
+// fenced in its new boot: back in that boot, it has not rebooted since the fence acted.
+//
+// A new boot ID is the kubelet's report, and a kubelet's credentials can be stolen. A fence
+// that confirmed its machine off needs no more: whatever ran on it died. One that kept it on
+// (the Executor, a storage fence, a self-fence) takes the reboot as proven only when the
+// node's agent, which the fence heard (status.agentBootID), heartbeats from the new boot too,
+// over its own mTLS identity (rebootUnconfirmed).
 
 // noteBoots records, with a method's confirmation, the boot IDs the node is seen in then: its
-// Node's (status.nodeInfo.bootID, read from the API server) and its agent's latest heartbeat's.
-// Either may be behind (a kubelet down does not post; an agent gone does not heartbeat), so both
-// are kept. A Node that no longer exists has none.
-func (r *NodeFenceReconciler) noteBoots(ctx context.Context, nf *v1alpha1.NodeFence) error {
+// Node's (status.nodeInfo.bootID, read from the API server), its agent's latest heartbeat's
+// and answered, the one the provider's read-back saw (the executor's answer; "" for none).
+// Any of them may be behind (a kubelet down does not post; an agent gone does not heartbeat;
+// a new leader has heard no heartbeat yet), so all are kept. A Node that no longer exists has
+// none.
+func (r *NodeFenceReconciler) noteBoots(ctx context.Context, nf *v1alpha1.NodeFence, answered string) error {
 	node := &corev1.Node{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading the boot ID of node %s at the confirmation: %w", nf.Spec.NodeName, err)
 	}
-	seen := []string{node.Status.NodeInfo.BootID}
-	if r.Heartbeats != nil {
-		if hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName); ok {
-			seen = append(seen, hb.BootID)
-		}
-	}
-	for _, boot := range seen {
+	agent := r.agentBoot(nf.Spec.NodeName)
+	for _, boot := range []string{node.Status.NodeInfo.BootID, answered, agent} {
 		if boot != "" && !bootOfFence(nf, boot) {
 			nf.Status.ConfirmedBootIDs = append(nf.Status.ConfirmedBootIDs, boot)
 		}
 	}
+	if agent == "" { // the answer came from the agent too, in its boot then
+		agent = answered
+	}
+	if agent != "" {
+		nf.Status.AgentBootID = agent
+	}
 	return nil
+}
+
+// agentBoot is the boot ID in the latest heartbeat this controller holds from node's agent, ""
+// when it holds none (no agent, none heard since this controller began leading, or a heartbeat
+// without one).
+func (r *NodeFenceReconciler) agentBoot(node string) string {
+	if r.Heartbeats == nil {
+		return ""
+	}
+	hb, _, ok := r.Heartbeats.Latest(node)
+	if !ok {
+		return ""
+	}
+	return hb.BootID
 }
 
 // bootOfFence says whether boot is one the node was seen in up to its fence's confirmation.
 func bootOfFence(nf *v1alpha1.NodeFence, boot string) bool {
-	return boot == nf.Status.BootID || slices.Contains(nf.Status.ConfirmedBootIDs, boot)
+	return boot == nf.Status.BootID || boot == nf.Status.AgentBootID || slices.Contains(nf.Status.ConfirmedBootIDs, boot)
+}
+
+// rebootUnconfirmed says why a node back in boot (a boot not of its fence, as its kubelet
+// reports it) is not yet proven rebooted, "" when it is: its fence kept its machine on and
+// heard its agent, and agentBoot (its latest heartbeat's boot ID here, "" for none) is another.
+func rebootUnconfirmed(nf *v1alpha1.NodeFence, boot, agentBoot string) string {
+	if nf.Status.AgentBootID == "" || poweredOff(nf) != nil || agentBoot == boot {
+		return ""
+	}
+	if agentBoot == "" {
+		return "this controller holds no heartbeat of its agent that carries a boot ID (none heard since it began leading, or its agent cannot read its boot ID)"
+	}
+	if bootOfFence(nf, agentBoot) {
+		return fmt.Sprintf("its agent still heartbeats from boot ID %s, a boot of the fence", agentBoot)
+	}
+	return fmt.Sprintf("its agent heartbeats from another boot ID, %s", agentBoot)
 }
 
 // clockSkewMargin is how far a kubelet's clock may run ahead of the controller's before a

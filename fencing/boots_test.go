@@ -9,8 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -24,20 +26,24 @@ const bootMidFence = "boot-mid"
 // A node that rebooted while its Executor fence was under way (boot bootAtFence when it began,
 // bootMidFence when the agent carried the order out and the fence was confirmed) has not
 // rebooted since the fence acted when it is back in bootMidFence: held as BootIDUnchanged, not
-// unfenced as Rebooted. Either the Node or the agent's heartbeat may say the new boot at the
-// confirmation (a kubelet down does not post). Back in a third boot, it is unfenced.
+// unfenced as Rebooted. The Node, the agent's heartbeat or the executor's answer may say the
+// new boot at the confirmation (a kubelet down does not post; a new leader has heard no
+// heartbeat yet). Back in a third boot, its agent heartbeating from it, it is unfenced.
 func TestRebootedWhileFenced(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// seen makes the world show bootMidFence during the fence, before its confirmation.
 		seen func(t *testing.T, w *world)
+		// answer is the boot ID the executor's answer carries.
+		answer string
 	}{
 		{"the Node says the new boot", func(t *testing.T, w *world) {
 			w.setNode(t, func(n *corev1.Node) { n.Status.NodeInfo.BootID = bootMidFence; notReady(n) })
-		}},
+		}, ""},
 		{"the agent's heartbeat says the new boot", func(t *testing.T, w *world) {
 			w.r.Heartbeats = heartbeats{"n1": {Node: "n1", BootID: bootMidFence, Received: w.now, Sent: w.now, RunningContainers: ptr.To(0)}}
-		}},
+		}, ""},
+		{"the executor's answer says the new boot", func(*testing.T, *world) {}, bootMidFence},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, "executor")
@@ -47,7 +53,7 @@ func TestRebootedWhileFenced(t *testing.T) {
 			w.tick = func(nf *v1alpha1.NodeFence) {
 				if len(nf.Status.Steps) > 0 {
 					tc.seen(t, w)
-					w.agent.SetStatus(&providers.Status{State: providers.Confirmed})
+					w.agent.SetStatus(&providers.Status{State: providers.Confirmed, BootID: tc.answer})
 				}
 			}
 			if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.BootID != bootAtFence {
@@ -61,6 +67,95 @@ func TestRebootedWhileFenced(t *testing.T) {
 			nf, node := w.reconcile(t)
 			wantHeld(t, nf, node, ReasonBootIDUnchanged)
 			w.setNode(t, back(bootAfter))
+			w.r.Heartbeats = heartbeats{"n1": {Node: "n1", BootID: bootAfter, Received: w.now, Sent: w.now}}
+			nf, node = w.reconcile(t)
+			wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+		})
+	}
+}
+
+// A fence that kept its machine on (the Executor) and heard the node's agent takes a new boot
+// ID from the kubelet for a reboot only once the agent heartbeats from that boot too: stolen
+// kubelet credentials can post any boot ID and Ready. The agent still in the fence's boot, in
+// yet another boot, or not heard by this controller (a new leader) holds the node; a fence
+// that never heard an agent, or that confirmed its machine off, needs no agent.
+func TestRebootProvenByTheAgentToo(t *testing.T) {
+	hb := func(w *world, boot string) heartbeats {
+		return heartbeats{"n1": {Node: "n1", BootID: boot, Received: w.now, Sent: w.now, RunningContainers: ptr.To(0)}}
+	}
+	t.Run("executor", func(t *testing.T) {
+		w := newWorld(t, "executor")
+		w.setNode(t, back(bootAtFence))
+		w.r.Heartbeats = hb(w, bootAtFence)
+		w.tick = func(*v1alpha1.NodeFence) { w.r.Heartbeats = hb(w, bootAtFence) } // the agent beats on
+		if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.AgentBootID != bootAtFence {
+			t.Fatalf("fence ended %s with status.agentBootID %q, want Released with %q:\n%s", nf.Status.Phase, nf.Status.AgentBootID, bootAtFence, goldenTrace(nf))
+		}
+		w.tick = nil
+		w.setNode(t, back(bootAfter)) // the kubelet's word
+		for _, agent := range []struct {
+			beats heartbeats
+			says  string
+		}{
+			{hb(w, bootAtFence), "still heartbeats from boot ID " + bootAtFence},
+			{heartbeats{}, "holds no heartbeat of its agent"},
+			{hb(w, "boot-other"), "heartbeats from another boot ID, boot-other"},
+			{hb(w, ""), "holds no heartbeat of its agent that carries a boot ID"},
+		} {
+			w.r.Heartbeats = agent.beats
+			res, err := w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != retryAgentBoot {
+				t.Errorf("requeued after %s, want %s: heartbeats wake no reconcile", res.RequeueAfter, retryAgentBoot)
+			}
+			nf, node := w.reconcile(t)
+			wantHeld(t, nf, node, ReasonRebootUnconfirmed)
+			if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); !strings.Contains(c.Message, agent.says) || !strings.Contains(c.Message, v1alpha1.AnnotationUnfenceRequest) {
+				t.Errorf("condition message %q: want it to say %q and how to confirm the node clean", c.Message, agent.says)
+			}
+		}
+		w.r.Heartbeats = hb(w, bootAfter)
+		nf, node := w.reconcile(t)
+		wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+	})
+	t.Run("executor, no agent heard", func(t *testing.T) {
+		w := newWorld(t, "executor")
+		w.setNode(t, back(bootAtFence))
+		if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.AgentBootID != "" {
+			t.Fatalf("fence ended %s with status.agentBootID %q, want Released with none", nf.Status.Phase, nf.Status.AgentBootID)
+		}
+		w.setNode(t, back(bootAfter))
+		nf, node := w.reconcile(t)
+		wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+	})
+	// The agent heard when the fence began only: the machine went down with it (a power-off
+	// needs no agent), or it was cut off from everything and fenced itself (a self-fence
+	// keeps the machine on until its watchdog resets it).
+	for _, method := range []string{"ipmi", "self-fence"} {
+		t.Run(method+", agent heard when the fence began only", func(t *testing.T) {
+			w := newWorld(t, method)
+			w.setNode(t, back(bootAtFence))
+			w.r.Heartbeats = hb(w, bootAtFence)
+			w.tick = func(nf *v1alpha1.NodeFence) {
+				if len(nf.Status.Steps) > 0 {
+					w.r.Heartbeats = heartbeats{}
+				}
+			}
+			w.setNode(t, notReady)
+			if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.AgentBootID != bootAtFence {
+				t.Fatalf("fence ended %s with status.agentBootID %q, want Released with %q:\n%s", nf.Status.Phase, nf.Status.AgentBootID, bootAtFence, goldenTrace(nf))
+			}
+			w.tick = nil
+			w.setNode(t, back(bootAfter))
+			nf, node := w.reconcile(t)
+			if method == "ipmi" {
+				wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+				return
+			}
+			wantHeld(t, nf, node, ReasonRebootUnconfirmed)
+			w.r.Heartbeats = hb(w, bootAfter)
 			nf, node = w.reconcile(t)
 			wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
 		})

@@ -36,7 +36,7 @@ func (r *NodeFenceReconciler) takeMethod(ctx context.Context, nf *v1alpha1.NodeF
 	case kind.confirm:
 		out := confirm(ctx, fencer, req)
 		if out.state == v1alpha1.StepSucceeded {
-			if err := r.noteBoots(ctx, nf); err != nil { // boots.go: recorded with the confirmation
+			if err := r.noteBoots(ctx, nf, out.bootID); err != nil { // boots.go: recorded with the confirmation
 				if r.pastTimeout(nf, m, bootReadGrace) { // the chain goes on (a power-off next)
 					return failed(ReasonAPIError, "the method's time (and %s more) ran out before the node's boot ID could be read with its confirmation (recorded with it, so that a node that rebooted during the fence is not taken for rebooted after it): %v", bootReadGrace, err)
 				}
@@ -99,7 +99,9 @@ func confirm(ctx context.Context, f providers.Fencer, req providers.Request) out
 	}
 	switch st.State {
 	case providers.Confirmed:
-		return done("%s", st.Message)
+		out := done("%s", st.Message)
+		out.bootID = st.BootID
+		return out
 	case providers.Gone:
 		return done("the machine no longer exists: %s", st.Message)
 	case providers.Failed:

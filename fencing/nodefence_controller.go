@@ -92,6 +92,9 @@ type outcome struct {
 	// abort: a write the step needed before acting was refused; the pass ends with it, and
 	// the step is taken again from a fresh read (nothing of it was done).
 	abort error
+	// bootID, on a confirmation, is the boot ID the provider's read-back saw the machine in
+	// (providers.Status.BootID: the executor's answer), "" for none.
+	bootID string
 }
 
 func done(format string, args ...any) outcome {
@@ -221,6 +224,7 @@ func (r *NodeFenceReconciler) advance(ctx context.Context, nf *v1alpha1.NodeFenc
 				return ctrl.Result{}, false, err
 			}
 			nf.Status.BootID, nf.Status.NodeUID = boot, uid
+			nf.Status.AgentBootID = r.agentBoot(nf.Spec.NodeName) // boots.go
 		}
 		recordStart(nf, a, r.now())
 		if err := r.saveStatus(ctx, nf); err != nil {
@@ -498,7 +502,7 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 	r.Recorder.Eventf(nf, nil, typ, reason, "Fence", format, args...)
 	switch reason {
 	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence, ReasonWorkloadRunningAfterFence, ReasonWorkloadUnverified,
-		ReasonUnfenced, ReasonBootIDUnchanged, ReasonPowerOffDisproved, ReasonBootIDUnknown, ReasonFlapping, ReasonAutomaticRecoveryOff, ReasonInvalidUnfenceRequest,
+		ReasonUnfenced, ReasonBootIDUnchanged, ReasonPowerOffDisproved, ReasonBootIDUnknown, ReasonRebootUnconfirmed, ReasonFlapping, ReasonAutomaticRecoveryOff, ReasonInvalidUnfenceRequest,
 		ReasonPoweredOn, ReasonPowerOnFailed, ReasonTaintRemoved, ReasonStaleUnfenceRequest, ReasonFenceRequestAnswered, ReasonFenceRequestKept:
 		node := &corev1.Node{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err == nil {

@@ -38,6 +38,9 @@ const (
 	DefaultFlapWindow = time.Hour
 	// retryPowerOn is how often a failed power-on (recovery.powerOn) is tried again.
 	retryPowerOn = 30 * time.Second
+	// retryAgentBoot is how often a node held RebootUnconfirmed is judged again: heartbeats
+	// change no API object that would wake the reconciler.
+	retryAgentBoot = 5 * time.Second
 	// retryPowerOnRefused is how often a power-on refused for a reason only a person can
 	// change (credentials, the machine's identity: providers.IsRetryable) is tried again: a
 	// BMC counts failed logins, and many lock the account or the address out after a few.
@@ -63,6 +66,9 @@ const (
 	ReasonPowerOffDisproved = "PowerOffDisproved"
 	// ReasonBootIDUnknown: a boot ID is missing, then or now, so a reboot cannot be proven.
 	ReasonBootIDUnknown = "BootIDUnknown"
+	// ReasonRebootUnconfirmed: the node's kubelet reports a new boot ID, but its fence kept
+	// the machine on and its agent has not heartbeated from that boot (boots.go).
+	ReasonRebootUnconfirmed = "RebootUnconfirmed"
 	// ReasonFlapping: the node was fenced again within the flap window of its last recovery.
 	ReasonFlapping = "Flapping"
 	// ReasonAutomaticRecoveryOff: the policy unfences only on an operator's request.
@@ -124,14 +130,14 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		// A power-on that fails (a BMC gone for good) holds the node only while it is not back
 		// and clean some other way: powered on by hand and rebooted, or confirmed clean.
 		if !done {
-			if rec, _, _ := judgeClean(nf, node, r.now()); rec == nil {
+			if rec, _, _ := judgeClean(nf, node, r.agentBoot(node.Name), r.now()); rec == nil {
 				return res, nil
 			}
 		}
 	}
 	decidedBefore := nf.Status.Recovery != nil
 	if nf.Status.Recovery == nil {
-		rec, reason, msg := judgeClean(nf, node, r.now())
+		rec, reason, msg := judgeClean(nf, node, r.agentBoot(node.Name), r.now())
 		if rec != nil && rec.How != v1alpha1.RecoveryConfirmedClean {
 			manual, err := r.manualNow(ctx, nf) // recovery_policy.go
 			if err != nil {
@@ -146,7 +152,11 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 			if reason != ReasonPowerOffDisproved && reason != ReasonNodeReplaced { // those say more: a Node registered anew never had the taint
 				reason, msg = taintTakenOff(nf, node, reason, msg)
 			}
-			return ctrl.Result{}, r.hold(ctx, nf, reason, msg)
+			var res ctrl.Result
+			if reason == ReasonRebootUnconfirmed {
+				res.RequeueAfter = retryAgentBoot
+			}
+			return res, r.hold(ctx, nf, reason, msg)
 		}
 		nf.Status.Recovery = rec
 		setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, ReasonRecovering, "unfencing: "+rec.Reason)
@@ -235,7 +245,8 @@ func (r *NodeFenceReconciler) restorePower(ctx context.Context, nf *v1alpha1.Nod
 
 // judgeClean decides whether the node of a released fence may be unfenced now: a record of
 // how when it may, else the Recovered=False reason and message saying what it waits for.
-func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1alpha1.RecoveryRecord, string, string) {
+// agentBoot is the boot ID of the latest heartbeat held from the node's agent, "" for none.
+func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, agentBoot string, now time.Time) (*v1alpha1.RecoveryRecord, string, string) {
 	name, bootID := node.Name, node.Status.NodeInfo.BootID
 	confirm := confirmText(name)
 	// A malformed request is said at once, not once the node is back: until then it would hide
@@ -271,6 +282,10 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time) (*v1al
 	if bootOfFence(nf, bootID) { // boots.go
 		return nil, ReasonBootIDUnchanged, fmt.Sprintf("node %s is back in the boot it was in when its fence was confirmed (boot ID %s; %s when the fence began): it rebooted while the fence was under way, not since the fence acted, so the processes of its workload may have outlived the fence. Reboot it, or %s",
 			name, bootID, nf.Status.BootID, confirm)
+	}
+	if why := rebootUnconfirmed(nf, bootID, agentBoot); why != "" { // boots.go
+		return nil, ReasonRebootUnconfirmed, fmt.Sprintf("node %s is back with a new boot ID as its kubelet reports it (%s; %s when fenced), but %s. Its fence kept the machine on (no confirmed power-off), so a reboot is taken as proven only when the node's agent heartbeats from the new boot too, over its own mTLS identity: the kubelet's report alone may come from its stolen credentials. Check that the Palisade agent runs on the node and reaches the controller (its log says why not), or %s",
+			name, bootID, nf.Status.BootID, why, confirm)
 	}
 	if prev, window := nf.Spec.PreviousRecoveryTime, flapWindow(nf); prev != nil && window > 0 && !nf.CreationTimestamp.Before(prev) && nf.CreationTimestamp.Sub(prev.Time) < window {
 		return nil, ReasonFlapping, fmt.Sprintf("node %s was fenced again %s after it was last unfenced, within the policy's flap window (%s): it is held fenced although it rebooted. Find out why it keeps failing; %s",
