@@ -22,33 +22,38 @@ import (
 // fenced in its new boot: back in that boot, it has not rebooted since the fence acted.
 //
 // A new boot ID is the kubelet's report, and a kubelet's credentials can be stolen. A fence
-// that confirmed its machine off needs no more: whatever ran on it died. One that kept it on
-// (the Executor, a storage fence, a self-fence) takes the reboot as proven only when the
-// node's agent, which the fence heard (status.agentBootID), heartbeats from the new boot too,
-// over its own mTLS identity (rebootUnconfirmed).
+// that confirmed its machine off (and was not disproved since) needs no more: whatever ran on
+// it died. One that kept it on (the Executor, a storage fence, a self-fence, a power-off
+// disproved) takes the reboot as proven only when the node's agent heartbeats from the new
+// boot too (rebootUnconfirmed), whenever the node has an agent: the fence heard it
+// (status.agentBootID), an agent method (the Executor, a self-fence) confirmed it, or this
+// controller holds a heartbeat of it now. A second witness, not proof against an attacker who
+// holds the node's kubelet credentials and reaches the controller: those credentials can
+// obtain a token of the agent's pod, and with it an agent certificate.
 
 // noteBoots records, with a method's confirmation, the boot IDs the node is seen in then: its
 // Node's (status.nodeInfo.bootID, read from the API server), its agent's latest heartbeat's
 // and answered, the one the provider's read-back saw (the executor's answer; "" for none).
 // Any of them may be behind (a kubelet down does not post; an agent gone does not heartbeat;
-// a new leader has heard no heartbeat yet), so all are kept. A Node that no longer exists has
-// none.
+// a new leader has heard no heartbeat yet), so all are kept. status.agentBootID takes the
+// agent's latest word, the answer before a held heartbeat (which may be older); the one it
+// held before stays among the confirmed boots. A Node that no longer exists has none.
 func (r *NodeFenceReconciler) noteBoots(ctx context.Context, nf *v1alpha1.NodeFence, answered string) error {
 	node := &corev1.Node{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading the boot ID of node %s at the confirmation: %w", nf.Spec.NodeName, err)
 	}
-	agent := r.agentBoot(nf.Spec.NodeName)
-	for _, boot := range []string{node.Status.NodeInfo.BootID, answered, agent} {
-		if boot != "" && !bootOfFence(nf, boot) {
+	held := r.agentBoot(nf.Spec.NodeName)
+	for _, boot := range []string{node.Status.NodeInfo.BootID, answered, held, nf.Status.AgentBootID} {
+		if boot != "" && boot != nf.Status.BootID && !slices.Contains(nf.Status.ConfirmedBootIDs, boot) {
 			nf.Status.ConfirmedBootIDs = append(nf.Status.ConfirmedBootIDs, boot)
 		}
 	}
-	if agent == "" { // the answer came from the agent too, in its boot then
-		agent = answered
-	}
-	if agent != "" {
-		nf.Status.AgentBootID = agent
+	for _, boot := range []string{answered, held} {
+		if boot != "" {
+			nf.Status.AgentBootID = boot
+			break
+		}
 	}
 	return nil
 }
@@ -73,10 +78,13 @@ func bootOfFence(nf *v1alpha1.NodeFence, boot string) bool {
 }
 
 // rebootUnconfirmed says why a node back in boot (a boot not of its fence, as its kubelet
-// reports it) is not yet proven rebooted, "" when it is: its fence kept its machine on and
-// heard its agent, and agentBoot (its latest heartbeat's boot ID here, "" for none) is another.
+// reports it) is not yet proven rebooted, "" when it is: its fence kept its machine on, the
+// node has an agent, and agentBoot (the boot ID of its latest heartbeat held here, "" for
+// none) is another.
 func rebootUnconfirmed(nf *v1alpha1.NodeFence, boot, agentBoot string) string {
-	if nf.Status.AgentBootID == "" || poweredOff(nf) != nil || agentBoot == boot {
+	keptOn := poweredOff(nf) == nil || nf.Status.PowerOffDisprovedTime != nil
+	hasAgent := nf.Status.AgentBootID != "" || agentBoot != "" || confirmedByAgent(nf)
+	if !keptOn || !hasAgent || agentBoot == boot {
 		return ""
 	}
 	if agentBoot == "" {
@@ -86,6 +94,17 @@ func rebootUnconfirmed(nf *v1alpha1.NodeFence, boot, agentBoot string) string {
 		return fmt.Sprintf("its agent still heartbeats from boot ID %s, a boot of the fence", agentBoot)
 	}
 	return fmt.Sprintf("its agent heartbeats from another boot ID, %s", agentBoot)
+}
+
+// confirmedByAgent says whether a method carried out by the node's agent (the Executor, a
+// self-fence) confirmed the fence: the node had an agent.
+func confirmedByAgent(nf *v1alpha1.NodeFence) bool {
+	for _, st := range nf.Status.Steps {
+		if st.State == v1alpha1.StepSucceeded && (st.Name == v1alpha1.StepConfirmTerminated || st.Name == v1alpha1.StepConfirmSelfFenced) {
+			return true
+		}
+	}
+	return false
 }
 
 // clockSkewMargin is how far a kubelet's clock may run ahead of the controller's before a

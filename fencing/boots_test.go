@@ -74,58 +74,98 @@ func TestRebootedWhileFenced(t *testing.T) {
 	}
 }
 
-// A fence that kept its machine on (the Executor) and heard the node's agent takes a new boot
-// ID from the kubelet for a reboot only once the agent heartbeats from that boot too: stolen
-// kubelet credentials can post any boot ID and Ready. The agent still in the fence's boot, in
-// yet another boot, or not heard by this controller (a new leader) holds the node; a fence
-// that never heard an agent, or that confirmed its machine off, needs no agent.
+// A fence that kept its machine on and whose node has an agent takes a new boot ID from the
+// kubelet for a reboot only once the agent heartbeats from that boot too: stolen kubelet
+// credentials can post any boot ID and Ready. The node has an agent when the fence heard it
+// (status.agentBootID), an agent method confirmed the fence, or a heartbeat of it is held now.
+// The agent still in the fence's boot, in yet another boot, or not heard by this controller
+// (a new leader) holds the node; a fence that confirmed the machine off (not disproved since),
+// or a node without an agent, needs none.
 func TestRebootProvenByTheAgentToo(t *testing.T) {
 	hb := func(w *world, boot string) heartbeats {
 		return heartbeats{"n1": {Node: "n1", BootID: boot, Received: w.now, Sent: w.now, RunningContainers: ptr.To(0)}}
 	}
-	t.Run("executor", func(t *testing.T) {
-		w := newWorld(t, "executor")
-		w.setNode(t, back(bootAtFence))
-		w.r.Heartbeats = hb(w, bootAtFence)
-		w.tick = func(*v1alpha1.NodeFence) { w.r.Heartbeats = hb(w, bootAtFence) } // the agent beats on
-		if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.AgentBootID != bootAtFence {
-			t.Fatalf("fence ended %s with status.agentBootID %q, want Released with %q:\n%s", nf.Status.Phase, nf.Status.AgentBootID, bootAtFence, goldenTrace(nf))
+	// heldUntilTheAgent checks that n1, back in bootAfter as its kubelet says, is held while the
+	// agent says otherwise (each of says: what the hold's message names), requeued, and
+	// unfenced once the agent heartbeats from bootAfter.
+	heldUntilTheAgent := func(t *testing.T, w *world, says ...string) {
+		t.Helper()
+		w.setNode(t, back(bootAfter))
+		beats := map[string]heartbeats{
+			"still heartbeats from boot ID " + bootAtFence:           hb(w, bootAtFence),
+			"holds no heartbeat of its agent":                        {},
+			"heartbeats from another boot ID, boot-other":            hb(w, "boot-other"),
+			"holds no heartbeat of its agent that carries a boot ID": hb(w, ""),
 		}
-		w.tick = nil
-		w.setNode(t, back(bootAfter)) // the kubelet's word
-		for _, agent := range []struct {
-			beats heartbeats
-			says  string
-		}{
-			{hb(w, bootAtFence), "still heartbeats from boot ID " + bootAtFence},
-			{heartbeats{}, "holds no heartbeat of its agent"},
-			{hb(w, "boot-other"), "heartbeats from another boot ID, boot-other"},
-			{hb(w, ""), "holds no heartbeat of its agent that carries a boot ID"},
-		} {
-			w.r.Heartbeats = agent.beats
+		for _, say := range says {
+			w.r.Heartbeats = beats[say]
 			res, err := w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.RequeueAfter != retryAgentBoot {
-				t.Errorf("requeued after %s, want %s: heartbeats wake no reconcile", res.RequeueAfter, retryAgentBoot)
+			if res.RequeueAfter < retryAgentBoot || res.RequeueAfter > retryAgentBootMax {
+				t.Errorf("requeued after %s, want %s..%s: heartbeats wake no reconcile", res.RequeueAfter, retryAgentBoot, retryAgentBootMax)
 			}
 			nf, node := w.reconcile(t)
 			wantHeld(t, nf, node, ReasonRebootUnconfirmed)
-			if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); !strings.Contains(c.Message, agent.says) || !strings.Contains(c.Message, v1alpha1.AnnotationUnfenceRequest) {
-				t.Errorf("condition message %q: want it to say %q and how to confirm the node clean", c.Message, agent.says)
+			if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); !strings.Contains(c.Message, say) || !strings.Contains(c.Message, v1alpha1.AnnotationUnfenceRequest) {
+				t.Errorf("condition message %q: want it to say %q and how to confirm the node clean", c.Message, say)
 			}
 		}
 		w.r.Heartbeats = hb(w, bootAfter)
 		nf, node := w.reconcile(t)
 		wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
-	})
-	t.Run("executor, no agent heard", func(t *testing.T) {
+	}
+	released := func(t *testing.T, w *world, wantAgentBoot string) {
+		t.Helper()
+		nf := w.run(t)
+		if nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.AgentBootID != wantAgentBoot {
+			t.Fatalf("fence ended %s with status.agentBootID %q, want Released with %q:\n%s", nf.Status.Phase, nf.Status.AgentBootID, wantAgentBoot, goldenTrace(nf))
+		}
+		w.tick = nil
+	}
+	every := []string{"still heartbeats from boot ID " + bootAtFence, "holds no heartbeat of its agent", "heartbeats from another boot ID, boot-other", "holds no heartbeat of its agent that carries a boot ID"}
+
+	t.Run("executor, agent heard", func(t *testing.T) {
 		w := newWorld(t, "executor")
 		w.setNode(t, back(bootAtFence))
-		if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.AgentBootID != "" {
-			t.Fatalf("fence ended %s with status.agentBootID %q, want Released with none", nf.Status.Phase, nf.Status.AgentBootID)
+		w.r.Heartbeats = hb(w, bootAtFence)
+		w.tick = func(*v1alpha1.NodeFence) { w.r.Heartbeats = hb(w, bootAtFence) } // the agent beats on
+		released(t, w, bootAtFence)
+		heldUntilTheAgent(t, w, every...)
+	})
+	t.Run("executor, confirmed without a heartbeat held", func(t *testing.T) {
+		w := newWorld(t, "executor") // an answer through the API server; the agent's answer had no boot ID
+		w.setNode(t, back(bootAtFence))
+		released(t, w, "")
+		heldUntilTheAgent(t, w, "holds no heartbeat of its agent")
+	})
+	t.Run("storage fence, agent heard when the fence began", func(t *testing.T) {
+		w, _ := storageWorld(t, &storage{answers: []providers.Status{{State: providers.Confirmed, Message: "lifted"}}}, storageMethod)
+		w.setNode(t, back(bootAtFence))
+		w.r.Heartbeats = hb(w, bootAtFence)
+		w.tick = func(nf *v1alpha1.NodeFence) {
+			if len(nf.Status.Steps) > 0 { // cut off from the controller
+				w.r.Heartbeats = heartbeats{}
+			}
 		}
+		w.setNode(t, notReady)
+		released(t, w, bootAtFence)
+		heldUntilTheAgent(t, w, "holds no heartbeat of its agent")
+	})
+	t.Run("storage fence, no agent heard during the fence", func(t *testing.T) {
+		w, _ := storageWorld(t, &storage{answers: []providers.Status{{State: providers.Confirmed, Message: "lifted"}}}, storageMethod)
+		w.setNode(t, back(bootAtFence))
+		w.setNode(t, notReady)
+		released(t, w, "")
+		// Its agent heard now, in the fence's boot or another, disagrees with the kubelet.
+		heldUntilTheAgent(t, w, "still heartbeats from boot ID "+bootAtFence, "heartbeats from another boot ID, boot-other")
+	})
+	t.Run("storage fence, no agent at all", func(t *testing.T) {
+		w, _ := storageWorld(t, &storage{answers: []providers.Status{{State: providers.Confirmed, Message: "lifted"}}}, storageMethod)
+		w.setNode(t, back(bootAtFence))
+		w.setNode(t, notReady)
+		released(t, w, "")
 		w.setNode(t, back(bootAfter))
 		nf, node := w.reconcile(t)
 		wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
@@ -144,21 +184,75 @@ func TestRebootProvenByTheAgentToo(t *testing.T) {
 				}
 			}
 			w.setNode(t, notReady)
-			if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseReleased || nf.Status.AgentBootID != bootAtFence {
-				t.Fatalf("fence ended %s with status.agentBootID %q, want Released with %q:\n%s", nf.Status.Phase, nf.Status.AgentBootID, bootAtFence, goldenTrace(nf))
-			}
-			w.tick = nil
-			w.setNode(t, back(bootAfter))
-			nf, node := w.reconcile(t)
-			if method == "ipmi" {
-				wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+			released(t, w, bootAtFence)
+			if method == "self-fence" {
+				heldUntilTheAgent(t, w, "holds no heartbeat of its agent")
 				return
 			}
-			wantHeld(t, nf, node, ReasonRebootUnconfirmed)
-			w.r.Heartbeats = hb(w, bootAfter)
-			nf, node = w.reconcile(t)
+			w.setNode(t, back(bootAfter))
+			nf, node := w.reconcile(t)
 			wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
 		})
+	}
+	// A power-off shown not to have happened (the node posted its status in the fence's boot
+	// after it) kept the machine on after all.
+	t.Run("ipmi, power-off disproved", func(t *testing.T) {
+		w := newWorld(t, "ipmi")
+		w.setNode(t, back(bootAtFence))
+		w.r.Heartbeats = hb(w, bootAtFence)
+		w.tick = func(nf *v1alpha1.NodeFence) {
+			if len(nf.Status.Steps) > 0 {
+				w.r.Heartbeats = heartbeats{}
+			}
+		}
+		w.setNode(t, notReady)
+		released(t, w, bootAtFence)
+		nf, _ := w.reconcile(t)
+		w.setNode(t, func(n *corev1.Node) {
+			back(bootAtFence)(n)
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(nf.Status.FencedTime.Add(time.Minute))
+		})
+		nf, node := w.reconcile(t)
+		wantHeld(t, nf, node, ReasonPowerOffDisproved)
+		heldUntilTheAgent(t, w, "holds no heartbeat of its agent", "still heartbeats from boot ID "+bootAtFence)
+	})
+	// The taint taken off by hand turns the hold into TaintRemoved; it is still judged again
+	// without a change of the Node.
+	t.Run("taint removed while held", func(t *testing.T) {
+		w := newWorld(t, "executor")
+		w.setNode(t, back(bootAtFence))
+		released(t, w, "")
+		w.setNode(t, func(n *corev1.Node) {
+			back(bootAfter)(n)
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintOutOfService })
+		})
+		res, err := w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nf, _ := w.reconcile(t)
+		if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c.Reason != ReasonTaintRemoved || !strings.Contains(c.Message, ReasonRebootUnconfirmed) || res.RequeueAfter == 0 {
+			t.Errorf("Recovered %s %q, requeued after %s: want TaintRemoved naming %s, judged again", c.Reason, c.Message, res.RequeueAfter, ReasonRebootUnconfirmed)
+		}
+	})
+}
+
+// A node held RebootUnconfirmed is judged again every 5 s at first, then less often: a sixth of
+// the time held, a minute at most.
+func TestAgentBootRetry(t *testing.T) {
+	since := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	nf := &v1alpha1.NodeFence{}
+	setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, ReasonRebootUnconfirmed, "held")
+	meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered).LastTransitionTime = metav1.NewTime(since)
+	for _, tc := range []struct{ held, want time.Duration }{
+		{0, retryAgentBoot}, {20 * time.Second, retryAgentBoot}, {2 * time.Minute, 20 * time.Second}, {time.Hour, retryAgentBootMax},
+	} {
+		if got := agentBootRetry(nf, since.Add(tc.held)); got != tc.want {
+			t.Errorf("held %s: judged again after %s, want %s", tc.held, got, tc.want)
+		}
+	}
+	if got := agentBootRetry(&v1alpha1.NodeFence{}, since); got != retryAgentBoot {
+		t.Errorf("no condition yet: %s, want %s", got, retryAgentBoot)
 	}
 }
 

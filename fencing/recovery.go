@@ -38,9 +38,12 @@ const (
 	DefaultFlapWindow = time.Hour
 	// retryPowerOn is how often a failed power-on (recovery.powerOn) is tried again.
 	retryPowerOn = 30 * time.Second
-	// retryAgentBoot is how often a node held RebootUnconfirmed is judged again: heartbeats
-	// change no API object that would wake the reconciler.
-	retryAgentBoot = 5 * time.Second
+	// retryAgentBoot is how often a node held RebootUnconfirmed is judged again at first
+	// (heartbeats change no API object that would wake the reconciler), retryAgentBootMax at
+	// most: a sixth of the time it has been held, so that a node held for good costs a Node
+	// read a minute.
+	retryAgentBoot    = 5 * time.Second
+	retryAgentBootMax = time.Minute
 	// retryPowerOnRefused is how often a power-on refused for a reason only a person can
 	// change (credentials, the machine's identity: providers.IsRetryable) is tried again: a
 	// BMC counts failed logins, and many lock the account or the address out after a few.
@@ -149,12 +152,12 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 			}
 		}
 		if rec == nil {
+			var res ctrl.Result
+			if reason == ReasonRebootUnconfirmed { // decided before TaintRemoved may wrap it
+				res.RequeueAfter = agentBootRetry(nf, r.now())
+			}
 			if reason != ReasonPowerOffDisproved && reason != ReasonNodeReplaced { // those say more: a Node registered anew never had the taint
 				reason, msg = taintTakenOff(nf, node, reason, msg)
-			}
-			var res ctrl.Result
-			if reason == ReasonRebootUnconfirmed {
-				res.RequeueAfter = retryAgentBoot
 			}
 			return res, r.hold(ctx, nf, reason, msg)
 		}
@@ -203,6 +206,17 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	observeRecovered(nf)
 	r.event(ctx, nf, corev1.EventTypeNormal, ReasonUnfenced, "%s", msg)
 	return ctrl.Result{}, nil
+}
+
+// agentBootRetry is when a node held RebootUnconfirmed is judged again: retryAgentBoot at
+// first, a sixth of the time it has been held (since its Recovered condition last changed)
+// later, retryAgentBootMax at most.
+func agentBootRetry(nf *v1alpha1.NodeFence, now time.Time) time.Duration {
+	c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
+	if c == nil {
+		return retryAgentBoot
+	}
+	return min(max(now.Sub(c.LastTransitionTime.Time)/6, retryAgentBoot), retryAgentBootMax)
 }
 
 // restorePower powers the machine of a released fence back on through the power method that
@@ -284,7 +298,7 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, agentBoot string, now
 			name, bootID, nf.Status.BootID, confirm)
 	}
 	if why := rebootUnconfirmed(nf, bootID, agentBoot); why != "" { // boots.go
-		return nil, ReasonRebootUnconfirmed, fmt.Sprintf("node %s is back with a new boot ID as its kubelet reports it (%s; %s when fenced), but %s. Its fence kept the machine on (no confirmed power-off), so a reboot is taken as proven only when the node's agent heartbeats from the new boot too, over its own mTLS identity: the kubelet's report alone may come from its stolen credentials. Check that the Palisade agent runs on the node and reaches the controller (its log says why not), or %s",
+		return nil, ReasonRebootUnconfirmed, fmt.Sprintf("node %s is back with a new boot ID as its kubelet reports it (%s; %s when fenced), but %s. Its fence kept the machine on (no power-off confirmed, or its power-off disproved), so a reboot is taken as proven only when the node's agent heartbeats from the new boot too, over its own mTLS identity: the kubelet's report alone may come from its stolen credentials. Check that the Palisade agent runs on the node and reaches the controller (its log says why not), or %s",
 			name, bootID, nf.Status.BootID, why, confirm)
 	}
 	if prev, window := nf.Spec.PreviousRecoveryTime, flapWindow(nf); prev != nil && window > 0 && !nf.CreationTimestamp.Before(prev) && nf.CreationTimestamp.Sub(prev.Time) < window {
