@@ -124,6 +124,20 @@ func TestRebootProvenByTheAgentToo(t *testing.T) {
 		}
 		w.tick = nil
 	}
+	// heardWhenTheFenceBegan runs n1's fence to its release, its agent heard when the fence
+	// began only (gone down with the machine, or cut off from the controller).
+	heardWhenTheFenceBegan := func(t *testing.T, w *world) {
+		t.Helper()
+		w.setNode(t, back(bootAtFence))
+		w.r.Heartbeats = hb(w, bootAtFence)
+		w.tick = func(nf *v1alpha1.NodeFence) {
+			if len(nf.Status.Steps) > 0 {
+				w.r.Heartbeats = heartbeats{}
+			}
+		}
+		w.setNode(t, notReady)
+		released(t, w, bootAtFence)
+	}
 	every := []string{"still heartbeats from boot ID " + bootAtFence, "holds no heartbeat of its agent", "heartbeats from another boot ID, boot-other", "holds no heartbeat of its agent that carries a boot ID"}
 
 	t.Run("executor, agent heard", func(t *testing.T) {
@@ -142,15 +156,7 @@ func TestRebootProvenByTheAgentToo(t *testing.T) {
 	})
 	t.Run("storage fence, agent heard when the fence began", func(t *testing.T) {
 		w, _ := storageWorld(t, &storage{answers: []providers.Status{{State: providers.Confirmed, Message: "lifted"}}}, storageMethod)
-		w.setNode(t, back(bootAtFence))
-		w.r.Heartbeats = hb(w, bootAtFence)
-		w.tick = func(nf *v1alpha1.NodeFence) {
-			if len(nf.Status.Steps) > 0 { // cut off from the controller
-				w.r.Heartbeats = heartbeats{}
-			}
-		}
-		w.setNode(t, notReady)
-		released(t, w, bootAtFence)
+		heardWhenTheFenceBegan(t, w)
 		heldUntilTheAgent(t, w, "holds no heartbeat of its agent")
 	})
 	t.Run("storage fence, no agent heard during the fence", func(t *testing.T) {
@@ -176,15 +182,7 @@ func TestRebootProvenByTheAgentToo(t *testing.T) {
 	for _, method := range []string{"ipmi", "self-fence"} {
 		t.Run(method+", agent heard when the fence began only", func(t *testing.T) {
 			w := newWorld(t, method)
-			w.setNode(t, back(bootAtFence))
-			w.r.Heartbeats = hb(w, bootAtFence)
-			w.tick = func(nf *v1alpha1.NodeFence) {
-				if len(nf.Status.Steps) > 0 {
-					w.r.Heartbeats = heartbeats{}
-				}
-			}
-			w.setNode(t, notReady)
-			released(t, w, bootAtFence)
+			heardWhenTheFenceBegan(t, w)
 			if method == "self-fence" {
 				heldUntilTheAgent(t, w, "holds no heartbeat of its agent")
 				return
@@ -198,15 +196,7 @@ func TestRebootProvenByTheAgentToo(t *testing.T) {
 	// after it) kept the machine on after all.
 	t.Run("ipmi, power-off disproved", func(t *testing.T) {
 		w := newWorld(t, "ipmi")
-		w.setNode(t, back(bootAtFence))
-		w.r.Heartbeats = hb(w, bootAtFence)
-		w.tick = func(nf *v1alpha1.NodeFence) {
-			if len(nf.Status.Steps) > 0 {
-				w.r.Heartbeats = heartbeats{}
-			}
-		}
-		w.setNode(t, notReady)
-		released(t, w, bootAtFence)
+		heardWhenTheFenceBegan(t, w)
 		nf, _ := w.reconcile(t)
 		w.setNode(t, func(n *corev1.Node) {
 			back(bootAtFence)(n)
