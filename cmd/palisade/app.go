@@ -90,8 +90,9 @@ commands:
                                       policy by policy, and a one-line verdict
   fence NODE --reason TEXT [--yes]    ask Palisade to fence NODE: says which policy and methods
                                       act and what is released, then asks
-  unfence NODE --reason TEXT [--yes]  confirm a fenced NODE clean (it did not reboot, or is held
-                                      as Flapping) so that Palisade gives it back
+  unfence NODE --reason TEXT [--yes]  confirm a fenced NODE clean (it did not reboot, its reboot
+                                      is not proven, or it is held as Flapping) so that Palisade
+                                      gives it back
   completion bash|zsh                 print a shell completion script
   help [COMMAND]                      this text, or a command's
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -325,6 +326,9 @@ func writeNodeFence(w io.Writer, e *explanation) {
 		dry = " (dry run)"
 	}
 	fmt.Fprintf(w, "  Policy:           %s%s; created %s\n", orDash(nf.Spec.PolicyName), dry, ago(e.now, nf.CreationTimestamp.Time))
+	if boots := fenceBoots(nf); boots != "" {
+		fmt.Fprintf(w, "  Boot IDs:         %s\n", boots)
+	}
 	if nf.Status.ReleasedTime != nil {
 		fmt.Fprintf(w, "  Release:          done %s: %s deleted, %s released\n", ago(e.now, nf.Status.ReleasedTime.Time),
 			countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "volume attachment"))
@@ -349,6 +353,24 @@ func writeNodeFence(w io.Writer, e *explanation) {
 	for _, s := range steps {
 		fmt.Fprintf(w, "    %s\n", stepText(s, e.now))
 	}
+}
+
+// fenceBoots lists the boot IDs a fence saw its node in up to its confirmation, which a reboot
+// since the fence must differ from (the controller's rule, fencing/boots.go), "" for none.
+func fenceBoots(nf *v1alpha1.NodeFence) string {
+	s := nf.Status
+	var parts []string
+	if s.BootID != "" {
+		parts = append(parts, s.BootID+" when the fence began")
+	}
+	if len(s.ConfirmedBootIDs) > 0 {
+		parts = append(parts, strings.Join(s.ConfirmedBootIDs, ", ")+" at its confirmation")
+	}
+	if s.AgentBootID != "" {
+		parts = append(parts, "its agent last heard in "+s.AgentBootID+
+			" (unless a power-off was confirmed and not disproved, a reboot counts only once the agent heartbeats from the new boot too)")
+	}
+	return strings.Join(parts, "; ")
 }
 
 func stepText(s v1alpha1.Step, now time.Time) string {

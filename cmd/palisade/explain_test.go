@@ -78,6 +78,7 @@ func TestExplain(t *testing.T) {
 			"Out-of-service:   tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute, added",
 			"NodeFence explain-held\n  Phase:            Released, method ipmi, token 7",
 			`Trigger:          Manual, requested by alice: disk errors`,
+			"Boot IDs:         boot-1 when the fence began; boot-mid at its confirmation; its agent last heard in boot-mid (unless a power-off was confirmed",
 			"Release:          done ",
 			"2 pods deleted, 1 volume attachment released",
 			"Conditions:\n    Fenced=True PowerOffConfirmed: power state Off read back",
@@ -267,6 +268,7 @@ func explainScenarios(t *testing.T, c client.Client) string {
 	held := "node explain-held is back but has not rebooted since it was fenced (boot ID boot-1): the processes of its workload may have outlived the fence"
 	makeFence(t, c, "explain-held", "explain-fenced", func(nf *v1alpha1.NodeFence) {
 		released("BootIDUnchanged", held)(nf)
+		nf.Status.BootID, nf.Status.ConfirmedBootIDs, nf.Status.AgentBootID = "boot-1", []string{"boot-mid"}, "boot-mid"
 		nf.Spec.Trigger, nf.Spec.Verdict, nf.Spec.RequestedBy, nf.Spec.Reason = v1alpha1.TriggerManual, "", "alice", "disk errors"
 	})
 	makeNode(t, c, nodeSpec{name: "explain-fencing", labels: label("fenced"), ready: corev1.ConditionUnknown})

@@ -234,7 +234,7 @@ func recoveryText(r v1alpha1.Recovery, node, tool string) string {
 	if r.Automatic != nil && !*r.Automatic {
 		text += "this policy unfences only on request (" + tool + " unfence)"
 	} else {
-		text += "rebooted since the fence (its boot ID changed), or confirmed clean (" + tool + " unfence)"
+		text += "rebooted since the fence (its boot ID changed; after a fence that kept the machine on, its agent heartbeats from the new boot too), or confirmed clean (" + tool + " unfence)"
 	}
 	if flap > 0 {
 		text += fmt.Sprintf("; fenced again within %s of a recovery, it is held as Flapping until confirmed clean", flap)

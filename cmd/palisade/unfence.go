@@ -21,8 +21,9 @@ Confirms that a fenced NODE is clean, by setting its palisade.dev/unfence-reques
 (a merge patch): its workload's processes are gone (the machine was reinstalled, or checked by
 hand). Palisade unfences a node that is back (Ready) and rebooted since its fence by itself;
 this confirmation is for a node that came back without a reboot (BootIDUnchanged), whose reboot
-cannot be proven (BootIDUnknown), that Palisade holds as Flapping, or whose policy unfences only
-on request (AutomaticRecoveryOff). Once the node is Ready, Palisade lifts its storage fences,
+cannot be proven (BootIDUnknown; RebootUnconfirmed: its fence kept the machine on and its agent
+has not heartbeated from the new boot the kubelet reports), that Palisade holds as Flapping, or
+whose policy unfences only on request (AutomaticRecoveryOff). Once the node is Ready, Palisade lifts its storage fences,
 removes the out-of-service taint and the request annotations, and ends the NodeFence as
 Recovered (ConfirmedClean).
 
@@ -189,8 +190,9 @@ func printHeld(w io.Writer, nf *v1alpha1.NodeFence, node *corev1.Node) {
 	if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); c != nil { // unfenceable refuses a fence without one
 		fmt.Fprintf(w, "  Recovered=%s %s: %s\n", c.Status, c.Reason, c.Message)
 	}
-	fmt.Fprintf(w, "Node %s: Ready %s, boot ID %s (%s when fenced)\n\n", node.Name, readyStatus(node), orDash(node.Status.NodeInfo.BootID), orDash(nf.Status.BootID))
+	fmt.Fprintf(w, "Node %s: Ready %s, boot ID %s (the fence's: %s)\n\n", node.Name, readyStatus(node), orDash(node.Status.NodeInfo.BootID), orDash(fenceBoots(nf)))
 	fmt.Fprintf(w, "Palisade unfences a node that is back (Ready) and rebooted since its fence by itself. This confirmation is for a node that did not reboot, "+
+		"whose reboot is not proven (after a fence that kept the machine on, its agent must heartbeat from the new boot too), "+
 		"that Palisade holds as Flapping, or whose policy unfences only on request: it tells Palisade that the workload's processes on %s are gone (reinstalled, or checked by hand). "+
 		"Palisade then lifts the node's storage fences, removes the out-of-service taint and the request annotations, and ends the NodeFence as Recovered (ConfirmedClean): "+
 		"pods may run on %s again.\n", node.Name, node.Name)

@@ -82,9 +82,9 @@ func TestUnfence(t *testing.T) {
 		wantContains(t, "the explanation", r.out,
 			"NodeFence unfence-held: Released (method ipmi, trigger Detected, policy unfence)",
 			"Recovered=False BootIDUnchanged: "+held,
-			"Node unfence-held: Ready True, boot ID boot-1 (boot-1 when fenced)",
+			"Node unfence-held: Ready True, boot ID boot-1 (the fence's: boot-1 when the fence began)",
 			"Palisade unfences a node that is back (Ready) and rebooted since its fence by itself",
-			"This confirmation is for a node that did not reboot, that Palisade holds as Flapping, or whose policy unfences only on request",
+			"This confirmation is for a node that did not reboot, whose reboot is not proven (after a fence that kept the machine on, its agent must heartbeat from the new boot too), that Palisade holds as Flapping, or whose policy unfences only on request",
 			"Unfence node unfence-held? [y/N] ",
 			`unfence requested: node unfence-held carries palisade.dev/unfence-request="reinstalled from scratch"`)
 		if strings.Contains(r.out, "is not Ready") {
