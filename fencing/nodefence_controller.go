@@ -60,6 +60,10 @@ type NodeFenceReconciler struct {
 	// Tokens hands out the fencing tokens recorded on each fence before its first step; no
 	// step is taken without one.
 	Tokens TokenSource
+	// Leader, when set, says whether this replica still holds the leader-election Lease; no
+	// fence, release, power-on or unfence step acts when it does not (leading.go). Nil: no
+	// leader election.
+	Leader LeaderCheck
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Concurrency is how many NodeFences advance at once (0: DefaultConcurrency). One fence
@@ -288,6 +292,11 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 			// a sign of life found now does not read as found before the step did anything
 			// (untaintedAfterRelease keeps the storage fence).
 			s.Attempts++
+		}
+	}
+	if actsOnTheWorld(s.Name) {
+		if err := r.stillLeading(ctx); err != nil { // leading.go: nothing taken, nothing recorded
+			return ctrl.Result{}, false, fmt.Errorf("not taking step %s: %w", s.Name, err)
 		}
 	}
 	lastStep(nf).Attempts++

@@ -81,6 +81,8 @@ type Options struct {
 	// NewClient, when set, creates the manager's client (controller-runtime's option; nil:
 	// its default). Tests pass one built with interceptor.NewClient to inject faults.
 	NewClient client.NewClientFunc
+	// leaderIdentity is this replica's identity in the leader-election Lease (leaderLock).
+	leaderIdentity string
 }
 
 // Scheme holds the kinds the controller uses.
@@ -97,6 +99,9 @@ func Scheme() (*runtime.Scheme, error) {
 	}
 	return s, nil
 }
+
+// defaultRenewDeadline is controller-runtime's default leader-election renew deadline.
+const defaultRenewDeadline = 10 * time.Second
 
 // LeaderElectionID is the name of the replicas' leader-election Lease, in the leader-election
 // namespace.
@@ -118,6 +123,10 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.DisableCompression = !o.APICompression
+	lock, err := leaderLock(cfg, &o)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Logger:                        o.Logger,
@@ -129,10 +138,12 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 durationOrNil(o.LeaseDuration),
-		RenewDeadline:                 durationOrNil(o.RenewDeadline),
-		RetryPeriod:                   durationOrNil(o.RetryPeriod),
-		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		// Ours, so that the reconcilers know this replica's identity in it (leader.go).
+		LeaderElectionResourceLockInterface: lock,
+		LeaseDuration:                       durationOrNil(o.LeaseDuration),
+		RenewDeadline:                       durationOrNil(o.RenewDeadline),
+		RetryPeriod:                         durationOrNil(o.RetryPeriod),
+		Controller:                          config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{
 			// Nothing reads managedFields; every cached Node and Lease would keep them.
 			DefaultTransform: cache.TransformStripManagedFields(),
@@ -176,6 +187,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 		Attachments: &attach.Releaser{Reader: reader, Writer: c, ForceAfter: o.AttachmentForceAge},
 		Tokens:      &fencing.Tokens{Reader: reader, Writer: c, Lease: types.NamespacedName{Namespace: tokenNamespace(o), Name: fencing.TokenLeaseName}},
 		Concurrency: o.FenceConcurrency,
+		Leader:      leaderCheck(reader, o),
 	}
 	if err := nf.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up nodefence controller: %w", err)
