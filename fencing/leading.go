@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -19,8 +20,9 @@ import (
 // and its pass goes on until its elector notices. Before each step that changes the world (a
 // fence step, a release step, a power-on, an unfence), the controller reads its leader-election
 // Lease from the API server and acts only while the Lease names it and has not expired on its
-// own clock. A pause between that read and the call is not covered; it narrows the window
-// from the length of a pass to that of one API call.
+// own clock. The node controller reads it before it creates a NodeFence, and the deletion of a
+// NodeFence before it lifts a storage fence. A pause after that read, within the step, is not
+// covered: it narrows the window from the length of a pass to that of one step.
 
 // ErrNotLeading is wrapped by LeaderLease.Check's refusals.
 var ErrNotLeading = errors.New("this controller does not hold the leader-election Lease")
@@ -69,13 +71,26 @@ func (l *LeaderLease) Check(ctx context.Context) error {
 	return nil
 }
 
-// stillLeading is nil when the controller leads or runs without leader election (no Leader),
-// else why it must not act.
-func (r *NodeFenceReconciler) stillLeading(ctx context.Context) error {
-	if r.Leader == nil {
+// retryLeading is when a step refused for want of leadership (or of a readable Lease) is tried
+// again: a fixed short time, not the work queue's growing backoff, so that a replica that
+// still leads once the API server answers again acts within seconds.
+const retryLeading = 2 * time.Second
+
+// leading is nil when check says this replica leads, or there is no check (no leader
+// election); else why it must not act.
+func leading(ctx context.Context, check LeaderCheck) error {
+	if check == nil {
 		return nil
 	}
-	return r.Leader.Check(ctx)
+	return check.Check(ctx)
+}
+
+// notLeading is the result of a pass refused by leading: nothing was done or recorded (the
+// record is the leader's), the refusal is logged, and the pass is tried again after
+// retryLeading.
+func notLeading(ctx context.Context, what string, err error) (ctrl.Result, error) {
+	ctrl.LoggerFrom(ctx).Error(err, "not acting: "+what)
+	return ctrl.Result{RequeueAfter: retryLeading}, nil
 }
 
 // actsOnTheWorld says whether step s changes the world: a method's fence step (a power-off, an

@@ -108,7 +108,6 @@ func TestDeposedLeaderTakesNoStep(t *testing.T) {
 						setLeaderLease(t, w.c, "me", w.now.Add(-20*time.Second))
 					}
 				}
-				w.reconcileErrors = true
 				w.ticks = 40
 				nf, ended := w.advance(t)
 				after := 0 // the steps begun after the one it stopped leading in
@@ -138,16 +137,28 @@ func TestDeposedLeaderTakesNoStep(t *testing.T) {
 	}
 }
 
-// A released fence's node found clean is not unfenced (its taint stays) by a replica that no
-// longer leads.
+// A released fence's node found clean is not unfenced (its taint stays), nor its machine
+// powered on (recovery.powerOn), by a replica that no longer leads; the pass is tried again
+// soon, and leading again, the replica does both.
 func TestDeposedLeaderUnfencesNothing(t *testing.T) {
-	w, _ := releasedWorld(t, nil)
+	w, _ := releasedWorld(t, func(nf *v1alpha1.NodeFence) { nf.Spec.Recovery.PowerOn = true })
 	w.r.Leader = &LeaderLease{Reader: w.c, Key: leaderKey, Identity: "me", Now: func() time.Time { return w.now }}
 	setLeaderLease(t, w.c, "other", w.now)
-	w.setNode(t, back(bootAfter))
-	if _, err := w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); !errors.Is(err, ErrNotLeading) {
-		t.Errorf("Reconcile = %v, want a refusal wrapping ErrNotLeading", err)
+	res, err := w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}})
+	if err != nil || res.RequeueAfter != retryLeading {
+		t.Errorf("Reconcile = %+v, %v; want it tried again after %s", res, err, retryLeading)
 	}
+	if n := w.power.CallCount("RestorePower", "n1"); n != 0 {
+		t.Errorf("a replica that does not lead powered the machine on %d times", n)
+	}
+	setLeaderLease(t, w.c, "me", w.now)
+	w.reconcile(t)
+	if n := w.power.CallCount("RestorePower", "n1"); n != 1 {
+		t.Errorf("the machine was powered on %d times once leading, want 1", n)
+	}
+	setLeaderLease(t, w.c, "other", w.now)
+	w.setNode(t, back(bootAfter))
+	w.reconcile(t)
 	node := &corev1.Node{}
 	if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
@@ -158,4 +169,23 @@ func TestDeposedLeaderUnfencesNothing(t *testing.T) {
 	setLeaderLease(t, w.c, "me", w.now)
 	nf, node := w.reconcile(t)
 	wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+}
+
+// A replica that does not lead creates no NodeFence: what it judged, it saw before it stood
+// still.
+func TestDeposedLeaderCreatesNoFence(t *testing.T) {
+	c, r, _ := requestWorld(t, poolPolicy(ipmiMethod), nil, nil)
+	r.Leader = &LeaderLease{Reader: c, Key: leaderKey, Identity: "me", Now: func() time.Time { return t0 }}
+	setLeaderLease(t, c, "other", t0)
+	if _, err := r.Reconcile(ctrl.LoggerInto(context.Background(), ctrl.Log), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); !errors.Is(err, ErrNotLeading) {
+		t.Errorf("Reconcile = %v, want a refusal wrapping ErrNotLeading", err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, &v1alpha1.NodeFence{}); err == nil {
+		t.Fatal("a replica that does not lead created a NodeFence")
+	}
+	setLeaderLease(t, c, "me", t0)
+	reconcileN1(t, r)
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, &v1alpha1.NodeFence{}); err != nil {
+		t.Errorf("no NodeFence once leading: %v", err)
+	}
 }

@@ -44,6 +44,9 @@ type NodeReconciler struct {
 	Recorder  events.EventRecorder
 	Observer  observe.Observer
 	Now       func() time.Time
+	// Leader, when set, says whether this replica still holds the leader-election Lease; no
+	// NodeFence is created when it does not (leading.go). Nil: no leader election.
+	Leader LeaderCheck
 	// Concurrency is how many nodes are looked at at once (0: DefaultConcurrency), so that a
 	// rack lost at once gets its fences created together rather than one after another (each
 	// creation reads the node's pods from the API server). A node is never in two workers at
@@ -373,6 +376,9 @@ func (r *NodeReconciler) aliveNotFencing(ctx context.Context, node *corev1.Node,
 // the node's recovered fence, which it replaces: its recovery time goes into the new one, for
 // the flap check.
 func (r *NodeReconciler) create(ctx context.Context, node *corev1.Node, nf *v1alpha1.NodeFence, previous *v1alpha1.NodeFence, why string) (made bool, err error) {
+	if err := leading(ctx, r.Leader); err != nil { // leading.go: a replica that stood still judged from what it saw before
+		return false, fmt.Errorf("not fencing node %s: %w", node.Name, err)
+	}
 	if previous != nil {
 		if rec := previous.Status.Recovery; rec != nil {
 			nf.Spec.PreviousRecoveryTime = rec.RecoveredTime

@@ -295,8 +295,9 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		}
 	}
 	if actsOnTheWorld(s.Name) {
-		if err := r.stillLeading(ctx); err != nil { // leading.go: nothing taken, nothing recorded
-			return ctrl.Result{}, false, fmt.Errorf("not taking step %s: %w", s.Name, err)
+		if err := leading(ctx, r.Leader); err != nil { // leading.go: nothing taken, nothing recorded
+			res, err := notLeading(ctx, fmt.Sprintf("step %s of node %s", s.Name, nf.Spec.NodeName), err)
+			return res, false, err
 		}
 	}
 	lastStep(nf).Attempts++

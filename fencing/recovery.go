@@ -126,8 +126,8 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		if err := r.stillCurrent(ctx, nf); err != nil {
 			return ctrl.Result{}, fmt.Errorf("not powering node %s on from a copy of its NodeFence that may be stale: %w", nf.Spec.NodeName, err)
 		}
-		if err := r.stillLeading(ctx); err != nil { // leading.go
-			return ctrl.Result{}, fmt.Errorf("not powering node %s on: %w", nf.Spec.NodeName, err)
+		if err := leading(ctx, r.Leader); err != nil { // leading.go
+			return notLeading(ctx, "powering node "+nf.Spec.NodeName+" on", err)
 		}
 		res, done, err := r.restorePower(ctx, nf)
 		if err != nil {
@@ -171,8 +171,8 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		}
 		ctrl.LoggerFrom(ctx).Info("node found clean: unfencing", "how", rec.How, "reason", rec.Reason)
 	}
-	if err := r.stillLeading(ctx); err != nil { // leading.go
-		return ctrl.Result{}, fmt.Errorf("not unfencing node %s: %w", nf.Spec.NodeName, err)
+	if err := leading(ctx, r.Leader); err != nil { // leading.go
+		return notLeading(ctx, "unfencing node "+nf.Spec.NodeName, err)
 	}
 	// The storage first: pods that the taint's removal lets in find their storage reachable.
 	lifted, wait := r.lift(ctx, nf)

@@ -97,6 +97,9 @@ func (r *NodeFenceReconciler) finishDeletion(ctx context.Context, nf *v1alpha1.N
 			"the storage fence of node %s stays while the node carries the taint %s (its pods may run elsewhere): once the node is repaired and its workload stopped, remove the taint (kubectl taint node %s %s-) and the fence is lifted",
 			nf.Spec.NodeName, v1alpha1.TaintOutOfService, nf.Spec.NodeName, v1alpha1.TaintOutOfService))
 	}
+	if err := leading(ctx, r.Leader); err != nil { // leading.go
+		return notLeading(ctx, "lifting the storage fence of node "+nf.Spec.NodeName, err)
+	}
 	lifted, wait := r.lift(ctx, nf)
 	if wait != nil {
 		return r.waitLift(ctx, nf, wait.reason, wait.msg)

@@ -81,8 +81,9 @@ type Options struct {
 	// NewClient, when set, creates the manager's client (controller-runtime's option; nil:
 	// its default). Tests pass one built with interceptor.NewClient to inject faults.
 	NewClient client.NewClientFunc
-	// leaderIdentity is this replica's identity in the leader-election Lease (leaderLock).
-	leaderIdentity string
+	// leaderIdentity and leaderNamespace are this replica's identity in the leader-election
+	// Lease and the Lease's namespace (leaderLock).
+	leaderIdentity, leaderNamespace string
 }
 
 // Scheme holds the kinds the controller uses.
@@ -139,7 +140,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionNamespace:       o.LeaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
 		// Ours, so that the reconcilers know this replica's identity in it (leader.go).
-		LeaderElectionResourceLockInterface: lock,
+		LeaderElectionResourceLockInterface: lockOrNil(lock),
 		LeaseDuration:                       durationOrNil(o.LeaseDuration),
 		RenewDeadline:                       durationOrNil(o.RenewDeadline),
 		RetryPeriod:                         durationOrNil(o.RetryPeriod),
@@ -154,6 +155,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if lock != nil {
+		lock.LockConfig.EventRecorder = leaseEvents{mgr.GetEventRecorder("palisade-controller")} // before the elector starts
 	}
 	// Before setup: the heartbeat server loads the certificate files setupAgentCerts writes.
 	if err := setupAgentCerts(mgr, o); err != nil {
@@ -175,7 +179,7 @@ func setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := (&fencing.NodeReconciler{Client: c, APIReader: reader, Recorder: rec, Observer: obs, Concurrency: o.FenceConcurrency}).SetupWithManager(mgr); err != nil {
+	if err := (&fencing.NodeReconciler{Client: c, APIReader: reader, Recorder: rec, Observer: obs, Concurrency: o.FenceConcurrency, Leader: leaderCheck(reader, o)}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up node controller: %w", err)
 	}
 	if err := (&fencing.PolicyReconciler{Client: c, Recorder: rec, Observer: obs}).SetupWithManager(mgr); err != nil {

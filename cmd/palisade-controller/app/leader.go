@@ -4,10 +4,14 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,42 +22,71 @@ import (
 const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // leaderLock builds the leader-election Lease lock as controller-runtime would (a Lease named
-// LeaderElectionID, the identity hostname_UUID, its own client with a timeout of half the renew
-// deadline), so that this replica knows its identity in it: the NodeFence reconciler reads the
-// Lease before each step that acts (fencing/leading.go). It sets o.LeaderElectionNS when it was
-// empty. nil without leader election.
-func leaderLock(cfg *rest.Config, o *Options) (resourcelock.Interface, error) {
+// LeaderElectionID in --leader-election-namespace or the pod's, the identity hostname_UUID, its
+// own client with the user agent "leader-election" and a timeout of half the renew deadline, 1 s
+// at least), so that this replica knows its identity in it: the reconcilers read the Lease
+// before each step that acts (fencing/leading.go). It records the identity and the namespace in
+// o. nil without leader election.
+func leaderLock(cfg *rest.Config, o *Options) (*resourcelock.LeaseLock, error) {
 	if !o.LeaderElection {
 		return nil, nil
 	}
-	if o.LeaderElectionNS == "" {
+	if o.LeaseDuration > 0 && o.LeaseDuration < time.Second {
+		// The Lease keeps whole seconds: a shorter duration reads as 0, and the replica would
+		// never find itself leading.
+		return nil, fmt.Errorf("--leader-elect-lease-duration is %s: it must be at least 1s", o.LeaseDuration)
+	}
+	ns := o.LeaderElectionNS
+	if ns == "" {
 		b, err := os.ReadFile(inClusterNamespaceFile)
 		if err != nil {
 			return nil, fmt.Errorf("no --leader-election-namespace and no pod namespace to default it to (%s): %w", inClusterNamespaceFile, err)
 		}
-		o.LeaderElectionNS = strings.TrimSpace(string(b))
+		ns = strings.TrimSpace(string(b))
 	}
 	host, err := os.Hostname()
 	if err != nil {
 		return nil, fmt.Errorf("the leader-election identity: %w", err)
 	}
-	o.leaderIdentity = host + "_" + string(uuid.NewUUID())
 	renew := o.RenewDeadline
 	if renew <= 0 {
 		renew = defaultRenewDeadline
 	}
-	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, o.LeaderElectionNS, LeaderElectionID,
-		resourcelock.ResourceLockConfig{Identity: o.leaderIdentity}, cfg, renew)
+	c := rest.CopyConfig(cfg)
+	c.Timeout = max(renew/2, time.Second)
+	cs, err := kubernetes.NewForConfig(rest.AddUserAgent(c, "leader-election"))
+	if err != nil {
+		return nil, fmt.Errorf("the leader-election client: %w", err)
+	}
+	id := host + "_" + string(uuid.NewUUID())
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, LeaderElectionID, cs.CoreV1(), cs.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {
 		return nil, fmt.Errorf("creating the leader-election lock: %w", err)
 	}
-	return lock, nil
+	o.leaderIdentity, o.leaderNamespace = id, ns
+	return lock.(*resourcelock.LeaseLock), nil
 }
 
-// leaderCheck is the NodeFence reconciler's check of leadership, nil without leader election.
+// leaseEvents records the elector's events ("… became leader") on the Lease, as
+// controller-runtime's own lock does, through the manager's recorder.
+type leaseEvents struct{ rec events.EventRecorder }
+
+func (l leaseEvents) Eventf(obj runtime.Object, typ, reason, message string, args ...any) {
+	l.rec.Eventf(obj, nil, typ, reason, "LeaderElection", message, args...)
+}
+
+// leaderCheck is the reconcilers' check of leadership, nil without leader election.
 func leaderCheck(reader client.Reader, o Options) fencing.LeaderCheck {
 	if !o.LeaderElection {
 		return nil
 	}
-	return &fencing.LeaderLease{Reader: reader, Key: types.NamespacedName{Namespace: o.LeaderElectionNS, Name: LeaderElectionID}, Identity: o.leaderIdentity}
+	return &fencing.LeaderLease{Reader: reader, Key: types.NamespacedName{Namespace: o.leaderNamespace, Name: LeaderElectionID}, Identity: o.leaderIdentity}
+}
+
+// lockOrNil is lock as the manager's option: a nil *LeaseLock would be a non-nil interface.
+func lockOrNil(lock *resourcelock.LeaseLock) resourcelock.Interface {
+	if lock == nil {
+		return nil
+	}
+	return lock
 }
