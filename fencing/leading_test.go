@@ -16,6 +16,7 @@ import (
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
 )
 
 var leaderKey = types.NamespacedName{Namespace: "palisade-system", Name: "palisade-controller.fencing.palisade.dev"}
@@ -187,5 +188,25 @@ func TestDeposedLeaderCreatesNoFence(t *testing.T) {
 	reconcileN1(t, r)
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, &v1alpha1.NodeFence{}); err != nil {
 		t.Errorf("no NodeFence once leading: %v", err)
+	}
+}
+
+// A deleted NodeFence's storage fence is not lifted by a replica that does not lead; leading
+// again, it lifts it and lets the NodeFence go.
+func TestDeposedLeaderLiftsNoStorageFence(t *testing.T) {
+	s := &storage{answers: []providers.Status{{State: providers.Confirmed, Message: "lifted"}}}
+	w, _ := storageWorld(t, s, storageMethod)
+	s.SetIgnoreFence(true) // the storage never reads the fence in place: the fence fails
+	if nf := w.run(t); nf.Status.Phase != v1alpha1.PhaseFailed {
+		t.Fatalf("phase %s, want Failed", nf.Status.Phase)
+	}
+	w.r.Leader = &LeaderLease{Reader: w.c, Key: leaderKey, Identity: "me", Now: func() time.Time { return w.now }}
+	setLeaderLease(t, w.c, "other", w.now)
+	if nf := w.deleteFence(t, 2); nf == nil || s.lifts != 0 {
+		t.Fatalf("a replica that does not lead lifted the storage fence %d times (NodeFence left: %t)", s.lifts, nf != nil)
+	}
+	setLeaderLease(t, w.c, "me", w.now)
+	if nf := w.reconcileDeleted(t, 1); nf != nil || s.lifts != 1 {
+		t.Errorf("once leading: %d lifts, NodeFence left %t; want 1 lift and the NodeFence gone", s.lifts, nf != nil)
 	}
 }
