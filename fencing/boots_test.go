@@ -228,21 +228,20 @@ func TestRebootProvenByTheAgentToo(t *testing.T) {
 }
 
 // A node held RebootUnconfirmed is judged again every 5 s at first, then less often: a sixth of
-// the time held, a minute at most.
+// the time since it came back (Ready), a minute at most — however long it was down before.
 func TestAgentBootRetry(t *testing.T) {
 	since := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	nf := &v1alpha1.NodeFence{}
-	setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, ReasonRebootUnconfirmed, "held")
-	meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered).LastTransitionTime = metav1.NewTime(since)
-	for _, tc := range []struct{ held, want time.Duration }{
-		{0, retryAgentBoot}, {20 * time.Second, retryAgentBoot}, {2 * time.Minute, 20 * time.Second}, {time.Hour, retryAgentBootMax},
+	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(since)}}}}
+	for _, tc := range []struct{ back, want time.Duration }{
+		{-time.Minute, retryAgentBoot}, {0, retryAgentBoot}, {20 * time.Second, retryAgentBoot}, {2 * time.Minute, 20 * time.Second}, {time.Hour, retryAgentBootMax},
 	} {
-		if got := agentBootRetry(nf, since.Add(tc.held)); got != tc.want {
-			t.Errorf("held %s: judged again after %s, want %s", tc.held, got, tc.want)
+		if got := agentBootRetry(node, since.Add(tc.back)); got != tc.want {
+			t.Errorf("back for %s: judged again after %s, want %s", tc.back, got, tc.want)
 		}
 	}
-	if got := agentBootRetry(&v1alpha1.NodeFence{}, since); got != retryAgentBoot {
-		t.Errorf("no condition yet: %s, want %s", got, retryAgentBoot)
+	if got := agentBootRetry(&corev1.Node{}, since); got != retryAgentBoot {
+		t.Errorf("no Ready condition: %s, want %s", got, retryAgentBoot)
 	}
 }
 

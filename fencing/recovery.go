@@ -40,8 +40,8 @@ const (
 	retryPowerOn = 30 * time.Second
 	// retryAgentBoot is how often a node held RebootUnconfirmed is judged again at first
 	// (heartbeats change no API object that would wake the reconciler), retryAgentBootMax at
-	// most: a sixth of the time it has been held, so that a node held for good costs a Node
-	// read a minute.
+	// most: a sixth of the time since the node came back, so that a node held for good costs
+	// a Node read a minute.
 	retryAgentBoot    = 5 * time.Second
 	retryAgentBootMax = time.Minute
 	// retryPowerOnRefused is how often a power-on refused for a reason only a person can
@@ -157,7 +157,7 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		if rec == nil {
 			var res ctrl.Result
 			if reason == ReasonRebootUnconfirmed { // decided before TaintRemoved may wrap it
-				res.RequeueAfter = agentBootRetry(nf, r.now())
+				res.RequeueAfter = agentBootRetry(node, r.now())
 			}
 			if reason != ReasonPowerOffDisproved && reason != ReasonNodeReplaced { // those say more: a Node registered anew never had the taint
 				reason, msg = taintTakenOff(nf, node, reason, msg)
@@ -215,14 +215,17 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 }
 
 // agentBootRetry is when a node held RebootUnconfirmed is judged again: retryAgentBoot at
-// first, a sixth of the time it has been held (since its Recovered condition last changed)
-// later, retryAgentBootMax at most.
-func agentBootRetry(nf *v1alpha1.NodeFence, now time.Time) time.Duration {
-	c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered)
-	if c == nil {
-		return retryAgentBoot
+// first, a sixth of the time since the node came back (its Ready condition's last transition,
+// on the kubelet's clock: a skew only moves the retry within its bounds) later,
+// retryAgentBootMax at most. Not the hold's own age: a Recovered condition that stays False
+// keeps its transition time through its reasons (NodeNotBack for an hour, then this).
+func agentBootRetry(node *corev1.Node, now time.Time) time.Duration {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return min(max(now.Sub(c.LastTransitionTime.Time)/6, retryAgentBoot), retryAgentBootMax)
+		}
 	}
-	return min(max(now.Sub(c.LastTransitionTime.Time)/6, retryAgentBoot), retryAgentBootMax)
+	return retryAgentBoot
 }
 
 // restorePower powers the machine of a released fence back on through the power method that
