@@ -23,9 +23,9 @@ hand). Palisade unfences a node that is back (Ready) and rebooted since its fenc
 this confirmation is for a node that came back without a reboot (BootIDUnchanged), whose reboot
 cannot be proven (BootIDUnknown; RebootUnconfirmed: its fence kept the machine on and its agent
 has not heartbeated from the new boot the kubelet reports), that Palisade holds as Flapping, or
-whose policy unfences only on request (AutomaticRecoveryOff). Once the node is Ready, Palisade lifts its storage fences,
-removes the out-of-service taint and the request annotations, and ends the NodeFence as
-Recovered (ConfirmedClean).
+whose policy unfences only on request (AutomaticRecoveryOff). Once the node is Ready, Palisade
+lifts its storage fences, removes the out-of-service taint and the request annotations, and ends
+the NodeFence as Recovered (ConfirmedClean).
 
 First it shows the NodeFence and its Recovered condition (why the node is held), then asks
 "Unfence node NODE? [y/N]". Refused (exit status 1) when NODE has no NodeFence, or its fence is
