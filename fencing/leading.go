@@ -20,9 +20,11 @@ import (
 // and its pass goes on until its elector notices. Before each step that changes the world (a
 // fence step, a release step, a power-on, an unfence), the controller reads its leader-election
 // Lease from the API server and acts only while the Lease names it and has not expired on its
-// own clock. The node controller reads it before it creates a NodeFence, and the deletion of a
-// NodeFence before it lifts a storage fence. A pause after that read, within the step, is not
-// covered: it narrows the window from the length of a pass to that of one step.
+// own clock. The node controller reads it before it creates a NodeFence or lets a deleted
+// Node go (its pods are force-deleted then), recovery before it records its decision, and the
+// deletion of a NodeFence before it lifts a storage fence. A step's start may be recorded
+// before the read (a write refused once the new leader wrote). A pause after the read, within
+// the step, is not covered: it narrows the window from the length of a pass to that of a step.
 
 // ErrNotLeading is wrapped by LeaderLease.Check's refusals.
 var ErrNotLeading = errors.New("this controller does not hold the leader-election Lease")
@@ -85,9 +87,8 @@ func leading(ctx context.Context, check LeaderCheck) error {
 	return check.Check(ctx)
 }
 
-// notLeading is the result of a pass refused by leading: nothing was done or recorded (the
-// record is the leader's), the refusal is logged, and the pass is tried again after
-// retryLeading.
+// notLeading is the result of a pass refused by leading: nothing more is done (the record is
+// the leader's), the refusal is logged, and the pass is tried again after retryLeading.
 func notLeading(ctx context.Context, what string, err error) (ctrl.Result, error) {
 	ctrl.LoggerFrom(ctx).Error(err, "not acting: "+what)
 	return ctrl.Result{RequeueAfter: retryLeading}, nil

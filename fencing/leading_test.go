@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -16,6 +17,7 @@ import (
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors/observe"
 	"palisade.dev/palisade/providers"
 )
 
@@ -159,13 +161,8 @@ func TestDeposedLeaderUnfencesNothing(t *testing.T) {
 	}
 	setLeaderLease(t, w.c, "other", w.now)
 	w.setNode(t, back(bootAfter))
-	w.reconcile(t)
-	node := &corev1.Node{}
-	if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
-		t.Fatal(err)
-	}
-	if !tainted(node) {
-		t.Error("a replica that does not lead removed the out-of-service taint")
+	if nf, node := w.reconcile(t); !tainted(node) || nf.Status.Recovery != nil {
+		t.Errorf("a replica that does not lead unfenced the node (taint gone: %t) or recorded the decision a new leader would carry out (%+v)", !tainted(node), nf.Status.Recovery)
 	}
 	setLeaderLease(t, w.c, "me", w.now)
 	nf, node := w.reconcile(t)
@@ -209,4 +206,58 @@ func TestDeposedLeaderLiftsNoStorageFence(t *testing.T) {
 	if nf := w.reconcileDeleted(t, 1); nf != nil || s.lifts != 1 {
 		t.Errorf("once leading: %d lifts, NodeFence left %t; want 1 lift and the NodeFence gone", s.lifts, nf != nil)
 	}
+}
+
+// A replica that does not lead keeps the finalizer of a deleted Node that no policy covers any
+// more (letting it go has PodGC force-delete the node's pods); leading again, it lets it go.
+func TestDeposedLeaderLetsNoDeletionGo(t *testing.T) {
+	objs, _ := cluster(map[string]string{"n1": dead})
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok {
+			now := metav1.NewTime(t0)
+			n.DeletionTimestamp = &now
+			n.Finalizers = []string{v1alpha1.FinalizerFenceOnDelete}
+		}
+	}
+	c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
+	r := &NodeReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c}, Now: func() time.Time { return t0 },
+		Leader: &LeaderLease{Reader: c, Key: leaderKey, Identity: "me", Now: func() time.Time { return t0 }}}
+	setLeaderLease(t, c, "other", t0)
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); !errors.Is(err, ErrNotLeading) {
+		t.Errorf("Reconcile = %v, want a refusal wrapping ErrNotLeading", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, &corev1.Node{}); err != nil {
+		t.Fatalf("the deletion of n1 went on under a replica that does not lead: %v", err)
+	}
+	setLeaderLease(t, c, "me", t0)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, &corev1.Node{}); !apierrors.IsNotFound(err) {
+		t.Errorf("n1 still there once leading (%v): want its deletion let go", err)
+	}
+}
+
+// A recovery decided before (by the leader this replica was, or another) is not carried out by
+// a replica that does not lead now: the taint stays.
+func TestDeposedLeaderCarriesOutNoDecidedRecovery(t *testing.T) {
+	w, _ := releasedWorld(t, nil)
+	w.setNode(t, back(bootAfter))
+	nf := &v1alpha1.NodeFence{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	nf.Status.Recovery = &v1alpha1.RecoveryRecord{How: v1alpha1.RecoveryRebooted, Time: metav1.NewTime(w.now), BootID: bootAfter, Reason: "rebooted"}
+	if err := w.c.Status().Update(context.Background(), nf); err != nil {
+		t.Fatal(err)
+	}
+	w.r.Leader = &LeaderLease{Reader: w.c, Key: leaderKey, Identity: "me", Now: func() time.Time { return w.now }}
+	setLeaderLease(t, w.c, "other", w.now)
+	if _, node := w.reconcile(t); !tainted(node) {
+		t.Error("a replica that does not lead carried out a recovery decided before: the taint is gone")
+	}
+	setLeaderLease(t, w.c, "me", w.now)
+	nf, node := w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
 }

@@ -163,6 +163,10 @@ func (r *NodeReconciler) fenceDeleted(ctx context.Context, node *corev1.Node, pr
 
 // letGo removes the finalizer so that the deletion goes on, and says why.
 func (r *NodeReconciler) letGo(ctx context.Context, node *corev1.Node, typ, format string, args ...any) error {
+	// Its pods are force-deleted once the Node is gone, as by a release (leading.go).
+	if err := leading(ctx, r.Leader); err != nil {
+		return fmt.Errorf("not letting the deletion of node %s go on: %w", node.Name, err)
+	}
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(node, v1alpha1.FinalizerFenceOnDelete)
 	if err := r.Client.Patch(ctx, node, patch); client.IgnoreNotFound(err) != nil {

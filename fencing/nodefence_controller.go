@@ -295,7 +295,7 @@ func (r *NodeFenceReconciler) takeAndRecord(ctx context.Context, nf *v1alpha1.No
 		}
 	}
 	if actsOnTheWorld(s.Name) {
-		if err := leading(ctx, r.Leader); err != nil { // leading.go: nothing taken, nothing recorded
+		if err := leading(ctx, r.Leader); err != nil { // leading.go: nothing taken
 			res, err := notLeading(ctx, fmt.Sprintf("step %s of node %s", s.Name, nf.Spec.NodeName), err)
 			return res, false, err
 		}

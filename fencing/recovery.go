@@ -164,6 +164,9 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 			}
 			return res, r.hold(ctx, nf, reason, msg)
 		}
+		if err := leading(ctx, r.Leader); err != nil { // leading.go: a decision a new leader would act on
+			return notLeading(ctx, "deciding to unfence node "+nf.Spec.NodeName, err)
+		}
 		nf.Status.Recovery = rec
 		setCondition(nf, v1alpha1.ConditionRecovered, metav1.ConditionFalse, ReasonRecovering, "unfencing: "+rec.Reason)
 		if err := r.saveStatus(ctx, nf); err != nil {

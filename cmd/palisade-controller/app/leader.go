@@ -31,10 +31,10 @@ func leaderLock(cfg *rest.Config, o *Options) (*resourcelock.LeaseLock, error) {
 	if !o.LeaderElection {
 		return nil, nil
 	}
-	if o.LeaseDuration > 0 && o.LeaseDuration < time.Second {
-		// The Lease keeps whole seconds: a shorter duration reads as 0, and the replica would
-		// never find itself leading.
-		return nil, fmt.Errorf("--leader-elect-lease-duration is %s: it must be at least 1s", o.LeaseDuration)
+	if o.LeaseDuration%time.Second != 0 {
+		// The Lease keeps whole seconds: 1.9s is written as 1s, and the replica would find
+		// itself not leading between renewals (under 1s, never).
+		return nil, fmt.Errorf("--leader-elect-lease-duration is %s: it must be a whole number of seconds", o.LeaseDuration)
 	}
 	ns := o.LeaderElectionNS
 	if ns == "" {
