@@ -174,8 +174,10 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 		}
 		ctrl.LoggerFrom(ctx).Info("node found clean: unfencing", "how", rec.How, "reason", rec.Reason)
 	}
-	if err := leading(ctx, r.Leader); err != nil { // leading.go
-		return notLeading(ctx, "unfencing node "+nf.Spec.NodeName, err)
+	if decidedBefore { // decided in this pass: checked just before the decision's write
+		if err := leading(ctx, r.Leader); err != nil { // leading.go
+			return notLeading(ctx, "unfencing node "+nf.Spec.NodeName, err)
+		}
 	}
 	// The storage first: pods that the taint's removal lets in find their storage reachable.
 	lifted, wait := r.lift(ctx, nf)
