@@ -198,10 +198,7 @@ func TestRebootProvenByTheAgentToo(t *testing.T) {
 		w := newWorld(t, "ipmi")
 		heardWhenTheFenceBegan(t, w)
 		nf, _ := w.reconcile(t)
-		w.setNode(t, func(n *corev1.Node) {
-			back(bootAtFence)(n)
-			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(nf.Status.FencedTime.Add(time.Minute))
-		})
+		w.setNode(t, postedIn(bootAtFence, nf.Status.FencedTime.Add(time.Minute)))
 		nf, node := w.reconcile(t)
 		wantHeld(t, nf, node, ReasonPowerOffDisproved)
 		heldUntilTheAgent(t, w, "holds no heartbeat of its agent", "still heartbeats from boot ID "+bootAtFence)
@@ -263,10 +260,7 @@ func TestPowerOffDisprovedInTheBootOfTheConfirmation(t *testing.T) {
 	}
 	w.tick = nil
 	nf, _ := w.reconcile(t)
-	w.setNode(t, func(n *corev1.Node) {
-		back(bootMidFence)(n)
-		n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(nf.Status.FencedTime.Add(time.Minute))
-	})
+	w.setNode(t, postedIn(bootMidFence, nf.Status.FencedTime.Add(time.Minute)))
 	nf, node := w.reconcile(t)
 	wantHeld(t, nf, node, ReasonPowerOffDisproved)
 }

@@ -57,6 +57,14 @@ func back(bootID string) func(*corev1.Node) {
 	}
 }
 
+// postedIn is the node back in boot, its kubelet's Ready posted (its heartbeat stamped) at at.
+func postedIn(boot string, at time.Time) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		back(boot)(n)
+		n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(at)
+	}
+}
+
 func notReady(n *corev1.Node) {
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}
 }
@@ -242,12 +250,7 @@ func TestRecoveryAfterReboot(t *testing.T) {
 // the confirmation (not yet marked stale) is no such evidence, and neither is an Executor
 // fence's node, which keeps its power.
 func TestPowerOffDisproved(t *testing.T) {
-	posted := func(at time.Time) func(*corev1.Node) {
-		return func(n *corev1.Node) {
-			back(bootAtFence)(n)
-			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(at)
-		}
-	}
+	posted := func(at time.Time) func(*corev1.Node) { return postedIn(bootAtFence, at) }
 	t.Run("status posted after the power-off", func(t *testing.T) {
 		w, rec := releasedWorld(t, nil)
 		nf, _ := w.reconcile(t)
