@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/test/checker"
 	"palisade.dev/palisade/test/realscene"
 	"palisade.dev/palisade/test/testbed/machine"
@@ -502,6 +503,8 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 		return func() error { return startAgent(m) }
 	case LeaderKill:
 		st.wg.Go(func() { st.killLeaderAt(ctx, f.Step) })
+	case LeaderPause:
+		st.wg.Go(func() { st.pauseLeaderAt(ctx, f.Step, f.For) })
 	case LyingBMC:
 		st.check(bmc.SetIgnoreOff(true))
 	case SlowBMC:
@@ -555,6 +558,70 @@ func startAgent(m *machine.Machine) error {
 // killLeaderAt kills the leading controller once a NodeFence's step starts, and restarts it 5s
 // later (its Deployment would).
 func (st *striker) killLeaderAt(ctx context.Context, step v1alpha1.StepName) {
+	c := st.leaderAt(ctx, step)
+	if c == nil {
+		return
+	}
+	st.t.Logf("killing the leading controller at step %s", step)
+	c.Kill()
+	time.Sleep(5 * time.Second)
+	st.check(c.Restart())
+}
+
+// pauseLeaderAt stops the leading controller once a NodeFence's step starts, and lets it go on
+// d later, or at the run's end (before the heal) if that comes first.
+func (st *striker) pauseLeaderAt(ctx context.Context, step v1alpha1.StepName, d time.Duration) {
+	c := st.leaderAt(ctx, step)
+	if c == nil {
+		return
+	}
+	resume, err := c.Pause()
+	if err != nil {
+		st.check(err)
+		return
+	}
+	refusedBefore := len(logLines(c.LogPath(), notLeading))
+	st.t.Logf("paused the leading controller at step %s for %s", step, d)
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	st.check(resume())
+	st.t.Logf("the paused controller goes on (it paused at step %s)", step)
+	// What it did once awake, from its log: the steps its leader check refused.
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+	refused := logLines(c.LogPath(), notLeading)[refusedBefore:]
+	st.t.Logf("5 s after it went on, the paused controller had logged %d refusals (%q), and leads: %t", len(refused), notLeading, c.Leads())
+	for _, l := range refused[:min(len(refused), 3)] {
+		st.t.Logf("  refused: %.400s", l)
+	}
+}
+
+// notLeading is in every log line of a step, a fence's creation or a deleted Node's release that
+// the controller's leader check refused (fencing's leading.go).
+var notLeading = fencing.ErrNotLeading.Error()
+
+// logLines are the lines of the file at path that contain s (none when it cannot be read).
+func logLines(path, s string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// leaderAt waits until some NodeFence's step starts and returns the replica that leads then;
+// nil when no fence reaches the step before the run ends, or no replica leads.
+func (st *striker) leaderAt(ctx context.Context, step v1alpha1.StepName) *realscene.Controller {
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		var list v1alpha1.NodeFenceList
 		if err := st.sc.Cluster.Client.List(ctx, &list); err != nil {
@@ -570,17 +637,15 @@ func (st *striker) killLeaderAt(ctx context.Context, step v1alpha1.StepName) {
 		return false, nil
 	})
 	if err != nil {
-		return // no fence reached the step: nothing to kill
+		return nil // no fence reached the step
 	}
 	for _, c := range st.ctrls {
 		if c.Leads() {
-			st.t.Logf("killing the leading controller at step %s", step)
-			c.Kill()
-			time.Sleep(5 * time.Second)
-			st.check(c.Restart())
-			return
+			return c
 		}
 	}
+	st.t.Logf("no controller leads at step %s: none struck", step)
+	return nil
 }
 
 // awaitFences waits, at most d, until every machine a fault holds down or cut off from the

@@ -30,6 +30,11 @@ const (
 	AgentKill Kind = "agent-kill"
 	// LeaderKill kills the controller replica that leads, at the named step of the next fence.
 	LeaderKill Kind = "leader-kill"
+	// LeaderPause stops the controller replica that leads (SIGSTOP) at the named step of the
+	// next fence, for For, then lets it go on (SIGCONT): a long GC pause, a paused VM, a swap
+	// storm. Past its lease another replica takes over, and the paused one wakes in the middle
+	// of a step it no longer owns; within it, it still leads and carries on.
+	LeaderPause Kind = "leader-pause"
 	// LyingBMC makes the machine's BMC answer Off to the power-off command while the machine
 	// keeps running.
 	LyingBMC Kind = "lying-bmc"
@@ -49,10 +54,11 @@ const (
 )
 
 // Kinds is every kind, in a fixed order (the draw depends on it).
+// LeaderPause is not among them: half the leader faults drawn are pauses (draw).
 var Kinds = []Kind{PowerLoss, ControlPlaneCut, PeerCut, EtcdCut, KubeletKill, AgentKill, LeaderKill, LyingBMC, SlowBMC, ControllerAPICut}
 
-// FenceSteps are the NodeFence steps a LeaderKill can strike at: the leader dies right after
-// the step starts.
+// FenceSteps are the NodeFence steps a LeaderKill or a LeaderPause can strike at: the leader
+// dies, or stops, right after the step starts.
 var FenceSteps = []v1alpha1.StepName{v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff, v1alpha1.StepTerminate,
 	v1alpha1.StepVerifyFenced, v1alpha1.StepTaint, v1alpha1.StepDeletePods, v1alpha1.StepReleaseAttachments}
 
@@ -65,9 +71,10 @@ type Fault struct {
 	Peer int
 	// At is when it strikes, from the start of the fault window.
 	At time.Duration
-	// For is how long it lasts; 0 means until the heal at the end of the run.
+	// For is how long it lasts; 0 means until the heal at the end of the run. A LeaderPause's
+	// is the pause's, from the step on.
 	For time.Duration
-	// Step is the fence step a LeaderKill waits for.
+	// Step is the fence step a LeaderKill or a LeaderPause waits for.
 	Step v1alpha1.StepName
 	// Delay is a SlowBMC's answer time.
 	Delay time.Duration
@@ -240,23 +247,40 @@ var Regressions = []Schedule{{
 		{Kind: AgentKill, Machine: 2, At: 8 * time.Second},
 	},
 	Fenced: map[int]string{2: "self-fence"},
+}, {
+	// The leader stands still (SIGSTOP) for 10 s right after the power-loss fence's Taint step
+	// starts, the first release step: past its 4 s lease the other replica takes over and
+	// finishes the release, and the paused one wakes inside a step it no longer owns. It must
+	// take no step then (the leader check before each acting step); the fence ends Released by
+	// IPMI as it does after a kill.
+	Name: "leader-paused-at-taint",
+	Faults: []Fault{
+		{Kind: PowerLoss, Machine: 2, At: 5 * time.Second},
+		{Kind: LeaderPause, Step: v1alpha1.StepTaint, At: 5 * time.Second, For: 10 * time.Second},
+	},
+	Fenced: map[int]string{2: "ipmi"},
 }}
 
 // Plan draws the schedule of the run with this seed.
 func Plan(seed uint64, o Options) Schedule {
 	o = o.withDefaults()
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	// A second stream draws whether a leader fault kills or pauses, and the pause: every other
+	// draw of a seed is as it was before pauses were drawn, so earlier seeds replay their
+	// faults (a leader kill may now be a pause).
+	leader := rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))
 	n := 1 + r.IntN(o.MaxFaults)
 	s := Schedule{Seed: seed, Options: o}
 	for range n {
-		s.Faults = append(s.Faults, draw(r, o))
+		s.Faults = append(s.Faults, draw(r, leader, o))
 	}
 	sort.SliceStable(s.Faults, func(i, j int) bool { return s.Faults[i].At < s.Faults[j].At })
 	return s
 }
 
-// draw is one fault: a kind, a target, a moment and a length.
-func draw(r *rand.Rand, o Options) Fault {
+// draw is one fault: a kind, a target, a moment and a length (leader draws a leader fault's
+// manner).
+func draw(r, leader *rand.Rand, o Options) Fault {
 	f := Fault{Kind: o.Kinds[r.IntN(len(o.Kinds))], At: time.Duration(r.Int64N(int64(o.Window)))}
 	if f.Kind.strikesMachine() {
 		f.Machine = 1 + r.IntN(o.Machines)
@@ -270,6 +294,10 @@ func draw(r *rand.Rand, o Options) Fault {
 		f.Peer = 1 + (f.Machine+r.IntN(o.Machines-1))%o.Machines // any machine but f.Machine
 	case LeaderKill:
 		f.Step = FenceSteps[r.IntN(len(FenceSteps))]
+		if leader.IntN(2) == 0 {
+			// 2–15 s: mostly past the scene's 4 s lease, sometimes within it.
+			f.Kind, f.For = LeaderPause, time.Duration(2+leader.IntN(14))*time.Second
+		}
 	case SlowBMC:
 		f.Delay = time.Duration(1+r.IntN(10)) * time.Second
 	}
@@ -283,17 +311,17 @@ func draw(r *rand.Rand, o Options) Fault {
 // strikesMachine says whether the kind strikes one machine (rather than the control plane).
 func (k Kind) strikesMachine() bool {
 	switch k {
-	case EtcdCut, LeaderKill, ControllerAPICut:
+	case EtcdCut, LeaderKill, LeaderPause, ControllerAPICut:
 		return false
 	}
 	return true
 }
 
-// heals says whether the fault has a length of its own (a kill or a BMC's manner has none:
-// they last until the heal).
+// heals says whether the fault may heal within the window (a kill or a BMC's manner has no
+// length: they last until the heal; a LeaderPause always has one, drawn with it).
 func (k Kind) heals() bool {
 	switch k {
-	case LeaderKill, LyingBMC, SlowBMC:
+	case LeaderKill, LeaderPause, LyingBMC, SlowBMC:
 		return false
 	}
 	return true

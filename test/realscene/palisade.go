@@ -3,11 +3,13 @@ package realscene
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,7 +109,7 @@ func (s *Scene) StartControllers(t testing.TB, n int) []*Controller {
 		t.Cleanup(func() {
 			c.Kill()
 			if t.Failed() {
-				t.Logf("controller log (tail):\n%s", testbed.TailFile(filepath.Join(c.dir, "controller.log"), 60))
+				t.Logf("controller log (tail):\n%s", testbed.TailFile(c.LogPath(), 60))
 			}
 		})
 		cs = append(cs, c)
@@ -222,7 +224,7 @@ func (c *Controller) start(gen int) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, err
 	}
-	log, err := os.OpenFile(filepath.Join(c.dir, "controller.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	log, err := os.OpenFile(c.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +253,30 @@ func (c *Controller) Kill() {
 	if cmd != nil {
 		_ = cmd.Process.Kill()
 	}
+}
+
+// LogPath is the replica's log, every process it ran appending to it.
+func (c *Controller) LogPath() string { return filepath.Join(c.dir, "controller.log") }
+
+// Pause stops the process where it stands (SIGSTOP), as a long GC pause, a paused VM or a swap
+// storm would: it keeps its sockets, its caches and its work in hand, and answers nothing.
+// resume lets it go on (SIGCONT); it does nothing to a process killed or restarted since.
+func (c *Controller) Pause() (resume func() error, err error) {
+	c.mu.Lock()
+	cmd := c.cmd
+	c.mu.Unlock()
+	if cmd == nil {
+		return nil, errors.New("pausing the controller: it is not running")
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("pausing the controller: %w", err)
+	}
+	return func() error {
+		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return fmt.Errorf("letting the paused controller go on: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // Leads says whether the process reports itself leader (client-go's leader-election metric).
