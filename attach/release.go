@@ -32,8 +32,11 @@ const DefaultForceAfter = 30 * time.Second
 type Result struct {
 	// Deleted counts the attachments deleted by this call.
 	Deleted int
-	// FinalizersRemoved counts the attacher finalizers removed by this call.
-	FinalizersRemoved int
+	// Forced names the attachments whose attacher finalizer this call removed, the attacher
+	// having reported a detach error for ForceAfter ("attachment (volume)"): their
+	// ControllerUnpublishVolume never succeeded, so the storage system may still publish the
+	// volume to the node.
+	Forced []string
 	// Remaining names the node's attachments that still exist.
 	Remaining []string
 	// Kept names the node's attachments left alone because a pod that stays on the node (one
@@ -164,6 +167,17 @@ func (r *Releaser) releasing(ctx context.Context, list []storagev1.VolumeAttachm
 		}
 	}
 	return nil
+}
+
+// named is "attachment (volume)", or the attachment's name alone when it names no volume.
+func named(va *storagev1.VolumeAttachment) string {
+	if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
+		return fmt.Sprintf("%s (%s)", va.Name, *pv)
+	}
+	if key := inlineKey(va.Spec.Source.InlineVolumeSpec); key != "" {
+		return fmt.Sprintf("%s (inline %s)", va.Name, key)
+	}
+	return va.Name
 }
 
 // volumeUse is the volumes the pods on a node use, each with one such pod (one that stays, if
@@ -357,7 +371,7 @@ func (r *Releaser) releaseOne(ctx context.Context, va *storagev1.VolumeAttachmen
 		}
 		return false, fmt.Errorf("removing finalizer %s from volume attachment %s: %w", finalizer, va.Name, err)
 	}
-	res.FinalizersRemoved++
+	res.Forced = append(res.Forced, named(va))
 	return len(va.Finalizers) == 0, nil
 }
 

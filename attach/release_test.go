@@ -95,7 +95,7 @@ func TestRelease(t *testing.T) {
 		{"waits for the attacher's retries after a detach error", []client.Object{va("a", "n1", 5*time.Second, true, finalizer)},
 			0, Result{Remaining: []string{"a"}}, []string{"a"}},
 		{"frees an attachment whose detach failed for ForceAfter", []client.Object{va("a", "n1", DefaultForceAfter, true, finalizer)},
-			DefaultForceAfter, Result{FinalizersRemoved: 1}, nil},
+			DefaultForceAfter, Result{Forced: []string{"a (pv-a)"}}, nil},
 		{"waits when the error is first seen long after the deletion", []client.Object{va("a", "n1", time.Hour, true, finalizer)},
 			0, Result{Remaining: []string{"a"}}, []string{"a"}},
 		{"waits when the error was seen for less than ForceAfter", []client.Object{va("a", "n1", time.Hour, true, finalizer)},
@@ -103,7 +103,7 @@ func TestRelease(t *testing.T) {
 		{"waits for an attacher that has not acted, past ForceAfter", []client.Object{va("a", "n1", time.Hour, false, finalizer)},
 			time.Hour, Result{Remaining: []string{"a"}}, []string{"a"}},
 		{"leaves other finalizers alone", []client.Object{va("a", "n1", time.Minute, true, finalizer, "example.com/other")},
-			time.Minute, Result{FinalizersRemoved: 1, Remaining: []string{"a"}}, []string{"a"}},
+			time.Minute, Result{Forced: []string{"a (pv-a)"}, Remaining: []string{"a"}}, []string{"a"}},
 		{"deleting with a finalizer keeps it listed", []client.Object{va("a", "n1", 0, false, finalizer)},
 			0, Result{Deleted: 1, Remaining: []string{"a"}}, []string{"a"}},
 		// The attacher let go of it (its finalizer gone); another controller's finalizer keeps
@@ -172,7 +172,7 @@ func TestDetachErrorMustLast(t *testing.T) {
 	r = &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
 	pass(60*time.Second, true, waiting) // a new leader: 35 s of the error, none of them seen by it
 	pass(89*time.Second, true, waiting)
-	pass(90*time.Second, true, Result{FinalizersRemoved: 1})
+	pass(90*time.Second, true, Result{Forced: []string{"a (pv-a)"}})
 	if len(r.failing) != 1 {
 		t.Errorf("before the pass after the attachment went, %d remembered, want 1", len(r.failing))
 	}
@@ -251,7 +251,7 @@ func TestAttachmentsOfPodsLeftOnTheNodeAreKept(t *testing.T) {
 		want Result
 	}{
 		{now.Add(-time.Hour), Result{Deleted: 4, Remaining: []string{"e"}, Kept: kept, InUse: inUse}}, // d, f, i and j
-		{now, Result{FinalizersRemoved: 1, Kept: kept, InUse: inUse}},
+		{now, Result{Forced: []string{"e (pv-e)"}, Kept: kept, InUse: inUse}},
 	} {
 		at, want := pass.at, pass.want
 		clock = at

@@ -66,6 +66,10 @@ const (
 	ReasonPodsRemaining = "PodsRemaining"
 	// ReasonAttachmentsRemaining: VolumeAttachments of the node have not gone yet.
 	ReasonAttachmentsRemaining = "AttachmentsRemaining"
+	// ReasonAttachmentsForced: Palisade removed a stuck CSI attacher's finalizer from
+	// VolumeAttachments of the node; their volumes may still be published to it in the storage
+	// system.
+	ReasonAttachmentsForced = "AttachmentsForced"
 	// ReasonAwaitingConfirmation: a provider reads the fence as not confirmed yet without
 	// giving a reason.
 	ReasonAwaitingConfirmation = "AwaitingConfirmation"

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,6 +88,12 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 	nodeRuns := !checksLiveness(nf)
 	res, err := r.Attachments.Release(ctx, nf.Spec.NodeName, !nodeRuns, fencedAt(nf))
 	nf.Status.AttachmentsReleased += int32(res.Deleted)
+	if len(res.Forced) > 0 {
+		nf.Status.AttachmentsForced = addNames(nf.Status.AttachmentsForced, res.Forced, v1alpha1.MaxAttachmentsForced)
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonAttachmentsForced,
+			"freed %s of node %s from its CSI attacher, which reported a detach error for %s: ControllerUnpublishVolume never succeeded, so the storage system may still publish the volume to the node; if it cannot be attached elsewhere, unpublish it from node %s in the storage system: %s",
+			countOf(len(res.Forced), "volume attachment"), nf.Spec.NodeName, r.Attachments.Force(), nf.Spec.NodeName, strings.Join(res.Forced, ", "))
+	}
 	if err != nil {
 		return pending(retryRelease, ReasonAPIError, "releasing attachments: %v", err)
 	}
@@ -118,5 +125,31 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 		msg += fmt.Sprintf("; %s deleted and let go by the attacher, kept only by other finalizers (another controller's business): %s",
 			countOf(len(res.HeldByOthers), "attachment"), firstFew(res.HeldByOthers))
 	}
+	if forced := nf.Status.AttachmentsForced; len(forced) > 0 {
+		msg += fmt.Sprintf("; freed from a CSI attacher that kept failing to detach them, without a detach (the storage system may still publish their volumes to the node: check it there): %s",
+			strings.Join(forced, ", "))
+	}
 	return done("%s", msg)
+}
+
+// addNames appends names to list, keeping at most max entries: past that, the last one says how
+// many more there were ("and 3 more"), counted across calls.
+func addNames(list, names []string, max int) []string {
+	more := 0
+	if n := len(list); n == max {
+		if _, err := fmt.Sscanf(list[n-1], "and %d more", &more); err == nil {
+			list = list[:n-1]
+		}
+	}
+	for _, name := range names {
+		if len(list) < max-1 {
+			list = append(list, name)
+		} else {
+			more++
+		}
+	}
+	if more > 0 {
+		list = append(list, fmt.Sprintf("and %d more", more))
+	}
+	return list
 }

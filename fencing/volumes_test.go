@@ -140,7 +140,9 @@ func TestDetachVolumesOnlyOfTheAttachmentsReleased(t *testing.T) {
 // The attachments of a node the Executor fenced (left running, its volumes still mounted) wait
 // for their attacher, however long it reports a detach error: its finalizer is never removed,
 // which would skip the unpublish while the node's kernel may still write. A power fence's node
-// is off: there the finalizer goes after the attacher failed for ForceAfter.
+// is off: there the finalizer goes after the attacher failed for ForceAfter, and the fence says
+// so where an operator looks (a Warning event, the step's message, status.attachmentsForced):
+// the volume was never unpublished, and the storage system may still publish it to the node.
 func TestStuckAttacherOfARunningNode(t *testing.T) {
 	for _, tt := range []struct {
 		method   string
@@ -154,6 +156,8 @@ func TestStuckAttacherOfARunningNode(t *testing.T) {
 			w.r.Attachments.Now = func() time.Time { return real.Add(w.now.Sub(start)) }
 			ctx := context.Background()
 			va := attacherHolds(t, w)
+			rec := &recorder{}
+			w.r.Recorder = rec
 			w.ticks = 120
 			w.tick = func(*v1alpha1.NodeFence) {
 				// The attacher cannot detach: ControllerUnpublishVolume fails on every try.
@@ -171,6 +175,23 @@ func TestStuckAttacherOfARunningNode(t *testing.T) {
 			err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, va)
 			if kept := err == nil && len(va.Finalizers) == 1; kept == tt.released {
 				t.Errorf("attacher's finalizer kept %v (%v), want %v", kept, err, !tt.released)
+			}
+			said := rec.said(ReasonAttachmentsForced)
+			msg := stepOf(nf, v1alpha1.StepReleaseAttachments).Message
+			if !tt.released {
+				if len(said) > 0 || len(nf.Status.AttachmentsForced) > 0 {
+					t.Errorf("nothing forced, yet events %q and status.attachmentsForced %q", said, nf.Status.AttachmentsForced)
+				}
+				return
+			}
+			if diff := cmp.Diff([]string{"va1"}, nf.Status.AttachmentsForced); diff != "" {
+				t.Errorf("status.attachmentsForced (-want +got):\n%s", diff)
+			}
+			if len(said) != 1 || !strings.Contains(said[0], "ControllerUnpublishVolume never succeeded") || !strings.Contains(said[0], ": va1") {
+				t.Errorf("%s events %q: want one naming va1 and saying it was never unpublished", ReasonAttachmentsForced, said)
+			}
+			if !strings.Contains(msg, "without a detach") || !strings.Contains(msg, "va1") {
+				t.Errorf("ReleaseAttachments says %q: want it to name va1 as freed without a detach", msg)
 			}
 		})
 	}

@@ -333,6 +333,10 @@ func writeNodeFence(w io.Writer, e *explanation) {
 		fmt.Fprintf(w, "  Release:          done %s: %s deleted, %s released\n", ago(e.now, nf.Status.ReleasedTime.Time),
 			countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "volume attachment"))
 	}
+	if forced := nf.Status.AttachmentsForced; len(forced) > 0 {
+		fmt.Fprintf(w, "  Forced detach:    freed from a CSI attacher that kept failing to detach them, never unpublished (the storage system may still publish their volumes to the node: check it there): %s\n",
+			strings.Join(forced, ", "))
+	}
 	if r := nf.Status.Recovery; r != nil {
 		fmt.Fprintf(w, "  Recovery:         %s, %s, by %s: %s\n", r.How, ago(e.now, r.Time.Time), orDash(r.RequestedBy), r.Reason)
 	}

@@ -81,6 +81,7 @@ func TestExplain(t *testing.T) {
 			"Boot IDs:         boot-1 when the fence began; boot-mid at its confirmation; its agent last heard in boot-mid (unless a power-off was confirmed",
 			"Release:          done ",
 			"2 pods deleted, 1 volume attachment released",
+			"Forced detach:    freed from a CSI attacher that kept failing to detach them, never unpublished (the storage system may still publish their volumes to the node: check it there): csi-held (pv-held)",
 			"Conditions:\n    Fenced=True PowerOffConfirmed: power state Off read back",
 			"Recovered=False BootIDUnchanged: " + held,
 			"Steps:\n    PowerOff ipmi Succeeded, ",

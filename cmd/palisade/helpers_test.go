@@ -259,7 +259,7 @@ func released(reason, msg string) func(*v1alpha1.NodeFence) {
 	return func(nf *v1alpha1.NodeFence) {
 		now := metav1.Now()
 		nf.Status = v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseReleased, Method: "ipmi", Token: 7, BootID: "boot-1",
-			FencedTime: &now, ReleasedTime: &now, PodsDeleted: 2, AttachmentsReleased: 1,
+			FencedTime: &now, ReleasedTime: &now, PodsDeleted: 2, AttachmentsReleased: 1, AttachmentsForced: []string{"csi-held (pv-held)"},
 			Steps: []v1alpha1.Step{
 				step(v1alpha1.StepPowerOff, "ipmi", v1alpha1.StepSucceeded, "", "power-off command accepted by the BMC"),
 				step(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded, "", "power state Off read back"),

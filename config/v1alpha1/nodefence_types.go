@@ -235,6 +235,16 @@ type NodeFenceStatus struct {
 	// AttachmentsReleased counts the VolumeAttachments deleted.
 	// +optional
 	AttachmentsReleased int32 `json:"attachmentsReleased,omitempty"`
+	// AttachmentsForced names the VolumeAttachments Palisade freed from a CSI attacher that kept
+	// reporting a detach error (it removed the attacher's finalizer): their
+	// ControllerUnpublishVolume never succeeded, so the storage system may still publish their
+	// volumes to the fenced node, and a backend that attaches a volume to one node at a time may
+	// refuse it elsewhere until it is unpublished there. "attachment (volume)"; at most
+	// MaxAttachmentsForced, the count of the rest in the last.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	AttachmentsForced []string `json:"attachmentsForced,omitempty"`
 	// PowerRestoredTime is when Palisade powered the node's machine back on after the release
 	// (the policy's recovery.powerOn).
 	// +optional
@@ -481,3 +491,7 @@ const (
 	// (Suspect); automatic fencing is stopped.
 	ReasonTooManyUnhealthy = "TooManyUnhealthy"
 )
+
+// MaxAttachmentsForced is how many entries status.attachmentsForced keeps (the last counts the
+// rest when there are more).
+const MaxAttachmentsForced = 16

@@ -431,6 +431,11 @@ func (in *NodeFenceStatus) DeepCopyInto(out *NodeFenceStatus) {
 		in, out := &in.ReleasedTime, &out.ReleasedTime
 		*out = (*in).DeepCopy()
 	}
+	if in.AttachmentsForced != nil {
+		in, out := &in.AttachmentsForced, &out.AttachmentsForced
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.PowerRestoredTime != nil {
 		in, out := &in.PowerRestoredTime, &out.PowerRestoredTime
 		*out = (*in).DeepCopy()

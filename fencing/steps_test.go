@@ -1,0 +1,35 @@
+package fencing
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// addNames keeps at most max entries, the last counting the rest across calls.
+func TestAddNames(t *testing.T) {
+	names := func(from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, fmt.Sprintf("va%d", i))
+		}
+		return out
+	}
+	var list []string
+	list = addNames(list, names(0, 2), 4)
+	if diff := cmp.Diff([]string{"va0", "va1"}, list); diff != "" {
+		t.Errorf("two names (-want +got):\n%s", diff)
+	}
+	list = addNames(list, names(2, 5), 4)
+	if diff := cmp.Diff([]string{"va0", "va1", "va2", "and 2 more"}, list); diff != "" {
+		t.Errorf("five names (-want +got):\n%s", diff)
+	}
+	list = addNames(list, names(5, 8), 4)
+	if diff := cmp.Diff([]string{"va0", "va1", "va2", "and 5 more"}, list); diff != "" {
+		t.Errorf("eight names (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"va0", "va1", "va2", "va3"}, addNames(nil, names(0, 4), 5)); diff != "" {
+		t.Errorf("four names of at most five (-want +got):\n%s", diff)
+	}
+}
