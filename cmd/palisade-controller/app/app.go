@@ -215,7 +215,7 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 	if o.Agents.Addr == "" {
 		return obs, nil, nil
 	}
-	opts := o.Agents
+	opts := withLeaderGate(o.Agents, mgr.GetAPIReader(), o)
 	opts.Logger = mgr.GetLogger().WithName("agent-heartbeats")
 	if opts.IntervalFor == nil {
 		intervals, err := fencing.HeartbeatIntervals(context.Background(), mgr.GetClient(), mgr.GetCache())
@@ -236,6 +236,16 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 	}
 	obs.Heartbeats, obs.Since, obs.IntervalFor = srv, time.Now(), opts.IntervalFor
 	return obs, srv, nil
+}
+
+// withLeaderGate gives the heartbeat server, under leader election, the reconcilers' leader
+// check before it hands a pending order to an agent: an order this replica set while it led is
+// not handed out once it no longer does (it stood still past its lease, or lost the API server).
+func withLeaderGate(opts channel.ServerOptions, reader client.Reader, o Options) channel.ServerOptions {
+	if leader := leaderCheck(reader, o); leader != nil && opts.MayCommand == nil {
+		opts.MayCommand = leader.Check
+	}
+	return opts
 }
 
 // tokenNamespace is where the fencing-token Lease lives: the controller's own namespace (the

@@ -2,6 +2,7 @@ package channel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -64,6 +65,51 @@ func TestCommandDeliveredToItsNodeOnly(t *testing.T) {
 	s.Forget("n2")
 	if cmd := send(c2, "n2"); cmd != nil {
 		t.Errorf("command %+v after Forget", cmd)
+	}
+}
+
+// TestCommandWithheldWhenRefused: with MayCommand refusing (the replica no longer leads), a
+// pending command is not handed out, and the heartbeat is still answered and recorded; once it
+// allows again, the command goes out. MayCommand is asked only while a command is pending.
+func TestCommandWithheldWhenRefused(t *testing.T) {
+	p := newPKI(t)
+	var mu sync.Mutex
+	refuse, asked := errors.New("another replica leads"), 0
+	s := startServer(t, p, ServerOptions{MayCommand: func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		asked++
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("MayCommand asked without a deadline")
+		}
+		return refuse
+	}})
+	c := agentClient(t, p, s, "n1")
+	send := func() *agentwire.Command {
+		t.Helper()
+		cmd, err := c.Send(context.Background(), agentwire.Report{Node: "n1", Seq: 1})
+		if err != nil {
+			t.Fatalf("heartbeat: %v", err)
+		}
+		return cmd
+	}
+	send()
+	if asked != 0 {
+		t.Errorf("MayCommand asked %d times with no command pending", asked)
+	}
+	want := agentwire.Command{ID: "fence-1", Action: agentwire.ActionTerminate}
+	s.SetCommand("n1", want)
+	if cmd := send(); cmd != nil {
+		t.Errorf("command %+v handed out while MayCommand refuses", cmd)
+	}
+	if _, _, ok := s.Latest("n1"); !ok || asked != 1 {
+		t.Errorf("heartbeat recorded %v, MayCommand asked %d times: want it recorded, asked once", ok, asked)
+	}
+	mu.Lock()
+	refuse = nil
+	mu.Unlock()
+	if diff := cmp.Diff(&want, send()); diff != "" {
+		t.Errorf("command once MayCommand allows (-want +got):\n%s", diff)
 	}
 }
 

@@ -47,6 +47,13 @@ type ServerOptions struct {
 	// IntervalFor, when set, gives the heartbeat interval a node's agent is to use (0: its
 	// own), sent in every answer. It is called for every heartbeat and must be quick.
 	IntervalFor func(node string) time.Duration
+	// MayCommand, when set, is asked before a node's pending command is handed to its agent in
+	// the answer to a heartbeat; an error withholds it (the agent gets it at a later heartbeat,
+	// if the command is still pending then). The controller sets its leader check: a replica
+	// that stood still past its lease, or lost the API server, hands out no order it set
+	// while it led: the new leader gives the orders now. It is called only when a command is
+	// pending, with a context bounded by mayCommandTimeout.
+	MayCommand func(ctx context.Context) error
 	// MaxConns bounds the connections open at once; more wait in the kernel's accept queue.
 	// 0 means the process's open-file limit less ReservedFiles: agents reconnecting faster
 	// than their old connections close (a controller slowed down), or anyone opening
@@ -433,7 +440,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	cmd, pending := s.accept(rep, node, now, cert.NotAfter, r.RemoteAddr)
 	resp := s.answer(node, rep.IntervalMillis)
-	if pending {
+	if pending && s.mayCommand(r.Context(), node, cmd) {
 		resp.Command = &cmd
 	}
 	if s.dg.conn != nil {
@@ -449,6 +456,24 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewEncoder(w).Encode(resp); err != nil {
 		s.noisy.Info("answering a heartbeat failed", "Node", klog.KRef("", node), "error", err.Error())
 	}
+}
+
+// mayCommandTimeout bounds ServerOptions.MayCommand: the heartbeat waits for it.
+const mayCommandTimeout = 2 * time.Second
+
+// mayCommand says whether node's pending command cmd may be handed out now
+// (ServerOptions.MayCommand), logging a refusal.
+func (s *Server) mayCommand(ctx context.Context, node string, cmd agentwire.Command) bool {
+	if s.opts.MayCommand == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, mayCommandTimeout)
+	defer cancel()
+	if err := s.opts.MayCommand(ctx); err != nil {
+		s.noisy.Info("withheld a pending command from the node's agent", "Node", klog.KRef("", node), "command", cmd.ID, "error", err.Error())
+		return false
+	}
+	return true
 }
 
 // accept records the validated heartbeat rep of node, received at now from remote with a
