@@ -243,7 +243,7 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 // not handed out once it no longer does (it stood still past its lease, or lost the API server).
 func withLeaderGate(opts channel.ServerOptions, reader client.Reader, o Options) channel.ServerOptions {
 	if leader := leaderCheck(reader, o); leader != nil && opts.MayCommand == nil {
-		opts.MayCommand = leader.Check
+		opts.MayCommand = newRecentLeaderCheck(leader, orderCheckTTL, time.Now).Check
 	}
 	return opts
 }

@@ -59,3 +59,46 @@ func TestHeartbeatServerHandsOrdersOnlyWhileLeading(t *testing.T) {
 		t.Error("a gate without leader election")
 	}
 }
+
+// countingCheck counts its checks and answers err.
+type countingCheck struct {
+	n   int
+	err error
+}
+
+func (c *countingCheck) Check(context.Context) error { c.n++; return c.err }
+
+// The heartbeat server's leader check reads the Lease once for every heartbeat within ttl of a
+// pass, again once the pass is stale (a replica that stood still longer finds it so), and at
+// every heartbeat while it is refused.
+func TestRecentLeaderCheck(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	inner := &countingCheck{}
+	c := newRecentLeaderCheck(inner, 500*time.Millisecond, func() time.Time { return now })
+	ctx := context.Background()
+	for range 3 {
+		if err := c.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if inner.n != 1 {
+		t.Errorf("%d reads for three checks within the ttl, want 1", inner.n)
+	}
+	now = now.Add(time.Second) // stood still past the ttl, or simply later
+	inner.err = fencing.ErrNotLeading
+	for range 2 {
+		if err := c.Check(ctx); !errors.Is(err, fencing.ErrNotLeading) {
+			t.Errorf("Check after the ttl, the Lease another's: %v, want the refusal", err)
+		}
+	}
+	if inner.n != 3 {
+		t.Errorf("%d reads, want 3: a refusal is not kept", inner.n)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	c.one <- struct{}{} // a check under way
+	if err := c.Check(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("Check while another runs, its context cancelled: %v, want it to give up", err)
+	}
+	<-c.one
+}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -89,4 +90,45 @@ func lockOrNil(lock *resourcelock.LeaseLock) resourcelock.Interface {
 		return nil
 	}
 	return lock
+}
+
+// orderCheckTTL is how long the heartbeat server trusts a leader check that passed: it is asked
+// at every heartbeat of every node with an order pending (a rack of Executor fences: dozens a
+// second, for the whole verify window), and one read of the Lease then serves them all.
+const orderCheckTTL = 500 * time.Millisecond
+
+// recentLeaderCheck is a leader check for the heartbeat server: one read of the Lease at a time,
+// the others waiting for it, and a pass trusted for ttl from when its read began. A replica that
+// stands still longer than ttl finds its pass stale when it wakes: the clock runs while the
+// process is stopped. A refusal is not kept: the next heartbeat reads again.
+type recentLeaderCheck struct {
+	check fencing.LeaderCheck
+	ttl   time.Duration
+	now   func() time.Time
+	one   chan struct{} // held while a check runs; guards okUntil
+	// okUntil is when the last pass goes stale.
+	okUntil time.Time
+}
+
+func newRecentLeaderCheck(check fencing.LeaderCheck, ttl time.Duration, now func() time.Time) *recentLeaderCheck {
+	return &recentLeaderCheck{check: check, ttl: ttl, now: now, one: make(chan struct{}, 1)}
+}
+
+// Check passes when a check that passed began less than ttl ago, else checks.
+func (c *recentLeaderCheck) Check(ctx context.Context) error {
+	select {
+	case c.one <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.one }()
+	began := c.now()
+	if began.Before(c.okUntil) {
+		return nil
+	}
+	if err := c.check.Check(ctx); err != nil {
+		return err
+	}
+	c.okUntil = began.Add(c.ttl)
+	return nil
 }
