@@ -106,12 +106,18 @@ func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
 		releasedCounts(nf), nf.Spec.NodeName)
 }
 
-// releasedAny says whether the fence force-deleted pods or released attachments.
+// releasedAny says whether the fence force-deleted pods or released attachments (deleted them,
+// or freed them from a stuck attacher).
 func releasedAny(nf *v1alpha1.NodeFence) bool {
-	return nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0
+	return nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0 || len(nf.Status.AttachmentsForced) > 0
 }
 
-// releasedCounts is "2 pods force-deleted and 1 attachment released".
+// releasedCounts is "2 pods force-deleted and 1 attachment released", and the attachments freed
+// from a stuck attacher when there are any.
 func releasedCounts(nf *v1alpha1.NodeFence) string {
-	return fmt.Sprintf("%s force-deleted and %s released", countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment"))
+	s := fmt.Sprintf("%s force-deleted and %s released", countOf(int(nf.Status.PodsDeleted), "pod"), countOf(int(nf.Status.AttachmentsReleased), "attachment"))
+	if forced := nf.Status.AttachmentsForced; len(forced) > 0 {
+		s += fmt.Sprintf(" (freed from a stuck CSI attacher, never unpublished: %s)", strings.Join(forced, ", "))
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -132,21 +133,21 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 	return done("%s", msg)
 }
 
-// addNames appends names to list, keeping at most max entries: past that, the last one says how
-// many more there were ("and 3 more"), counted across calls.
+// addNames appends names to list, keeping at most max entries (max ≥ 2): past that, the last
+// one says how many more there were ("and 3 more"), counted across calls. A list longer than max
+// (a record written under a larger bound) is cut back to it, what is cut counted.
 func addNames(list, names []string, max int) []string {
 	more := 0
-	if n := len(list); n == max {
-		if _, err := fmt.Sscanf(list[n-1], "and %d more", &more); err == nil {
-			list = list[:n-1]
+	if n := len(list); n > 0 {
+		var m int
+		if _, err := fmt.Sscanf(list[n-1], "and %d more", &m); err == nil {
+			more, list = m, list[:n-1]
 		}
 	}
-	for _, name := range names {
-		if len(list) < max-1 {
-			list = append(list, name)
-		} else {
-			more++
-		}
+	list = append(slices.Clip(list), names...)
+	if len(list) > max {
+		more += len(list) - (max - 1)
+		list = list[:max-1]
 	}
 	if more > 0 {
 		list = append(list, fmt.Sprintf("and %d more", more))

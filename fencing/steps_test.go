@@ -29,7 +29,20 @@ func TestAddNames(t *testing.T) {
 	if diff := cmp.Diff([]string{"va0", "va1", "va2", "and 5 more"}, list); diff != "" {
 		t.Errorf("eight names (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"va0", "va1", "va2", "va3"}, addNames(nil, names(0, 4), 5)); diff != "" {
-		t.Errorf("four names of at most five (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]string{"va0", "va1", "va2", "va3"}, addNames(nil, names(0, 4), 4)); diff != "" {
+		t.Errorf("four names of at most four (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"va0", "va1", "va2", "and 2 more"}, addNames(nil, names(0, 5), 4)); diff != "" {
+		t.Errorf("five names of at most four (-want +got):\n%s", diff)
+	}
+	// A record longer than the bound (written under a larger one) is cut back, what is cut counted.
+	if diff := cmp.Diff([]string{"va0", "va1", "va2", "and 3 more"}, addNames(append(names(0, 5), "and 1 more"), nil, 4)); diff != "" {
+		t.Errorf("a record of six over a bound of four (-want +got):\n%s", diff)
+	}
+	// The caller's list is not written through.
+	held := append(make([]string, 0, 8), names(0, 2)...)
+	_ = addNames(held[:1], names(5, 6), 4)
+	if held[1] != "va1" {
+		t.Errorf("addNames wrote into its argument's array: %v", held)
 	}
 }
