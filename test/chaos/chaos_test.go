@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
-	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/test/checker"
 	"palisade.dev/palisade/test/realscene"
 	"palisade.dev/palisade/test/testbed/machine"
@@ -289,6 +288,9 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	st.holdFaults(holdFor)
 	cancel()
 	st.wg.Wait()
+	if s.Name != "" && !vanilla {
+		st.checkLeaderFaults(s)
+	}
 	healFrom := time.Now()
 	healed := st.healAll()
 	pods := make([]string, replicas)
@@ -336,6 +338,8 @@ type striker struct {
 	outages []outage
 	// bound is check (d)'s bound (fenceBound).
 	bound time.Duration
+	// leaderFaults counts the leader kills and pauses that struck (leaderStruck).
+	leaderFaults int
 }
 
 // outage is one of the striker's outages: its span (a zero To is under way), its fault's
@@ -563,6 +567,7 @@ func (st *striker) killLeaderAt(ctx context.Context, step v1alpha1.StepName) {
 		return
 	}
 	st.t.Logf("killing the leading controller at step %s", step)
+	st.leaderStruck()
 	c.Kill()
 	time.Sleep(5 * time.Second)
 	st.check(c.Restart())
@@ -580,7 +585,8 @@ func (st *striker) pauseLeaderAt(ctx context.Context, step v1alpha1.StepName, d 
 		st.check(err)
 		return
 	}
-	refusedBefore := len(logLines(c.LogPath(), notLeading))
+	st.leaderStruck()
+	refusedBefore := len(logLines(c.LogPath(), notActing))
 	st.t.Logf("paused the leading controller at step %s for %s", step, d)
 	select {
 	case <-ctx.Done():
@@ -588,21 +594,48 @@ func (st *striker) pauseLeaderAt(ctx context.Context, step v1alpha1.StepName, d 
 	}
 	st.check(resume())
 	st.t.Logf("the paused controller goes on (it paused at step %s)", step)
-	// What it did once awake, from its log: the steps its leader check refused.
+	// What it did once awake, from its log: the steps its leader check refused, and the orders
+	// its heartbeat server withheld.
 	select {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
 	}
-	refused := logLines(c.LogPath(), notLeading)[refusedBefore:]
-	st.t.Logf("5 s after it went on, the paused controller had logged %d refusals (%q), and leads: %t", len(refused), notLeading, c.Leads())
+	all := logLines(c.LogPath(), notActing)
+	refused := all[min(refusedBefore, len(all)):] // the log may not be readable now
+	st.t.Logf("5 s after it went on, the paused controller had refused %d steps (%q in its log) and leads: %t", len(refused), notActing, c.Leads())
 	for _, l := range refused[:min(len(refused), 3)] {
 		st.t.Logf("  refused: %.400s", l)
 	}
 }
 
-// notLeading is in every log line of a step, a fence's creation or a deleted Node's release that
-// the controller's leader check refused (fencing's leading.go).
-var notLeading = fencing.ErrNotLeading.Error()
+// notActing begins the message of the controller's log line for a step its leader check refused
+// (fencing's leading.go, notLeading).
+const notActing = `"msg":"not acting: `
+
+// checkLeaderFaults fails a regression whose leader faults did not all strike (no fence reached
+// their step, or no replica led then): the run did not test what it was written for.
+func (st *striker) checkLeaderFaults(s Schedule) {
+	want := 0
+	for _, f := range s.Faults {
+		if f.Kind == LeaderKill || f.Kind == LeaderPause {
+			want++
+		}
+	}
+	st.mu.Lock()
+	got := st.leaderFaults
+	st.mu.Unlock()
+	if got < want {
+		st.t.Errorf("%d of the regression's %d leader faults struck: the run did not take the path it was written for", got, want)
+	}
+}
+
+// leaderStruck counts a leader fault that struck (a regression fails when one of its own did
+// not).
+func (st *striker) leaderStruck() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.leaderFaults++
+}
 
 // logLines are the lines of the file at path that contain s (none when it cannot be read).
 func logLines(path, s string) []string {

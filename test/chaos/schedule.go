@@ -248,11 +248,12 @@ var Regressions = []Schedule{{
 	},
 	Fenced: map[int]string{2: "self-fence"},
 }, {
-	// The leader stands still (SIGSTOP) for 10 s right after the power-loss fence's Taint step
-	// starts, the first release step: past its 4 s lease the other replica takes over and
-	// finishes the release, and the paused one wakes inside a step it no longer owns. It must
-	// take no step then (the leader check before each acting step); the fence ends Released by
-	// IPMI as it does after a kill.
+	// The leader stands still (SIGSTOP) for 10 s once the power-loss fence's Taint step, the
+	// first release step, has started (the harness polls every 100 ms: the step may have ended
+	// by then): past its 4 s lease the other replica takes over and finishes the release, and
+	// the paused one wakes with that fence's work in hand. It must take no step then (the leader
+	// check before each acting step); the fence ends Released by IPMI as it does after a kill,
+	// and the run fails if the pause did not strike.
 	Name: "leader-paused-at-taint",
 	Faults: []Fault{
 		{Kind: PowerLoss, Machine: 2, At: 5 * time.Second},
@@ -346,7 +347,9 @@ func (f Fault) mayFence() bool {
 }
 
 // Quiet is when the last fault has struck and, if it has a length, ended: from then on nothing
-// changes until the end-of-run heal. A fault that ends can still cause a fence after its end
+// changes until the end-of-run heal. A leader fault strikes only when a fence reaches its step,
+// which may be later than its At: a pause may still be under way after Quiet (the runner lets it
+// go on before the heal). A fault that ends can still cause a fence after its end
 // (the API server back after an etcd cut, a machine back after a short power loss), so a run
 // watches for a detection time after Quiet, not after its window.
 func (s Schedule) Quiet() time.Duration {
