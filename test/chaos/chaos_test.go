@@ -594,8 +594,7 @@ func (st *striker) pauseLeaderAt(ctx context.Context, step v1alpha1.StepName, d 
 	}
 	st.check(resume())
 	st.t.Logf("the paused controller goes on (it paused at step %s)", step)
-	// What it did once awake, from its log: the steps its leader check refused, and the orders
-	// its heartbeat server withheld.
+	// What it did once awake, from its log: the steps its leader check refused.
 	select {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
