@@ -145,7 +145,7 @@ func addNames(list, names []string, max int) []string {
 		}
 	}
 	list = append(slices.Clip(list), names...)
-	if len(list) > max {
+	if len(list) > max || more > 0 && len(list) > max-1 { // a summary needs the last entry
 		more += len(list) - (max - 1)
 		list = list[:max-1]
 	}

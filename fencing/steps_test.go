@@ -39,6 +39,10 @@ func TestAddNames(t *testing.T) {
 	if diff := cmp.Diff([]string{"va0", "va1", "va2", "and 3 more"}, addNames(append(names(0, 5), "and 1 more"), nil, 4)); diff != "" {
 		t.Errorf("a record of six over a bound of four (-want +got):\n%s", diff)
 	}
+	// One name more into a full list with its summary: still at most the bound.
+	if diff := cmp.Diff([]string{"va0", "va1", "va2", "and 3 more"}, addNames([]string{"va0", "va1", "va2", "and 2 more"}, names(5, 6), 4)); diff != "" {
+		t.Errorf("one name into a full list (-want +got):\n%s", diff)
+	}
 	// The caller's list is not written through.
 	held := append(make([]string, 0, 8), names(0, 2)...)
 	_ = addNames(held[:1], names(5, 6), 4)
