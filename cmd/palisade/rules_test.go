@@ -149,6 +149,12 @@ func TestFenceVerdictOfEndedFences(t *testing.T) {
 	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "released nothing") {
 		t.Errorf("a failed fence that released nothing: %q", got)
 	}
+	// An attachment someone else deleted, freed from its stuck attacher by the fence, counts.
+	failed.Status.AttachmentsForced = []string{"csi-a (pv-a)"}
+	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "never unpublished: csi-a (pv-a)") || strings.Contains(got, "released nothing") {
+		t.Errorf("a failed fence that freed an attachment from its attacher: %q", got)
+	}
+	failed.Status.AttachmentsForced = nil
 	failed.Status.PodsDeleted = 2
 	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "force-deleted 2 pods") || strings.Contains(got, "released nothing") {
 		t.Errorf("a failed fence that force-deleted 2 pods: %q", got)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -59,10 +60,14 @@ func fenceVerdict(name string, nf *v1alpha1.NodeFence, now time.Time) string {
 		if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced); c != nil {
 			why = c.Reason + ": " + c.Message
 		}
-		if nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0 {
-			return fmt.Sprintf("%s is not fenced: its fence failed (%s) after it had force-deleted %d pods and released %d attachments "+
+		if nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0 || len(nf.Status.AttachmentsForced) > 0 {
+			forced := ""
+			if f := nf.Status.AttachmentsForced; len(f) > 0 {
+				forced = fmt.Sprintf(" (and freed from a stuck CSI attacher, never unpublished: %s)", strings.Join(f, ", "))
+			}
+			return fmt.Sprintf("%s is not fenced: its fence failed (%s) after it had force-deleted %d pods and released %d attachments%s "+
 				"(the node showed life between release steps): look at the node at once, a replacement may run beside the original",
-				name, why, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased)
+				name, why, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased, forced)
 		}
 		return fmt.Sprintf("%s is not fenced: its fence failed (%s) and released nothing; delete the NodeFence to try again once the cause is fixed", name, why)
 	}
