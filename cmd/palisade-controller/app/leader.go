@@ -98,9 +98,14 @@ func lockOrNil(lock *resourcelock.LeaseLock) resourcelock.Interface {
 const orderCheckTTL = 500 * time.Millisecond
 
 // recentLeaderCheck is a leader check for the heartbeat server: one read of the Lease at a time,
-// the others waiting for it, and a pass trusted for ttl from when its read began. A replica that
-// stands still longer than ttl finds its pass stale when it wakes: the clock runs while the
-// process is stopped. A refusal is not kept: the next heartbeat reads again.
+// the others waiting for it, and a pass trusted for ttl from when its read began, by the
+// monotonic clock and by the wall clock both. A process stopped longer than ttl finds its pass
+// stale when it wakes (the monotonic clock runs while it is stopped); a VM paused or suspended,
+// whose monotonic clock may not have run, by its wall clock once that is set right. A refusal is
+// not kept: the next heartbeat reads again. A pass is not cut short by the Lease's own expiry:
+// a leader that cannot renew stops leading at its renew deadline, which the chart sets 5 s
+// before the Lease expires (10 s against 15 s); a renew deadline set within ttl of the lease
+// duration leaves a pass up to ttl past the expiry.
 type recentLeaderCheck struct {
 	check fencing.LeaderCheck
 	ttl   time.Duration
@@ -123,7 +128,7 @@ func (c *recentLeaderCheck) Check(ctx context.Context) error {
 	}
 	defer func() { <-c.one }()
 	began := c.now()
-	if began.Before(c.okUntil) {
+	if began.Before(c.okUntil) && began.Round(0).Before(c.okUntil.Round(0)) { // monotonic, then wall
 		return nil
 	}
 	if err := c.check.Check(ctx); err != nil {
