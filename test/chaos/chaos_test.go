@@ -594,21 +594,21 @@ func (st *striker) pauseLeaderAt(ctx context.Context, step v1alpha1.StepName, d 
 	}
 	st.check(resume())
 	st.t.Logf("the paused controller goes on (it paused at step %s)", step)
-	// What it did once awake, from its log: the steps its leader check refused.
+	// What it did once awake, from its log: the passes its leader check refused.
 	select {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
 	}
 	all := logLines(c.LogPath(), notActing)
 	refused := all[min(refusedBefore, len(all)):] // the log may not be readable now
-	st.t.Logf("5 s after it went on, the paused controller had refused %d steps (%q in its log) and leads: %t", len(refused), notActing, c.Leads())
+	st.t.Logf("5 s after it went on, the paused controller had refused %d passes (%q in its log) and leads: %t", len(refused), notActing, c.Leads())
 	for _, l := range refused[:min(len(refused), 3)] {
 		st.t.Logf("  refused: %.400s", l)
 	}
 }
 
-// notActing begins the message of the controller's log line for a step its leader check refused
-// (fencing's leading.go, notLeading).
+// notActing begins the message of the controller's log line for a pass its leader check refused
+// (fencing's leading.go, notLeading: a step, a recovery's decision or an unfence).
 const notActing = `"msg":"not acting: `
 
 // checkLeaderFaults fails a regression whose leader faults did not all strike (no fence reached

@@ -32,8 +32,8 @@ const (
 	LeaderKill Kind = "leader-kill"
 	// LeaderPause stops the controller replica that leads (SIGSTOP) at the named step of the
 	// next fence, for For, then lets it go on (SIGCONT): a long GC pause, a paused VM, a swap
-	// storm. Past its lease another replica takes over, and the paused one wakes in the middle
-	// of a step it no longer owns; within it, it still leads and carries on.
+	// storm. Past its lease another replica takes over, and the paused one wakes with work it no
+	// longer owns in hand; within it, it still leads and carries on.
 	LeaderPause Kind = "leader-pause"
 	// LyingBMC makes the machine's BMC answer Off to the power-off command while the machine
 	// keeps running.
