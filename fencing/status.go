@@ -91,7 +91,7 @@ func setCondition(nf *v1alpha1.NodeFence, typ string, status metav1.ConditionSta
 // attachments released — then the operator must look at once: a replacement may run beside
 // the original.
 func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
-	if !releasedAny(nf) {
+	if !nf.Status.ReleasedAny() {
 		if since, tainted := taintedSinceConfirmation(nf); tainted {
 			// The taint alone releases: Kubernetes force-deletes the node's pods (PodGC) and
 			// detaches its volumes while it is on.
@@ -104,12 +104,6 @@ func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
 	return fmt.Sprintf("%s before the node showed life after its fence was confirmed "+
 		"(an out-of-service taint this fence added was taken back; one on the node before it stays): a replacement may run beside the original; check node %s at once",
 		releasedCounts(nf), nf.Spec.NodeName)
-}
-
-// releasedAny says whether the fence force-deleted pods or released attachments (deleted them,
-// or freed them from a stuck attacher).
-func releasedAny(nf *v1alpha1.NodeFence) bool {
-	return nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0 || len(nf.Status.AttachmentsForced) > 0
 }
 
 // releasedCounts is "2 pods force-deleted and 1 attachment released", and the attachments freed

@@ -60,7 +60,7 @@ func fenceVerdict(name string, nf *v1alpha1.NodeFence, now time.Time) string {
 		if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced); c != nil {
 			why = c.Reason + ": " + c.Message
 		}
-		if nf.Status.PodsDeleted > 0 || nf.Status.AttachmentsReleased > 0 || len(nf.Status.AttachmentsForced) > 0 {
+		if nf.Status.ReleasedAny() {
 			forced := ""
 			if f := nf.Status.AttachmentsForced; len(f) > 0 {
 				forced = fmt.Sprintf(" (and freed from a stuck CSI attacher, never unpublished: %s)", strings.Join(f, ", "))

@@ -26,3 +26,10 @@ func (s *NodeFenceStatus) PowerOffMethod() string {
 	}
 	return method
 }
+
+// ReleasedAny says whether the fence released anything: force-deleted pods, deleted
+// VolumeAttachments, or freed them from a stuck CSI attacher (AttachmentsForced). The
+// controller's condition and the CLI's verdict on a failed fence both read it.
+func (s *NodeFenceStatus) ReleasedAny() bool {
+	return s.PodsDeleted > 0 || s.AttachmentsReleased > 0 || len(s.AttachmentsForced) > 0
+}
