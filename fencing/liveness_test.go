@@ -793,6 +793,40 @@ func TestReadBackCoversOnlyWhenSentAfterTheEnd(t *testing.T) {
 	}
 }
 
+// The pass waiting for the read-back after the window's end looks again just after the agent's
+// next heartbeat is due, not a whole verifyRecheck later (a rack's release waited on that look for
+// each fence); once that moment has passed, a verifyRecheck later (no polling); never past the
+// end of the wait.
+func TestReadBackLookedForWhenDue(t *testing.T) {
+	confirmed := metav1.NewTime(t0)
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{UID: "fence-uid"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"},
+		Status: v1alpha1.NodeFenceStatus{Method: "executor", FencedTime: &confirmed}}
+	until := t0.Add(5 * time.Second)
+	zero := 0
+	for _, tc := range []struct {
+		name          string
+		received, now time.Time
+		none          bool // no heartbeat held
+		want          time.Duration
+	}{
+		{"due in 700 ms", until.Add(-300 * time.Millisecond), until, false, 700*time.Millisecond + readBackSlack},
+		{"due in 100 ms", until.Add(-900 * time.Millisecond), until, false, 100*time.Millisecond + readBackSlack},
+		{"overdue", until.Add(-1500 * time.Millisecond), until, false, verifyRecheck},
+		{"no heartbeat held", time.Time{}, until, true, verifyRecheck},
+		{"the wait ends first", until.Add(-200 * time.Millisecond), until.Add(3950 * time.Millisecond), false, 50 * time.Millisecond},
+	} {
+		hbs := heartbeats{}
+		if !tc.none {
+			hbs["n1"] = agentwire.Heartbeat{Node: "n1", Received: tc.received, Sent: tc.received, Interval: time.Second, RunningContainers: &zero}
+		}
+		r := &NodeFenceReconciler{Heartbeats: hbs}
+		out, covered := r.readBackCovers(nf, until, tc.now)
+		if covered || out.state != v1alpha1.StepStarted || out.retry != tc.want {
+			t.Errorf("%s: %s in %s (covered %v), want to look again in %s", tc.name, out.state, out.retry, covered, tc.want)
+		}
+	}
+}
+
 // A controller that takes the Executor's window up late (a new leader, the confirmation
 // recorded by its predecessor) watches the whole window itself, from when it takes it up.
 func TestExecutorWindowTakenUpLateIsWatchedWhole(t *testing.T) {
