@@ -295,9 +295,21 @@ func logRackTimeline(ctx context.Context, b *testing.B, c *testbed.Cluster, rack
 	}
 	var createdAt, confirmedAt, windows, releases, releasedAt []time.Duration
 	longest, said := time.Duration(-1), ""
+	var order []string                                                         // the release steps' names, as first met
+	took, waited := map[string][]time.Duration{}, map[string][]time.Duration{} // by step: its length, and the wait since the step before ended
 	for _, f := range list.Items {
 		if !rack[f.Spec.NodeName] || f.Status.FencedTime == nil || f.Status.ReleasedTime == nil {
 			continue
+		}
+		for i, st := range f.Status.Steps {
+			if i == 0 || st.EndTime == nil || f.Status.Steps[i-1].EndTime == nil || st.StartTime.Time.Before(f.Status.FencedTime.Time) {
+				continue
+			}
+			if _, seen := took[string(st.Name)]; !seen {
+				order = append(order, string(st.Name))
+			}
+			took[string(st.Name)] = append(took[string(st.Name)], st.EndTime.Sub(st.StartTime.Time))
+			waited[string(st.Name)] = append(waited[string(st.Name)], st.StartTime.Sub(f.Status.Steps[i-1].EndTime.Time))
 		}
 		createdAt = append(createdAt, f.CreationTimestamp.Sub(requested))
 		confirmedAt = append(confirmedAt, f.Status.FencedTime.Sub(requested))
@@ -316,6 +328,11 @@ func logRackTimeline(ctx context.Context, b *testing.B, c *testbed.Cluster, rack
 	}
 	b.Logf("the rack's timeline (whole seconds): created %s after the request, confirmed %s after the request, verify windows %s long from each confirmation, each released %s after its window, all released %s after the request; the longest window, %s",
 		spread(createdAt), spread(confirmedAt), spread(windows), spread(releases), spread(releasedAt), said)
+	var steps []string
+	for _, name := range order {
+		steps = append(steps, fmt.Sprintf("%s took %s, began %s after the step before", name, spread(took[name]), spread(waited[name])))
+	}
+	b.Logf("the rack's steps after each confirmation (whole seconds): %s", strings.Join(steps, "; "))
 }
 
 // spread is "min–median–max (n)" of ds.
