@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -150,6 +151,8 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lease.Namespace: {}}},
+				// Nodes keep only what fencing reads (nodecache.go).
+				&corev1.Node{}: {Transform: trimNode},
 			},
 		},
 	})

@@ -1,0 +1,118 @@
+package app
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"palisade.dev/palisade/test/testbed"
+)
+
+// kubeletNode is a Node as a kubelet posts it: what fencing reads, and images, capacity,
+// allocatable, volumes and daemon endpoints, which it does not.
+func kubeletNode(name string) *corev1.Node {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": "rack-1"},
+			Annotations: map[string]string{"example.com/owner": "dba"}},
+		Spec: corev1.NodeSpec{ProviderID: "aws:///eu-west-1a/i-0123456789abcdef0",
+			Taints: []corev1.Taint{{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}},
+	}
+	n.Status = corev1.NodeStatus{
+		Phase:           corev1.NodeRunning,
+		Conditions:      []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+		Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.7"}, {Type: corev1.NodeHostName, Address: name}},
+		NodeInfo:        corev1.NodeSystemInfo{BootID: "b0a1", SystemUUID: "ec2f0e0e-0000-0000-0000-000000000001", KubeletVersion: "v1.37.0"},
+		Capacity:        corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")},
+		Allocatable:     corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("7800m"), corev1.ResourceMemory: resource.MustParse("31Gi")},
+		Images:          []corev1.ContainerImage{{Names: []string{"registry.example/postgres@sha256:0123", "registry.example/postgres:17"}, SizeBytes: 150 << 20}},
+		VolumesInUse:    []corev1.UniqueVolumeName{"kubernetes.io/csi/ebs.csi.aws.com^vol-1"},
+		VolumesAttached: []corev1.AttachedVolume{{Name: "kubernetes.io/csi/ebs.csi.aws.com^vol-1", DevicePath: ""}},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+	}
+	return n
+}
+
+// The cache keeps of a Node what fencing reads (metadata, spec, phase, conditions, addresses,
+// nodeInfo) and drops the rest, managedFields included.
+func TestTrimNodeKeepsWhatFencingReads(t *testing.T) {
+	full := kubeletNode("n1")
+	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	got, err := trimNode(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kubeletNode("n1")
+	want.Status = corev1.NodeStatus{Phase: full.Status.Phase, Conditions: full.Status.Conditions, Addresses: full.Status.Addresses, NodeInfo: full.Status.NodeInfo}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("trimmed Node (-want +got):\n%s", diff)
+	}
+	if other, err := trimNode(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}); err != nil || other.(*corev1.Pod).Name != "p" {
+		t.Errorf("trimNode of a Pod: %v, %v; want it unchanged", other, err)
+	}
+}
+
+// The manager NewManager builds caches Nodes trimmed, as read from the real API server: the
+// images a kubelet posts are not held, the boot ID and the taints are.
+func TestManagerCachesNodesTrimmed(t *testing.T) {
+	ctrl.SetLogger(logr.Discard())
+	c := testbed.StartT(t, testbed.Options{NoCSIAttacher: true, Controllers: []string{"serviceaccount-token-controller"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	full := kubeletNode("kubelet-node")
+	status := full.Status
+	if err := c.Client.Create(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	full.Status = status
+	if err := c.Client.Status().Update(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := NewManager(c.Config, Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("cache not synced")
+	}
+	cached := &corev1.Node{}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := mgr.GetCache().Get(ctx, client.ObjectKey{Name: full.Name}, cached)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cached Node: %v", err)
+		}
+	}
+	if len(cached.Status.Images) != 0 || len(cached.Status.Capacity) != 0 || len(cached.ManagedFields) != 0 {
+		t.Errorf("cached Node holds %d images, %d capacities, %d managedFields entries; want none", len(cached.Status.Images), len(cached.Status.Capacity), len(cached.ManagedFields))
+	}
+	if cached.Status.NodeInfo.BootID != "b0a1" || !hasTaint(cached, "node.kubernetes.io/out-of-service") || len(cached.Status.Conditions) != 1 || cached.Annotations["example.com/owner"] != "dba" {
+		t.Errorf("cached Node lost what fencing reads: bootID %q, taints %v, conditions %v, annotations %v", cached.Status.NodeInfo.BootID, cached.Spec.Taints, cached.Status.Conditions, cached.Annotations)
+	}
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
