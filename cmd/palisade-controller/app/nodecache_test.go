@@ -79,14 +79,7 @@ func TestManagerCachesNodesTrimmed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
+	defer runManager(t, ctx, cancel, mgr)()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		t.Fatal("cache not synced")
 	}
@@ -115,4 +108,17 @@ func hasTaint(n *corev1.Node, key string) bool {
 		}
 	}
 	return false
+}
+
+// runManager starts mgr; the function returned cancels its context and waits for it to stop.
+func runManager(t *testing.T, ctx context.Context, cancel context.CancelFunc, mgr ctrl.Manager) func() {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}
 }

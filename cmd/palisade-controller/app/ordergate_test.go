@@ -93,14 +93,7 @@ func TestAgentsHandOrdersOnlyWhileThisReplicaHoldsTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
+	defer runManager(t, ctx, cancel, mgr)()
 
 	cl, err := channel.NewClient(channel.ClientOptions{Address: addr, CertFile: filepath.Join(dir, "agent.crt"), KeyFile: filepath.Join(dir, "agent.key"), CAFile: caFile})
 	if err != nil {
