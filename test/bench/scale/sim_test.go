@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -25,6 +28,9 @@ const (
 )
 
 func nodeName(i int) string { return fmt.Sprintf("scale-%05d", i) }
+
+// bootID is simulated node i's boot ID, as its Node and its agent say it.
+func bootID(i int) string { return fmt.Sprintf("boot-%05d", i) }
 
 // forEach runs f(i) for i in [0,n) on parallel workers and returns the first error.
 func forEach(n int, f func(i int) error) error {
@@ -53,16 +59,17 @@ func forEach(n int, f func(i int) error) error {
 	return first
 }
 
-// createNodes creates n Ready nodes, their Leases and podsPerNode Running pods on each.
+// createNodes creates n Ready nodes as kubelets post them (kubeletNode), their Leases and
+// podsPerNode Running pods on each.
 func createNodes(ctx context.Context, kube kubernetes.Interface, n int) error {
 	if err := forEach(n, func(i int) error {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i), Labels: map[string]string{"palisade.dev/scale": "true"}}}
+		node := kubeletNode(i)
+		status := node.Status
 		got, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("creating node %s: %w", node.Name, err)
 		}
-		now := metav1.Now()
-		got.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now, Reason: "KubeletReady"}}
+		got.Status = status
 		if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("marking node %s Ready: %w", node.Name, err)
 		}
@@ -87,6 +94,60 @@ func createNodes(ctx context.Context, kube kubernetes.Interface, n int) error {
 		}
 		return nil
 	})
+}
+
+// nodeImages is how many images a simulated node reports: the kubelet's nodeStatusMaxImages (50),
+// which a node that has pulled that many or more reports.
+const nodeImages = 50
+
+// kubeletNode is simulated node i as a kubelet registers it and posts its status: the labels and
+// annotations a kubelet, a cloud provider and a CSI driver set, its pod CIDR and provider ID, the
+// four conditions, addresses, capacity and allocatable, daemon endpoints, system info, and
+// nodeImages images, each with a digest and a tag (on a real node those are most of its size: a
+// few kB a node, which the controller's cache would hold were it not trimmed). The values are
+// made up; their shape and size are a kubelet's.
+func kubeletNode(i int) *corev1.Node {
+	name := nodeName(i)
+	ip := fmt.Sprintf("10.%d.%d.%d", 16+i/65536, i/256%256, i%256)
+	id := fmt.Sprintf("i-0%016x", 0xabc000000+i)
+	now := metav1.Now()
+	cond := func(t corev1.NodeConditionType, status corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: status, LastHeartbeatTime: now, LastTransitionTime: now, Reason: reason, Message: msg}
+	}
+	qty := func(s string) resource.Quantity { return resource.MustParse(s) }
+	resources := corev1.ResourceList{corev1.ResourceCPU: qty("16"), corev1.ResourceMemory: qty("65843012Ki"), corev1.ResourcePods: qty("110"),
+		corev1.ResourceEphemeralStorage: qty("203056560Ki"), "hugepages-1Gi": qty("0"), "hugepages-2Mi": qty("0")}
+	images := make([]corev1.ContainerImage, nodeImages)
+	for k := range images {
+		repo := fmt.Sprintf("registry.example.com/team-%02d/service-%02d", k%7, k)
+		images[k] = corev1.ContainerImage{Names: []string{fmt.Sprintf("%s@sha256:%064x", repo, 0x5eed0000+k), fmt.Sprintf("%s:v1.%d.%d", repo, k, i%10)},
+			SizeBytes: int64(20+3*k) << 20}
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{"palisade.dev/scale": "true", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+				"beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "m6i.4xlarge",
+				"topology.kubernetes.io/region": "eu-west-1", "topology.kubernetes.io/zone": fmt.Sprintf("eu-west-1%c", 'a'+i%3)},
+			Annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+				"csi.volume.kubernetes.io/nodeid": fmt.Sprintf(`{"ebs.csi.aws.com":%q}`, id)}},
+		Spec: corev1.NodeSpec{PodCIDR: fmt.Sprintf("10.%d.%d.0/24", 128+i/256, i%256), PodCIDRs: []string{fmt.Sprintf("10.%d.%d.0/24", 128+i/256, i%256)},
+			ProviderID: "aws:///eu-west-1a/" + id},
+		Status: corev1.NodeStatus{
+			Capacity: resources, Allocatable: resources.DeepCopy(),
+			Conditions: []corev1.NodeCondition{
+				cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+				cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+				cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+				cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"),
+			},
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+			NodeInfo: corev1.NodeSystemInfo{MachineID: fmt.Sprintf("%032x", 0xfeed0000+i), SystemUUID: fmt.Sprintf("ec2%05x-0000-4000-8000-%012x", i, i),
+				BootID: bootID(i), KernelVersion: "6.12.48+deb13-amd64", OSImage: "Debian GNU/Linux 13 (trixie)",
+				ContainerRuntimeVersion: "containerd://2.1.4", KubeletVersion: "v1.37.0", OperatingSystem: "linux", Architecture: "amd64"},
+			Images: images,
+		},
+	}
 }
 
 // renewLease creates or renews node's Lease in kube-node-lease. A renewal updates last, the
@@ -161,7 +222,7 @@ func renewEvery(ctx context.Context, kube kubernetes.Interface, i int, first tim
 	t := time.NewTimer(first)
 	defer t.Stop()
 	var last *coordinationv1.Lease
-	for {
+	for renewal := i; ; renewal++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -175,9 +236,32 @@ func renewEvery(ctx context.Context, kube kubernetes.Interface, i int, first tim
 					gaps.add(l.Spec.RenewTime.Sub(prev.Spec.RenewTime.Time), nil)
 				}
 			}
+			if renewal%statusEvery == 0 {
+				_ = postStatus(ctx, kube, i) // a failed post is the kubelet's next one's to make
+			}
 		}
 		t.Reset(wait.Jitter(leaseInterval, 0.04))
 	}
+}
+
+// statusEvery is how many Lease renewals a simulated kubelet makes between two posts of its node's
+// status when nothing in it changes: the kubelet's nodeStatusReportFrequency (5 min) over its
+// Lease's renewal interval. Each node posts at its own phase, as kubelets started at different
+// times do: 5000 nodes post about 17 a second, each a watch event of the whole Node for the
+// controller.
+const statusEvery = int(5 * time.Minute / leaseInterval)
+
+// postStatus is simulated node i's kubelet posting its unchanged status: the conditions' heartbeat
+// times, in a strategic merge patch of the status as the kubelet sends one.
+func postStatus(ctx context.Context, kube kubernetes.Interface, i int) error {
+	now := metav1.Now().UTC().Format(time.RFC3339)
+	var conds []string
+	for _, t := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeReady} {
+		conds = append(conds, fmt.Sprintf(`{"type":%q,"lastHeartbeatTime":%q}`, t, now))
+	}
+	patch := fmt.Sprintf(`{"status":{"conditions":[%s]}}`, strings.Join(conds, ","))
+	_, err := kube.CoreV1().Nodes().Patch(ctx, nodeName(i), types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	return err
 }
 
 // gapSummary says how the gaps between the simulated nodes' renewals spread (d sorted): how
@@ -240,7 +324,7 @@ func runAgent(ctx context.Context, c *channel.Client, i, n int, off *stopped, la
 	}
 	t := time.NewTicker(hbInterval)
 	defer t.Stop()
-	boot := fmt.Sprintf("boot-%05d", i)
+	boot := bootID(i)
 	var exec *agentwire.ExecutorStatus
 	for seq := uint64(1); ; seq++ {
 		if !off.has(i) {
