@@ -27,8 +27,9 @@ type fakeRuntime struct {
 	state    executor.ContainerState
 	stubborn bool
 	signals  []syscall.Signal
-	// failSignals is how many Signal calls fail, sending nothing, before one is sent.
-	failSignals int
+	// failSignals is how many Signal calls fail, sending nothing, before one is sent;
+	// failKills the same for SIGKILL alone.
+	failSignals, failKills int
 	// imageSignal and imageErr are what ImageStopSignal answers.
 	imageSignal string
 	imageErr    error
@@ -53,6 +54,10 @@ func (f *fakeRuntime) Signal(ctx context.Context, _ string, sig syscall.Signal) 
 	defer f.mu.Unlock()
 	if f.failSignals > 0 {
 		f.failSignals--
+		return errors.New("runtime busy")
+	}
+	if sig == syscall.SIGKILL && f.failKills > 0 {
+		f.failKills--
 		return errors.New("runtime busy")
 	}
 	f.signals = append(f.signals, sig)

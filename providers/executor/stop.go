@@ -90,11 +90,13 @@ func (t *Termination) waitForTurn(ctx context.Context, names []string) {
 // container's status until it is read back as exited. A stop signal the runtime did not take
 // is sent again at every poll until it takes one or KillAt comes, as the kubelet's pod worker
 // tries the kill again; one it took is never sent again (a second one means "exit now" to some
-// servers). KillAt counts from the first try.
+// servers). KillAt counts from the first try. A SIGKILL the runtime did not take is sent again
+// at every poll until it takes one (SIGKILL twice is harmless), until ExitTimeout after the first
+// try fails the container.
 func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.Signal, spent spent, rep *ContainerReport) {
 	rt := t.e.runtime
 	rep.SignalledAt = time.Now()
-	stop := stopSender{sig: sig}
+	stop, kill := stopSender{sig: sig}, stopSender{sig: syscall.SIGKILL}
 	stop.send(ctx, rt, tg.ID)
 	for {
 		rep.KillAt = t.deadline.KillAt(rep.SignalledAt, spent.hook, spent.turn)
@@ -105,6 +107,8 @@ func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.
 		if err == nil && st.State == StateExited {
 			if rep.KilledAt.IsZero() {
 				rep.Error = withNote(rep.Error, stop.note(rep.SignalledAt))
+			} else {
+				rep.Error = withNote(rep.Error, kill.note(rep.KilledAt))
 			}
 			rep.ExitCode, rep.ExitedAt, rep.Outcome = st.ExitCode, st.FinishedAt, OutcomeExited
 			if !rep.KilledAt.IsZero() && isExitedBySIGKILL(st.ExitCode) {
@@ -116,13 +120,14 @@ func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.
 		if rep.KilledAt.IsZero() && !now.Before(rep.KillAt) {
 			rep.Error = withNote(rep.Error, stop.note(rep.SignalledAt)) // confirmed below either way
 			rep.KilledAt = now
-			if err := rt.Signal(ctx, tg.ID, syscall.SIGKILL); err != nil && !errors.Is(err, ErrNotFound) {
-				rep.Error = fmt.Sprintf("sending SIGKILL: %v", err)
-			}
+			kill.send(ctx, rt, tg.ID)
+		} else if !rep.KilledAt.IsZero() && !kill.accepted {
+			kill.send(ctx, rt, tg.ID)
 		}
 		if !rep.KilledAt.IsZero() && now.Sub(rep.KilledAt) > t.e.ExitTimeout {
 			rep.Outcome = OutcomeFailed
-			rep.Error = fmt.Sprintf("not exited %s after SIGKILL (last state %s, %v)", t.e.ExitTimeout, st.State, err)
+			rep.Error = withNote(rep.Error, kill.note(rep.KilledAt))
+			rep.Error = withNote(rep.Error, fmt.Sprintf("not exited %s after SIGKILL (last state %s, %v)", t.e.ExitTimeout, st.State, err))
 			return
 		}
 		if err := t.sleep(ctx, rep.KillAt); err != nil {

@@ -37,12 +37,7 @@ func TestStopSignalSentAgain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rt.mu.Lock()
-			signals := rt.signals
-			rt.mu.Unlock()
-			if diff := cmp.Diff(tc.wantSignals, signals); diff != "" {
-				t.Errorf("signals sent (-want +got):\n%s", diff)
-			}
+			rt.wantSignals(t, tc.wantSignals)
 			c := rep.Container("app")
 			if took := c.ExitedAt.Sub(c.SignalledAt); c.Outcome != tc.wantOutcome || took > tc.maxTook {
 				t.Errorf("outcome %s %v after the first try, want %s within %v", c.Outcome, took, tc.wantOutcome, tc.maxTook)
@@ -54,5 +49,50 @@ func TestStopSignalSentAgain(t *testing.T) {
 				t.Errorf("report error %q, want it to say SIGTERM failed twice and was sent at try 3", c.Error)
 			}
 		})
+	}
+}
+
+// TestSIGKILLSentAgain: a SIGKILL the runtime fails to send is sent again at every poll until it
+// is taken, as the kubelet's pod worker tries the kill again at its next sync: the container
+// that ignores its stop signal is killed, and the report says what failed. One SIGKILL that never
+// goes through fails the container once ExitTimeout has passed, saying so.
+func TestSIGKILLSentAgain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		failKills   int
+		wantSignals []syscall.Signal
+		wantOutcome executor.Outcome
+		wantError   string
+	}{
+		{"taken at the third try", 2, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, executor.OutcomeExited, "sending SIGKILL: runtime busy (sent at try 3,"},
+		{"never taken", 1 << 20, []syscall.Signal{syscall.SIGTERM}, executor.OutcomeFailed, "sending SIGKILL: runtime busy (not sent in "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rt := &fakeRuntime{state: executor.StateRunning, stubborn: true, failKills: tc.failKills}
+			pod := newPod("kill-again", 1, corev1.Container{Name: "app"})
+			e := executor.New(rt)
+			e.ExitTimeout = time.Second
+			rep, err := e.Terminate(context.Background(), executor.Request{Pod: pod})
+			if err != nil && tc.wantOutcome != executor.OutcomeFailed {
+				t.Fatal(err)
+			}
+			rt.wantSignals(t, tc.wantSignals)
+			c := rep.Container("app")
+			if c.Outcome != tc.wantOutcome || !strings.Contains(c.Error, tc.wantError) {
+				t.Errorf("outcome %s, error %q; want %s saying %q", c.Outcome, c.Error, tc.wantOutcome, tc.wantError)
+			}
+		})
+	}
+}
+
+// wantSignals checks the signals f sent, in order.
+func (f *fakeRuntime) wantSignals(t *testing.T, want []syscall.Signal) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if diff := cmp.Diff(want, f.signals); diff != "" {
+		t.Errorf("signals sent (-want +got):\n%s", diff)
 	}
 }
