@@ -215,9 +215,13 @@ func (t *Termination) sleep(ctx context.Context, killAt time.Time) error {
 	return nil
 }
 
-// withNote adds note to a report's error text, after what it says already.
+// withNote adds note to a report's error text, after what it says already; an empty note adds
+// nothing.
 func withNote(text, note string) string {
-	if text == "" {
+	switch {
+	case note == "":
+		return text
+	case text == "":
 		return note
 	}
 	return text + "; " + note

@@ -101,5 +101,8 @@ func TestStopSignalProblemsReported(t *testing.T) {
 		if c.Signal != "SIGTERM" || !strings.Contains(c.Error, tc.says) || c.Outcome != executor.OutcomeExited {
 			t.Errorf("%s: signal %s, outcome %s, error %q; want SIGTERM sent, the container exited, and the error saying %q", tc.name, c.Signal, c.Outcome, c.Error, tc.says)
 		}
+		if strings.HasSuffix(c.Error, "; ") || strings.Contains(c.Error, "; ;") {
+			t.Errorf("%s: error %q carries an empty note", tc.name, c.Error)
+		}
 	}
 }
