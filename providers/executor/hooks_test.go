@@ -20,7 +20,7 @@ import (
 )
 
 // fakeRuntime holds one running container that exits 0 on its first stop signal or, when
-// stubborn, on SIGKILL only. Like a real runtime's, a Signal call on an ended context fails
+// stubborn, on SIGKILL only (exit code 137). Like a real runtime's, a Signal call on an ended context fails
 // and sends nothing; signals records those sent.
 type fakeRuntime struct {
 	mu       sync.Mutex
@@ -30,6 +30,8 @@ type fakeRuntime struct {
 	// failSignals is how many Signal calls fail, sending nothing, before one is sent;
 	// failKills the same for SIGKILL alone.
 	failSignals, failKills int
+	// exitCode is the exit code read back: 137 once SIGKILL ended the container.
+	exitCode int32
 	// imageSignal and imageErr are what ImageStopSignal answers.
 	imageSignal string
 	imageErr    error
@@ -63,13 +65,16 @@ func (f *fakeRuntime) Signal(ctx context.Context, _ string, sig syscall.Signal) 
 	f.signals = append(f.signals, sig)
 	if !f.stubborn || sig == syscall.SIGKILL {
 		f.state = executor.StateExited
+		if sig == syscall.SIGKILL {
+			f.exitCode = 128 + int32(syscall.SIGKILL)
+		}
 	}
 	return nil
 }
 func (f *fakeRuntime) Status(context.Context, string) (executor.ContainerStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return executor.ContainerStatus{State: f.state, FinishedAt: time.Now()}, nil
+	return executor.ContainerStatus{State: f.state, ExitCode: f.exitCode, FinishedAt: time.Now()}, nil
 }
 
 // TestHTTPAndSleepHooks: httpGet hooks reach the pod's IP on a named port before the stop

@@ -48,7 +48,7 @@ type ContainerReport struct {
 	Signal       string
 	SignalSource SignalSource
 	SignalledAt  time.Time
-	// KillAt is when SIGKILL was due; KilledAt when it was sent (zero if it was not).
+	// KillAt is when SIGKILL was due; KilledAt when the runtime took it (zero if it never did).
 	KillAt   time.Time
 	KilledAt time.Time
 	// ExitedAt and ExitCode are read back from the runtime.

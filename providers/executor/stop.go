@@ -88,15 +88,17 @@ func (t *Termination) waitForTurn(ctx context.Context, names []string) {
 
 // signalAndWait sends the stop signal, then SIGKILL once KillAt has passed, and polls the
 // container's status until it is read back as exited. A stop signal the runtime did not take
-// is sent again at every poll until it takes one or KillAt comes, as the kubelet's pod worker
-// tries the kill again; one it took is never sent again (a second one means "exit now" to some
-// servers). KillAt counts from the first try. A SIGKILL the runtime did not take is sent again
-// at every poll until it takes one (SIGKILL twice is harmless), until ExitTimeout after the first
-// try fails the container.
+// is sent again until it takes one or KillAt comes, as the kubelet's pod worker tries the kill
+// again; one it took is never sent again (a second one means "exit now" to some servers).
+// KillAt counts from the first try. A SIGKILL the runtime did not take is sent again until it
+// takes one (SIGKILL twice is harmless); ExitTimeout after its first try the container fails.
+// Refused signals are tried again at a growing interval (stopSender.due), its status read at
+// every poll all the same. KilledAt is when a SIGKILL was taken.
 func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.Signal, spent spent, rep *ContainerReport) {
 	rt := t.e.runtime
 	rep.SignalledAt = time.Now()
-	stop, kill := stopSender{sig: sig}, stopSender{sig: syscall.SIGKILL}
+	stop, kill := stopSender{sig: sig, every: t.e.PollInterval}, stopSender{sig: syscall.SIGKILL, every: t.e.PollInterval}
+	var killTried time.Time // the first SIGKILL's try: ExitTimeout counts from it
 	stop.send(ctx, rt, tg.ID)
 	for {
 		rep.KillAt = t.deadline.KillAt(rep.SignalledAt, spent.hook, spent.turn)
@@ -105,36 +107,42 @@ func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.
 			st, err = ContainerStatus{State: StateExited, ExitCode: -1, FinishedAt: time.Now()}, nil
 		}
 		if err == nil && st.State == StateExited {
-			if rep.KilledAt.IsZero() {
+			if killTried.IsZero() {
 				rep.Error = withNote(rep.Error, stop.note(rep.SignalledAt))
 			} else {
-				rep.Error = withNote(rep.Error, kill.note(rep.KilledAt))
+				rep.Error = withNote(rep.Error, kill.note(killTried))
 			}
 			rep.ExitCode, rep.ExitedAt, rep.Outcome = st.ExitCode, st.FinishedAt, OutcomeExited
-			if !rep.KilledAt.IsZero() && isExitedBySIGKILL(st.ExitCode) {
+			if kill.accepted && isExitedBySIGKILL(st.ExitCode) {
 				rep.Outcome = OutcomeKilled
 			}
 			return
 		}
 		now := time.Now()
-		if rep.KilledAt.IsZero() && !now.Before(rep.KillAt) {
+		if killTried.IsZero() && !now.Before(rep.KillAt) {
 			rep.Error = withNote(rep.Error, stop.note(rep.SignalledAt)) // confirmed below either way
-			rep.KilledAt = now
+			killTried = now
 			kill.send(ctx, rt, tg.ID)
-		} else if !rep.KilledAt.IsZero() && !kill.accepted {
+		} else if !killTried.IsZero() && kill.due(now) {
 			kill.send(ctx, rt, tg.ID)
 		}
-		if !rep.KilledAt.IsZero() && now.Sub(rep.KilledAt) > t.e.ExitTimeout {
+		if kill.accepted && rep.KilledAt.IsZero() {
+			rep.KilledAt = kill.at
+		}
+		if !killTried.IsZero() && now.Sub(killTried) > t.e.ExitTimeout {
 			rep.Outcome = OutcomeFailed
-			rep.Error = withNote(rep.Error, kill.note(rep.KilledAt))
-			rep.Error = withNote(rep.Error, fmt.Sprintf("not exited %s after SIGKILL (last state %s, %v)", t.e.ExitTimeout, st.State, err))
+			rep.Error = withNote(rep.Error, kill.note(killTried))
+			rep.Error = withNote(rep.Error, fmt.Sprintf("not exited %s after SIGKILL was first tried (last state %s, %v)", t.e.ExitTimeout, st.State, err))
 			return
 		}
 		if err := t.sleep(ctx, rep.KillAt); err != nil {
+			if !killTried.IsZero() {
+				rep.Error = withNote(rep.Error, kill.note(killTried))
+			}
 			t.killAtTimeLimit(ctx, tg, err, rep)
 			return
 		}
-		if !stop.accepted && time.Now().Before(rep.KillAt) {
+		if now := time.Now(); stop.due(now) && now.Before(rep.KillAt) {
 			stop.send(ctx, rt, tg.ID)
 		}
 	}
@@ -145,11 +153,19 @@ type stopSender struct {
 	sig      syscall.Signal
 	accepted bool
 	tries    int
-	first    error // the first try's error, nil when it was taken
-	at       time.Time
+	first    error     // the first try's error, nil when it was taken
+	at       time.Time // when it was taken
+	// every is the wait after the first refused try, doubled after each further one up to
+	// maxSignalRetry; next is when a try is due again.
+	every time.Duration
+	next  time.Time
 }
 
-// send tries the stop signal once; a container already gone counts as taken.
+// maxSignalRetry bounds the wait between two tries of a signal the runtime refused: a runtime
+// that refuses is likely busy, and polls of its status go on every PollInterval meanwhile.
+const maxSignalRetry = time.Second
+
+// send tries the signal once; a container already gone counts as taken.
 func (s *stopSender) send(ctx context.Context, rt Runtime, id string) {
 	s.tries++
 	err := rt.Signal(ctx, id, s.sig)
@@ -157,9 +173,16 @@ func (s *stopSender) send(ctx context.Context, rt Runtime, id string) {
 		if s.first == nil {
 			s.first = err
 		}
+		wait := min(s.every<<min(s.tries-1, 16), maxSignalRetry)
+		s.next = time.Now().Add(wait)
 		return
 	}
 	s.accepted, s.at = true, time.Now()
+}
+
+// due says whether a signal not taken yet is to be tried again at now.
+func (s *stopSender) due(now time.Time) bool {
+	return !s.accepted && !now.Before(s.next)
 }
 
 // note is what the report says of a stop signal that failed at the first try: "" when none
@@ -186,15 +209,15 @@ const killTimeout = 5 * time.Second
 func (t *Termination) killAtTimeLimit(ctx context.Context, tg target, cause error, rep *ContainerReport) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer cancel()
+	rep.Outcome = OutcomeFailed
+	if err := t.e.runtime.Signal(kctx, tg.ID, syscall.SIGKILL); err != nil && !errors.Is(err, ErrNotFound) {
+		rep.Error = withNote(rep.Error, fmt.Sprintf("waiting for exit: %v; sending SIGKILL at the time limit: %v", cause, err))
+		return
+	}
 	if rep.KilledAt.IsZero() {
 		rep.KilledAt = time.Now()
 	}
-	rep.Outcome = OutcomeFailed
-	if err := t.e.runtime.Signal(kctx, tg.ID, syscall.SIGKILL); err != nil && !errors.Is(err, ErrNotFound) {
-		rep.Error = fmt.Sprintf("waiting for exit: %v; sending SIGKILL at the time limit: %v", cause, err)
-		return
-	}
-	rep.Error = fmt.Sprintf("waiting for exit: %v; SIGKILL sent at the time limit, exit not read back", cause)
+	rep.Error = withNote(rep.Error, fmt.Sprintf("waiting for exit: %v; SIGKILL sent at the time limit, exit not read back", cause))
 }
 
 // sleep waits one poll interval, less if killAt comes sooner; it wakes early when the

@@ -27,7 +27,7 @@ func TestStopSignalSentAgain(t *testing.T) {
 		maxTook     time.Duration
 	}{
 		{"exits on it", false, []syscall.Signal{syscall.SIGTERM}, executor.OutcomeExited, time.Second},
-		{"ignores it", true, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, executor.OutcomeExited, 3 * time.Second},
+		{"ignores it", true, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, executor.OutcomeKilled, 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -65,7 +65,7 @@ func TestSIGKILLSentAgain(t *testing.T) {
 		wantOutcome executor.Outcome
 		wantError   string
 	}{
-		{"taken at the third try", 2, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, executor.OutcomeExited, "sending SIGKILL: runtime busy (sent at try 3,"},
+		{"taken at the third try", 2, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, executor.OutcomeKilled, "sending SIGKILL: runtime busy (sent at try 3,"},
 		{"never taken", 1 << 20, []syscall.Signal{syscall.SIGTERM}, executor.OutcomeFailed, "sending SIGKILL: runtime busy (not sent in "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,6 +82,22 @@ func TestSIGKILLSentAgain(t *testing.T) {
 			c := rep.Container("app")
 			if c.Outcome != tc.wantOutcome || !strings.Contains(c.Error, tc.wantError) {
 				t.Errorf("outcome %s, error %q; want %s saying %q", c.Outcome, c.Error, tc.wantOutcome, tc.wantError)
+			}
+			// KilledAt is when the runtime took a SIGKILL: after two refusals, at the third try,
+			// later than SIGKILL was due; never, when it took none.
+			if taken := len(tc.wantSignals) == 2; taken != !c.KilledAt.IsZero() || taken && !c.KilledAt.After(c.KillAt) {
+				t.Errorf("KilledAt %v (SIGKILL due %v); want it set, after the due time, only when a SIGKILL was taken", c.KilledAt, c.KillAt)
+			}
+			if tries := strings.Count(c.Error, "not sent in "); tc.wantOutcome == executor.OutcomeFailed && tries != 1 {
+				t.Errorf("error %q: want the SIGKILL tries said once", c.Error)
+			}
+			// Refused SIGKILLs are tried again at a growing interval, not at every 20 ms poll:
+			// about 7 tries in the 1 s before the container fails, not 50.
+			rt.mu.Lock()
+			refused := tc.failKills - rt.failKills
+			rt.mu.Unlock()
+			if tc.wantOutcome == executor.OutcomeFailed && (refused < 3 || refused > 12) {
+				t.Errorf("%d SIGKILL tries refused in ExitTimeout (1s); want 3-12", refused)
 			}
 		})
 	}
