@@ -237,7 +237,9 @@ func renewEvery(ctx context.Context, kube kubernetes.Interface, i int, first tim
 				}
 			}
 			if renewal%statusEvery == 0 {
-				_ = postStatus(ctx, kube, i) // a failed post is the kubelet's next one's to make
+				// Beside the renewals, as the kubelet's status loop runs beside its Lease's: a slow
+				// post does not delay the next renewal. A failed one is the next post's to make.
+				go func() { _ = postStatus(ctx, kube, i) }()
 			}
 		}
 		t.Reset(wait.Jitter(leaseInterval, 0.04))
