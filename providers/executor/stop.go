@@ -136,7 +136,9 @@ func (t *Termination) signalAndWait(ctx context.Context, tg target, sig syscall.
 			return
 		}
 		if err := t.sleep(ctx, rep.KillAt); err != nil {
-			if !killTried.IsZero() {
+			if killTried.IsZero() {
+				rep.Error = withNote(rep.Error, stop.note(rep.SignalledAt))
+			} else {
 				rep.Error = withNote(rep.Error, kill.note(killTried))
 			}
 			t.killAtTimeLimit(ctx, tg, err, rep)

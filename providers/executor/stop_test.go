@@ -52,8 +52,8 @@ func TestStopSignalSentAgain(t *testing.T) {
 	}
 }
 
-// TestSIGKILLSentAgain: a SIGKILL the runtime fails to send is sent again at every poll until it
-// is taken, as the kubelet's pod worker tries the kill again at its next sync: the container
+// TestSIGKILLSentAgain: a SIGKILL the runtime fails to send is sent again, at a growing interval,
+// until it is taken, as the kubelet's pod worker tries the kill again at its next sync: the container
 // that ignores its stop signal is killed, and the report says what failed. One SIGKILL that never
 // goes through fails the container once ExitTimeout has passed, saying so.
 func TestSIGKILLSentAgain(t *testing.T) {
@@ -92,7 +92,7 @@ func TestSIGKILLSentAgain(t *testing.T) {
 				t.Errorf("error %q: want the SIGKILL tries said once", c.Error)
 			}
 			// Refused SIGKILLs are tried again at a growing interval, not at every 20 ms poll:
-			// about 7 tries in the 1 s before the container fails, not 50.
+			// about 6 tries in the 1 s before the container fails, not 50.
 			rt.mu.Lock()
 			refused := tc.failKills - rt.failKills
 			rt.mu.Unlock()

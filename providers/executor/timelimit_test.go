@@ -24,11 +24,14 @@ func TestSIGKILLAtTimeLimit(t *testing.T) {
 		name        string
 		lifecycle   *corev1.Lifecycle
 		wantSignals []syscall.Signal
+		// wantNote is what the report says of the stop signal ("" for nothing).
+		wantNote string
 	}{
 		// The stop signal goes before the time limit; SIGKILL would come after 300 s.
-		{"stop signal ignored", nil, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}},
-		// The time limit ends the hook: the stop signal on the ended context reaches nothing.
-		{"hook hangs", hanging, []syscall.Signal{syscall.SIGKILL}},
+		{"stop signal ignored", nil, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, ""},
+		// The time limit ends the hook: the stop signal on the ended context reaches nothing,
+		// and the report says so.
+		{"hook hangs", hanging, []syscall.Signal{syscall.SIGKILL}, "sending SIGTERM: context deadline exceeded (not sent in 1 tries)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -52,6 +55,9 @@ func TestSIGKILLAtTimeLimit(t *testing.T) {
 			c := rep.Container("app")
 			if c.Outcome != executor.OutcomeFailed || c.KilledAt.IsZero() || !strings.Contains(c.Error, "SIGKILL sent at the time limit") {
 				t.Errorf("report = %+v, want failed, with SIGKILL sent at the time limit", c)
+			}
+			if says := strings.Contains(c.Error, "sending SIGTERM"); says != (tc.wantNote != "") || !strings.Contains(c.Error, tc.wantNote) {
+				t.Errorf("report error %q; want it to say %q of the stop signal", c.Error, tc.wantNote)
 			}
 		})
 	}
