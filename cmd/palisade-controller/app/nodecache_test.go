@@ -13,6 +13,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/test/testbed"
 )
 
@@ -119,18 +121,9 @@ func TestManagerCachesNodesTrimmed(t *testing.T) {
 	if _, others := cached.Annotations["example.com/owner"]; others || len(cached.Status.Conditions) != 1 {
 		t.Errorf("cached Node holds annotations %v and conditions %v; want Palisade's annotations and the Ready condition only", cached.Annotations, cached.Status.Conditions)
 	}
-	if cached.Status.NodeInfo.BootID != "b0a1" || !hasTaint(cached, "node.kubernetes.io/out-of-service") || !apiNodeReady(cached) || cached.Annotations["palisade.dev/bmc-address"] != "10.0.9.7" {
+	if cached.Status.NodeInfo.BootID != "b0a1" || !fencing.OutOfService(cached) || !lease.NodeReady(cached) || cached.Annotations["palisade.dev/bmc-address"] != "10.0.9.7" {
 		t.Errorf("cached Node lost what fencing reads: bootID %q, taints %v, conditions %v, annotations %v", cached.Status.NodeInfo.BootID, cached.Spec.Taints, cached.Status.Conditions, cached.Annotations)
 	}
-}
-
-func hasTaint(n *corev1.Node, key string) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key {
-			return true
-		}
-	}
-	return false
 }
 
 // runManager starts mgr; the function returned cancels its context and waits for it to stop.
@@ -144,13 +137,4 @@ func runManager(t *testing.T, ctx context.Context, cancel context.CancelFunc, mg
 			t.Errorf("manager: %v", err)
 		}
 	}
-}
-
-func apiNodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
