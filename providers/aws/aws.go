@@ -185,10 +185,15 @@ func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (p
 	var attached []ec2types.Volume
 	kept := 0
 	err = p.call(ctx, t, "listing the EBS volumes of", func(ctx context.Context, c *ec2.Client) error {
-		pages := ec2.NewDescribeVolumesPaginator(c, &ec2.DescribeVolumesInput{
-			Filters: []ec2types.Filter{{Name: awssdk.String("attachment.instance-id"), Values: []string{t.InstanceID}}}})
-		for pages.HasMorePages() {
-			out, err := pages.NextPage(ctx)
+		// Every page, by NextToken, without ec2.NewDescribeVolumesPaginator: handing the
+		// paginator the client makes *ec2.Client an interface value, and the linker then keeps
+		// every one of its operations: 19 MB of code, 37 MB of the controller's binary, and
+		// 7 MiB of its resident memory (bench-scale at 40 nodes, 74.9 against 67.7 MiB). The
+		// binary test in cmd/palisade-controller keeps them out.
+		in := &ec2.DescribeVolumesInput{
+			Filters: []ec2types.Filter{{Name: awssdk.String("attachment.instance-id"), Values: []string{t.InstanceID}}}}
+		for {
+			out, err := c.DescribeVolumes(ctx, in)
 			if err != nil {
 				return err
 			}
@@ -199,8 +204,11 @@ func (p *Provider) ReleaseVolumes(ctx context.Context, req providers.Request) (p
 					kept++
 				}
 			}
+			if next := awssdk.ToString(out.NextToken); next == "" || next == awssdk.ToString(in.NextToken) {
+				return nil
+			}
+			in.NextToken = out.NextToken
 		}
-		return nil
 	})
 	if err != nil {
 		return providers.Status{}, err

@@ -86,6 +86,40 @@ func TestForceDetachConfirmedAvailable(t *testing.T) {
 	}
 }
 
+// TestForceDetachReadsEveryPage: EC2 pages a long DescribeVolumes answer; the volumes on every
+// page are looked at, so a released volume listed on the last page is detached too, and the
+// release is confirmed only once no page lists one of them attached.
+func TestForceDetachReadsEveryPage(t *testing.T) {
+	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance}, VolumePage: 1,
+		Volumes: map[string]string{"vol-0aaa": instance, "vol-0bbb": instance, "vol-0ccc": instance}})
+	s := newScene(t, ep, providerID, "", nil)
+	req := s.req(1, false)
+	req.Volumes = released("vol-0aaa", "vol-0ccc")
+	st, err := s.p.ReleaseVolumes(context.Background(), req)
+	if err != nil || st.State != providers.InProgress || !strings.Contains(st.Message, "force-detached EBS volumes vol-0aaa, vol-0ccc from instance "+instance) ||
+		!strings.Contains(st.Message, "1 volume of the instance left attached") {
+		t.Fatalf("ReleaseVolumes = %+v, %v; want InProgress naming the volumes of the first and the last page, 1 left attached", st, err)
+	}
+	pages := 0
+	for _, c := range ep.Calls() {
+		if c.Action == "DescribeVolumes" {
+			pages++
+		}
+	}
+	if pages != 3 {
+		t.Errorf("DescribeVolumes called %d times, want once for each of the 3 pages", pages)
+	}
+	st, err = s.p.ReleaseVolumes(context.Background(), req)
+	if err != nil || st.State != providers.Confirmed {
+		t.Fatalf("ReleaseVolumes once detached = %+v, %v; want Confirmed", st, err)
+	}
+	for vol, want := range map[string]string{"vol-0aaa": "available", "vol-0bbb": "in-use", "vol-0ccc": "available"} {
+		if got := ep.VolumeState(vol); got != want {
+			t.Errorf("volume %s: %s, want %s", vol, got, want)
+		}
+	}
+}
+
 // TestForceDetachNothingReleased: with no attachment being released that names an EBS volume
 // (every pod's volume kept, or the node had none), nothing is detached, EC2 is not even asked,
 // and the step is confirmed: the instance's volumes, its own data volume among them, stay.

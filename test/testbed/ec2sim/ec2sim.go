@@ -1,7 +1,7 @@
 // Package ec2sim is an EC2-compatible endpoint for tests: it speaks EC2's Query protocol
 // (form-encoded Action, Version 2016-11-15, InstanceId.N lists; XML answers and EC2's error
 // documents) for StopInstances, StartInstances, DescribeInstances, DescribeVolumes (filtered by
-// attachment.instance-id) and DetachVolume, and verifies the AWS
+// attachment.instance-id, in pages when Options.VolumePage is set) and DetachVolume, and verifies the AWS
 // Signature Version 4 of every call against its one account's secret key (recomputed with the
 // SDK's own signer), refusing a wrong key or signature with AuthFailure as EC2 does.
 //
@@ -51,6 +51,9 @@ type Options struct {
 	// RootVolumes are its instances' root volumes: volume ID → the instance it is attached to,
 	// as its root device (RootDevice).
 	RootVolumes map[string]string
+	// VolumePage, when above 0, is how many volumes DescribeVolumes answers at most, with a
+	// nextToken for the rest, as EC2 pages a long list (MaxResults is not read).
+	VolumePage int
 }
 
 // RootDevice is the root device name of every instance, and the device of its root volume.
@@ -476,7 +479,8 @@ type attachmentXML struct {
 	Status     string `xml:"status"`
 }
 
-// describeVolumes lists the volumes, filtered by attachment.instance-id when the call asks.
+// describeVolumes lists the volumes, filtered by attachment.instance-id when the call asks, and a
+// page of Options.VolumePage at a time when set: the token is the last volume ID listed.
 func (e *Endpoint) describeVolumes(w http.ResponseWriter, form url.Values) {
 	var instances []string
 	for i := 1; form.Get("Filter."+strconv.Itoa(i)+".Name") != ""; i++ {
@@ -496,10 +500,15 @@ func (e *Endpoint) describeVolumes(w http.ResponseWriter, form url.Values) {
 	}
 	sort.Strings(ids)
 	var out []volumeXML
+	next := ""
 	for _, vol := range ids {
 		id := e.volumes[vol]
-		if instances != nil && (id == "" || !slices.Contains(instances, id)) {
+		if instances != nil && (id == "" || !slices.Contains(instances, id)) || vol <= form.Get("NextToken") {
 			continue
+		}
+		if e.opts.VolumePage > 0 && len(out) == e.opts.VolumePage {
+			next = out[len(out)-1].VolumeID
+			break
 		}
 		v := volumeXML{VolumeID: vol, Status: "available"}
 		if id != "" {
@@ -517,7 +526,8 @@ func (e *Endpoint) describeVolumes(w http.ResponseWriter, form url.Values) {
 		NS        string      `xml:"xmlns,attr"`
 		RequestID string      `xml:"requestId"`
 		Volumes   []volumeXML `xml:"volumeSet>item"`
-	}{NS: "http://ec2.amazonaws.com/doc/" + APIVersion + "/", RequestID: requestID(), Volumes: out})
+		NextToken string      `xml:"nextToken,omitempty"`
+	}{NS: "http://ec2.amazonaws.com/doc/" + APIVersion + "/", RequestID: requestID(), Volumes: out, NextToken: next})
 }
 
 // detachVolume detaches the volume from its instance: at once, or never while stuck.
