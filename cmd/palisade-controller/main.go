@@ -95,6 +95,10 @@ func run() error {
 		log.Info("Go runtime memory limit set from the container's", "bytes", limit, "ratio", app.MemoryLimitRatio)
 	}
 
+	if pct := app.SetGCPercent(); pct > 0 {
+		log.Info("Go garbage collection target set (GOGC overrides it)", "percent", pct)
+	}
+
 	fencing.RegisterMetrics(crmetrics.Registry)
 	sight.RegisterMetrics(crmetrics.Registry)
 	providermetrics.Register(crmetrics.Registry)

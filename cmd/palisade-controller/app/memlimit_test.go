@@ -100,6 +100,32 @@ func TestSetMemoryLimitInARealCgroup(t *testing.T) {
 	}
 }
 
+// gcPercentChildEnv makes the test binary a child that runs SetGCPercent and prints what it set
+// and the runtime's target after it.
+const gcPercentChildEnv = "PALISADE_GCPERCENT_CHILD"
+
+// TestSetGCPercent: without GOGC the controller's process collects at GCPercent; with GOGC set
+// (off included) the operator's value stands.
+func TestSetGCPercent(t *testing.T) {
+	if os.Getenv(gcPercentChildEnv) != "" {
+		set := SetGCPercent()
+		fmt.Printf("set=%d runtime=%d\n", set, debug.SetGCPercent(-1))
+		return
+	}
+	for gogc, want := range map[string]string{"": fmt.Sprintf("set=%d runtime=%d", GCPercent, GCPercent),
+		"200": "set=0 runtime=200", "off": "set=0 runtime=-1"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSetGCPercent$")
+		cmd.Env = append(os.Environ(), gcPercentChildEnv+"=1", "GOGC="+gogc)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child with GOGC=%q: %v\n%s", gogc, err, out)
+		}
+		if !strings.Contains(string(out), want+"\n") {
+			t.Errorf("child with GOGC=%q printed\n%s\nwant %q", gogc, out, want)
+		}
+	}
+}
+
 // newMemoryCgroup creates a memory cgroup below this process's own (v1's memory hierarchy,
 // or v2's), with limit bytes (0: none), removed at the end of the test.
 func newMemoryCgroup(t *testing.T, limit int64) string {
