@@ -87,18 +87,22 @@ func TestForceDetachConfirmedAvailable(t *testing.T) {
 }
 
 // TestForceDetachReadsEveryPage: EC2 pages a long DescribeVolumes answer; the volumes on every
-// page are looked at, so a released volume listed on the last page is detached too, and the
-// release is confirmed only once no page lists one of them attached.
+// page are looked at, with the instance's filter on each, so a released volume listed on the
+// last page is detached too, another instance's is not, the root is kept, and the release is
+// confirmed only once no page lists one of them attached. A page answered with the token it was
+// asked for (the list could not be read whole) is an error, never a confirmation.
 func TestForceDetachReadsEveryPage(t *testing.T) {
-	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance}, VolumePage: 1,
-		Volumes: map[string]string{"vol-0aaa": instance, "vol-0bbb": instance, "vol-0ccc": instance}})
+	const other = "i-00000000000000001"
+	ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance, other}, VolumePage: 1,
+		Volumes:     map[string]string{"vol-0aaa": instance, "vol-0abb": other, "vol-0bbb": instance, "vol-0ccc": instance},
+		RootVolumes: map[string]string{"vol-0eee": instance}})
 	s := newScene(t, ep, providerID, "", nil)
 	req := s.req(1, false)
-	req.Volumes = released("vol-0aaa", "vol-0ccc")
+	req.Volumes = released("vol-0aaa", "vol-0abb", "vol-0ccc", "vol-0eee")
 	st, err := s.p.ReleaseVolumes(context.Background(), req)
 	if err != nil || st.State != providers.InProgress || !strings.Contains(st.Message, "force-detached EBS volumes vol-0aaa, vol-0ccc from instance "+instance) ||
-		!strings.Contains(st.Message, "1 volume of the instance left attached") {
-		t.Fatalf("ReleaseVolumes = %+v, %v; want InProgress naming the volumes of the first and the last page, 1 left attached", st, err)
+		!strings.Contains(st.Message, "2 volumes of the instance left attached") {
+		t.Fatalf("ReleaseVolumes = %+v, %v; want InProgress naming the volumes of the first and the third page, 2 left attached", st, err)
 	}
 	pages := 0
 	for _, c := range ep.Calls() {
@@ -106,18 +110,38 @@ func TestForceDetachReadsEveryPage(t *testing.T) {
 			pages++
 		}
 	}
-	if pages != 3 {
-		t.Errorf("DescribeVolumes called %d times, want once for each of the 3 pages", pages)
+	if pages != 4 {
+		t.Errorf("DescribeVolumes called %d times, want once for each of the instance's 4 pages", pages)
 	}
 	st, err = s.p.ReleaseVolumes(context.Background(), req)
 	if err != nil || st.State != providers.Confirmed {
 		t.Fatalf("ReleaseVolumes once detached = %+v, %v; want Confirmed", st, err)
 	}
-	for vol, want := range map[string]string{"vol-0aaa": "available", "vol-0bbb": "in-use", "vol-0ccc": "available"} {
+	for vol, want := range map[string]string{"vol-0aaa": "available", "vol-0abb": "in-use", "vol-0bbb": "in-use", "vol-0ccc": "available", "vol-0eee": "in-use"} {
 		if got := ep.VolumeState(vol); got != want {
 			t.Errorf("volume %s: %s, want %s", vol, got, want)
 		}
 	}
+
+	t.Run("token answered twice", func(t *testing.T) {
+		ep := ec2sim.Start(t, ec2sim.Options{Instances: []string{instance}, VolumePage: 1, RepeatVolumeToken: true,
+			Volumes: map[string]string{"vol-0aaa": instance, "vol-0bbb": instance, "vol-0ccc": instance}})
+		s := newScene(t, ep, providerID, "", nil)
+		req := s.req(1, false)
+		req.Volumes = released("vol-0ccc") // on the page never read
+		st, err := s.p.ReleaseVolumes(context.Background(), req)
+		if err == nil || st.State == providers.Confirmed || !strings.Contains(err.Error(), "twice") {
+			t.Fatalf("ReleaseVolumes = %+v, %v; want an error saying the token came twice, not Confirmed", st, err)
+		}
+		for _, c := range ep.Calls() {
+			if c.Action == "DetachVolume" {
+				t.Errorf("DetachVolume %+v on a listing not read whole", c)
+			}
+		}
+		if got := ep.VolumeState("vol-0ccc"); got != "in-use" {
+			t.Errorf("volume vol-0ccc: %s, want in-use", got)
+		}
+	})
 }
 
 // TestForceDetachNothingReleased: with no attachment being released that names an EBS volume

@@ -54,6 +54,9 @@ type Options struct {
 	// VolumePage, when above 0, is how many volumes DescribeVolumes answers at most, with a
 	// nextToken for the rest, as EC2 pages a long list (MaxResults is not read).
 	VolumePage int
+	// RepeatVolumeToken makes the paging faulty: a page asked for by a token is answered with
+	// that same token as its nextToken, so the list never ends.
+	RepeatVolumeToken bool
 }
 
 // RootDevice is the root device name of every instance, and the device of its root volume.
@@ -508,6 +511,9 @@ func (e *Endpoint) describeVolumes(w http.ResponseWriter, form url.Values) {
 		}
 		if e.opts.VolumePage > 0 && len(out) == e.opts.VolumePage {
 			next = out[len(out)-1].VolumeID
+			if e.opts.RepeatVolumeToken && form.Get("NextToken") != "" {
+				next = form.Get("NextToken")
+			}
 			break
 		}
 		v := volumeXML{VolumeID: vol, Status: "available"}
