@@ -97,6 +97,8 @@ func run() error {
 
 	if pct := app.SetGCPercent(); pct > 0 {
 		log.Info("Go garbage collection target set (GOGC overrides it)", "percent", pct)
+	} else {
+		log.Info("Go garbage collection target from GOGC", "GOGC", os.Getenv("GOGC"))
 	}
 
 	fencing.RegisterMetrics(crmetrics.Registry)
