@@ -1,9 +1,10 @@
 // Package ec2sim is an EC2-compatible endpoint for tests: it speaks EC2's Query protocol
 // (form-encoded Action, Version 2016-11-15, InstanceId.N lists; XML answers and EC2's error
 // documents) for StopInstances, StartInstances, DescribeInstances, DescribeVolumes (filtered by
-// attachment.instance-id, in pages when Options.VolumePage is set) and DetachVolume, and verifies the AWS
-// Signature Version 4 of every call against its one account's secret key (recomputed with the
-// SDK's own signer), refusing a wrong key or signature with AuthFailure as EC2 does.
+// attachment.instance-id, in pages when Options.VolumePage is set) and DetachVolume, and
+// verifies the AWS Signature Version 4 of every call against its one account's secret key
+// (recomputed with the SDK's own signer), refusing a wrong key or signature with AuthFailure as
+// EC2 does.
 //
 // It is a stand-in: no AWS emulator can be installed on the test machines (LocalStack and moto
 // are Python programs that Debian does not package and the module proxy does not serve). Its
