@@ -504,16 +504,16 @@ func (e *Endpoint) describeVolumes(w http.ResponseWriter, form url.Values) {
 	}
 	sort.Strings(ids)
 	var out []volumeXML
-	next := ""
+	token, next := form.Get("NextToken"), ""
 	for _, vol := range ids {
 		id := e.volumes[vol]
-		if instances != nil && (id == "" || !slices.Contains(instances, id)) || vol <= form.Get("NextToken") {
+		if instances != nil && (id == "" || !slices.Contains(instances, id)) || vol <= token {
 			continue
 		}
 		if e.opts.VolumePage > 0 && len(out) == e.opts.VolumePage {
 			next = out[len(out)-1].VolumeID
-			if e.opts.RepeatVolumeToken && form.Get("NextToken") != "" {
-				next = form.Get("NextToken")
+			if e.opts.RepeatVolumeToken && token != "" {
+				next = token
 			}
 			break
 		}
