@@ -133,6 +133,7 @@ func TestChaos(t *testing.T) {
 	var (
 		mu                       sync.Mutex
 		runs, violations, faults int
+		leaders, struck          int // leader faults drawn, and struck
 		failed                   []string
 	)
 	// The batch's line is printed once every run has ended: parallel runs end after this
@@ -143,7 +144,7 @@ func TestChaos(t *testing.T) {
 			first = schedules[0].Seed
 		}
 		slices.Sort(failed)
-		fmt.Printf("BENCH chaos runs=%d violations=%d faults=%d seed=%d vanilla=%v parallel=%d\n", runs, violations, faults, first, vanilla, parallel)
+		fmt.Printf("BENCH chaos runs=%d violations=%d faults=%d seed=%d vanilla=%v parallel=%d leader_faults_struck=%d/%d\n", runs, violations, faults, first, vanilla, parallel, struck, leaders)
 		if len(failed) > 0 && !vanilla {
 			t.Errorf("runs with violations: %v", failed)
 		}
@@ -165,9 +166,10 @@ func TestChaos(t *testing.T) {
 			slots <- struct{}{}
 			t.Cleanup(func() { <-slots }) // the first cleanup registered runs last: after the run's own
 			t.Logf("%s", s)
-			v := run(t, s, vanilla)
+			v, hit := run(t, s, vanilla)
 			mu.Lock()
 			runs, violations, faults = runs+1, violations+len(v), faults+len(s.Faults)
+			leaders, struck = leaders+s.leaderFaults(), struck+hit
 			if len(v) > 0 {
 				failed = append(failed, name)
 			}
@@ -245,8 +247,9 @@ func schedulesFromEnv(t *testing.T) ([]Schedule, bool) {
 	return plan(seeds), vanilla
 }
 
-// run is one seeded run: scene, faults, settle, heal, check.
-func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
+// run is one seeded run: scene, faults, settle, heal, check. It returns the checker's violations
+// and how many of the schedule's leader faults struck.
+func run(t *testing.T, s Schedule, vanilla bool) ([]checker.Violation, int) {
 	// Palisade runs as deployed: a palisade-agent on every machine, two controller replicas.
 	begin := time.Now()
 	o, policy := realscene.Options{Machines: s.Options.Machines, Agents: !vanilla, Volumes: true}, realscene.ExecutorFirst
@@ -303,11 +306,15 @@ func run(t *testing.T, s Schedule, vanilla bool) []checker.Violation {
 	t.Logf("phases: scene %s, faults and detection %s, fences ending and faults held %s, heal %s, replicas writing again %s",
 		start.Sub(begin).Round(time.Second), settleFrom.Sub(start).Round(time.Second), healFrom.Sub(settleFrom).Round(time.Second),
 		healed.Sub(healFrom).Round(time.Second), time.Since(healed).Round(time.Second))
+	st.mu.Lock()
+	struck := st.leaderFaults
+	st.mu.Unlock()
+	t.Logf("leader faults: %d of %d struck", struck, s.leaderFaults())
 	return checker.Check(checker.Input{
 		History: sc.History(t), Audit: sc.Audit(t), Releasers: []string{realscene.ControllerUser},
 		MayFence: st.mayFence(s), PowerOffs: st.powerOffs(s), FenceBound: st.bound, Outages: st.outagesNow(),
 		End: time.Now(), Pods: pods, Healed: healed, Fences: st.fencesNow(),
-	})
+	}), struck
 }
 
 // selfFenceFirst is the policy of a SelfFence run: SelfFence first (a minute), then the
@@ -614,12 +621,7 @@ const notActing = `"msg":"not acting: `
 // checkLeaderFaults fails a regression whose leader faults did not all strike (no fence reached
 // their step, or no replica led then): the run did not test what it was written for.
 func (st *striker) checkLeaderFaults(s Schedule) {
-	want := 0
-	for _, f := range s.Faults {
-		if f.Kind == LeaderKill || f.Kind == LeaderPause {
-			want++
-		}
-	}
+	want := s.leaderFaults()
 	st.mu.Lock()
 	got := st.leaderFaults
 	st.mu.Unlock()

@@ -33,7 +33,7 @@ func TestPlanDrawsEveryKindWithinBounds(t *testing.T) {
 	counts := map[int]int{}
 	for seed := uint64(0); seed < 2000; seed++ {
 		s := Plan(seed, o)
-		counts[len(s.Faults)]++
+		counts[len(slices.DeleteFunc(slices.Clone(s.Faults), func(f Fault) bool { return f.Companion }))]++ // companions come on top
 		for i, f := range s.Faults {
 			seen[f.Kind]++
 			if i > 0 && f.At < s.Faults[i-1].At {
@@ -78,9 +78,10 @@ func TestPlanDrawsEveryKindWithinBounds(t *testing.T) {
 	}
 }
 
-// Drawing leader pauses left every other draw of a seed as it was: these schedules were drawn
-// before (the chaos log of 2026-11-30, seeds 14101–14106), and read with the pauses as the
-// kills they were, they are drawn the same; one of them now pauses the leader.
+// Drawing leader pauses, and the leader faults' companions, left every other draw of a seed as
+// it was: these schedules were drawn before (the chaos log of 2026-11-30, seeds 14101–14106),
+// and read with the pauses as the kills they were and without the companions, they are drawn
+// the same; one of them now pauses the leader.
 func TestLeaderPausesKeepEarlierDraws(t *testing.T) {
 	before := map[uint64]string{
 		14101: "seed 14101: controller-api-cut from +27.305555025s until the heal; leader-kill at step VerifyFenced from +34.019035328s until the heal; kubelet-kill machine-2 from +36.32529938s for 46s",
@@ -92,6 +93,7 @@ func TestLeaderPausesKeepEarlierDraws(t *testing.T) {
 	pauses := 0
 	for seed, want := range before {
 		s := Plan(seed, Options{Machines: 3, Window: window, MaxFaults: 3}) // as the runner draws
+		s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool { return f.Companion })
 		for i, f := range s.Faults {
 			if f.Kind == LeaderPause {
 				pauses++
@@ -104,6 +106,52 @@ func TestLeaderPausesKeepEarlierDraws(t *testing.T) {
 	}
 	if pauses == 0 {
 		t.Errorf("none of the 4 leader kills of these seeds is drawn as a pause now")
+	}
+}
+
+// Every leader fault comes with a fault that holds a machine down until the heal in a way that
+// gets it fenced by a method whose steps include the leader fault's: a power loss for a power
+// method's steps, a killed kubelet for the Executor's, either for a release step. Without one a
+// companion is drawn; with one, none.
+func TestLeaderFaultsComeWithAFence(t *testing.T) {
+	o := Options{Machines: 3, Window: window, MaxFaults: 3}
+	leaders, companions := 0, 0
+	for seed := uint64(0); seed < 2000; seed++ {
+		s := Plan(seed, o)
+		drawn := slices.DeleteFunc(slices.Clone(s.Faults), func(f Fault) bool { return f.Companion })
+		covered := true // every leader fault's step is reached by a fault drawn, companions aside
+		for _, f := range s.Faults {
+			if f.Companion {
+				companions++
+				if f.For != 0 || f.Machine < 1 || f.Machine > o.Machines || (f.Kind != PowerLoss && f.Kind != KubeletKill) {
+					t.Errorf("seed %d: companion %s: want a power loss or a killed kubelet of a machine until the heal", seed, f)
+				}
+			}
+			if f.Kind != LeaderKill && f.Kind != LeaderPause {
+				continue
+			}
+			leaders++
+			kinds := []Kind{PowerLoss, KubeletKill}
+			switch f.Step {
+			case "PowerOff", "ConfirmOff":
+				kinds = []Kind{PowerLoss}
+			case "Terminate", "ConfirmTerminated":
+				kinds = []Kind{KubeletKill}
+			}
+			fences := func(faults []Fault) bool {
+				return slices.ContainsFunc(faults, func(g Fault) bool { return g.For == 0 && slices.Contains(kinds, g.Kind) })
+			}
+			if !fences(s.Faults) {
+				t.Errorf("seed %d: %s: no fault fences a machine by a method with that step: %s", seed, f, s)
+			}
+			covered = covered && fences(drawn)
+		}
+		if covered && len(drawn) < len(s.Faults) {
+			t.Errorf("seed %d: a companion drawn though the faults drawn fence at every leader fault's step: %s", seed, s)
+		}
+	}
+	if leaders < 200 || companions < leaders/2 {
+		t.Errorf("2000 seeds drew %d leader faults and %d companions", leaders, companions)
 	}
 }
 
