@@ -23,12 +23,14 @@ TEST_FUZZTIME ?= 3s
 FUZZTIME ?= 60s
 # make chaos: how many seeded runs, from which seed, how many at once; VANILLA=1 switches Palisade off;
 # SELF_FENCE=1 runs the agents with --self-fence-after and a policy that starts with SelfFence;
+# LEADER=1 runs only seeds that draw a leader fault (the first RUNS of them from SEED on);
 # REGRESSION=<name> runs one of the hand-written regressions (test/chaos Regressions) instead.
 RUNS ?= 200
 SEED ?= 1
 PARALLEL ?= 1
 VANILLA ?= 0
 SELF_FENCE ?= 0
+LEADER ?= 0
 REGRESSION ?=
 # make images: the images' tag and version label, the time of every file in them, the licenses label.
 VERSION ?= $(shell git describe --tags --always --dirty)
@@ -76,8 +78,8 @@ bench-scale: deps testbed ## The controller's cost at SIZES simulated nodes (30 
 	@echo; grep '^BENCH' $(CACHE)/bench-scale.log
 
 .PHONY: chaos
-chaos: deps testbed ## Seeded faults on real machines, judged by the independent checker: make chaos RUNS=200 [SEED=1] [PARALLEL=1] [VANILLA=1] [SELF_FENCE=1], or make chaos REGRESSION=<name>
-	@set +e; PALISADE_CHAOS_RUNS=$(RUNS) PALISADE_CHAOS_SEED=$(SEED) PALISADE_CHAOS_VANILLA=$(VANILLA) PALISADE_CHAOS_PARALLEL=$(PARALLEL) PALISADE_CHAOS_REGRESSION=$(REGRESSION) PALISADE_CHAOS_SELF_FENCE=$(SELF_FENCE) \
+chaos: deps testbed ## Seeded faults on real machines, judged by the independent checker: make chaos RUNS=200 [SEED=1] [PARALLEL=1] [VANILLA=1] [SELF_FENCE=1] [LEADER=1], or make chaos REGRESSION=<name>
+	@set +e; PALISADE_CHAOS_RUNS=$(RUNS) PALISADE_CHAOS_SEED=$(SEED) PALISADE_CHAOS_VANILLA=$(VANILLA) PALISADE_CHAOS_PARALLEL=$(PARALLEL) PALISADE_CHAOS_REGRESSION=$(REGRESSION) PALISADE_CHAOS_SELF_FENCE=$(SELF_FENCE) PALISADE_CHAOS_LEADER=$(LEADER) \
 	  go test -count=1 -timeout 0 -parallel $(PARALLEL) -v -run '^TestChaos$$' ./test/chaos/ 2>&1 | tee $(CACHE)/chaos.log | \
 	  grep -E '^(=== RUN|--- |BENCH)|chaos_test.go|VIOLATION|replay:' ; \
 	  rc=$${PIPESTATUS[0]}; echo; grep '^BENCH chaos' $(CACHE)/chaos.log | tail -1; exit $$rc

@@ -39,6 +39,10 @@ const (
 	// LAN (default 1: one after the other). The runs of a batch share the machine's cores,
 	// which loads each one more than a run alone.
 	envParallel = "PALISADE_CHAOS_PARALLEL"
+	// envLeader "1" runs, of the seeds from envSeed on, only the first envRuns that draw a
+	// leader fault (a seed's schedule is the same either way: make chaos RUNS=1 SEED=<n>
+	// replays it).
+	envLeader = "PALISADE_CHAOS_LEADER"
 )
 
 // fixedSeeds are the seeded runs of make test (which then runs every one of Regressions),
@@ -240,9 +244,12 @@ func schedulesFromEnv(t *testing.T) ([]Schedule, bool) {
 			t.Fatalf("%s=%q: %v", envSeed, v, err)
 		}
 	}
-	seeds := make([]uint64, n)
-	for i := range seeds {
-		seeds[i] = first + uint64(i)
+	var seeds []uint64
+	for seed := first; len(seeds) < n; seed++ {
+		if os.Getenv(envLeader) == "1" && Plan(seed, opts).leaderFaults() == 0 {
+			continue
+		}
+		seeds = append(seeds, seed)
 	}
 	return plan(seeds), vanilla
 }
