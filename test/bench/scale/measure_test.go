@@ -386,3 +386,42 @@ func podsLeft(ctx context.Context, kube kubernetes.Interface, rack map[string]bo
 	}
 	return left, nil
 }
+
+const floorConcurrency = 10 // nodes at once: the controller's default --fence-concurrency
+
+// rackFloor is what the rack's unavoidable writes alone take on this API server under the same
+// load: for rackSize other nodes (the ones just below the rack), floorConcurrency nodes at once,
+// one list of the node's pods and each pod marked Failed with its DisruptionTarget condition and
+// deleted with grace period 0, 16 pods at a time, as the DeletePods step writes them (a plain
+// client, no controller, no NodeFence, no event, no verify window). The controller's release
+// after its windows (rack_after_window_s) cannot take less than this.
+func rackFloor(ctx context.Context, b *testing.B, kube kubernetes.Interface, n int) time.Duration {
+	first := n - 2*rackSize // the rack is the rackSize nodes at the top
+	if first < 0 {
+		b.Fatalf("%d nodes: too few for a rack and its floor (%d)", n, 2*rackSize)
+	}
+	pods := kube.CoreV1().Pods("default")
+	begin := time.Now()
+	err := forEachOf(rackSize, floorConcurrency, func(i int) error {
+		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName(first+i)})
+		if err != nil {
+			return fmt.Errorf("listing the pods of %s: %w", nodeName(first+i), err)
+		}
+		return forEachOf(len(list.Items), 16, func(j int) error {
+			p := &list.Items[j]
+			mark := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"status":{"phase":"Failed","conditions":[{"type":"DisruptionTarget","status":"True","reason":"DeletionByPalisade","message":"bench-scale: the rack's floor","lastTransitionTime":%q}]}}`,
+				p.ResourceVersion, time.Now().UTC().Format(time.RFC3339))
+			if _, err := pods.Patch(ctx, p.Name, types.MergePatchType, []byte(mark), metav1.PatchOptions{}, "status"); err != nil {
+				return fmt.Errorf("marking pod %s failed: %w", p.Name, err)
+			}
+			if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID}}); err != nil {
+				return fmt.Errorf("deleting pod %s: %w", p.Name, err)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		b.Fatalf("the rack's floor: %v", err)
+	}
+	return time.Since(begin)
+}

@@ -26,6 +26,10 @@ import (
 
 const steadyWindow = 30 * time.Second
 
+// floorSettle is how long after the rack its floor (rackFloor) waits: the fences' recovery looks
+// and the pods' garbage collection are over by then.
+const floorSettle = 15 * time.Second
+
 // sizes are the node counts to measure: $PALISADE_SCALE_SIZES (e.g. "500,1000"), else 500.
 func sizes(b *testing.B) []int {
 	v := os.Getenv("PALISADE_SCALE_SIZES")
@@ -144,8 +148,15 @@ func measure(b *testing.B, bin string, n int) {
 	b.Logf("during the rack: the NodeFence work queue: %s", queueBetween(queue0, proc.queueTimes(b)))
 	bySeries, requests := delta(before.requests, after.requests)
 	b.Logf("during the rack (%s): %.0f API requests by the controller, by method and code:%s", after.at.Sub(before.at).Round(100*time.Millisecond), requests, bySeries)
-	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f rack_after_window_s=%.1f rack_from_request_s=%.1f\n",
-		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.fromConfirmed.Seconds(), rack.afterWindows.Seconds(), rack.fromRequest.Seconds())
+	// The floor once the rack's aftermath (its fences' recovery looks) has settled.
+	proc.wait(b, floorSettle)
+	load1 := takeLoad(ctx, kube)
+	floor := rackFloor(ctx, b, kube, n)
+	loadBetween(b, "during the floor", load1, takeLoad(ctx, kube), floor.Seconds())
+	b.Logf("the rack's floor: %d other nodes' %d pods marked Failed and deleted by a plain client, %d nodes at once, in %s (the controller's release took %s after its windows)",
+		rackSize, rackSize*podsPerNode, floorConcurrency, floor.Round(100*time.Millisecond), rack.afterWindows.Round(100*time.Millisecond))
+	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f rack_after_window_s=%.1f rack_from_request_s=%.1f rack_floor_s=%.1f\n",
+		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.fromConfirmed.Seconds(), rack.afterWindows.Seconds(), rack.fromRequest.Seconds(), floor.Seconds())
 }
 
 // agentPKI is the agents' CA, the controller's server certificate and one client

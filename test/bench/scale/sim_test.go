@@ -33,14 +33,17 @@ func nodeName(i int) string { return fmt.Sprintf("scale-%05d", i) }
 func bootID(i int) string { return fmt.Sprintf("boot-%05d", i) }
 
 // forEach runs f(i) for i in [0,n) on parallel workers and returns the first error.
-func forEach(n int, f func(i int) error) error {
+func forEach(n int, f func(i int) error) error { return forEachOf(n, parallel, f) }
+
+// forEachOf runs f(i) for i in [0,n) on workers workers and returns the first error.
+func forEachOf(n, workers int, f func(i int) error) error {
 	var (
 		wg    sync.WaitGroup
 		once  sync.Once
 		first error
 	)
 	next := make(chan int)
-	for w := 0; w < parallel; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
