@@ -3,7 +3,6 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -324,30 +323,49 @@ func draw(r, leader *rand.Rand, o Options) Fault {
 	return f
 }
 
-// companion is the fault that makes a fence reach leader fault f's step when none of faults
-// does: a machine that loses its power (a power method's steps) or its kubelet (the Executor's)
-// from f's moment until the heal, drawn from r; false for any other fault. A leader fault
+// companion is the fault that gets a fence to leader fault f's step in a run whose faults give
+// no right to fence any machine (false for any other fault, or when they do): a machine that
+// loses its power (a power method's steps: a machine without power is fenced by the power
+// method, the Executor being for nodes that show life) or its kubelet (the Executor's Terminate),
+// either for a release step, drawn from r, from f's moment until the heal. A leader fault
 // waits for a fence to reach its step, and most runs fence nothing: of the 26 leader faults
-// drawn in the batches of 2026-11-30 before companions, one struck. A machine that lost its
-// power is fenced by the power method, the Executor being for nodes that show life; a SelfFence
-// run's chain fences it by SelfFence first, so there a fault at PowerOff may still not strike.
+// drawn in the batches of 2026-11-30 before companions, one struck.
+//
+// The companion's machine is one no other fault of the run strikes: a kubelet killed on a
+// machine without power or without its agent gets no Executor fence. A run with a fault that may
+// fence a machine (Fault.mayFence, whatever its kind and length) gets none: the policy's storm
+// guard (at most one unhealthy node of three by default) would hold back the fence of a second
+// machine unhealthy at the same time, the companion's or the one the seed drew without it.
+// In a SelfFence run (SelfFence first) a machine without power is fenced by SelfFence and a
+// killed kubelet is fenced by none, so there faults at the methods' steps do not strike.
 func companion(faults []Fault, f Fault, r *rand.Rand, o Options) (Fault, bool) {
 	if f.Kind != LeaderKill && f.Kind != LeaderPause {
+		return Fault{}, false
+	}
+	struck := map[int]bool{}
+	for _, g := range faults {
+		if g.mayFence() {
+			return Fault{}, false
+		}
+		struck[g.Machine], struck[g.Peer] = true, true
+	}
+	var free []int
+	for m := 1; m <= o.Machines; m++ {
+		if !struck[m] {
+			free = append(free, m)
+		}
+	}
+	if len(free) == 0 {
 		return Fault{}, false
 	}
 	kinds := []Kind{PowerLoss, KubeletKill}
 	switch f.Step {
 	case v1alpha1.StepPowerOff, v1alpha1.StepConfirmOff:
 		kinds = kinds[:1]
-	case v1alpha1.StepTerminate, v1alpha1.StepConfirmTerminated:
+	case v1alpha1.StepTerminate:
 		kinds = kinds[1:]
 	}
-	for _, g := range faults {
-		if g.For == 0 && slices.Contains(kinds, g.Kind) {
-			return Fault{}, false
-		}
-	}
-	return Fault{Kind: kinds[r.IntN(len(kinds))], Machine: 1 + r.IntN(o.Machines), At: f.At, Companion: true}, true
+	return Fault{Kind: kinds[r.IntN(len(kinds))], Machine: free[r.IntN(len(free))], At: f.At, Companion: true}, true
 }
 
 // strikesMachine says whether the kind strikes one machine (rather than the control plane).
