@@ -3,6 +3,7 @@ package scale
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/fencing"
 	"palisade.dev/palisade/test/testbed"
 )
 
@@ -387,31 +390,37 @@ func podsLeft(ctx context.Context, kube kubernetes.Interface, rack map[string]bo
 	return left, nil
 }
 
-const floorConcurrency = 10 // nodes at once: the controller's default --fence-concurrency
-
-// rackFloor is what the rack's unavoidable writes alone take on this API server under the same
-// load: for rackSize other nodes (the ones just below the rack), floorConcurrency nodes at once,
-// one list of the node's pods and each pod marked Failed with its DisruptionTarget condition and
-// deleted with grace period 0, 16 pods at a time, as the DeletePods step writes them (a plain
-// client, no controller, no NodeFence, no event, no verify window). The controller's release
-// after its windows (rack_after_window_s) cannot take less than this.
+// rackFloor is what the rack's pod writes alone take as one burst on this API server under the
+// same load: for rackSize other nodes (the ones just below the rack), as many nodes at once as
+// the controller advances fences (floorConcurrency), a list of the node's pods, each pod marked
+// Failed with its DisruptionTarget condition (a merge patch carrying its resourceVersion and its
+// conditions, as fencing's markFailed sends) and deleted with grace period 0 and its UID as
+// precondition, 16 pods at a time (fencing's podWriters), and a list again, as the DeletePods
+// step does. A plain client, no controller: no NodeFence, no event, no verify window. The
+// controller's release is not one burst: each fence's pods go once its own window ends, so
+// rack_after_window_s (from the last window's end) can be shorter than this; rack_release_s,
+// from the last confirmation, holds the windows (at least four seconds each) and the release of
+// the same 2400 writes.
 func rackFloor(ctx context.Context, b *testing.B, kube kubernetes.Interface, n int) time.Duration {
 	first := n - 2*rackSize // the rack is the rackSize nodes at the top
-	if first < 0 {
-		b.Fatalf("%d nodes: too few for a rack and its floor (%d)", n, 2*rackSize)
-	}
 	pods := kube.CoreV1().Pods("default")
 	begin := time.Now()
-	err := forEachOf(rackSize, floorConcurrency, func(i int) error {
-		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName(first+i)})
+	err := forEachOf(rackSize, floorConcurrency(b), func(i int) error {
+		sel := metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName(first+i)}
+		list, err := pods.List(ctx, sel)
 		if err != nil {
 			return fmt.Errorf("listing the pods of %s: %w", nodeName(first+i), err)
 		}
-		return forEachOf(len(list.Items), 16, func(j int) error {
+		err = forEachOf(len(list.Items), 16, func(j int) error {
 			p := &list.Items[j]
-			mark := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"status":{"phase":"Failed","conditions":[{"type":"DisruptionTarget","status":"True","reason":"DeletionByPalisade","message":"bench-scale: the rack's floor","lastTransitionTime":%q}]}}`,
-				p.ResourceVersion, time.Now().UTC().Format(time.RFC3339))
-			if _, err := pods.Patch(ctx, p.Name, types.MergePatchType, []byte(mark), metav1.PatchOptions{}, "status"); err != nil {
+			conditions := append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+				Reason: "DeletionByPalisade", Message: "bench-scale: the rack's floor", LastTransitionTime: metav1.Now()})
+			mark, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": p.ResourceVersion},
+				"status": map[string]any{"phase": corev1.PodFailed, "conditions": conditions}})
+			if err != nil {
+				return err
+			}
+			if _, err := pods.Patch(ctx, p.Name, types.MergePatchType, mark, metav1.PatchOptions{}, "status"); err != nil {
 				return fmt.Errorf("marking pod %s failed: %w", p.Name, err)
 			}
 			if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID}}); err != nil {
@@ -419,9 +428,34 @@ func rackFloor(ctx context.Context, b *testing.B, kube kubernetes.Interface, n i
 			}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		if list, err = pods.List(ctx, sel); err != nil {
+			return fmt.Errorf("listing the pods of %s again: %w", nodeName(first+i), err)
+		}
+		if len(list.Items) > 0 {
+			return fmt.Errorf("%d pods of %s left after their deletion", len(list.Items), nodeName(first+i))
+		}
+		return nil
 	})
 	if err != nil {
 		b.Fatalf("the rack's floor: %v", err)
 	}
 	return time.Since(begin)
+}
+
+// floorConcurrency is how many fences the controller advances at once: its --fence-concurrency
+// in PALISADE_SCALE_CONTROLLER_ARGS, else fencing.DefaultConcurrency.
+func floorConcurrency(b *testing.B) int {
+	for _, a := range strings.Fields(os.Getenv("PALISADE_SCALE_CONTROLLER_ARGS")) {
+		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "fence-concurrency="); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				b.Fatalf("PALISADE_SCALE_CONTROLLER_ARGS: %s: want a positive number", a)
+			}
+			return n
+		}
+	}
+	return fencing.DefaultConcurrency
 }

@@ -27,7 +27,7 @@ import (
 const steadyWindow = 30 * time.Second
 
 // floorSettle is how long after the rack its floor (rackFloor) waits: the fences' recovery looks
-// and the pods' garbage collection are over by then.
+// are over by then.
 const floorSettle = 15 * time.Second
 
 // sizes are the node counts to measure: $PALISADE_SCALE_SIZES (e.g. "500,1000"), else 500.
@@ -39,8 +39,8 @@ func sizes(b *testing.B) []int {
 	var out []int
 	for _, f := range strings.Split(v, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 40 {
-			b.Fatalf("PALISADE_SCALE_SIZES=%q: each size must be a number of nodes ≥ 40", v)
+		if err != nil || n < 2*rackSize {
+			b.Fatalf("PALISADE_SCALE_SIZES=%q: each size must be a number of nodes ≥ %d (a rack of %d and the %d nodes of its floor)", v, 2*rackSize, rackSize, rackSize)
 		}
 		out = append(out, n)
 	}
@@ -153,8 +153,8 @@ func measure(b *testing.B, bin string, n int) {
 	load1 := takeLoad(ctx, kube)
 	floor := rackFloor(ctx, b, kube, n)
 	loadBetween(b, "during the floor", load1, takeLoad(ctx, kube), floor.Seconds())
-	b.Logf("the rack's floor: %d other nodes' %d pods marked Failed and deleted by a plain client, %d nodes at once, in %s (the controller's release took %s after its windows)",
-		rackSize, rackSize*podsPerNode, floorConcurrency, floor.Round(100*time.Millisecond), rack.afterWindows.Round(100*time.Millisecond))
+	b.Logf("the rack's floor: %d other nodes' %d pods marked Failed and deleted by a plain client in one burst, %d nodes at once, in %s (the controller released the rack %s after its last confirmation, %s after its last window)",
+		rackSize, rackSize*podsPerNode, floorConcurrency(b), floor.Round(100*time.Millisecond), rack.fromConfirmed.Round(100*time.Millisecond), rack.afterWindows.Round(100*time.Millisecond))
 	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f rack_after_window_s=%.1f rack_from_request_s=%.1f rack_floor_s=%.1f\n",
 		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.fromConfirmed.Seconds(), rack.afterWindows.Seconds(), rack.fromRequest.Seconds(), floor.Seconds())
 }
