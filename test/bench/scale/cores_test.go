@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 )
@@ -138,28 +139,33 @@ type machineLoad struct {
 	cores            coresSample
 	api              apiServerLoad
 	coresErr, apiErr error
+	// coresAt and apiAt are when each sample was taken: the API server's metrics take a while
+	// to read on a busy machine, and a rate over a span counts from its own samples' moments.
+	coresAt, apiAt time.Time
 }
 
 // takeLoad samples the machine's cores and the API server's request counters now.
 func takeLoad(ctx context.Context, kube kubernetes.Interface) machineLoad {
 	var l machineLoad
 	l.cores, l.coresErr = sampleCores()
+	l.coresAt = time.Now()
 	l.api, l.apiErr = sampleAPIServer(ctx, kube)
+	l.apiAt = time.Now()
 	return l
 }
 
 // loadBetween logs, as "<when>: ...", how busy the cores were and what the API server served
-// between l0 and l1, secs apart, or why it cannot say.
-func loadBetween(b *testing.B, when string, l0, l1 machineLoad, secs float64) {
+// between l0 and l1, each over the span between its own two samples, or why it cannot say.
+func loadBetween(b *testing.B, when string, l0, l1 machineLoad) {
 	if err := errors.Join(l0.coresErr, l1.coresErr); err != nil {
 		b.Logf("%s: the machine's cores: %v", when, err)
 	} else {
-		b.Logf("%s: %s", when, coresBetween(l0.cores, l1.cores, secs))
+		b.Logf("%s: %s", when, coresBetween(l0.cores, l1.cores, l1.coresAt.Sub(l0.coresAt).Seconds()))
 	}
 	if err := errors.Join(l0.apiErr, l1.apiErr); err != nil {
 		b.Logf("%s: the API server's metrics: %v", when, err)
 	} else {
-		b.Logf("%s: %s", when, apiServerBetween(l0.api, l1.api, secs))
+		b.Logf("%s: %s", when, apiServerBetween(l0.api, l1.api, l1.apiAt.Sub(l0.apiAt).Seconds()))
 	}
 }
 

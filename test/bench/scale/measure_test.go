@@ -199,7 +199,7 @@ func (p *controller) steady(ctx context.Context, b *testing.B, kube kubernetes.I
 	load1 := takeLoad(ctx, kube)
 	p99, count, errs := lat.reset()
 	secs := s1.at.Sub(s0.at).Seconds()
-	loadBetween(b, "steady window "+window.String(), load0, load1, secs)
+	loadBetween(b, "steady window "+window.String(), load0, load1)
 	b.Logf("steady window %s: %d heartbeats, %d failed; the controller has %d files open", window, count, errs, s1.openFiles)
 	b.Logf("steady window %s: RSS %s", window, s1.memory())
 	bySeries, requests := delta(s0.requests, s1.requests)
@@ -405,7 +405,7 @@ func rackFloor(ctx context.Context, b *testing.B, kube kubernetes.Interface, n i
 	first := n - 2*rackSize // the rack is the rackSize nodes at the top
 	pods := kube.CoreV1().Pods("default")
 	begin := time.Now()
-	err := forEachOf(rackSize, floorConcurrency(b), func(i int) error {
+	err := forEachOf(rackSize, fencesAtOnce(b), func(i int) error {
 		sel := metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName(first+i)}
 		list, err := pods.List(ctx, sel)
 		if err != nil {
@@ -445,17 +445,36 @@ func rackFloor(ctx context.Context, b *testing.B, kube kubernetes.Interface, n i
 	return time.Since(begin)
 }
 
-// floorConcurrency is how many fences the controller advances at once: its --fence-concurrency
-// in PALISADE_SCALE_CONTROLLER_ARGS, else fencing.DefaultConcurrency.
-func floorConcurrency(b *testing.B) int {
-	for _, a := range strings.Fields(os.Getenv("PALISADE_SCALE_CONTROLLER_ARGS")) {
-		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "fence-concurrency="); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				b.Fatalf("PALISADE_SCALE_CONTROLLER_ARGS: %s: want a positive number", a)
-			}
-			return n
+// floorConcurrency is how many fences the controller advances at once: the last
+// --fence-concurrency in PALISADE_SCALE_CONTROLLER_ARGS (as -name=value, --name=value or
+// --name value, as the controller's flags read it), else, or when it is 0 (the controller's
+// "the default"), fencing.DefaultConcurrency.
+func floorConcurrency(controllerArgs string) (int, error) {
+	n, args := 0, strings.Fields(controllerArgs)
+	for i, a := range args {
+		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "fence-concurrency" || !strings.HasPrefix(a, "-") {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			v = args[i+1]
+		}
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 0 {
+			return 0, fmt.Errorf("PALISADE_SCALE_CONTROLLER_ARGS: %s %s: want a number of fences at least 0", a, v)
 		}
 	}
-	return fencing.DefaultConcurrency
+	if n == 0 {
+		return fencing.DefaultConcurrency, nil
+	}
+	return n, nil
+}
+
+// fencesAtOnce is floorConcurrency of the bench's PALISADE_SCALE_CONTROLLER_ARGS.
+func fencesAtOnce(b *testing.B) int {
+	n, err := floorConcurrency(os.Getenv("PALISADE_SCALE_CONTROLLER_ARGS"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }

@@ -143,7 +143,7 @@ func measure(b *testing.B, bin string, n int) {
 	rack := rackRelease(ctx, b, c, kube, n)
 	p99, count, errs := lat.reset()
 	after := proc.sample(b)
-	loadBetween(b, "during the rack", load0, takeLoad(ctx, kube), after.at.Sub(before.at).Seconds())
+	loadBetween(b, "during the rack", load0, takeLoad(ctx, kube))
 	b.Logf("during the rack: %d heartbeats, %d failed, p99 %s; the controller has %d files open; RSS %s", count, errs, p99, after.openFiles, after.memory())
 	b.Logf("during the rack: the NodeFence work queue: %s", queueBetween(queue0, proc.queueTimes(b)))
 	bySeries, requests := delta(before.requests, after.requests)
@@ -152,9 +152,9 @@ func measure(b *testing.B, bin string, n int) {
 	proc.wait(b, floorSettle)
 	load1 := takeLoad(ctx, kube)
 	floor := rackFloor(ctx, b, kube, n)
-	loadBetween(b, "during the floor", load1, takeLoad(ctx, kube), floor.Seconds())
+	loadBetween(b, "during the floor", load1, takeLoad(ctx, kube))
 	b.Logf("the rack's floor: %d other nodes' %d pods marked Failed and deleted by a plain client in one burst, %d nodes at once, in %s (the controller released the rack %s after its last confirmation, %s after its last window)",
-		rackSize, rackSize*podsPerNode, floorConcurrency(b), floor.Round(100*time.Millisecond), rack.fromConfirmed.Round(100*time.Millisecond), rack.afterWindows.Round(100*time.Millisecond))
+		rackSize, rackSize*podsPerNode, fencesAtOnce(b), floor.Round(100*time.Millisecond), rack.fromConfirmed.Round(100*time.Millisecond), rack.afterWindows.Round(100*time.Millisecond))
 	fmt.Printf("BENCH scale nodes=%d pods=%d rss_mib=%.1f cpu_pct=%.1f api_qps=%.1f hb_p99_ms=%.1f rack_release_s=%.1f rack_after_window_s=%.1f rack_from_request_s=%.1f rack_floor_s=%.1f\n",
 		n, n*podsPerNode, s.rssMiB, s.cpuPct, s.apiQPS, s.hbP99ms, rack.fromConfirmed.Seconds(), rack.afterWindows.Seconds(), rack.fromRequest.Seconds(), floor.Seconds())
 }
