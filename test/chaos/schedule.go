@@ -338,6 +338,9 @@ func draw(r, leader *rand.Rand, o Options) Fault {
 // machine unhealthy at the same time, the companion's or the one the seed drew without it.
 // In a SelfFence run (SelfFence first) a machine without power is fenced by SelfFence and a
 // killed kubelet is fenced by none, so there faults at the methods' steps do not strike.
+//
+// A run gets at most one companion (Plan passes the faults with the companions so far, and a
+// companion may fence), drawn for its first leader fault in the order drawn, not in time.
 func companion(faults []Fault, f Fault, r *rand.Rand, o Options) (Fault, bool) {
 	if f.Kind != LeaderKill && f.Kind != LeaderPause {
 		return Fault{}, false

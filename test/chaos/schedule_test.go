@@ -166,6 +166,9 @@ func TestLeaderFaultsComeWithAFence(t *testing.T) {
 			}
 		}
 		leaders += ofRun
+		if ofRun == 0 && len(comps) > 0 {
+			t.Errorf("seed %d: a companion in a run with no leader fault: %s", seed, s)
+		}
 		if ofRun > 0 && !held && free && !reached {
 			t.Errorf("seed %d: no companion that gets a fence to a leader fault's step from its moment on: %s", seed, s)
 		}
@@ -186,6 +189,7 @@ func TestSchedulesStayAsDrawn(t *testing.T) {
 		40:    "seed 40: control-plane-cut machine-1 from +23.375305852s until the heal; peer-cut machine-3<->machine-2 from +25.505930698s until the heal; etcd-cut from +36.588214761s for 51s",
 		56:    "seed 56: slow-bmc machine-1 delay 6s from +23.294942963s until the heal; control-plane-cut machine-1 from +24.964595759s for 22s; slow-bmc machine-1 delay 7s from +26.000640047s until the heal",
 		40033: "seed 40033: leader-kill at step ConfirmOff from +4.910564985s until the heal; power-loss machine-2 from +4.910564985s until the heal (for the leader fault); peer-cut machine-1<->machine-3 from +33.613301512s until the heal; etcd-cut from +35.001187319s until the heal",
+		40099: "seed 40099: slow-bmc machine-2 delay 8s from +1.514191562s until the heal; leader-pause at step ReleaseAttachments from +17.940524172s for 14s; kubelet-kill machine-1 from +17.940524172s until the heal (for the leader fault)", // machine-1 of the two free
 		40042: "seed 40042: leader-kill at step Taint from +11.822604605s until the heal; kubelet-kill machine-1 from +11.822604605s until the heal (for the leader fault)",
 	}
 	for seed, w := range want {
