@@ -342,7 +342,7 @@ func draw(r, leader *rand.Rand, o Options) Fault {
 // A run gets at most one companion (Plan passes the faults with the companions so far, and a
 // companion may fence), drawn for its first leader fault in the order drawn, not in time.
 func companion(faults []Fault, f Fault, r *rand.Rand, o Options) (Fault, bool) {
-	if f.Kind != LeaderKill && f.Kind != LeaderPause {
+	if !f.leader() {
 		return Fault{}, false
 	}
 	struck := map[int]bool{}
@@ -370,6 +370,9 @@ func companion(faults []Fault, f Fault, r *rand.Rand, o Options) (Fault, bool) {
 	}
 	return Fault{Kind: kinds[r.IntN(len(kinds))], Machine: free[r.IntN(len(free))], At: f.At, Companion: true}, true
 }
+
+// leader says whether the fault kills or pauses the leading controller.
+func (f Fault) leader() bool { return f.Kind == LeaderKill || f.Kind == LeaderPause }
 
 // strikesMachine says whether the kind strikes one machine (rather than the control plane).
 func (k Kind) strikesMachine() bool {
@@ -426,7 +429,7 @@ func (s Schedule) Quiet() time.Duration {
 func (s Schedule) leaderFaults() int {
 	n := 0
 	for _, f := range s.Faults {
-		if f.Kind == LeaderKill || f.Kind == LeaderPause {
+		if f.leader() {
 			n++
 		}
 	}

@@ -53,7 +53,7 @@ func TestPlanDrawsEveryKindWithinBounds(t *testing.T) {
 			if f.Kind == PeerCut && (f.Peer == 0 || f.Peer == f.Machine) {
 				t.Errorf("seed %d: %s: a peer cut needs another machine", seed, f)
 			}
-			if (f.Kind == LeaderKill || f.Kind == LeaderPause) != (f.Step != "") {
+			if f.leader() != (f.Step != "") {
 				t.Errorf("seed %d: %s: step %q", seed, f, f.Step)
 			}
 			if f.Kind == LeaderPause {
@@ -160,7 +160,7 @@ func TestLeaderFaultsComeWithAFence(t *testing.T) {
 		}
 		ofRun, reached := 0, false // the run's leader faults; whether the companion reaches one's step
 		for _, f := range s.Faults {
-			if f.Kind == LeaderKill || f.Kind == LeaderPause {
+			if f.leader() {
 				ofRun++
 				reached = reached || reaches(f)
 			}
