@@ -107,11 +107,11 @@ func countOf(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// podWriters bounds the pods one fence marks and deletes at once: a node's pods (up to the
+// PodWriters bounds the pods one fence marks and deletes at once: a node's pods (up to the
 // kubelet's 110) go in a few round trips instead of one after another.
-const podWriters = 16
+const PodWriters = 16
 
-// forceDeleteAll marks and deletes the pods, podWriters at a time (each pod's own writes in
+// forceDeleteAll marks and deletes the pods, PodWriters at a time (each pod's own writes in
 // order), and returns how many this pass deleted and the first error.
 func (r *NodeFenceReconciler) forceDeleteAll(ctx context.Context, nf *v1alpha1.NodeFence, pods []corev1.Pod) (int32, error) {
 	var (
@@ -119,7 +119,7 @@ func (r *NodeFenceReconciler) forceDeleteAll(ctx context.Context, nf *v1alpha1.N
 		deleted  int32
 		firstErr error
 	)
-	workqueue.ParallelizeUntil(ctx, podWriters, len(pods), func(i int) {
+	workqueue.ParallelizeUntil(ctx, PodWriters, len(pods), func(i int) {
 		d, err := r.forceDelete(ctx, nf, &pods[i])
 		mu.Lock()
 		defer mu.Unlock()

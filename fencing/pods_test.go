@@ -252,7 +252,7 @@ func TestHeldBy(t *testing.T) {
 	}
 }
 
-// A node's pods are marked and deleted podWriters at a time, never more; a pod whose deletion
+// A node's pods are marked and deleted PodWriters at a time, never more; a pod whose deletion
 // fails keeps the step pending with the error, the others are counted once, and the next pass
 // finishes the job and counts the rest.
 func TestDeletePodsInParallel(t *testing.T) {
@@ -292,8 +292,8 @@ func TestDeletePodsInParallel(t *testing.T) {
 	if got := nf.Status.PodsDeleted; got != pods-5 { // p-07, p-17, p-27, p-37, p-47 failed
 		t.Errorf("podsDeleted after the first pass = %d, want %d", got, pods-5)
 	}
-	if m := most.Load(); m < 2 || m > podWriters {
-		t.Errorf("at most %d deletions at once, want between 2 and %d", m, podWriters)
+	if m := most.Load(); m < 2 || m > PodWriters {
+		t.Errorf("at most %d deletions at once, want between 2 and %d", m, PodWriters)
 	}
 	failing.Store(false)
 	out = r.deletePods(context.Background(), nf)

@@ -395,7 +395,7 @@ func podsLeft(ctx context.Context, kube kubernetes.Interface, rack map[string]bo
 // the controller advances fences (floorConcurrency), a list of the node's pods, each pod marked
 // Failed with its DisruptionTarget condition (a merge patch carrying its resourceVersion and its
 // conditions, as fencing's markFailed sends) and deleted with grace period 0 and its UID as
-// precondition, 16 pods at a time (fencing's podWriters), and a list again, as the DeletePods
+// precondition, fencing.PodWriters pods at a time, and a list again, as the DeletePods
 // step does. A plain client, no controller: no NodeFence, no event, no verify window. The
 // controller's release is not one burst: each fence's pods go once its own window ends, so
 // rack_after_window_s (from the last window's end) can be shorter than this; rack_release_s,
@@ -411,7 +411,7 @@ func rackFloor(ctx context.Context, b *testing.B, kube kubernetes.Interface, n i
 		if err != nil {
 			return fmt.Errorf("listing the pods of %s: %w", nodeName(first+i), err)
 		}
-		err = forEachOf(len(list.Items), 16, func(j int) error {
+		err = forEachOf(len(list.Items), fencing.PodWriters, func(j int) error {
 			p := &list.Items[j]
 			conditions := append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
 				Reason: "DeletionByPalisade", Message: "bench-scale: the rack's floor", LastTransitionTime: metav1.Now()})
