@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"syscall"
@@ -72,11 +73,29 @@ func (c *Containerd) PodContainers(ctx context.Context, podUID string) ([]Contai
 	return out, nil
 }
 
-// ImageStopSignal reads the STOPSIGNAL of the container's image from containerd.
+// criMetadataExtension is the extension in which containerd's CRI plugin keeps a container's
+// metadata (pkg/cri/store/container.Metadata, JSON versioned "v1"), with the STOPSIGNAL it read
+// from the container's image when it created the container.
+const criMetadataExtension = "io.cri-containerd.container.metadata"
+
+// ImageStopSignal is the image's STOPSIGNAL that the CRI's StopContainer (the kubelet's stop)
+// sends the container: the one the CRI recorded when it created the container (containerd
+// 1.2 and later; "" for an image without one). The image a container's record names is
+// looked up by its name, which another image may carry by now (a tag pulled again with another
+// STOPSIGNAL): it is read only for a container without the CRI's record.
 func (c *Containerd) ImageStopSignal(ctx context.Context, containerID string) (string, error) {
 	ctr, err := c.client.LoadContainer(ctx, containerID)
 	if err != nil {
 		return "", fmt.Errorf("loading container %s: %w", containerID, notFound(err))
+	}
+	info, err := ctr.Info(ctx, containerd.WithoutRefreshedMetadata)
+	if err != nil {
+		return "", fmt.Errorf("loading container %s: %w", containerID, notFound(err))
+	}
+	if ext, ok := info.Extensions[criMetadataExtension]; ok && ext != nil {
+		if sig, ok := criStopSignal(ext.GetValue()); ok {
+			return sig, nil
+		}
 	}
 	img, err := ctr.Image(ctx)
 	if err != nil {
@@ -87,6 +106,19 @@ func (c *Containerd) ImageStopSignal(ctx context.Context, containerID string) (s
 		return "", fmt.Errorf("reading image config of container %s: %w", containerID, err)
 	}
 	return spec.Config.StopSignal, nil
+}
+
+// criStopSignal reads the STOPSIGNAL from the CRI's container metadata; false when data is
+// not metadata of the version the CRI writes.
+func criStopSignal(data []byte) (string, bool) {
+	var m struct {
+		Version  string
+		Metadata struct{ StopSignal string }
+	}
+	if err := json.Unmarshal(data, &m); err != nil || m.Version != "v1" {
+		return "", false
+	}
+	return m.Metadata.StopSignal, true
 }
 
 // Exec runs cmd through the CRI's ExecSync with no timeout of its own: ctx bounds it.

@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +63,76 @@ func TestStopSignals(t *testing.T) {
 		c := rep.Container(tc.container)
 		if c.Signal != tc.signal || c.SignalSource != tc.source || c.Outcome != executor.OutcomeExited || c.ExitCode != 0 {
 			t.Errorf("report of %s = %+v, want %s from %s, exited 0 on its own", tc.container, c, tc.signal, tc.source)
+		}
+	}
+}
+
+// TestStopSignalOfTheImageRun: the image's STOPSIGNAL is that of the image the container was
+// created from, as the CRI recorded it and the kubelet's stop sends it, after the image's name
+// was given to another image with another STOPSIGNAL (a tag pulled again).
+func TestStopSignalOfTheImageRun(t *testing.T) {
+	t.Parallel()
+	const name = "palisade.test/events:moved"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bed.ctd.ImportImage(ctx, containerd.Image{Name: name, Cmd: containerd.EventCommand, StopSignal: "SIGUSR2"}); err != nil {
+		t.Fatal(err)
+	}
+	moved := ctr("moved", "TERM USR1 USR2")
+	moved.Image = name
+	pod := newPod("moved-tag", 10, moved)
+	dir := runPod(t, pod)
+	before := imageDigest(ctx, t, name)
+	if err := bed.ctd.ImportImage(ctx, containerd.Image{Name: name, Cmd: containerd.EventCommand, StopSignal: "SIGUSR1"}); err != nil {
+		t.Fatal(err)
+	}
+	if after := imageDigest(ctx, t, name); after == before {
+		t.Fatalf("the name %s still names the first image (%s)", name, before)
+	}
+	rep := terminate(t, executor.Request{Pod: pod})
+	evs := containerd.MustReadEvents(t, dir, "moved")
+	if !evs.Has("USR2") || evs.Has("USR1") || !evs.Has("exit") {
+		t.Errorf("the container saw %s, want USR2 (its image's STOPSIGNAL when it was created) then exit", evs)
+	}
+	if c := rep.Container("moved"); c.Signal != "SIGUSR2" || c.SignalSource != executor.SignalFromImage {
+		t.Errorf("report = %+v, want SIGUSR2 from the image", c)
+	}
+}
+
+// imageDigest is the digest of the image the name names in containerd.
+func imageDigest(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	out, err := bed.ctd.Ctr(ctx, "images", "ls", "name=="+name)
+	if err != nil {
+		t.Fatalf("listing image %s: %v", name, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == name {
+			return f[2]
+		}
+	}
+	t.Fatalf("image %s not listed:\n%s", name, out)
+	return ""
+}
+
+// TestCRIStopSignal: the CRI's record is read in the version the CRI writes; anything else is
+// not taken for it (the image is read instead).
+func TestCRIStopSignal(t *testing.T) {
+	for _, tc := range []struct {
+		data   string
+		signal string
+		ok     bool
+	}{
+		{`{"Version":"v1","Metadata":{"ID":"c1","StopSignal":"SIGQUIT","ImageRef":"sha256:ab"}}`, "SIGQUIT", true},
+		{`{"Version":"v1","Metadata":{"ID":"c1","ImageRef":"sha256:ab"}}`, "", true},
+		{`{"Version":"v2","Metadata":{"StopSignal":"SIGQUIT"}}`, "", false},
+		{`{"Metadata":{"StopSignal":"SIGQUIT"}}`, "", false},
+		{`not json`, "", false},
+		{``, "", false},
+	} {
+		sig, ok := executor.CRIStopSignal([]byte(tc.data))
+		if sig != tc.signal || ok != tc.ok {
+			t.Errorf("criStopSignal(%q) = %q, %t; want %q, %t", tc.data, sig, ok, tc.signal, tc.ok)
 		}
 	}
 }

@@ -5,3 +5,6 @@ var ParseSignal = parseSignal
 
 // GraceWithinLeft exposes graceWithin to the external tests.
 var GraceWithinLeft = graceWithin
+
+// CRIStopSignal exposes criStopSignal to the external tests.
+var CRIStopSignal = criStopSignal

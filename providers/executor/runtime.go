@@ -42,7 +42,8 @@ type ContainerStatus struct {
 type Runtime interface {
 	// PodContainers lists every container of the pod with this UID, in any state.
 	PodContainers(ctx context.Context, podUID string) ([]Container, error)
-	// ImageStopSignal is the STOPSIGNAL of the container's image, "" for none.
+	// ImageStopSignal is the STOPSIGNAL of the image the container was created from (as the
+	// runtime recorded it then, whatever image its name names now), "" for none.
 	ImageStopSignal(ctx context.Context, containerID string) (string, error)
 	// Exec runs cmd in the container and waits for it (a preStop hook); ctx bounds it.
 	Exec(ctx context.Context, containerID string, cmd []string) error
