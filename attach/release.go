@@ -2,6 +2,7 @@ package attach
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -70,9 +71,12 @@ type Releaser struct {
 }
 
 // Release makes one pass over the node's attachments; it is idempotent and done when
-// Result.Remaining is empty. mayForce says the node can no longer write to its volumes (its
-// machine is off, or the storage refuses it): only then is a stuck attacher's finalizer
-// removed. A node that runs (its workload stopped by the Executor) still has the volumes
+// Result.Remaining is empty. A stuck attacher's finalizer is removed only when force is not nil,
+// which says the node can no longer write to its volumes (its machine is off, or the storage
+// refuses it), and only after force, given the attachments about to be freed ("attachment
+// (volume)", as Result.Forced names them), returned nil: the caller records them first, so that
+// a caller killed between the removal and its record of it leaves a record that says so rather
+// than nothing (an error from force frees none). A node that runs (its workload stopped by the Executor) still has the volumes
 // mounted, and its kernel may still write the killed processes' dirty pages: skipping the
 // attacher's ControllerUnpublishVolume would let the replacement's node mount a volume that
 // node still writes, so its attachments wait for the attacher, however long.
@@ -86,21 +90,52 @@ type Releaser struct {
 // attachment already being deleted goes as any other. An attachment of an inline volume (an
 // in-tree one migrated to CSI, no PersistentVolume) is matched to the pods' inline volumes by
 // the CSI driver and handle their migration gives them (volumeUse).
-func (r *Releaser) Release(ctx context.Context, node string, mayForce bool, stayAfter time.Time) (Result, error) {
+func (r *Releaser) Release(ctx context.Context, node string, force func(freeing []string) error, stayAfter time.Time) (Result, error) {
 	var list storagev1.VolumeAttachmentList
 	if err := r.Reader.List(ctx, &list); err != nil {
 		return Result{}, fmt.Errorf("listing volume attachments: %w", err)
 	}
 	r.prune(list.Items)
 	var res Result
+	var stuck []*storagev1.VolumeAttachment
 	err := r.releasing(ctx, list.Items, node, stayAfter, &res, func(va *storagev1.VolumeAttachment) error {
-		gone, err := r.releaseOne(ctx, va, mayForce, &res)
-		if err == nil && !gone {
+		gone, attacherStuck, err := r.releaseOne(ctx, va, &res)
+		switch {
+		case err != nil, gone:
+		case attacherStuck && force != nil:
+			stuck = append(stuck, va)
+		default:
 			res.Remaining = append(res.Remaining, va.Name)
 		}
 		return err
 	})
-	return res, err
+	if err != nil || len(stuck) == 0 {
+		for _, va := range stuck {
+			res.Remaining = append(res.Remaining, va.Name)
+		}
+		return res, err
+	}
+	freeing := make([]string, len(stuck))
+	for i, va := range stuck {
+		freeing[i] = named(va)
+	}
+	if ferr := force(freeing); ferr != nil {
+		for _, va := range stuck {
+			res.Remaining = append(res.Remaining, va.Name)
+		}
+		return res, fmt.Errorf("recording the attachments about to be freed from their attacher: %w", ferr)
+	}
+	var errs []error
+	for _, va := range stuck {
+		gone, err := r.free(ctx, va, &res)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if !gone {
+			res.Remaining = append(res.Remaining, va.Name)
+		}
+	}
+	return res, errors.Join(errs...)
 }
 
 // Volume is the volume of one of a node's attachments.
@@ -338,31 +373,36 @@ func ended(pod *corev1.Pod) bool {
 	return true
 }
 
-// releaseOne deletes va, or frees it from a stuck attacher; it reports whether va is gone.
-func (r *Releaser) releaseOne(ctx context.Context, va *storagev1.VolumeAttachment, mayForce bool, res *Result) (bool, error) {
+// releaseOne deletes va; it reports whether va is gone, as far as the fence goes, and whether
+// its attacher is stuck (attacherStuck: its finalizer is removed apart, free).
+func (r *Releaser) releaseOne(ctx context.Context, va *storagev1.VolumeAttachment, res *Result) (gone, stuck bool, err error) {
 	if va.DeletionTimestamp == nil {
 		if err := r.Writer.Delete(ctx, va, client.Preconditions{UID: &va.UID}); err != nil {
 			if apierrors.IsNotFound(err) {
-				return true, nil
+				return true, false, nil
 			}
-			return false, fmt.Errorf("deleting volume attachment %s: %w", va.Name, err)
+			return false, false, fmt.Errorf("deleting volume attachment %s: %w", va.Name, err)
 		}
 		res.Deleted++
-		return len(va.Finalizers) == 0, nil
+		return len(va.Finalizers) == 0, false, nil
 	}
 	finalizer := attachercontroller.GetFinalizerName(va.Spec.Attacher)
 	if !slices.Contains(va.Finalizers, finalizer) {
 		if len(va.Finalizers) == 0 {
-			return true, nil // its deletion goes through
+			return true, false, nil // its deletion goes through
 		}
 		// The attacher let go of it (it detached, or was freed as stuck on an earlier pass);
 		// what keeps the object is someone else's, and waiting for it would never end.
 		res.HeldByOthers = append(res.HeldByOthers, fmt.Sprintf("%s (%s)", va.Name, strings.Join(va.Finalizers, ", ")))
-		return true, nil
+		return true, false, nil
 	}
-	if !r.attacherStuck(va) || !mayForce {
-		return false, nil
-	}
+	return false, r.attacherStuck(va), nil
+}
+
+// free removes the attacher's finalizer from va, being deleted and its attacher stuck; it
+// reports whether va is gone.
+func (r *Releaser) free(ctx context.Context, va *storagev1.VolumeAttachment, res *Result) (bool, error) {
+	finalizer := attachercontroller.GetFinalizerName(va.Spec.Attacher)
 	patch := client.MergeFromWithOptions(va.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	va.Finalizers = slices.DeleteFunc(va.Finalizers, func(f string) bool { return f == finalizer })
 	if err := r.Writer.Patch(ctx, va, patch); err != nil {

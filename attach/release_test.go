@@ -2,6 +2,9 @@ package attach
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,12 +120,12 @@ func TestRelease(t *testing.T) {
 			clock := now.Add(-tt.errorSeenFor)
 			r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
 			if tt.errorSeenFor > 0 {
-				if _, err := r.Release(context.Background(), "n1", true, time.Time{}); err != nil {
+				if _, err := r.Release(context.Background(), "n1", mayForce, time.Time{}); err != nil {
 					t.Fatal(err)
 				}
 				clock = now
 			}
-			got, err := r.Release(context.Background(), "n1", true, time.Time{})
+			got, err := r.Release(context.Background(), "n1", mayForce, time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +159,7 @@ func TestDetachErrorMustLast(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got, err := r.Release(ctx, "n1", true, time.Time{})
+		got, err := r.Release(ctx, "n1", mayForce, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,6 +185,68 @@ func TestDetachErrorMustLast(t *testing.T) {
 	}
 }
 
+// mayForce is a caller that may force and records nothing.
+func mayForce([]string) error { return nil }
+
+// A stuck attacher's finalizer is removed only after the caller was told which attachments are
+// about to be freed, while each still has it; when the caller cannot record them, none is freed.
+func TestForceIsToldFirst(t *testing.T) {
+	ctx := context.Background()
+	objs := func() []client.Object {
+		return []client.Object{va("a", "n1", time.Hour, true, finalizer), va("b", "n1", time.Hour, true, finalizer, "example.com/other"),
+			va("c", "n1", time.Hour, false, finalizer)}
+	}
+	pass := func(r *Releaser, force func([]string) error) (Result, error) {
+		t.Helper()
+		r.Now = func() time.Time { return now.Add(-time.Hour) }
+		if _, err := r.Release(ctx, "n1", force, time.Time{}); err != nil { // the detach errors first seen
+			t.Fatal(err)
+		}
+		r.Now = func() time.Time { return now }
+		return r.Release(ctx, "n1", force, time.Time{})
+	}
+
+	c := newClient(t, objs()...)
+	var told []string
+	got, err := pass(&Releaser{Reader: c, Writer: c}, func(freeing []string) error {
+		for _, name := range []string{"a", "b"} {
+			var cur storagev1.VolumeAttachment
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &cur); err != nil || !slices.Contains(cur.Finalizers, finalizer) {
+				t.Errorf("attachment %s freed before the caller was told (%v)", name, err)
+			}
+		}
+		if told != nil {
+			t.Errorf("told twice: %v, then %v", told, freeing)
+		}
+		told = freeing
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a (pv-a)", "b (pv-b)"}; !cmp.Equal(told, want) || !cmp.Equal(got.Forced, want) {
+		t.Errorf("told %v, freed %v; want %v for both", told, got.Forced, want)
+	}
+	if diff := cmp.Diff([]string{"c", "b"}, got.Remaining); diff != "" {
+		t.Errorf("remaining (-want +got):\n%s", diff)
+	}
+
+	c = newClient(t, objs()...)
+	got, err = pass(&Releaser{Reader: c, Writer: c}, func([]string) error { return errors.New("status write refused") })
+	if err == nil || !strings.Contains(err.Error(), "status write refused") {
+		t.Errorf("error = %v, want the caller's", err)
+	}
+	if len(got.Forced) != 0 || !cmp.Equal(got.Remaining, []string{"c", "a", "b"}) {
+		t.Errorf("result = %+v, want nothing freed and all three remaining", got)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		var cur storagev1.VolumeAttachment
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &cur); err != nil || !slices.Contains(cur.Finalizers, finalizer) {
+			t.Errorf("attachment %s freed although the caller could not record it (%v)", name, err)
+		}
+	}
+}
+
 // A node that still runs (its workload stopped by the Executor, its volumes mounted) never has
 // a stuck attacher's finalizer removed: skipping the unpublish would let the replacement's node
 // mount a volume that node's kernel may still write. The attachment waits for the attacher.
@@ -191,7 +256,7 @@ func TestRunningNodeWaitsForItsAttacher(t *testing.T) {
 	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return clock }}
 	for _, at := range []time.Time{now.Add(-time.Hour), now} { // the error seen for an hour
 		clock = at
-		got, err := r.Release(context.Background(), "n1", false, time.Time{})
+		got, err := r.Release(context.Background(), "n1", nil, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +320,7 @@ func TestAttachmentsOfPodsLeftOnTheNodeAreKept(t *testing.T) {
 	} {
 		at, want := pass.at, pass.want
 		clock = at
-		got, err := r.Release(context.Background(), "n1", true, confirmed)
+		got, err := r.Release(context.Background(), "n1", mayForce, confirmed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +402,7 @@ func TestInlineVolumesAreMatchedToTheirPods(t *testing.T) {
 		ebsInline("db-0", "n1", corev1.PodRunning, nil, "vol-0ccc"), inline("busy", csi("vol-0ccc")),
 		ebsInline("db-1", "n2", corev1.PodRunning, tolerates, "vol-0ddd"), inline("free", csi("vol-0ddd")))
 	r := &Releaser{Reader: c, Writer: c, Now: func() time.Time { return now }}
-	got, err := r.Release(context.Background(), "n1", true, time.Time{})
+	got, err := r.Release(context.Background(), "n1", mayForce, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

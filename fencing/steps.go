@@ -87,10 +87,13 @@ func (r *NodeFenceReconciler) taint(ctx context.Context, nf *v1alpha1.NodeFence)
 // the Executor left running).
 func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
 	nodeRuns := !checksLiveness(nf)
-	res, err := r.Attachments.Release(ctx, nf.Spec.NodeName, !nodeRuns, fencedAt(nf))
+	var force func([]string) error
+	if !nodeRuns {
+		force = func(freeing []string) error { return r.recordForced(ctx, nf, freeing) }
+	}
+	res, err := r.Attachments.Release(ctx, nf.Spec.NodeName, force, fencedAt(nf))
 	nf.Status.AttachmentsReleased += int32(res.Deleted)
 	if len(res.Forced) > 0 {
-		nf.Status.AttachmentsForced = addNames(nf.Status.AttachmentsForced, res.Forced, v1alpha1.MaxAttachmentsForced)
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonAttachmentsForced,
 			"freed %s of node %s from its CSI attacher, which reported a detach error for %s: ControllerUnpublishVolume never succeeded, so the storage system may still publish the volume to the node; if it cannot be attached elsewhere, unpublish it from node %s in the storage system: %s",
 			countOf(len(res.Forced), "volume attachment"), nf.Spec.NodeName, r.Attachments.Force(), nf.Spec.NodeName, strings.Join(res.Forced, ", "))
@@ -131,6 +134,26 @@ func (r *NodeFenceReconciler) releaseAttachments(ctx context.Context, nf *v1alph
 			strings.Join(forced, ", "))
 	}
 	return done("%s", msg)
+}
+
+// recordForced records, before they are freed from their stuck attacher, the attachments a
+// release is about to free (status.attachmentsForced): a controller killed between the removal
+// of their finalizers and the step's record would otherwise leave no record of what a failing
+// fence's condition and the CLI's verdict must say, that the storage system may still publish
+// their volumes to the node. Names already recorded (an attempt that recorded them and did not
+// get to free them) are not recorded twice.
+func (r *NodeFenceReconciler) recordForced(ctx context.Context, nf *v1alpha1.NodeFence, freeing []string) error {
+	fresh := slices.DeleteFunc(slices.Clone(freeing), func(n string) bool { return slices.Contains(nf.Status.AttachmentsForced, n) })
+	if len(fresh) == 0 {
+		return nil
+	}
+	was := nf.Status.AttachmentsForced
+	nf.Status.AttachmentsForced = addNames(was, fresh, v1alpha1.MaxAttachmentsForced)
+	if err := r.saveStatus(ctx, nf); err != nil {
+		nf.Status.AttachmentsForced = was // none is freed: the step's own record must not say so
+		return err
+	}
+	return nil
 }
 
 // addNames appends names to list, keeping at most max entries (max ≥ 2): past that, the last

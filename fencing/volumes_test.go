@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,15 +160,7 @@ func TestStuckAttacherOfARunningNode(t *testing.T) {
 			rec := &recorder{}
 			w.r.Recorder = rec
 			w.ticks = 120
-			w.tick = func(*v1alpha1.NodeFence) {
-				// The attacher cannot detach: ControllerUnpublishVolume fails on every try.
-				if err := w.c.Get(ctx, client.ObjectKey{Name: "va1"}, va); err == nil && va.DeletionTimestamp != nil && va.Status.DetachError == nil {
-					va.Status.DetachError = &storagev1.VolumeError{Message: "volume in use on the node"}
-					if err := w.c.Status().Update(ctx, va); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			w.tick = attacherFails(t, w, va)
 			nf, _ := w.advance(t)
 			if released := nf.Status.Phase == v1alpha1.PhaseReleased; released != tt.released {
 				t.Errorf("phase %s after 2 min of detach errors, want released %v\n%s", nf.Status.Phase, tt.released, goldenTrace(nf))
@@ -195,6 +188,67 @@ func TestStuckAttacherOfARunningNode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// status.attachmentsForced names an attachment before its attacher's finalizer is removed: a
+// controller killed between the two (here the removal is refused once, as a controller gone
+// never makes it) leaves a record that says the volume may still be published to the node.
+// The fence then frees it and names it once.
+func TestForcedRecordedBeforeFreed(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	real, start := time.Now(), w.now
+	w.r.Attachments.Now = func() time.Time { return real.Add(w.now.Sub(start)) }
+	va := attacherHolds(t, w)
+	gate := &removalGate{Writer: w.c, c: w.c, t: t}
+	w.r.Attachments.Writer = gate
+	w.ticks = 120
+	w.tick = attacherFails(t, w, va)
+	nf, _ := w.advance(t)
+	if nf.Status.Phase != v1alpha1.PhaseReleased || gate.refused != 1 || gate.removed != 1 {
+		t.Errorf("phase %s, finalizer removals refused %d and made %d; want Released after one of each\n%s", nf.Status.Phase, gate.refused, gate.removed, goldenTrace(nf))
+	}
+	if diff := cmp.Diff([]string{"va1"}, nf.Status.AttachmentsForced); diff != "" {
+		t.Errorf("status.attachmentsForced (-want +got):\n%s", diff)
+	}
+}
+
+// attacherFails is a tick in which the attacher cannot detach va once it is deleted:
+// ControllerUnpublishVolume fails on every try.
+func attacherFails(t *testing.T, w *world, va *storagev1.VolumeAttachment) func(*v1alpha1.NodeFence) {
+	return func(*v1alpha1.NodeFence) {
+		ctx := context.Background()
+		if err := w.c.Get(ctx, client.ObjectKey{Name: va.Name}, va); err == nil && va.DeletionTimestamp != nil && va.Status.DetachError == nil {
+			va.Status.DetachError = &storagev1.VolumeError{Message: "volume in use on the node"}
+			if err := w.c.Status().Update(ctx, va); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// removalGate checks, when the attacher's finalizer is removed from an attachment, that the
+// NodeFence on the API server already names it in status.attachmentsForced, and refuses the
+// first removal.
+type removalGate struct {
+	client.Writer
+	c                client.Client
+	t                *testing.T
+	refused, removed int
+}
+
+func (g *removalGate) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	if va, ok := obj.(*storagev1.VolumeAttachment); ok {
+		var nfs v1alpha1.NodeFenceList
+		if err := g.c.List(ctx, &nfs); err != nil || len(nfs.Items) != 1 || !slices.Contains(nfs.Items[0].Status.AttachmentsForced, va.Name) {
+			g.t.Errorf("the attacher's finalizer of %s removed before the NodeFence's record names it (%v, %d NodeFences: %+v)", va.Name, err, len(nfs.Items), nfs.Items)
+		}
+		if g.refused == 0 {
+			g.refused++
+			return errors.New("connection reset: the controller is gone")
+		}
+		g.removed++
+	}
+	return g.Writer.Patch(ctx, obj, patch, opts...)
 }
 
 // A pod that tolerates the out-of-service taint is left on the fenced node (the Executor leaves

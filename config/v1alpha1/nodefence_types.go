@@ -239,8 +239,10 @@ type NodeFenceStatus struct {
 	// reporting a detach error (it removed the attacher's finalizer): their
 	// ControllerUnpublishVolume never succeeded, so the storage system may still publish their
 	// volumes to the fenced node, and a backend that attaches a volume to one node at a time may
-	// refuse it elsewhere until it is unpublished there. "attachment (volume)"; at most
-	// MaxAttachmentsForced, the count of the rest in the last.
+	// refuse it elsewhere until it is unpublished there. Recorded just before Palisade frees
+	// them, so that a controller killed in between leaves the record (one whose removal then
+	// found the attachment gone may have been detached by its attacher after all).
+	// "attachment (volume)"; at most MaxAttachmentsForced, the count of the rest in the last.
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=atomic
