@@ -31,7 +31,8 @@ import (
 // holds the node's kubelet credentials and reaches the controller: those credentials can
 // obtain a token of the agent's pod, and with it an agent certificate.
 
-// noteBoots records, with a method's confirmation, the boot IDs the node is seen in then: its
+// noteBoots records, with a method's confirmation, its Lease's renewTime
+// (status.confirmedLeaseRenewTime) and the boot IDs the node is seen in then: its
 // Node's (status.nodeInfo.bootID, read from the API server), its agent's latest heartbeat's
 // and answered, the one the provider's read-back saw (the executor's answer; "" for none).
 // Any of them may be behind (a kubelet down does not post; an agent gone does not heartbeat;
@@ -42,6 +43,14 @@ func (r *NodeFenceReconciler) noteBoots(ctx context.Context, nf *v1alpha1.NodeFe
 	node := &corev1.Node{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading the boot ID of node %s at the confirmation: %w", nf.Spec.NodeName, err)
+	}
+	l, err := r.lease(ctx, nf.Spec.NodeName) // liveness.go: VerifyFenced's baseline, however late it looks
+	if err != nil {
+		return fmt.Errorf("reading the Lease of node %s at the confirmation: %w", nf.Spec.NodeName, err)
+	}
+	nf.Status.ConfirmedLeaseRenewTime = nil
+	if l != nil {
+		nf.Status.ConfirmedLeaseRenewTime = l.Spec.RenewTime
 	}
 	held := r.agentBoot(nf.Spec.NodeName)
 	for _, boot := range []string{node.Status.NodeInfo.BootID, answered, held, nf.Status.AgentBootID} {

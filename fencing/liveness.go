@@ -219,8 +219,10 @@ func watchedSpan(nf *v1alpha1.NodeFence, until time.Time) string {
 	return fmt.Sprintf("between the confirmation at %s and %s", at.Format(time.RFC3339), until.Format(time.RFC3339))
 }
 
-// baseline reads the node's Lease right after the confirmation: later renewTimes are renewals
-// after the fence. The watch window is the policy's verifyWindow, from now; by default it ends
+// baseline reads the node's Lease when VerifyFenced first looks. Its baseline renewTime is the
+// one recorded with the confirmation (noteBoots; the one read now for a confirmation recorded
+// without it): later renewTimes are renewals after the fence, however late this first look
+// comes. The watch window is the policy's verifyWindow, from now; by default it ends
 // one renewal interval of the node's kubelet plus a margin after the controller first saw the
 // renewal the Lease carries (watchUntil), and so never misses the next renewal of a kubelet
 // that still renews.
@@ -235,6 +237,9 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 	var seen time.Time // when the controller first saw the Lease's renewal; zero: unknown
 	if l != nil {
 		lv.LeaseRenewTime = l.Spec.RenewTime
+		if c := nf.Status.ConfirmedLeaseRenewTime; c != nil {
+			lv.LeaseRenewTime = c // a renewal since the confirmation shows as one (signOfLife)
+		}
 		if l.Spec.RenewTime != nil {
 			seen = r.Renewals.Seen(nf.Spec.NodeName, l.Spec.RenewTime.Time, now)
 		}

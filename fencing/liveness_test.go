@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,42 @@ func TestNodeShowingLifeAfterConfirmationIsNotReleased(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A Lease renewal between the confirmation and VerifyFenced's first look (a controller restarted,
+// or a new leader, in between: the first look comes late) is a sign of life, as one after it
+// is: the baseline is the renewTime recorded with the confirmation, not the one read at the
+// first look.
+func TestRenewalBeforeTheFirstLookIsLife(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.renewLease(t) // the node renewed until the fence
+	gone := false // the controller went before VerifyFenced's first look: its start's write never made
+	w.reconcileErrors = true
+	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if nf, ok := obj.(*v1alpha1.NodeFence); ok && !gone && watching(nf) {
+				gone = true
+				return errors.New("connection reset: the controller is gone")
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	renewed := false
+	w.tick = func(nf *v1alpha1.NodeFence) {
+		if gone && Confirmed(nf) && nf.Status.Liveness == nil && !renewed {
+			renewed = true
+			w.now = w.now.Add(2 * time.Second)
+			w.renewLease(t)
+		}
+	}
+	nf := w.run(t)
+	if !renewed {
+		t.Fatal("the confirmation was never seen before VerifyFenced's first look: the test did not test")
+	}
+	checkReleased(t, w, false)
+	if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced); c == nil || c.Reason != v1alpha1.ReasonNodeAliveAfterFence || !strings.Contains(c.Message, "Lease was renewed") {
+		t.Errorf("Fenced condition = %+v, want reason %s naming the Lease's renewal\n%s", c, v1alpha1.ReasonNodeAliveAfterFence, goldenTrace(nf))
 	}
 }
 

@@ -22,7 +22,7 @@ func recordStart(nf *v1alpha1.NodeFence, a action, now time.Time) {
 		if a.step == methodKinds[m.Type].fence {
 			st.Method = m.Name
 			st.MethodStartTime = &step.StartTime
-			st.FencedTime, st.Liveness = nil, nil
+			st.FencedTime, st.Liveness, st.ConfirmedLeaseRenewTime = nil, nil, nil
 		}
 		msg := "method " + m.Name + ": " + string(a.step)
 		if names := levelNames(nf.Spec.Methods, a.method); len(names) > 1 {

@@ -225,6 +225,13 @@ type NodeFenceStatus struct {
 	// the fence hit another machine, and nothing more is released.
 	// +optional
 	Liveness *Liveness `json:"liveness,omitempty"`
+	// ConfirmedLeaseRenewTime is the renewTime of the node's Lease read with the current
+	// method's confirmation (the node's clock), recorded in the confirmation's write. VerifyFenced
+	// watches from it (liveness.leaseRenewTime is never a later one), so that a renewal after the
+	// confirmation is a sign of life however late VerifyFenced first looks: a controller
+	// restarted, or a new leader, in between. Unset when the node had no Lease.
+	// +optional
+	ConfirmedLeaseRenewTime *metav1.MicroTime `json:"confirmedLeaseRenewTime,omitempty"`
 	// ReleasedTime is when the last release step finished.
 	// +optional
 	ReleasedTime *metav1.Time `json:"releasedTime,omitempty"`
@@ -304,9 +311,10 @@ type RecoveryRecord struct {
 
 // Liveness is the baseline of the release-time liveness check.
 type Liveness struct {
-	// LeaseRenewTime is the renewTime of the node's Lease read right after the confirmation
-	// (the node's clock); any later renewTime is a renewal after the fence. Unset when the node
-	// had no Lease.
+	// LeaseRenewTime is the renewTime of the node's Lease read with the confirmation
+	// (status.confirmedLeaseRenewTime; for a confirmation recorded without it, read when
+	// VerifyFenced first looked), on the node's clock; any later renewTime is a renewal after the
+	// fence. Unset when the node had no Lease.
 	// +optional
 	LeaseRenewTime *metav1.MicroTime `json:"leaseRenewTime,omitempty"`
 	// WatchUntil is when VerifyFenced stops watching and lets the release begin; each release

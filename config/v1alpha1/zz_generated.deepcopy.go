@@ -427,6 +427,10 @@ func (in *NodeFenceStatus) DeepCopyInto(out *NodeFenceStatus) {
 		*out = new(Liveness)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.ConfirmedLeaseRenewTime != nil {
+		in, out := &in.ConfirmedLeaseRenewTime, &out.ConfirmedLeaseRenewTime
+		*out = (*in).DeepCopy()
+	}
 	if in.ReleasedTime != nil {
 		in, out := &in.ReleasedTime, &out.ReleasedTime
 		*out = (*in).DeepCopy()
