@@ -117,7 +117,7 @@ func TestNodeShowingLifeAfterConfirmationIsNotReleased(t *testing.T) {
 func TestRenewalBeforeTheFirstLookIsLife(t *testing.T) {
 	w := newWorld(t, "ipmi")
 	w.renewLease(t) // the node renewed until the fence
-	gone := false // the controller went before VerifyFenced's first look: its start's write never made
+	gone := false   // the controller went before VerifyFenced's first look: its start's write never made
 	w.reconcileErrors = true
 	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
