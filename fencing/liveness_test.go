@@ -300,18 +300,38 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 }
 
 // A fence that fails after it force-deleted pods (its node showed life between release steps)
-// says what it released, not "nothing was released".
+// says what it released, not "nothing was released"; and so does one whose release steps acted
+// although its counters, lost with a controller, say nothing.
 func TestFailureSaysWhatWasReleased(t *testing.T) {
+	taken := func(name v1alpha1.StepName, state v1alpha1.StepState, attempts int32) v1alpha1.Step {
+		s := st(name, "", state)
+		if state == v1alpha1.StepFailed {
+			s.Reason = v1alpha1.ReasonNodeAliveAfterFence
+		}
+		s.Attempts = attempts
+		return s
+	}
 	for _, tc := range []struct {
 		pods, atts int32
 		tainted    bool // a Taint step after the confirmation
+		steps      []v1alpha1.Step
 		want       string
 	}{
-		{0, 0, false, "nothing was released"},
-		{2, 0, false, "2 pods force-deleted and 0 attachments released before the node showed life"},
-		{1, 1, false, "1 pod force-deleted and 1 attachment released before the node showed life"},
+		{0, 0, false, nil, "nothing was released"},
+		{2, 0, false, nil, "2 pods force-deleted and 0 attachments released before the node showed life"},
+		{1, 1, false, nil, "1 pod force-deleted and 1 attachment released before the node showed life"},
 		// The taint alone: Kubernetes force-deletes and detaches while it is on (deletePods off).
-		{0, 0, true, "nothing was force-deleted or released by this fence, but the node carried the out-of-service taint from 2026-11-22T10:00:05Z"},
+		{0, 0, true, nil, "nothing was force-deleted or released by this fence, but the node carried the out-of-service taint from 2026-11-22T10:00:05Z"},
+		// Release steps taken whose counts were lost (a controller gone between an action and
+		// its record; the resumed pass found nothing left to count).
+		{0, 0, false, []v1alpha1.Step{taken(v1alpha1.StepDeletePods, v1alpha1.StepSucceeded, 2), taken(v1alpha1.StepReleaseAttachments, v1alpha1.StepFailed, 1)},
+			"no pod force-deleted or attachment released is on record, but this fence took DeletePods before the node showed life"},
+		{0, 0, false, []v1alpha1.Step{taken(v1alpha1.StepDeletePods, v1alpha1.StepFailed, 2)},
+			"no pod force-deleted or attachment released is on record, but this fence took DeletePods before"},
+		{0, 0, false, []v1alpha1.Step{taken(v1alpha1.StepDeletePods, v1alpha1.StepSucceeded, 1), taken(v1alpha1.StepDetachVolumes, v1alpha1.StepSucceeded, 1), taken(v1alpha1.StepReleaseAttachments, v1alpha1.StepFailed, 3)},
+			"no pod force-deleted or attachment released is on record, but this fence took DeletePods, DetachVolumes and ReleaseAttachments before"},
+		// Stopped by the sign of life at its first attempt, which looks before it acts: nothing.
+		{0, 0, false, []v1alpha1.Step{taken(v1alpha1.StepDeletePods, v1alpha1.StepFailed, 1)}, "nothing was released"},
 	} {
 		nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"}}
 		nf.Status.PodsDeleted, nf.Status.AttachmentsReleased = tc.pods, tc.atts
@@ -319,10 +339,11 @@ func TestFailureSaysWhatWasReleased(t *testing.T) {
 			nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded),
 				{Name: v1alpha1.StepTaint, State: v1alpha1.StepSucceeded, StartTime: metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 5, 0, time.UTC))}}
 		}
+		nf.Status.Steps = append(nf.Status.Steps, tc.steps...)
 		recordFailure(nf, v1alpha1.ReasonNodeAliveAfterFence, "lease renewed")
 		c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionReleased)
 		if c == nil || c.Status != metav1.ConditionFalse || !strings.HasPrefix(c.Message, tc.want) {
-			t.Errorf("%d pods, %d attachments: Released condition %+v, want a message starting %q", tc.pods, tc.atts, c, tc.want)
+			t.Errorf("%d pods, %d attachments, steps %v: Released condition %+v, want a message starting %q", tc.pods, tc.atts, tc.steps, c, tc.want)
 		}
 	}
 }

@@ -92,6 +92,11 @@ func setCondition(nf *v1alpha1.NodeFence, typ string, status metav1.ConditionSta
 // the original.
 func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
 	if !nf.Status.ReleasedAny() {
+		if taken := nf.Status.ReleaseStepsTaken(); len(taken) > 0 {
+			return fmt.Sprintf("no pod force-deleted or attachment released is on record, but this fence took %s before the node showed life after its fence was confirmed, "+
+				"and a controller that stopped between a step's action and its record leaves no count: pods may have been force-deleted and volumes released, so a replacement may run beside the original; check node %s at once",
+				stepNames(taken), nf.Spec.NodeName)
+		}
 		if since, tainted := taintedSinceConfirmation(nf); tainted {
 			// The taint alone releases: Kubernetes force-deletes the node's pods (PodGC) and
 			// detaches its volumes while it is on.
@@ -104,6 +109,18 @@ func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
 	return fmt.Sprintf("%s before the node showed life after its fence was confirmed "+
 		"(an out-of-service taint this fence added was taken back; one on the node before it stays): a replacement may run beside the original; check node %s at once",
 		releasedCounts(nf), nf.Spec.NodeName)
+}
+
+// stepNames is "DeletePods and ReleaseAttachments".
+func stepNames(steps []v1alpha1.StepName) string {
+	names := make([]string, len(steps))
+	for i, s := range steps {
+		names[i] = string(s)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // releasedCounts is "2 pods force-deleted and 1 attachment released", and the attachments freed

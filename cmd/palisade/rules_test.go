@@ -155,6 +155,17 @@ func TestFenceVerdictOfEndedFences(t *testing.T) {
 		t.Errorf("a failed fence that freed an attachment from its attacher: %q", got)
 	}
 	failed.Status.AttachmentsForced = nil
+	// A DeletePods taken at a second attempt before the sign of life stopped it may have acted,
+	// its count lost with the controller that took the first; one stopped at its first did not.
+	failed.Status.Steps = []v1alpha1.Step{{Name: v1alpha1.StepDeletePods, State: v1alpha1.StepFailed, Reason: v1alpha1.ReasonNodeAliveAfterFence, Attempts: 2}}
+	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "after it took [DeletePods], which may have force-deleted pods") || strings.Contains(got, "released nothing") {
+		t.Errorf("a failed fence whose DeletePods may have acted: %q", got)
+	}
+	failed.Status.Steps[0].Attempts = 1
+	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "released nothing") {
+		t.Errorf("a failed fence whose DeletePods was stopped before it acted: %q", got)
+	}
+	failed.Status.Steps = nil
 	failed.Status.PodsDeleted = 2
 	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "force-deleted 2 pods") || strings.Contains(got, "released nothing") {
 		t.Errorf("a failed fence that force-deleted 2 pods: %q", got)

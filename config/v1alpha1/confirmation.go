@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "slices"
+
 // Disproving says whether a failed step's reason says that a confirmed fence did not hold: the
 // node showed life after it, or (for a method that leaves the node running) its workload runs
 // again or can no longer be read back. Such a step ends the confirmation it disproved.
@@ -32,4 +34,23 @@ func (s *NodeFenceStatus) PowerOffMethod() string {
 // controller's condition and the CLI's verdict on a failed fence both read it.
 func (s *NodeFenceStatus) ReleasedAny() bool {
 	return s.PodsDeleted > 0 || s.AttachmentsReleased > 0 || len(s.AttachmentsForced) > 0
+}
+
+// ReleaseStepsTaken names the fence's steps that force-delete pods or release attachments
+// (DeletePods, ReleaseAttachments, DetachVolumes) and may have acted, whatever the counters
+// say (ReleasedAny): a controller that stopped between a step's action and its record of it
+// (killed, or its write refused) leaves no count, and the pass resumed after it finds nothing
+// left to count. A step stopped by a sign of life at its first attempt did nothing: it looks
+// before it acts. Each is named once, in the order first taken.
+func (s *NodeFenceStatus) ReleaseStepsTaken() []StepName {
+	var taken []StepName
+	for _, st := range s.Steps {
+		switch {
+		case st.Name != StepDeletePods && st.Name != StepReleaseAttachments && st.Name != StepDetachVolumes:
+		case st.State == StepFailed && Disproving(st.Reason) && st.Attempts <= 1:
+		case !slices.Contains(taken, st.Name):
+			taken = append(taken, st.Name)
+		}
+	}
+	return taken
 }
