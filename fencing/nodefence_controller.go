@@ -444,9 +444,14 @@ func (r *NodeFenceReconciler) sameNode(ctx context.Context, nf *v1alpha1.NodeFen
 	if !registeredAnew(nf, node) {
 		return outcome{}, false
 	}
+	return nodeReplaced(nf, node), true
+}
+
+// nodeReplaced holds a release step of a fence whose node was registered anew (registeredAnew).
+func nodeReplaced(nf *v1alpha1.NodeFence, node *corev1.Node) outcome {
 	return pending(retryStuck, ReasonNodeReplaced,
 		"node %s was deleted and registered anew (UID %s, the fenced one's %s) before the release ended: pods bound to the name run on the machine that registered, so nothing more is released; make sure which machine that is, then drain it by hand or delete this NodeFence (its storage fences stay)",
-		nf.Spec.NodeName, node.UID, nf.Status.NodeUID), true
+		nf.Spec.NodeName, node.UID, nf.Status.NodeUID)
 }
 
 func (r *NodeFenceReconciler) recordDryRun(ctx context.Context, nf *v1alpha1.NodeFence) error {

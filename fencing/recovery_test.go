@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -776,6 +777,35 @@ func TestReleaseHeldForANodeRegisteredAnew(t *testing.T) {
 	checkReleased(t, w, false)
 	if last := lastStep(nf); last.State != v1alpha1.StepStarted || last.Reason != ReasonNodeReplaced || !strings.Contains(last.Message, "uid-registered-anew") {
 		t.Errorf("last step %s %s %s %q, want a release step held with %s naming the new UID", last.Name, last.State, last.Reason, last.Message, ReasonNodeReplaced)
+	}
+}
+
+// A Node registered anew between the Taint step's look for that (sameNode) and its own read is
+// not tainted either: the step checks the Node it reads itself.
+func TestTaintNotPutOnANodeRegisteredAnewMeanwhile(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.setNode(t, func(n *corev1.Node) { n.UID = "uid-fenced" })
+	var nf v1alpha1.NodeFence
+	replaced := false
+	w.r.APIReader = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			err := c.Get(ctx, key, obj, opts...)
+			if _, isNode := obj.(*corev1.Node); isNode && err == nil && !replaced {
+				if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, &nf); err == nil && len(nf.Status.Steps) > 0 && lastStep(&nf).Name == v1alpha1.StepTaint {
+					replaced = true // after the read that looked: the next one finds the Node registered anew
+					w.setNode(t, func(n *corev1.Node) { n.UID = "uid-registered-anew" })
+				}
+			}
+			return err
+		},
+	})
+	got, ended := w.advance(t)
+	if ended || !replaced {
+		t.Fatalf("fence ended %t (phase %s), Node replaced %t: want the release held", ended, got.Status.Phase, replaced)
+	}
+	checkReleased(t, w, false)
+	if last := lastStep(got); last.Name != v1alpha1.StepTaint || last.State != v1alpha1.StepStarted || last.Reason != ReasonNodeReplaced {
+		t.Errorf("last step %s %s %s %q, want Taint held with %s", last.Name, last.State, last.Reason, last.Message, ReasonNodeReplaced)
 	}
 }
 

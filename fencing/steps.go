@@ -56,7 +56,9 @@ func (r *NodeFenceReconciler) pastTimeout(nf *v1alpha1.NodeFence, m v1alpha1.Met
 // timeout, does not fail a fence that happened.
 const bootReadGrace = 30 * time.Second
 
-// taint adds node.kubernetes.io/out-of-service=nodeshutdown:NoExecute.
+// taint adds node.kubernetes.io/out-of-service=nodeshutdown:NoExecute to the fenced Node: not
+// to one registered anew under its name since sameNode looked (its own read is checked too, and
+// its patch carries the resourceVersion read).
 func (r *NodeFenceReconciler) taint(ctx context.Context, nf *v1alpha1.NodeFence) outcome {
 	node := &corev1.Node{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
@@ -64,6 +66,9 @@ func (r *NodeFenceReconciler) taint(ctx context.Context, nf *v1alpha1.NodeFence)
 			return done("node object is gone; nothing to taint")
 		}
 		return pending(retryRelease, ReasonAPIError, "reading node: %v", err)
+	}
+	if registeredAnew(nf, node) { // since sameNode read it; the patch below fails on a change after this read
+		return nodeReplaced(nf, node)
 	}
 	for _, t := range node.Spec.Taints {
 		if t.Key == v1alpha1.TaintOutOfService && t.Effect == corev1.TaintEffectNoExecute {
