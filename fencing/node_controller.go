@@ -240,6 +240,9 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	if res, blind := r.blind(ctx, node, obs); blind {
 		return res, nil
 	}
+	if res, held := r.agentsSilent(ctx, node, obs, now); held {
+		return res, nil
+	}
 	methods := methodsFor(p.Spec.Methods, obs.Verdict)
 	if len(methods) == 0 && obs.Verdict == detectors.Dead {
 		r.Recorder.Eventf(node, p, corev1.EventTypeWarning, ReasonNoMethod, "Detect",

@@ -458,6 +458,54 @@ func TestStormGuardCountsAStormBeforeItsFirstDead(t *testing.T) {
 	}
 }
 
+// A node found Dead while most other agents the controller heard are silent too is not fenced:
+// the controller's heartbeat channel is the likelier cut, and the node, whose kubelet alone died,
+// may be alive to its agent and peers (invariants 3 and 4). The other nodes' kubelets renew
+// after their agents' silence, so they read Healthy and the storm guard does not hold. With
+// most agents heard, the Dead node is fenced.
+func TestMostAgentsSilentHoldsTheFence(t *testing.T) {
+	silentAt := t0.Add(-5 * time.Second) // lost after 3 s
+	for _, tt := range []struct {
+		name   string
+		fresh  []string // the other agents still heard
+		want   *v1alpha1.NodeFenceSpec
+		events []eventSeen
+	}{
+		{"every other agent silent", nil, nil, []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}},
+		{"two of three other agents silent", []string{"n4"}, nil, []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}},
+		{"one of three other agents silent", []string{"n3", "n4"},
+			&v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead", Methods: []v1alpha1.Method{ipmiMethod}},
+			created("n1")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			renewed := map[string]time.Time{"n1": t0.Add(-25 * time.Second), "n2": t0.Add(-time.Second), "n3": t0.Add(-time.Second), "n4": t0.Add(-time.Second)}
+			renewals := lease.NewRenewals()
+			objs := []client.Object{poolPolicy(ipmiMethod)}
+			hbs := heartbeats{}
+			for name, at := range renewed {
+				renew := metav1.NewMicroTime(at)
+				renewals.Seen(name, at, at)
+				objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}}},
+					&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}})
+				hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
+			}
+			for _, name := range tt.fresh {
+				hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: t0.Add(-200 * time.Millisecond), KubeletHealthy: true}
+			}
+			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
+			rec := &recorder{}
+			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs, Renewals: renewals}, Now: func() time.Time { return t0 }}
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+				t.Fatal(err)
+			}
+			checkFence(t, c, tt.want, "Dead: ")
+			if diff := cmp.Diff(tt.events, rec.recorded()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // A node name may be 253 characters, a label value only 63: the fence of a node with a longer
 // name goes without the palisade.dev/node label, which the API server would refuse, and with it
 // the fence.

@@ -102,6 +102,31 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
 }
 
+// agentsSilent holds the fence of a node found Dead while more than half of the other agents
+// this controller has heard are silent too (late or lost: observe.SilentAgents). A Dead
+// verdict rests on the node's agent being silent (and no peer report reaching it, which comes
+// with the other agents' heartbeats); when most agents fall silent at once, the likelier cut is
+// the controller's own heartbeat channel (its Service's endpoint, a network policy, its
+// certificate), and a node whose kubelet alone died (its agent and peers would say alive) would
+// read Dead and be powered off. The storm guard does not see it: a node whose kubelet renews
+// after its agent's silence reads Healthy again. Invariants 3 and 4: nothing is fenced on that
+// verdict until the agents are heard again, and the Event says so.
+func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, obs detectors.Observation, now time.Time) (ctrl.Result, bool) {
+	if obs.Verdict != detectors.Dead {
+		return ctrl.Result{}, false
+	}
+	heard := r.Observer.HeardAgents(node.Name)
+	silent := r.Observer.SilentAgents(node.Name, now)
+	if heard == 0 || 2*len(silent) <= heard {
+		return ctrl.Result{}, false
+	}
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonAgentsSilent, "Detect",
+		"not fencing node %s (%s): %d of the %d other agents this controller has heard are silent too (%s), so its heartbeat channel is the likelier cut (the heartbeat Service's endpoint on the leader's pod, a network policy, its certificate), and the node's agent and peers may see it alive; it is fenced once most agents are heard again",
+		node.Name, obs.Reason, len(silent), heard, firstFew(silent))
+	r.repeated(ctx, node.Name, "most agents silent: not fencing", "silent", len(silent), "heard", heard)
+	return ctrl.Result{RequeueAfter: blindRecheck}, true
+}
+
 // blindCondition is the policy's ControllerBlind condition: True while the controller is
 // blind or inside the fresh lease period it gives every node's Lease after it sees again. The
 // period holds back the Lease's expiry, not the Dead of a node silent on every path (its agent

@@ -158,6 +158,21 @@ func (o Observer) SilentAgents(node string, now time.Time) []string {
 	return out
 }
 
+// HeardAgents counts the nodes other than node whose agent the controller has heard since it
+// began to listen (the ones SilentAgents may name). Zero without agents.
+func (o Observer) HeardAgents(node string) int {
+	if o.Heartbeats == nil {
+		return 0
+	}
+	n := 0
+	o.Heartbeats.EachReceived(func(other string, received time.Time, _ time.Duration) {
+		if other != node && !received.IsZero() {
+			n++
+		}
+	})
+	return n
+}
+
 // SelfFenceWithin is what the node's agent said in its latest heartbeat of fencing itself: how
 // long after the node was last reached it has done so at the latest (0: it does not fence
 // itself), and its heartbeat interval; heard is false when the controller has heard no
