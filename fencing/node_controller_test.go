@@ -458,39 +458,51 @@ func TestStormGuardCountsAStormBeforeItsFirstDead(t *testing.T) {
 	}
 }
 
-// A node found Dead while most other agents the controller heard are silent too is not fenced:
-// the controller's heartbeat channel is the likelier cut, and the node, whose kubelet alone died,
-// may be alive to its agent and peers (invariants 3 and 4). The other nodes' kubelets renew
-// after their agents' silence, so they read Healthy and the storm guard does not hold. With
-// most agents heard, the Dead node is fenced.
-func TestMostAgentsSilentHoldsTheFence(t *testing.T) {
+// A node found Dead while the agents of other, live nodes are silent to the controller (their
+// kubelets renew after their agents' silence) is not fenced: the controller's heartbeat channel
+// is the likelier cut, and the node, whose kubelet alone died, may be alive to its agent and
+// peers (invariants 3 and 4). Those nodes read Healthy, so the storm guard does not hold. One
+// such agent is no sign, nor are machines silent on every path (off): the Dead node is fenced.
+func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 	silentAt := t0.Add(-5 * time.Second) // lost after 3 s
+	fenced := &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead", Methods: []v1alpha1.Method{ipmiMethod}}
+	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
 	for _, tt := range []struct {
 		name   string
-		fresh  []string // the other agents still heard
+		others map[string]string // n2..n4: "fresh" (heard), "silent" (agent silent, kubelet renewing), "off" (silent on every path)
 		want   *v1alpha1.NodeFenceSpec
 		events []eventSeen
 	}{
-		{"every other agent silent", nil, nil, []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}},
-		{"two of three other agents silent", []string{"n4"}, nil, []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}},
-		{"one of three other agents silent", []string{"n3", "n4"},
-			&v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead", Methods: []v1alpha1.Method{ipmiMethod}},
-			created("n1")},
+		{"every other agent silent", map[string]string{"n2": "silent", "n3": "silent", "n4": "silent"}, nil, held},
+		{"two of three silent", map[string]string{"n2": "silent", "n3": "silent", "n4": "fresh"}, nil, held},
+		{"one of three silent", map[string]string{"n2": "silent", "n3": "fresh", "n4": "fresh"}, fenced, created("n1")},
+		{"one silent, the others off", map[string]string{"n2": "silent", "n3": "off", "n4": "off"}, fenced, created("n1")},
+		{"two machines off, one heard", map[string]string{"n2": "off", "n3": "off", "n4": "fresh"}, fenced, created("n1")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			renewed := map[string]time.Time{"n1": t0.Add(-25 * time.Second), "n2": t0.Add(-time.Second), "n3": t0.Add(-time.Second), "n4": t0.Add(-time.Second)}
 			renewals := lease.NewRenewals()
-			objs := []client.Object{poolPolicy(ipmiMethod)}
-			hbs := heartbeats{}
-			for name, at := range renewed {
-				renew := metav1.NewMicroTime(at)
-				renewals.Seen(name, at, at)
+			// The storm guard lets every node through: machines off are its case, not this hold's.
+			objs := []client.Object{withGuard(poolPolicy(ipmiMethod), "100%")}
+			hbs := heartbeats{"n1": {Node: "n1", Interval: time.Second, Received: silentAt, KubeletHealthy: true}}
+			add := func(name string, renewed time.Time) {
+				renew := metav1.NewMicroTime(renewed)
+				renewals.Seen(name, renewed, renewed)
 				objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}}},
 					&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}})
-				hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
 			}
-			for _, name := range tt.fresh {
-				hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: t0.Add(-200 * time.Millisecond), KubeletHealthy: true}
+			add("n1", t0.Add(-25*time.Second))
+			for name, state := range tt.others {
+				switch state {
+				case "fresh":
+					add(name, t0.Add(-time.Second))
+					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: t0.Add(-200 * time.Millisecond), KubeletHealthy: true}
+				case "silent":
+					add(name, t0.Add(-time.Second))
+					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
+				case "off":
+					add(name, silentAt.Add(-time.Second))
+					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
+				}
 			}
 			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
 			rec := &recorder{}

@@ -102,28 +102,30 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
 }
 
-// agentsSilent holds the fence of a node found Dead while more than half of the other agents
-// this controller has heard are silent too (late or lost: observe.SilentAgents). A Dead
-// verdict rests on the node's agent being silent (and no peer report reaching it, which comes
-// with the other agents' heartbeats); when most agents fall silent at once, the likelier cut is
-// the controller's own heartbeat channel (its Service's endpoint, a network policy, its
-// certificate), and a node whose kubelet alone died (its agent and peers would say alive) would
-// read Dead and be powered off. The storm guard does not see it: a node whose kubelet renews
-// after its agent's silence reads Healthy again. Invariants 3 and 4: nothing is fenced on that
-// verdict until the agents are heard again, and the Event says so.
+// agentsSilent holds the fence of a node found Dead while other agents are silent to the
+// controller although their nodes' kubelets still renew (observe.AgentsOfLiveNodesSilent): at
+// least two, and more than half of those it can judge by. A Dead verdict rests on the node's
+// agent being silent (and no peer report reaching it, which comes with the other agents'
+// heartbeats); when live nodes' agents fall silent together, the likelier cut is the
+// controller's own heartbeat channel (its Service's endpoint, a network policy, its
+// certificate), and a node whose kubelet alone died (its agent and peers would say alive)
+// would read Dead and be powered off. The storm guard does not see it: a node whose kubelet
+// renews after its agent's silence reads Healthy again. Invariants 3 and 4: nothing is fenced on
+// that verdict until those agents are heard again, and the Event says so. One silent agent is
+// no such sign (it may be that agent's own fault), nor is a machine that went silent on every
+// path (off, or cut off: the storm guard's case).
 func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, obs detectors.Observation, now time.Time) (ctrl.Result, bool) {
 	if obs.Verdict != detectors.Dead {
 		return ctrl.Result{}, false
 	}
-	heard := r.Observer.HeardAgents(node.Name)
-	silent := r.Observer.SilentAgents(node.Name, now)
-	if heard == 0 || 2*len(silent) <= heard {
+	silent, judged := r.Observer.AgentsOfLiveNodesSilent(node.Name, now)
+	if len(silent) < 2 || 2*len(silent) <= judged {
 		return ctrl.Result{}, false
 	}
 	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonAgentsSilent, "Detect",
-		"not fencing node %s (%s): %d of the %d other agents this controller has heard are silent too (%s), so its heartbeat channel is the likelier cut (the heartbeat Service's endpoint on the leader's pod, a network policy, its certificate), and the node's agent and peers may see it alive; it is fenced once most agents are heard again",
-		node.Name, obs.Reason, len(silent), heard, firstFew(silent))
-	r.repeated(ctx, node.Name, "most agents silent: not fencing", "silent", len(silent), "heard", heard)
+		"not fencing node %s (%s): the agents of %d of %d other nodes are silent to the controller while their kubelets still renew their Leases (%s), so its heartbeat channel is the likelier cut (the heartbeat Service's endpoint on the leader's pod, a network policy, its certificate), and the node's agent and peers may see it alive; it is fenced once most of those agents are heard again",
+		node.Name, obs.Reason, len(silent), judged, firstFew(silent))
+	r.repeated(ctx, node.Name, "agents of live nodes silent: not fencing", "silent", len(silent), "judged", judged)
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
 }
 

@@ -104,6 +104,18 @@ func (r *Renewals) Last(node string) (*coordinationv1.Lease, bool) {
 	return l, true
 }
 
+// SeenAt is when the controller first saw node's latest renewal, on its own clock; false when
+// it saw none.
+func (r *Renewals) SeenAt(node string) (time.Time, bool) {
+	if r == nil {
+		return time.Time{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.seen[node]
+	return rec.seenAt, ok
+}
+
 // Forget drops a deleted node.
 func (r *Renewals) Forget(node string) {
 	if r == nil {

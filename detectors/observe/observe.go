@@ -158,19 +158,34 @@ func (o Observer) SilentAgents(node string, now time.Time) []string {
 	return out
 }
 
-// HeardAgents counts the nodes other than node whose agent the controller has heard since it
-// began to listen (the ones SilentAgents may name). Zero without agents.
-func (o Observer) HeardAgents(node string) int {
+// AgentsOfLiveNodesSilent tells whether the controller's heartbeat channel, rather than the
+// agents, looks silent, judged by the nodes other than node whose agent it has heard since it
+// began to listen: silent names, sorted, those whose agent is silent now (SilentAgents' rule)
+// while their kubelet renewed its Lease after that agent's next heartbeat was due (alive to the
+// API server, silent to the controller); judged counts those it can judge by, every one but
+// the silent whose kubelet renewed nothing since (a machine off, or cut off altogether: its
+// silence says nothing of the channel).
+func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time) (silent []string, judged int) {
 	if o.Heartbeats == nil {
-		return 0
+		return nil, 0
 	}
-	n := 0
-	o.Heartbeats.EachReceived(func(other string, received time.Time, _ time.Duration) {
-		if other != node && !received.IsZero() {
-			n++
+	late := classify.Config{}
+	o.Heartbeats.EachReceived(func(other string, received time.Time, interval time.Duration) {
+		if other == node || received.IsZero() {
+			return
+		}
+		due := received.Add(late.LateAfter(interval))
+		if !now.After(due) {
+			judged++
+			return
+		}
+		if seen, ok := o.Renewals.SeenAt(other); ok && seen.After(due) {
+			judged++
+			silent = append(silent, other)
 		}
 	})
-	return n
+	slices.Sort(silent)
+	return silent, judged
 }
 
 // SelfFenceWithin is what the node's agent said in its latest heartbeat of fencing itself: how
