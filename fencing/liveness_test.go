@@ -330,6 +330,9 @@ func TestFailureSaysWhatWasReleased(t *testing.T) {
 			"no pod force-deleted or attachment released is on record, but this fence took DeletePods before"},
 		{0, 0, false, []v1alpha1.Step{taken(v1alpha1.StepDeletePods, v1alpha1.StepSucceeded, 1), taken(v1alpha1.StepDetachVolumes, v1alpha1.StepSucceeded, 1), taken(v1alpha1.StepReleaseAttachments, v1alpha1.StepFailed, 3)},
 			"no pod force-deleted or attachment released is on record, but this fence took DeletePods, DetachVolumes and ReleaseAttachments before"},
+		// With the taint on too: both said.
+		{0, 0, true, []v1alpha1.Step{taken(v1alpha1.StepDeletePods, v1alpha1.StepSucceeded, 1), taken(v1alpha1.StepReleaseAttachments, v1alpha1.StepFailed, 1)},
+			"no pod force-deleted or attachment released is on record, but this fence took DeletePods before the node showed life after its fence was confirmed, and the node carried the out-of-service taint from 2026-11-22T10:00:05Z"},
 		// Stopped by the sign of life at its first attempt, which looks before it acts: nothing.
 		{0, 0, false, []v1alpha1.Step{taken(v1alpha1.StepDeletePods, v1alpha1.StepFailed, 1)}, "nothing was released"},
 	} {

@@ -93,9 +93,13 @@ func setCondition(nf *v1alpha1.NodeFence, typ string, status metav1.ConditionSta
 func releasedBeforeFailure(nf *v1alpha1.NodeFence) string {
 	if !nf.Status.ReleasedAny() {
 		if taken := nf.Status.ReleaseStepsTaken(); len(taken) > 0 {
-			return fmt.Sprintf("no pod force-deleted or attachment released is on record, but this fence took %s before the node showed life after its fence was confirmed, "+
-				"and a controller that stopped between a step's action and its record leaves no count: pods may have been force-deleted and volumes released, so a replacement may run beside the original; check node %s at once",
-				stepNames(taken), nf.Spec.NodeName)
+			tainted := ""
+			if since, ok := taintedSinceConfirmation(nf); ok {
+				tainted = fmt.Sprintf(", and the node carried the out-of-service taint from %s (Kubernetes force-deletes and detaches while it is on)", since.UTC().Format(time.RFC3339))
+			}
+			return fmt.Sprintf("no pod force-deleted or attachment released is on record, but this fence took %s before the node showed life after its fence was confirmed%s; "+
+				"a controller that stopped between a step's action and its record leaves no count: pods may have been force-deleted and volumes released, so a replacement may run beside the original; check node %s at once",
+				stepNames(taken), tainted, nf.Spec.NodeName)
 		}
 		if since, tainted := taintedSinceConfirmation(nf); tainted {
 			// The taint alone releases: Kubernetes force-deletes the node's pods (PodGC) and

@@ -158,7 +158,7 @@ func TestFenceVerdictOfEndedFences(t *testing.T) {
 	// A DeletePods taken at a second attempt before the sign of life stopped it may have acted,
 	// its count lost with the controller that took the first; one stopped at its first did not.
 	failed.Status.Steps = []v1alpha1.Step{{Name: v1alpha1.StepDeletePods, State: v1alpha1.StepFailed, Reason: v1alpha1.ReasonNodeAliveAfterFence, Attempts: 2}}
-	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "after it took [DeletePods], which may have force-deleted pods") || strings.Contains(got, "released nothing") {
+	if got := fenceVerdict("n1", failed, now); !strings.Contains(got, "after it took DeletePods, which may have force-deleted pods") || strings.Contains(got, "released nothing") {
 		t.Errorf("a failed fence whose DeletePods may have acted: %q", got)
 	}
 	failed.Status.Steps[0].Attempts = 1

@@ -70,9 +70,13 @@ func fenceVerdict(name string, nf *v1alpha1.NodeFence, now time.Time) string {
 				name, why, nf.Status.PodsDeleted, nf.Status.AttachmentsReleased, forced)
 		}
 		if taken := nf.Status.ReleaseStepsTaken(); len(taken) > 0 {
-			return fmt.Sprintf("%s is not fenced: its fence failed (%s) after it took %v, which may have force-deleted pods and released attachments although none is on record "+
+			steps := make([]string, len(taken))
+			for i, st := range taken {
+				steps[i] = string(st)
+			}
+			return fmt.Sprintf("%s is not fenced: its fence failed (%s) after it took %s, which may have force-deleted pods and released attachments although none is on record "+
 				"(the node showed life between release steps; a controller that stopped between a step's action and its record leaves no count): look at the node at once, a replacement may run beside the original",
-				name, why, taken)
+				name, why, strings.Join(steps, ", "))
 		}
 		return fmt.Sprintf("%s is not fenced: its fence failed (%s) and released nothing; delete the NodeFence to try again once the cause is fixed", name, why)
 	}
