@@ -258,7 +258,7 @@ func untaintedAfterRelease(nf *v1alpha1.NodeFence) (why string, keep bool) {
 		// attempt did nothing; at a later attempt, its earlier ones may have. A step resumed by
 		// a controller that did not begin it counts one attempt more (takeAndRecord): the one
 		// that began it may have acted and died unrecorded.
-		acted := !(disproved(s) && s.Attempts <= 1)
+		acted := s.MayHaveActed()
 		switch {
 		case disproved(s) && (released || (releaseStep(s.Name) && acted)):
 			released, tainted = true, false

@@ -47,10 +47,17 @@ func (s *NodeFenceStatus) ReleaseStepsTaken() []StepName {
 	for _, st := range s.Steps {
 		switch {
 		case st.Name != StepDeletePods && st.Name != StepReleaseAttachments && st.Name != StepDetachVolumes:
-		case st.State == StepFailed && Disproving(st.Reason) && st.Attempts <= 1:
+		case !st.MayHaveActed():
 		case !slices.Contains(taken, st.Name):
 			taken = append(taken, st.Name)
 		}
 	}
 	return taken
+}
+
+// MayHaveActed says whether a release step may have acted: all but one stopped by a sign of
+// life at its first attempt, which did nothing (a step looks before it acts, and one resumed by
+// a controller that did not begin it counts an attempt more).
+func (st Step) MayHaveActed() bool {
+	return !(st.State == StepFailed && Disproving(st.Reason) && st.Attempts <= 1)
 }
