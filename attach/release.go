@@ -76,10 +76,11 @@ type Releaser struct {
 // refuses it), and only after force, given the attachments about to be freed ("attachment
 // (volume)", as Result.Forced names them), returned nil: the caller records them first, so that
 // a caller killed between the removal and its record of it leaves a record that says so rather
-// than nothing (an error from force frees none). A node that runs (its workload stopped by the Executor) still has the volumes
-// mounted, and its kernel may still write the killed processes' dirty pages: skipping the
-// attacher's ControllerUnpublishVolume would let the replacement's node mount a volume that
-// node still writes, so its attachments wait for the attacher, however long.
+// than nothing (an error from force frees none). A node that runs (its workload stopped by the
+// Executor) still has the volumes mounted, and its kernel may still write the killed processes'
+// dirty pages: skipping the attacher's ControllerUnpublishVolume would let the replacement's
+// node mount a volume that node still writes, so its attachments wait for the attacher,
+// however long.
 //
 // An attachment whose volume a pod still on the node uses is not deleted, as Kubernetes'
 // attach-detach controller keeps a volume attached while a pod on its node uses it: deleting it
@@ -109,21 +110,20 @@ func (r *Releaser) Release(ctx context.Context, node string, force func(freeing 
 		}
 		return err
 	})
-	if err != nil || len(stuck) == 0 {
+	if err == nil && len(stuck) > 0 {
+		freeing := make([]string, len(stuck))
+		for i, va := range stuck {
+			freeing[i] = named(va)
+		}
+		if err = force(freeing); err != nil {
+			err = fmt.Errorf("recording the attachments about to be freed from their attacher: %w", err)
+		}
+	}
+	if err != nil || len(stuck) == 0 { // none is freed
 		for _, va := range stuck {
 			res.Remaining = append(res.Remaining, va.Name)
 		}
 		return res, err
-	}
-	freeing := make([]string, len(stuck))
-	for i, va := range stuck {
-		freeing[i] = named(va)
-	}
-	if ferr := force(freeing); ferr != nil {
-		for _, va := range stuck {
-			res.Remaining = append(res.Remaining, va.Name)
-		}
-		return res, fmt.Errorf("recording the attachments about to be freed from their attacher: %w", ferr)
 	}
 	var errs []error
 	for _, va := range stuck {
