@@ -433,10 +433,7 @@ func TestStormGuardCountsAStormBeforeItsFirstDead(t *testing.T) {
 			renewals := lease.NewRenewals()
 			objs := []client.Object{poolPolicy(ipmiMethod)}
 			for name, at := range renewed {
-				renew := metav1.NewMicroTime(at)
-				renewals.Seen(name, at, at)
-				objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}}},
-					&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}})
+				objs = append(objs, nodeRenewed(renewals, name, at)...)
 			}
 			hbs := heartbeats{
 				"n1": {Node: "n1", Interval: time.Second, Received: silentAt, KubeletHealthy: true},
@@ -444,17 +441,34 @@ func TestStormGuardCountsAStormBeforeItsFirstDead(t *testing.T) {
 				"n3": {Node: "n3", Interval: time.Second, Received: t0.Add(-200 * time.Millisecond), KubeletHealthy: true,
 					Peers: []agentwire.PeerReport{{Node: "n1", At: t0.Add(-time.Second)}, {Node: "n2", At: t0.Add(-time.Second)}}},
 			}
-			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
-			rec := &recorder{}
-			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs, Renewals: renewals}, Now: func() time.Time { return t0 }}
-			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
-				t.Fatal(err)
-			}
-			checkFence(t, c, tt.want, "Dead: dead: agent heartbeat lost")
-			if diff := cmp.Diff(tt.events, rec.recorded()); diff != "" {
-				t.Errorf("events (-want +got):\n%s", diff)
-			}
+			detectN1(t, objs, hbs, renewals, tt.want, "Dead: dead: agent heartbeat lost", tt.events)
 		})
+	}
+}
+
+// nodeRenewed is Node name, of pool a, and its Lease renewed at renewed, a renewal renewals saw
+// then.
+func nodeRenewed(renewals *lease.Renewals, name string, renewed time.Time) []client.Object {
+	renew := metav1.NewMicroTime(renewed)
+	renewals.Seen(name, renewed, renewed)
+	return []client.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}}
+}
+
+// detectN1 reconciles node n1 at t0 among objs, with the agents' heartbeats hbs and the
+// renewals seen, and checks n1's NodeFence (want, nil for none, its Reason beginning with
+// reason) and the events recorded.
+func detectN1(t *testing.T, objs []client.Object, hbs heartbeats, renewals *lease.Renewals, want *v1alpha1.NodeFenceSpec, reason string, events []eventSeen) {
+	t.Helper()
+	c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
+	rec := &recorder{}
+	r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs, Renewals: renewals}, Now: func() time.Time { return t0 }}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	checkFence(t, c, want, reason)
+	if diff := cmp.Diff(events, rec.recorded()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
 
@@ -484,12 +498,7 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 			// The storm guard lets every node through: machines off are its case, not this hold's.
 			objs := []client.Object{withGuard(poolPolicy(ipmiMethod), "100%")}
 			hbs := heartbeats{"n1": {Node: "n1", Interval: time.Second, Received: silentAt, KubeletHealthy: true}}
-			add := func(name string, renewed time.Time) {
-				renew := metav1.NewMicroTime(renewed)
-				renewals.Seen(name, renewed, renewed)
-				objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}}},
-					&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}})
-			}
+			add := func(name string, renewed time.Time) { objs = append(objs, nodeRenewed(renewals, name, renewed)...) }
 			add("n1", t0.Add(-25*time.Second))
 			for name, state := range tt.others {
 				switch state {
@@ -504,16 +513,7 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
 				}
 			}
-			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
-			rec := &recorder{}
-			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs, Renewals: renewals}, Now: func() time.Time { return t0 }}
-			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
-				t.Fatal(err)
-			}
-			checkFence(t, c, tt.want, "Dead: ")
-			if diff := cmp.Diff(tt.events, rec.recorded()); diff != "" {
-				t.Errorf("events (-want +got):\n%s", diff)
-			}
+			detectN1(t, objs, hbs, renewals, tt.want, "Dead: ", tt.events)
 		})
 	}
 }
