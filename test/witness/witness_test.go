@@ -29,7 +29,7 @@ func TestWitnessClientsAndTheOneCopyCheck(t *testing.T) {
 		overlap bool
 	}{{"one after the other", false}, {"both at once", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			url, store := serve(t)
+			url, store, quiet := serve(t)
 			a := startClient(t, bin, url, "uid-a")
 			time.Sleep(time.Second)
 			if !tc.overlap {
@@ -41,6 +41,9 @@ func TestWitnessClientsAndTheOneCopyCheck(t *testing.T) {
 			if tc.overlap {
 				stopClient(t, a)
 			}
+			// A write a client sent just before its exit may still be in the store's
+			// handler: the history is read once the server has finished every request.
+			quiet()
 			if err := store.Flush(); err != nil {
 				t.Fatal(err)
 			}
@@ -90,8 +93,9 @@ func checkIndexes(t *testing.T, store *witness.Store, h []witness.Record) {
 	}
 }
 
-// serve runs a store on loopback and returns its URL.
-func serve(t *testing.T) (string, *witness.Store) {
+// serve runs a store on loopback and returns its URL, and a function that stops the server
+// once every request in flight has been answered.
+func serve(t *testing.T) (string, *witness.Store, func()) {
 	t.Helper()
 	store, err := witness.NewStore(filepath.Join(t.TempDir(), "history.jsonl"))
 	if err != nil {
@@ -103,11 +107,16 @@ func serve(t *testing.T) (string, *witness.Store) {
 	}
 	srv := &http.Server{Handler: store.Handler(), ReadHeaderTimeout: time.Second}
 	go func() { _ = srv.Serve(ln) }()
+	quiet := func() {
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Errorf("stopping the store's server: %v", err)
+		}
+	}
 	t.Cleanup(func() {
 		_ = srv.Shutdown(context.Background())
 		_ = store.Close()
 	})
-	return "http://" + ln.Addr().String(), store
+	return "http://" + ln.Addr().String(), store, quiet
 }
 
 func startClient(t *testing.T, bin, url, uid string) *exec.Cmd {
