@@ -98,7 +98,7 @@ func (r *NodeReconciler) sawLease(o client.Object) bool {
 		return false
 	}
 	if l.Spec.RenewTime != nil {
-		r.Observer.Renewals.Seen(l.Name, l.Spec.RenewTime.Time, r.now())
+		r.Observer.SawLease(l, r.now())
 	}
 	return true
 }

@@ -122,6 +122,13 @@ func TestLeaseEventsWakeOnlyWhatMayChange(t *testing.T) {
 	if seen := r.Observer.Renewals.Seen("n1", next.Spec.RenewTime.Time, t0.Add(time.Minute)); !seen.Equal(now) {
 		t.Errorf("the renewal is on record as seen at %s, want %s (its event)", seen, now)
 	}
+	// And how late it came: the next renewal's event 13 s after, for a Lease renewed every
+	// 10 s, is 3 s late, whatever the look at the node does later.
+	now = now.Add(13 * time.Second)
+	h.Update(ctx, event.UpdateEvent{ObjectOld: next, ObjectNew: renewed(l0, 30*time.Second, nil)}, q)
+	if got, want := r.Observer.Renewals.Lateness("n1", now), 3*time.Second; got != want {
+		t.Errorf("the renewals' lateness on record = %s, want %s", got, want)
+	}
 }
 
 // Only a reconcile that judges the node not failed (Healthy, or late: Suspect) lets its

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -530,5 +531,52 @@ func TestLongNodeNameFenceIsValid(t *testing.T) {
 		if _, labelled := nf.Labels[v1alpha1.LabelNode]; labelled != (len(name) <= 63) {
 			t.Errorf("node %q (%d characters): label %s present %v", name, len(name), v1alpha1.LabelNode, labelled)
 		}
+	}
+}
+
+// A node cut off from the controller and its peers whose kubelet still renews, as late as
+// every node's renewals come on a loaded API server, is not fenced: its renewal counts as
+// missed only twice as late as renewals have come lately. On a cluster whose renewals come on
+// time, the same silence is a Dead node, fenced.
+func TestFastDeadFollowsRenewalLateness(t *testing.T) {
+	silentAt := t0.Add(-5 * time.Second) // n1's agent's last heartbeat; lost after 3 s
+	for _, tt := range []struct {
+		name string
+		gap  time.Duration // how far apart the other nodes' renewals were seen
+		want *v1alpha1.NodeFenceSpec
+	}{
+		{"renewals 3s late on every node: n1's, 3.05s late, not missed", 13 * time.Second, nil},
+		{"renewals on time: n1's missed", 10300 * time.Millisecond,
+			&v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead", Methods: []v1alpha1.Method{ipmiMethod}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			renewals := lease.NewRenewals()
+			o := observe.Observer{Renewals: renewals}
+			objs := []client.Object{withGuard(poolPolicy(ipmiMethod), "100%")}
+			hbs := heartbeats{"n1": {Node: "n1", Interval: time.Second, Received: silentAt, KubeletHealthy: true}}
+			// renew has the watch deliver node's renewals, gap apart, the last at last.
+			renew := func(name string, gap time.Duration, last time.Time) {
+				var l *coordinationv1.Lease
+				for i := 4; i >= 0; i-- {
+					at := last.Add(-time.Duration(i) * gap)
+					objs := nodeRenewed(nil, name, at)
+					l = objs[1].(*coordinationv1.Lease)
+					l.Spec.LeaseDurationSeconds = ptr.To[int32](40)
+					o.SawLease(l, at)
+				}
+				objs = append(objs, nodeRenewed(nil, name, last)[0], l)
+			}
+			renew("n1", 10300*time.Millisecond, t0.Add(-13050*time.Millisecond))
+			for _, name := range []string{"n2", "n3", "n4"} {
+				renew(name, tt.gap, t0.Add(-time.Second))
+				hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: t0.Add(-200 * time.Millisecond), KubeletHealthy: true,
+					Peers: []agentwire.PeerReport{{Node: "n1", At: t0.Add(-time.Second)}}}
+			}
+			var events []eventSeen
+			if tt.want != nil {
+				events = created("n1")
+			}
+			detectN1(t, objs, hbs, renewals, tt.want, "Dead: dead: agent heartbeat lost", events)
+		})
 	}
 }

@@ -16,8 +16,13 @@ const (
 	// DefaultPeerStaleness is how old a peer report may be before it is ignored.
 	DefaultPeerStaleness = 10 * time.Second
 	// RenewalMargin is how late past its interval a Lease renewal may be seen before it counts
-	// as missed: the kubelet's jitter (up to 4 %) and the watch's delivery.
+	// as missed, at the least: the kubelet's jitter (up to 4 %) and the watch's delivery.
 	RenewalMargin = time.Second
+	// LatenessFactor is how many times the lateness the controller has seen renewals come
+	// with lately (Signals.LeaseRenewalLateness) a renewal may be late before it counts as
+	// missed, when that is more than RenewalMargin: on a loaded API server renewals come
+	// seconds late, and a node still renewing must not read Dead for it.
+	LatenessFactor = 2
 )
 
 // Agent is what the controller knows of a node's agent from its direct heartbeats.
@@ -72,6 +77,17 @@ type Signals struct {
 	// not renew either gets a whole renewal interval from then before its renewal counts as
 	// missed: the renewal last seen before the blindness says nothing of the time since.
 	LeaseSeeingSince time.Time
+	// LeaseRenewalLateness is how late past their interval the controller has seen renewals
+	// come lately, this node's and the cluster's (lease.Renewals.Lateness): the renewal is
+	// counted missed only LatenessFactor times that late, RenewalMargin at the least.
+	LeaseRenewalLateness time.Duration
+}
+
+// RenewalMarginFor is how late past its interval a renewal may be seen before it counts as
+// missed, when renewals have come lateness late lately: LatenessFactor times that, and
+// RenewalMargin at the least.
+func RenewalMarginFor(lateness time.Duration) time.Duration {
+	return max(RenewalMargin, LatenessFactor*lateness)
 }
 
 // Config holds the thresholds. The zero value means the defaults.
@@ -121,20 +137,22 @@ func (c Config) withDefaults() Config {
 //   - before the Lease expires: Dead when every path is silent — the agent lost, no fresh peer
 //     report reaching the node and at least MinPeerReports peers failing to reach it since the
 //     agent's last heartbeat, no Lease renewal seen after the agent's next heartbeat was due,
-//     and the kubelet's next renewal missed: none seen RenewalMargin past its interval after the
-//     last. A renewal seen after the silence keeps the Lease's verdict: the kubelet still
+//     and the kubelet's next renewal missed: none seen RenewalMarginFor(the lateness renewals
+//     came with lately) past its interval after the last. A renewal seen after the silence keeps the Lease's verdict: the kubelet still
 //     reaches the API server, the signals disagree, so no blind power-off (invariant 4). Until
 //     the next renewal is due the Lease has not spoken yet: a node whose agent died and whose
 //     peers are cut from it may well be renewing on time, so it is not Dead either. While the
 //     agent is lost and the node not Dead, Deadline is at most one heartbeat interval away, so
 //     that the caller looks again as peer reports and the renewal's due time arrive.
 //
-// So the Dead before the Lease's expiry comes one renewal interval plus RenewalMargin after the
-// last renewal the controller saw (11 s by default, against the Lease's 40 s), and never to a
-// node whose kubelet renews on time. Its price: a node cut off from the controller and from
-// every peer, whose kubelet's renewal is late past the margin while it still reaches the API
-// server, counts as Dead and is fenced by a confirmed power-off: never unsafe, but a fence of a
-// node that one path still reached late.
+// So the Dead before the Lease's expiry comes one renewal interval plus the margin after the
+// last renewal the controller saw (11 s by default on a quiet cluster, against the Lease's
+// 40 s), and never to a node whose kubelet renews on time. The margin grows with the lateness
+// renewals came with lately (a loaded API server, a slow path to it), so that a renewal as late
+// as they are is not taken for a missed one. Its price: a node cut off from the controller and
+// from every peer, whose kubelet's renewal is later than twice that while it still reaches the
+// API server, counts as Dead and is fenced by a confirmed power-off: never unsafe, but a fence
+// of a node that one path still reached late.
 func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 	cfg = cfg.withDefaults()
 	lease := s.Lease
@@ -172,7 +190,11 @@ func Classify(s Signals, cfg Config, now time.Time) detectors.Observation {
 			from = s.LeaseSeeingSince
 			since = fmt.Sprintf(", counted from %s when the controller could see renewals again", s.LeaseSeeingSince.UTC().Format(time.RFC3339))
 		}
-		renewalDue := from.Add(every + RenewalMargin)
+		margin := RenewalMarginFor(s.LeaseRenewalLateness)
+		if margin > RenewalMargin {
+			since += fmt.Sprintf(", allowed %s late as renewals came up to %s late lately", margin.Round(time.Millisecond), s.LeaseRenewalLateness.Round(time.Millisecond))
+		}
+		renewalDue := from.Add(every + margin)
 		silentPeers := !peers.alive() && peers.failedSince >= cfg.MinPeerReports
 		switch {
 		case silentLease && silentPeers && !now.Before(renewalDue):

@@ -237,3 +237,35 @@ func TestFastDead(t *testing.T) {
 		})
 	}
 }
+
+// TestFastDeadWaitsAsLateAsRenewalsCome: the renewal counts as missed only twice as late as
+// renewals have come lately (a loaded API server, a slow path), and RenewalMargin late at the
+// least: a node whose kubelet still renews, as late as the others, does not read Dead.
+func TestFastDeadWaitsAsLateAsRenewalsCome(t *testing.T) {
+	lost := agentAged(4*time.Second, true)
+	n2Fails := []PeerReport{peer("n2", false, time.Second)}
+	for _, tt := range []struct {
+		name                 string
+		lateness, renewedAgo time.Duration
+		want                 detectors.Verdict
+		reason               string
+	}{
+		{"renewals 3s late: a renewal 3s late is not missed", 3 * time.Second, 13 * time.Second, detectors.Suspect,
+			"not due until 2026-11-22T10:00:03Z (renewed every 10s, allowed 6s late as renewals came up to 3s late lately)"},
+		{"renewals 3s late: one 6s late is", 3 * time.Second, 16 * time.Second, detectors.Dead,
+			"none seen for 16s, renewed every 10s, allowed 6s late as renewals came up to 3s late lately; Lease not yet expired"},
+		{"renewals 0.6s late: 1.2s allowed", 600 * time.Millisecond, 11 * time.Second, detectors.Suspect, "allowed 1.2s late"},
+		{"renewals on time (the jitter): the margin", 400 * time.Millisecond, 11 * time.Second, detectors.Dead, "renewed every 10s; Lease not yet expired"},
+		{"no lateness known: the margin", 0, 11 * time.Second, detectors.Dead, "renewed every 10s; Lease not yet expired"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Classify(Signals{Node: "n1", Lease: freshLease, Agent: lost, Peers: n2Fails, LeaseRenewalSeen: now.Add(-tt.renewedAgo), LeaseRenewalLateness: tt.lateness}, Config{}, now)
+			if got.Verdict != tt.want || !strings.Contains(got.Reason, tt.reason) {
+				t.Fatalf("got %s %q, want %s with %q", got.Verdict, got.Reason, tt.want, tt.reason)
+			}
+		})
+	}
+	if got, want := RenewalMarginFor(5*time.Second), 10*time.Second; got != want {
+		t.Errorf("RenewalMarginFor(5s) = %s, want %s", got, want)
+	}
+}

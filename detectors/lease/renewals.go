@@ -15,8 +15,9 @@ import (
 // order a renewal against an agent's last heartbeat. Safe for concurrent use; the zero value
 // and nil are ready to use (nil remembers nothing).
 type Renewals struct {
-	mu   sync.Mutex
-	seen map[string]renewal
+	mu      sync.Mutex
+	seen    map[string]renewal
+	cluster clusterLateness
 }
 
 type renewal struct {
@@ -28,6 +29,8 @@ type renewal struct {
 	// kept by value, so that recording it on every look allocates nothing.
 	duration    int32
 	hasDuration bool
+	// late is the node's own renewals' lateness (lateness.go), kept across renewals.
+	late ownLateness
 }
 
 // NewRenewals returns an empty Renewals.
@@ -51,33 +54,46 @@ func (r *Renewals) SeenChange(node string, renewTime, now time.Time) (time.Time,
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	rec, _, _ := r.see(node, renewTime, now)
+	return rec.seenAt, rec.changed
+}
+
+// see records renewTime as seen at now, under r.mu; it returns node's record, the one it
+// replaced, and whether it replaced one (a new renewal replacing an earlier one on record).
+func (r *Renewals) see(node string, renewTime, now time.Time) (rec, prev renewal, replaced bool) {
 	if r.seen == nil {
 		r.seen = map[string]renewal{}
 	}
 	cur, ok := r.seen[node]
 	if ok && cur.renewTime.Equal(renewTime) {
-		return cur.seenAt, cur.changed
+		return cur, cur, false
 	}
-	r.seen[node] = renewal{renewTime: renewTime, seenAt: now, changed: ok, duration: cur.duration, hasDuration: cur.hasDuration}
-	return now, ok
+	rec = renewal{renewTime: renewTime, seenAt: now, changed: ok, duration: cur.duration, hasDuration: cur.hasDuration, late: cur.late}
+	r.seen[node] = rec
+	return rec, cur, ok
 }
 
 // SeenLease is SeenChange for node's Lease l (which carries a renewTime), remembering its
-// leaseDurationSeconds as well, for Last.
-func (r *Renewals) SeenLease(node string, l *coordinationv1.Lease, now time.Time) (time.Time, bool) {
-	seen, changed := r.SeenChange(node, l.Spec.RenewTime.Time, now)
-	if r == nil || seen.IsZero() {
-		return seen, changed
+// leaseDurationSeconds as well, for Last; and, for a renewal that replaces one seen replacing
+// another since seeing (since when the controller could see renewals; zero: always), how late
+// it came (Lateness).
+func (r *Renewals) SeenLease(node string, l *coordinationv1.Lease, now, seeing time.Time) (time.Time, bool) {
+	if r == nil || l.Spec.RenewTime == nil || l.Spec.RenewTime.IsZero() {
+		return time.Time{}, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rec := r.seen[node]
+	rec, prev, replaced := r.see(node, l.Spec.RenewTime.Time, now)
 	rec.duration, rec.hasDuration = 0, l.Spec.LeaseDurationSeconds != nil
 	if rec.hasDuration {
 		rec.duration = *l.Spec.LeaseDurationSeconds
 	}
+	if replaced {
+		interval := RenewInterval(l) // a quarter of the Lease's duration
+		r.noteLateness(&rec, prev, now, seeing, interval, 4*interval)
+	}
 	r.seen[node] = rec
-	return seen, changed
+	return rec.seenAt, rec.changed
 }
 
 // Last is node's Lease as the controller last saw it renewed (its renewTime and duration), to

@@ -255,7 +255,7 @@ func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseT
 		}
 	}
 	if l != nil && l.Spec.RenewTime != nil {
-		renewalSeen, changed = o.Renewals.SeenLease(node.Name, l, now)
+		renewalSeen, changed = o.Renewals.SeenLease(node.Name, l, now, seeing)
 	}
 	obs := lease.ObserveSeenSince(node, l, renewalSeen, leaseTimeout, now, seeing, cause)
 	if gone {
@@ -277,8 +277,16 @@ func (o Observer) observeWith(node *corev1.Node, l *coordinationv1.Lease, leaseT
 	for i := range peers { // this look's own copies (sightings, Signals)
 		peers[i].Interval = classify.JudgedInterval(peers[i].From, peers[i].Interval, o.IntervalFor)
 	}
-	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agent, Peers: peers, LeaseRenewalSeen: renewalSeen, LeaseRenewInterval: lease.RenewInterval(l), LeaseSeeingSince: seeing},
+	return classify.Classify(classify.Signals{Node: node.Name, Lease: obs, Agent: agent, Peers: peers, LeaseRenewalSeen: renewalSeen, LeaseRenewInterval: lease.RenewInterval(l), LeaseSeeingSince: seeing,
+		LeaseRenewalLateness: o.Renewals.Lateness(node.Name, now)},
 		classify.Config{HeartbeatsSince: laterOf(o.Since, seeing)}, now)
+}
+
+// SawLease records the renewal a node's Lease l carries, delivered by the watch at now, as seen
+// then, and how late it came (lease.Renewals.Lateness).
+func (o Observer) SawLease(l *coordinationv1.Lease, now time.Time) {
+	seeing, _ := o.seeing()
+	o.Renewals.SeenLease(l.Name, l, now, seeing)
 }
 
 // seeing is since when the controller could see renewals, and why then (zero: always).
