@@ -215,6 +215,9 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 		return observe.Observer{}, nil, fmt.Errorf("adding the sight tracker: %w", err)
 	}
 	obs := observe.Observer{Reader: mgr.GetClient(), Renewals: lease.NewRenewals(), Sight: tracker}
+	if err := registerLatenessMetric(crmetrics.Registry, obs.Renewals); err != nil {
+		return obs, nil, fmt.Errorf("registering the renewal lateness metric: %w", err)
+	}
 	if o.Agents.Addr == "" {
 		return obs, nil, nil
 	}
