@@ -548,6 +548,13 @@ func (st *striker) apply(ctx context.Context, f Fault) func() error {
 			}
 			return errors.Join(errs...)
 		}
+	case HeartbeatCut:
+		cut, err := st.sc.CutHeartbeats()
+		st.check(err)
+		if !cut || err != nil {
+			return nil // vanilla: no agents
+		}
+		return st.sc.UncutHeartbeats
 	case ControllerAPICut:
 		if st.ctrls == nil {
 			return nil // vanilla: no controller to cut

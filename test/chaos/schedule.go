@@ -51,6 +51,10 @@ const (
 	// DaemonSet's rollout stuck), which disarms a petted watchdog; healing starts it again.
 	// Regressions only.
 	AgentStop Kind = "agent-stop"
+	// HeartbeatCut drops every machine's traffic to the controllers' heartbeat server (its
+	// relay), and nothing else: the agents and the peer reports they carry fall silent to the
+	// controller while the kubelets renew and the machines reach each other. Regressions only.
+	HeartbeatCut Kind = "heartbeat-cut"
 )
 
 // Kinds is every kind, in a fixed order (the draw depends on it).
@@ -254,6 +258,22 @@ var Regressions = []Schedule{{
 		{Kind: AgentKill, Machine: 2, At: 8 * time.Second},
 	},
 	Fenced: map[int]string{2: "self-fence"},
+}, {
+	// The controller's heartbeat channel cut (every agent silent to it, the kubelets renewing,
+	// the machines reaching each other) while machine-2's kubelet alone is dead: its Lease
+	// expires, and with its agent and the peers' reports silent it reads Dead, though its
+	// agent runs and its peers reach it. Powering it off then would be a blind power-off of a
+	// node whose kubelet alone died (invariants 3 and 4). The Dead is held (AgentsSilent: the
+	// agents of the two live nodes are silent too) until the channel heals 35 s later; then
+	// the agent reports its kubelet down, and the Executor stops its pods (KubeletDown).
+	// Found by review, not by a seed (no seeded fault cuts the channel alone); without the
+	// hold, the run ends with machine-2 powered off by IPMI (measured 2026-12-01).
+	Name: "heartbeat-channel-cut-kubelet-down",
+	Faults: []Fault{
+		{Kind: KubeletKill, Machine: 2, At: 5 * time.Second},
+		{Kind: HeartbeatCut, At: 5 * time.Second, For: 35 * time.Second},
+	},
+	Fenced: map[int]string{2: "executor"},
 }, {
 	// The leader stands still (SIGSTOP) for 10 s once the power-loss fence's Taint step, the
 	// first release step, has started (the harness polls every 100 ms: the step may have ended

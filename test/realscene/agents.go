@@ -2,6 +2,7 @@ package realscene
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"palisade.dev/palisade/test/agentapi"
 	"palisade.dev/palisade/test/testbed/gobin"
 	"palisade.dev/palisade/test/testbed/machine"
+	"palisade.dev/palisade/test/testbed/netns"
 )
 
 // AgentDaemon is the name of the machines' palisade-agent daemon (machine.KillDaemon).
@@ -170,4 +172,33 @@ func (s *Scene) WaitAgents(t testing.TB, timeout time.Duration) {
 			t.Fatalf("the agent of %s was not heard, or did not report its peers, within %s:\n%s", m.Name(), timeout, m.LogTail(AgentDaemon, 20))
 		}
 	}
+}
+
+// CutHeartbeats drops, in every machine's namespace, the traffic to and from the controllers'
+// heartbeat relay: the agents' heartbeats (and the peer reports they carry) no longer reach the
+// controller, while the machines reach the API server and each other (a heartbeat Service
+// without endpoints, a network policy, a certificate gone wrong). False without agents.
+func (s *Scene) CutHeartbeats() (bool, error) {
+	return s.heartbeatCut(func(m *machine.Machine, ep netns.Endpoint) error { return m.Net().Cut(ep) })
+}
+
+// UncutHeartbeats takes back one CutHeartbeats, leaving the machines' other cuts.
+func (s *Scene) UncutHeartbeats() error {
+	_, err := s.heartbeatCut(func(m *machine.Machine, ep netns.Endpoint) error { return m.Net().Uncut(ep) })
+	return err
+}
+
+func (s *Scene) heartbeatCut(do func(*machine.Machine, netns.Endpoint) error) (bool, error) {
+	if s.agents == nil {
+		return false, nil
+	}
+	ep, err := netns.ParseEndpoint(s.agents.heartbeat)
+	if err != nil {
+		return false, err
+	}
+	var errs []error
+	for _, m := range s.Machines {
+		errs = append(errs, do(m, ep))
+	}
+	return true, errors.Join(errs...)
 }
