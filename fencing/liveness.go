@@ -172,8 +172,8 @@ func (r *NodeFenceReconciler) verifyFenced(ctx context.Context, nf *v1alpha1.Nod
 // nothing, and a kubelet renews within its back-off (up to 7s) once the API server is back. A
 // controller that started (or won leadership) after the confirmation cannot know whether the
 // API server was down before, and waits the same. The window is the policy's verifyWindow, or
-// one renewal interval of the node's kubelet (its Lease l, as this pass read it) plus
-// verifyMargin. It returns a note for the record whenever the controller began to see after the
+// one renewal interval of the node's kubelet (its Lease l, as this pass read it) plus the
+// renewal margin (defaultWindow). It returns a note for the record whenever the controller began to see after the
 // confirmation.
 func (r *NodeFenceReconciler) extendAfterBlindness(nf *v1alpha1.NodeFence, l *coordinationv1.Lease) string {
 	if r.Sight == nil {
@@ -183,7 +183,7 @@ func (r *NodeFenceReconciler) extendAfterBlindness(nf *v1alpha1.NodeFence, l *co
 	if !since.After(fencedAt(nf)) {
 		return ""
 	}
-	window := defaultWindow(l)
+	window := r.defaultWindow(nf.Spec.NodeName, l, r.now())
 	if w := nf.Spec.Release.VerifyWindow; w != nil {
 		window = w.Duration
 	}
@@ -195,11 +195,13 @@ func (r *NodeFenceReconciler) extendAfterBlindness(nf *v1alpha1.NodeFence, l *co
 		since.UTC().Format(time.RFC3339), r.Sight.Cause(), end.UTC().Format(time.RFC3339))
 }
 
-// defaultWindow is the watch window when the policy sets no verifyWindow: one renewal interval
-// of the node's kubelet (from its Lease l; the default when there is none) plus verifyMargin, so
-// that the next renewal of a kubelet that still renews is never missed.
-func defaultWindow(l *coordinationv1.Lease) time.Duration {
-	return lease.RenewInterval(l) + verifyMargin
+// defaultWindow is the watch window of node when the policy sets no verifyWindow: one renewal
+// interval of the node's kubelet (from its Lease l; the default when there is none) plus the
+// margin the fast Dead waits (classify.RenewalMarginFor: verifyMargin, 1 s, on a quiet
+// cluster; twice the lateness renewals came with lately on a loaded API server), so that the
+// next renewal of a kubelet that still renews is never missed, however late renewals come.
+func (r *NodeFenceReconciler) defaultWindow(node string, l *coordinationv1.Lease, now time.Time) time.Duration {
+	return lease.RenewInterval(l) + max(verifyMargin, classify.RenewalMarginFor(r.Renewals.Lateness(node, now)))
 }
 
 // watchedSpan says over which span VerifyFenced watched a stopped node for life: from the
@@ -232,7 +234,7 @@ func (r *NodeFenceReconciler) baseline(ctx context.Context, nf *v1alpha1.NodeFen
 		return nil, err
 	}
 	now := r.now()
-	window := defaultWindow(l)
+	window := r.defaultWindow(nf.Spec.NodeName, l, now)
 	lv := &v1alpha1.Liveness{}
 	var seen time.Time // when the controller first saw the Lease's renewal; zero: unknown
 	if l != nil {

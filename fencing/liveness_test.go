@@ -419,6 +419,33 @@ func TestVerifyWindowFollowsTheLastRenewal(t *testing.T) {
 			checkReleased(t, w, false)
 		}
 	})
+	t.Run("a kubelet renewing as late as every node's renewals come is caught at every phase", func(t *testing.T) {
+		// A loaded API server: every node's renewals are seen 3 s late, n1's too.
+		const lateEvery = renewEvery + 3*time.Second
+		for ago := time.Duration(0); ago <= lateEvery; ago += time.Second {
+			w := start(t, ago, true, false, "ipmi")
+			for i := range 6 {
+				at := w.now.Add(-time.Duration(6-i) * lateEvery)
+				l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: "n2"},
+					Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: at}, LeaseDurationSeconds: ptr.To[int32](40)}}
+				w.r.Renewals.SeenLease("n2", l, at, time.Time{})
+			}
+			last := w.now.Add(-ago)
+			w.tick = func(*v1alpha1.NodeFence) {
+				if !w.now.Before(last.Add(lateEvery)) {
+					w.renewLease(t)
+					w.r.Renewals.Seen("n1", w.now, w.now)
+					last = w.now
+				}
+			}
+			nf := w.run(t)
+			c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced)
+			if nf.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Reason != v1alpha1.ReasonNodeAliveAfterFence {
+				t.Errorf("last renewal %s before the fence began: phase %s, Fenced %+v; want Failed with %s\n%s", ago, nf.Status.Phase, c, v1alpha1.ReasonNodeAliveAfterFence, goldenTrace(nf))
+			}
+			checkReleased(t, w, false)
+		}
+	})
 	t.Run("a node that stopped renewing is released sooner", func(t *testing.T) {
 		w := start(t, 9*time.Second, true, false, "ipmi")
 		nf := w.run(t)

@@ -14,7 +14,8 @@ import (
 // still renewing, late, reads Dead.
 //
 // Two views are kept: each node's own last renewals (a node on a slow path), and the cluster's
-// over the last LatenessWindow (a loaded API server slows every node). A sample counts only
+// over the last LatenessWindow (a loaded API server slows every node). A sample counts at most
+// one interval (later, a renewal was missed rather than late). A sample counts only
 // between two renewals the controller saw replace one another while it could see (a renewal
 // first met on record, or one seen before a blind spell, was made at some time before), and
 // no farther apart than the Lease's duration (the Lease expired in between: an absence, which
@@ -34,7 +35,7 @@ const (
 )
 
 // latenessEdges are the upper edges of the histogram's buckets; the last bucket holds the rest.
-var latenessEdges = []time.Duration{
+var latenessEdges = [...]time.Duration{
 	100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond,
 	500 * time.Millisecond, 750 * time.Millisecond, time.Second, 1500 * time.Millisecond,
 	2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second, 7500 * time.Millisecond,
@@ -44,7 +45,7 @@ var latenessEdges = []time.Duration{
 // latenessSlot counts the samples of one slot of the window.
 type latenessSlot struct {
 	start   time.Time
-	buckets [18]int32 // len(latenessEdges)+1
+	buckets [len(latenessEdges) + 1]int32
 	most    time.Duration
 }
 
@@ -78,9 +79,9 @@ func (c *clusterLateness) add(late time.Duration, now time.Time) {
 	c.cachedAt = time.Time{}
 }
 
-// quantile is the lateness LatenessQuantile of the window's samples stay within: the upper edge
-// of the bucket that reaches the quantile, or the window's latest-seen sample when less. Zero
-// without samples.
+// quantile is a bound of the lateness LatenessQuantile of the window's samples stay within: the
+// upper edge of the bucket that reaches the quantile (up to a third above it, the safe side: a
+// longer wait), or the window's latest sample when less. Zero without samples.
 func (c *clusterLateness) quantile(now time.Time) time.Duration {
 	if !c.cachedAt.IsZero() && !now.Before(c.cachedAt) && now.Sub(c.cachedAt) < latenessCacheFor {
 		return c.cached
@@ -90,7 +91,7 @@ func (c *clusterLateness) quantile(now time.Time) time.Duration {
 }
 
 func (c *clusterLateness) compute(now time.Time) time.Duration {
-	var sum [18]int32
+	var sum [len(latenessEdges) + 1]int32
 	var n int32
 	var most time.Duration
 	for i := range c.slots {
@@ -150,7 +151,11 @@ func (r *Renewals) noteLateness(rec *renewal, prev renewal, now, seeing time.Tim
 	if gap > duration {
 		return
 	}
-	late := max(gap-interval, 0)
+	// A renewal more than an interval late is a missed one (a failed write, a path cut a
+	// while), not how late renewals come: counted as one interval late, so that a node that
+	// flapped keeps a fast Dead (at most three intervals after its last renewal, before the
+	// Lease expires) rather than none until its next renewals.
+	late := min(max(gap-interval, 0), interval)
 	rec.late.add(late)
 	r.cluster.add(late, now)
 }
