@@ -110,6 +110,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.keepFinalizer(ctx, node, policy); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.markAgent(ctx, node) // sight.go
 	previous, free, err := r.fenceable(ctx, node.Name, policy)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -580,3 +580,98 @@ func TestFastDeadFollowsRenewalLateness(t *testing.T) {
 		})
 	}
 }
+
+// A controller that took over leadership (or restarted) while the heartbeat channel is cut has
+// heard no agent; the nodes marked as running one (v1alpha1.AnnotationAgent) count all the same:
+// once it has listened three heartbeat intervals, a marked node whose kubelet renewed since is
+// a live node whose agent is silent to it, and a Dead node is not fenced while most such are. A
+// marked machine silent on every path, and nodes not marked (no agent known), are no such sign.
+func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
+	listening := t0.Add(-10 * time.Second) // the new leader began to listen; 3 s of warm-up
+	fenced := &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead", Methods: []v1alpha1.Method{ipmiMethod}}
+	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
+	for _, tt := range []struct {
+		name   string
+		others map[string]string // n2..n4: "marked" (renewing), "off" (marked, no renewal since the warm-up), "unmarked" (renewing)
+		want   *v1alpha1.NodeFenceSpec
+		events []eventSeen
+	}{
+		{"every other node marked and renewing", map[string]string{"n2": "marked", "n3": "marked", "n4": "marked"}, nil, held},
+		{"two marked and renewing, one not marked", map[string]string{"n2": "marked", "n3": "marked", "n4": "unmarked"}, nil, held},
+		{"one marked and renewing, two marked and off", map[string]string{"n2": "marked", "n3": "off", "n4": "off"}, fenced, created("n1")},
+		{"no node marked: no agent known", map[string]string{"n2": "unmarked", "n3": "unmarked", "n4": "unmarked"}, fenced, created("n1")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			renewals := lease.NewRenewals()
+			objs := []client.Object{withGuard(poolPolicy(ipmiMethod), "100%")}
+			add := func(name string, renewed time.Time, marked bool) {
+				o := nodeRenewed(renewals, name, renewed)
+				if marked {
+					o[0].SetAnnotations(map[string]string{v1alpha1.AnnotationAgent: listening.Add(-time.Hour).Format(time.RFC3339)})
+				}
+				objs = append(objs, o...)
+			}
+			add("n1", t0.Add(-25*time.Second), true)
+			for name, state := range tt.others {
+				switch state {
+				case "marked":
+					add(name, t0.Add(-time.Second), true)
+				case "off":
+					add(name, listening.Add(time.Second), true)
+				case "unmarked":
+					add(name, t0.Add(-time.Second), false)
+				}
+			}
+			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
+			rec := &recorder{}
+			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: heartbeats{}, Renewals: renewals, Since: listening},
+				Now: func() time.Time { return t0 }}
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+				t.Fatal(err)
+			}
+			checkFence(t, c, tt.want, "Dead: ")
+			if diff := cmp.Diff(tt.events, rec.recorded()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The controller marks a node as running an agent once it hears the agent, and only then; a
+// mark already there stays as written.
+func TestAgentHeardMarksItsNode(t *testing.T) {
+	earlier := t0.Add(-time.Hour).Format(time.RFC3339)
+	for _, tt := range []struct {
+		name  string
+		heard bool
+		was   string // the node's mark before; "": none
+		want  string
+	}{
+		{"heard: marked", true, "", t0.Format(time.RFC3339)},
+		{"not heard: not marked", false, "", ""},
+		{"heard, marked before: kept", true, earlier, earlier},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"pool": "a"}}}
+			if tt.was != "" {
+				node.Annotations = map[string]string{v1alpha1.AnnotationAgent: tt.was}
+			}
+			hbs := heartbeats{}
+			if tt.heard {
+				hbs["n1"] = agentwire.Heartbeat{Node: "n1", Interval: time.Second, Received: t0, KubeletHealthy: true}
+			}
+			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(node, poolPolicy(ipmiMethod))).Build()
+			r := &NodeReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Node{}
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, got); err != nil {
+				t.Fatal(err)
+			}
+			if mark := got.Annotations[v1alpha1.AnnotationAgent]; mark != tt.want {
+				t.Errorf("annotation %s = %q, want %q", v1alpha1.AnnotationAgent, mark, tt.want)
+			}
+		})
+	}
+}

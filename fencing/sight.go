@@ -118,7 +118,12 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 	if obs.Verdict != detectors.Dead {
 		return ctrl.Result{}, false
 	}
-	silent, judged := r.Observer.AgentsOfLiveNodesSilent(node.Name, now)
+	marked, err := r.agentNodes(ctx)
+	if err != nil {
+		// Judged by the agents heard alone: what this controller knows for itself.
+		ctrl.LoggerFrom(ctx).Error(err, "listing the nodes marked as running an agent; judging by the agents heard only")
+	}
+	silent, judged := r.Observer.AgentsOfLiveNodesSilent(node.Name, now, marked)
 	if len(silent) < 2 || 2*len(silent) <= judged {
 		return ctrl.Result{}, false
 	}
@@ -127,6 +132,41 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 		node.Name, obs.Reason, len(silent), judged, firstFew(silent))
 	r.repeated(ctx, node.Name, "agents of live nodes silent: not fencing", "silent", len(silent), "judged", judged)
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
+}
+
+// agentNodes are the nodes marked as running an agent (v1alpha1.AnnotationAgent), from the
+// cache: the agents a controller that has not heard them yet (it started, or took over
+// leadership, while the heartbeat channel was cut) still counts on.
+func (r *NodeReconciler) agentNodes(ctx context.Context) ([]string, error) {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	var out []string
+	for i := range nodes.Items {
+		if _, ok := nodes.Items[i].Annotations[v1alpha1.AnnotationAgent]; ok {
+			out = append(out, nodes.Items[i].Name)
+		}
+	}
+	return out, nil
+}
+
+// markAgent marks node as running an agent (v1alpha1.AnnotationAgent) once this controller has
+// heard its agent, one write per node for good: a controller that starts, or takes over, while
+// the heartbeat channel is cut counts that agent among the silent (agentsSilent). A failed write
+// is logged and tried again at the node's next look.
+func (r *NodeReconciler) markAgent(ctx context.Context, node *corev1.Node) {
+	if _, ok := node.Annotations[v1alpha1.AnnotationAgent]; ok || r.Observer.Heartbeats == nil {
+		return
+	}
+	if _, _, heard := r.Observer.Heartbeats.Latest(node.Name); !heard {
+		return
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationAgent, r.now().UTC().Format(time.RFC3339))
+	if err := r.Client.Patch(ctx, node, patch); client.IgnoreNotFound(err) != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "marking the node as running an agent", "annotation", v1alpha1.AnnotationAgent)
+	}
 }
 
 // blindCondition is the policy's ControllerBlind condition: True while the controller is

@@ -159,22 +159,22 @@ func (o Observer) SilentAgents(node string, now time.Time) []string {
 }
 
 // AgentsOfLiveNodesSilent tells whether the controller's heartbeat channel, rather than the
-// agents, looks silent, judged by the nodes other than node whose agent it has heard since it
-// began to listen: silent names, sorted, those whose agent is silent now (SilentAgents' rule)
-// while their kubelet renewed its Lease after that agent's next heartbeat was due (alive to the
-// API server, silent to the controller); judged counts those it can judge by, every one but
-// the silent whose kubelet renewed nothing since (a machine off, or cut off altogether: its
-// silence says nothing of the channel).
-func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time) (silent []string, judged int) {
+// agents, looks silent, judged by the nodes other than node that run an agent: those whose
+// agent it has heard since it began to listen, and those of marked (nodes known to run one,
+// v1alpha1.AnnotationAgent) whose agent it has not heard yet. silent names, sorted, those whose
+// agent is silent now (SilentAgents' rule; for an agent not heard yet, three of its heartbeat
+// intervals after the controller began to listen) while their kubelet renewed its Lease after
+// that agent's next heartbeat was due (alive to the API server, silent to the controller);
+// judged counts those it can judge by, every one but the silent whose kubelet renewed nothing
+// since (a machine off, or cut off altogether: its silence says nothing of the channel). A
+// controller that starts or takes over leadership while the channel is cut has heard no agent:
+// without marked it could not tell.
+func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []string) (silent []string, judged int) {
 	if o.Heartbeats == nil {
 		return nil, 0
 	}
 	late := classify.Config{}
-	o.Heartbeats.EachReceived(func(other string, received time.Time, interval time.Duration) {
-		if other == node || received.IsZero() {
-			return
-		}
-		due := received.Add(late.LateAfter(interval))
+	judge := func(other string, due time.Time) {
 		if !now.After(due) {
 			judged++
 			return
@@ -183,7 +183,28 @@ func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time) (silent []
 			judged++
 			silent = append(silent, other)
 		}
+	}
+	heard := map[string]bool{}
+	o.Heartbeats.EachReceived(func(other string, received time.Time, interval time.Duration) {
+		if other == node || received.IsZero() {
+			return
+		}
+		heard[other] = true
+		judge(other, received.Add(late.LateAfter(interval)))
 	})
+	seeing, _ := o.seeing()
+	listening := laterOf(o.Since, seeing)
+	for _, other := range marked {
+		if other == node || heard[other] {
+			continue
+		}
+		every := classify.JudgedInterval(other, 0, o.IntervalFor)
+		if every <= 0 {
+			every = classify.DefaultInterval
+		}
+		heard[other] = true // marked twice: judged once
+		judge(other, listening.Add(classify.DefaultMissedHeartbeats*every))
+	}
 	slices.Sort(silent)
 	return silent, judged
 }

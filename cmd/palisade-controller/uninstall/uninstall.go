@@ -139,8 +139,8 @@ func stopController(ctx context.Context, c client.Client, o Options) error {
 // nodePage is how many nodes one list call reads.
 const nodePage = 200
 
-// releaseNodes removes Palisade's finalizer from every node that has it, and names the nodes
-// that stay fenced (their out-of-service taint is left alone).
+// releaseNodes removes Palisade's finalizer and its agent annotation from every node that has
+// them, and names the nodes that stay fenced (their out-of-service taint is left alone).
 func releaseNodes(ctx context.Context, c client.Client, o Options) error {
 	nodes := &corev1.NodeList{}
 	released, fenced := 0, 0
@@ -155,14 +155,21 @@ func releaseNodes(ctx context.Context, c client.Client, o Options) error {
 				o.Log.Info("node stays fenced: its out-of-service taint and its NodeFence are kept; remove the taint yourself only once the machine is repaired or rebooted",
 					"Node", klog.KObj(n), "taint", v1alpha1.TaintOutOfService)
 			}
-			if !controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerFenceOnDelete) {
+			held := controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerFenceOnDelete)
+			_, marked := n.Annotations[v1alpha1.AnnotationAgent]
+			if !held && !marked {
 				continue
 			}
-			if err := removeFinalizer(ctx, c, n); err != nil {
+			if err := releaseNode(ctx, c, n); err != nil {
 				return err
 			}
-			released++
-			o.Log.Info("removed Palisade's finalizer", "Node", klog.KObj(n), "finalizer", v1alpha1.FinalizerFenceOnDelete, "deleting", n.DeletionTimestamp != nil)
+			if held {
+				released++
+				o.Log.Info("removed Palisade's finalizer", "Node", klog.KObj(n), "finalizer", v1alpha1.FinalizerFenceOnDelete, "deleting", n.DeletionTimestamp != nil)
+			}
+			if marked {
+				o.Log.Info("removed Palisade's annotation", "Node", klog.KObj(n), "annotation", v1alpha1.AnnotationAgent)
+			}
 		}
 		if nodes.Continue == "" {
 			break
@@ -172,12 +179,18 @@ func releaseNodes(ctx context.Context, c client.Client, o Options) error {
 	return nil
 }
 
-// removeFinalizer removes Palisade's finalizer, and no other, under an optimistic lock: a
-// conflict reads the node again and retries.
-func removeFinalizer(ctx context.Context, c client.Client, n *corev1.Node) error {
+// releaseNode removes Palisade's finalizer, and no other, and its annotation marking the node
+// as running an agent (v1alpha1.AnnotationAgent), under an optimistic lock: a conflict reads the
+// node again and retries.
+func releaseNode(ctx context.Context, c client.Client, n *corev1.Node) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		before := n.DeepCopy()
-		if !controllerutil.RemoveFinalizer(n, v1alpha1.FinalizerFenceOnDelete) {
+		changed := controllerutil.RemoveFinalizer(n, v1alpha1.FinalizerFenceOnDelete)
+		if _, ok := n.Annotations[v1alpha1.AnnotationAgent]; ok {
+			delete(n.Annotations, v1alpha1.AnnotationAgent)
+			changed = true
+		}
+		if !changed {
 			return nil
 		}
 		err := c.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
@@ -189,7 +202,7 @@ func removeFinalizer(ctx context.Context, c client.Client, n *corev1.Node) error
 		return err
 	})
 	if err := client.IgnoreNotFound(err); err != nil {
-		return fmt.Errorf("removing the finalizer of node %s: %w", n.Name, err)
+		return fmt.Errorf("removing Palisade's finalizer and annotation from node %s: %w", n.Name, err)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package uninstall_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,9 +57,10 @@ func TestUninstall(t *testing.T) {
 	want := state{
 		Replicas: 0,
 		Nodes: map[string]string{
-			"worker-1": "finalizers [] taints [node.kubernetes.io/out-of-service]",
-			"worker-2": "finalizers [example.com/keep] taints []",
-			"worker-3": "finalizers [] taints []",
+			"worker-1": "finalizers [] taints [node.kubernetes.io/out-of-service] annotations []",
+			"worker-2": "finalizers [example.com/keep] taints [] annotations []",
+			"worker-3": "finalizers [] taints [] annotations []",
+			"worker-5": "finalizers [] taints [] annotations [example.com/keep]",
 		},
 		Objects: map[string]bool{
 			"ConfigMap palisade-system/palisade-agent-ca":                       false,
@@ -78,6 +81,8 @@ func TestUninstall(t *testing.T) {
 		`"msg"="scaled the controller to 0 replicas`, `"msg"="the controller is stopped"`,
 		`"msg"="node stays fenced`, `"Node"={"name"="worker-1"}`,
 		`"msg"="removed Palisade's finalizer" "Node"={"name"="worker-4"} "finalizer"="palisade.dev/fence-on-delete" "deleting"=true`,
+		`"msg"="removed Palisade's annotation" "Node"={"name"="worker-5"} "annotation"="palisade.dev/agent"`,
+		`"msg"="removed Palisade's annotation" "Node"={"name"="worker-2"} "annotation"="palisade.dev/agent"`,
 		`"msg"="nodes released from Palisade's finalizer" "released"=3 "stayFenced"=1`,
 		`"msg"="deleted" "Secret"={"name"="palisade-agent-ca" "namespace"="palisade-system"}`,
 		`"msg"="deleted" "Lease"={"name"="palisade-sight.fencing.palisade.dev" "namespace"="kube-node-lease"}`,
@@ -120,8 +125,10 @@ func setUp(t *testing.T, ctx context.Context, c *testbed.Cluster) {
 		&corev1.Namespace{ObjectMeta: meta("", ns)},
 		controllerDeployment(),
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", Finalizers: pal}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{outOfService}}},
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-2", Finalizers: []string{otherFinal, v1alpha1.FinalizerFenceOnDelete}}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-2", Finalizers: []string{otherFinal, v1alpha1.FinalizerFenceOnDelete},
+			Annotations: map[string]string{v1alpha1.AnnotationAgent: "2026-12-01T00:00:00Z"}}},
 		&corev1.Node{ObjectMeta: meta("", "worker-3")},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-5", Annotations: map[string]string{v1alpha1.AnnotationAgent: "2026-12-01T00:00:00Z", "example.com/keep": "yes"}}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-4", Finalizers: pal}},
 		&corev1.Secret{ObjectMeta: meta(ns, caName)},
 		&corev1.ConfigMap{ObjectMeta: meta(ns, caName)},
@@ -181,7 +188,7 @@ func controllerPods(t *testing.T, ctx context.Context, c *testbed.Cluster) []cor
 }
 
 // state is what the test asserts: the controller's replicas and pods, every node's
-// finalizers and taints, and whether each object exists.
+// finalizers, taints and annotations, and whether each object exists.
 type state struct {
 	Replicas int32
 	Pods     int
@@ -207,7 +214,8 @@ func observe(t *testing.T, ctx context.Context, c *testbed.Cluster) state {
 				taints = append(taints, tn.Key)
 			}
 		}
-		s.Nodes[n.Name] = fmt.Sprintf("finalizers %v taints %v", n.Finalizers, taints)
+		annotations := slices.Sorted(maps.Keys(n.Annotations))
+		s.Nodes[n.Name] = fmt.Sprintf("finalizers %v taints %v annotations %v", n.Finalizers, taints, annotations)
 	}
 	for _, obj := range []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: caName}},
