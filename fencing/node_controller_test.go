@@ -461,9 +461,16 @@ func nodeRenewed(renewals *lease.Renewals, name string, renewed time.Time) []cli
 // reason) and the events recorded.
 func detectN1(t *testing.T, objs []client.Object, hbs heartbeats, renewals *lease.Renewals, want *v1alpha1.NodeFenceSpec, reason string, events []eventSeen) {
 	t.Helper()
+	detectN1By(t, objs, observe.Observer{Heartbeats: hbs, Renewals: renewals}, want, reason, events)
+}
+
+// detectN1By is detectN1 with the observer o (its Reader set to the world's client).
+func detectN1By(t *testing.T, objs []client.Object, o observe.Observer, want *v1alpha1.NodeFenceSpec, reason string, events []eventSeen) {
+	t.Helper()
 	c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
 	rec := &recorder{}
-	r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: hbs, Renewals: renewals}, Now: func() time.Time { return t0 }}
+	o.Reader = c
+	r := &NodeReconciler{Client: c, Recorder: rec, Observer: o, Now: func() time.Time { return t0 }}
 	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -622,17 +629,7 @@ func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
 					add(name, t0.Add(-time.Second), false)
 				}
 			}
-			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
-			rec := &recorder{}
-			r := &NodeReconciler{Client: c, Recorder: rec, Observer: observe.Observer{Reader: c, Heartbeats: heartbeats{}, Renewals: renewals, Since: listening},
-				Now: func() time.Time { return t0 }}
-			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
-				t.Fatal(err)
-			}
-			checkFence(t, c, tt.want, "Dead: ")
-			if diff := cmp.Diff(tt.events, rec.recorded()); diff != "" {
-				t.Errorf("events (-want +got):\n%s", diff)
-			}
+			detectN1By(t, objs, observe.Observer{Heartbeats: heartbeats{}, Renewals: renewals, Since: listening}, tt.want, "Dead: ", tt.events)
 		})
 	}
 }
