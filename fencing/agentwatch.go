@@ -30,14 +30,21 @@ type agentLossWatch struct {
 	// its old intervals into the silence it was asked for.
 	intervalFor func(node string) time.Duration
 	events      chan event.GenericEvent
-	now         func() time.Time
+	// firstHeard gets the nodes whose agent the watch sees heard for the first time (since it
+	// started, or since the node was forgotten): their look marks them as running an agent
+	// (markAgent), which a Lease renewal would not bring before the node's next due look.
+	firstHeard chan event.GenericEvent
+	now        func() time.Time
 	// lost holds the nodes whose agent was lost at the last scan, with that scan's number.
 	lost  map[string]uint64
 	scans uint64
+	// known holds the nodes heard at the last scan, with that scan's number.
+	known map[string]uint64
 }
 
 func newAgentLossWatch(h observe.Heartbeats, intervalFor func(node string) time.Duration, now func() time.Time) *agentLossWatch {
-	return &agentLossWatch{heartbeats: h, intervalFor: intervalFor, events: make(chan event.GenericEvent, 1024), now: now, lost: map[string]uint64{}}
+	return &agentLossWatch{heartbeats: h, intervalFor: intervalFor, events: make(chan event.GenericEvent, 1024),
+		firstHeard: make(chan event.GenericEvent, 1024), now: now, lost: map[string]uint64{}, known: map[string]uint64{}}
 }
 
 // NeedLeaderElection: only the leader fences, and only the leader hears heartbeats.
@@ -57,13 +64,17 @@ func (w *agentLossWatch) Start(ctx context.Context) error {
 	}
 }
 
-// scan sends the nodes lost since the last scan. A node lost, heard again (or forgotten) and
-// lost again is sent again.
+// scan sends the nodes lost since the last scan, and those heard for the first time. A node
+// lost, heard again (or forgotten) and lost again is sent again; so is one forgotten and heard.
 func (w *agentLossWatch) scan(ctx context.Context) {
 	now := w.now()
 	w.scans++
-	var fresh []string
+	var fresh, heard []string
 	w.heartbeats.EachReceived(func(node string, received time.Time, interval time.Duration) {
+		if _, was := w.known[node]; !was {
+			heard = append(heard, node)
+		}
+		w.known[node] = w.scans
 		interval = classify.JudgedInterval(node, interval, w.intervalFor)
 		if interval <= 0 {
 			interval = classify.DefaultInterval
@@ -76,14 +87,22 @@ func (w *agentLossWatch) scan(ctx context.Context) {
 		}
 		w.lost[node] = w.scans
 	})
-	for node, at := range w.lost {
-		if at != w.scans {
-			delete(w.lost, node)
+	for _, seen := range []map[string]uint64{w.lost, w.known} {
+		for node, at := range seen {
+			if at != w.scans {
+				delete(seen, node)
+			}
 		}
 	}
-	for _, node := range fresh {
+	send(ctx, w.events, fresh)
+	send(ctx, w.firstHeard, heard)
+}
+
+// send sends an event of each node to ch, until ctx is done.
+func send(ctx context.Context, ch chan<- event.GenericEvent, nodes []string) {
+	for _, node := range nodes {
 		select {
-		case w.events <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
+		case ch <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
 		case <-ctx.Done():
 			return
 		}

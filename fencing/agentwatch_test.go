@@ -98,3 +98,36 @@ func TestAgentLossWatchJudgesByTheAskedIntervalWhenLonger(t *testing.T) {
 		}
 	}
 }
+
+// The watch sends each node whose agent it hears for the first time once (its look marks it as
+// running an agent), and again after the node was forgotten and heard anew.
+func TestAgentWatchSendsTheFirstHeard(t *testing.T) {
+	now := time.Unix(1000, 0)
+	hbs := heartbeats{
+		"a": {Node: "a", Received: now, Interval: time.Second},
+		"b": {Node: "b", Received: now.Add(-time.Hour), Interval: time.Second}, // heard long ago: lost, but heard
+	}
+	w := newAgentLossWatch(hbs, nil, func() time.Time { return now })
+	for _, st := range []struct {
+		name   string
+		change func()
+		want   []string
+	}{
+		{"first scan", func() {}, []string{"a", "b"}},
+		{"again", func() { now = now.Add(time.Second) }, nil},
+		{"c heard", func() { hbs["c"] = agentwire.Heartbeat{Node: "c", Received: now, Interval: time.Second} }, []string{"c"}},
+		{"a forgotten", func() { delete(hbs, "a") }, nil},
+		{"a heard anew", func() { hbs["a"] = agentwire.Heartbeat{Node: "a", Received: now, Interval: time.Second} }, []string{"a"}},
+	} {
+		st.change()
+		w.scan(context.Background())
+		var sent []string
+		for len(w.firstHeard) > 0 {
+			sent = append(sent, (<-w.firstHeard).Object.GetName())
+		}
+		slices.Sort(sent)
+		if diff := cmp.Diff(st.want, sent); diff != "" {
+			t.Errorf("%s: nodes sent as first heard (-want +got):\n%s", st.name, diff)
+		}
+	}
+}

@@ -83,7 +83,8 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		if err := mgr.Add(w); err != nil {
 			return fmt.Errorf("adding the agent loss watch: %w", err)
 		}
-		b = b.WatchesRawSource(source.Channel(w.events, &handler.EnqueueRequestForObject{}))
+		b = b.WatchesRawSource(source.Channel(w.events, &handler.EnqueueRequestForObject{})).
+			WatchesRawSource(source.Channel(w.firstHeard, &handler.EnqueueRequestForObject{}))
 	}
 	return b.Complete(r)
 }
