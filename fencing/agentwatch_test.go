@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"palisade.dev/palisade/config/agentwire"
 	"palisade.dev/palisade/detectors/classify"
@@ -88,12 +89,7 @@ func TestAgentLossWatchJudgesByTheAskedIntervalWhenLonger(t *testing.T) {
 	}{{0, nil}, {79 * time.Second, nil}, {81 * time.Second, []string{"lowered", "raised"}}} {
 		now = start.Add(st.at)
 		w.scan(context.Background())
-		var sent []string
-		for len(w.events) > 0 {
-			sent = append(sent, (<-w.events).Object.GetName())
-		}
-		slices.Sort(sent)
-		if diff := cmp.Diff(st.want, sent); diff != "" {
+		if diff := cmp.Diff(st.want, drained(w.events)); diff != "" {
 			t.Errorf("%s after the first scan: nodes sent (-want +got):\n%s", st.at, diff)
 		}
 	}
@@ -121,13 +117,18 @@ func TestAgentWatchSendsTheFirstHeard(t *testing.T) {
 	} {
 		st.change()
 		w.scan(context.Background())
-		var sent []string
-		for len(w.firstHeard) > 0 {
-			sent = append(sent, (<-w.firstHeard).Object.GetName())
-		}
-		slices.Sort(sent)
-		if diff := cmp.Diff(st.want, sent); diff != "" {
+		if diff := cmp.Diff(st.want, drained(w.firstHeard)); diff != "" {
 			t.Errorf("%s: nodes sent as first heard (-want +got):\n%s", st.name, diff)
 		}
 	}
+}
+
+// drained is the names of the nodes sent on ch, sorted (nil for none).
+func drained(ch chan event.GenericEvent) []string {
+	var sent []string
+	for len(ch) > 0 {
+		sent = append(sent, (<-ch).Object.GetName())
+	}
+	slices.Sort(sent)
+	return sent
 }
