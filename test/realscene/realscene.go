@@ -303,10 +303,7 @@ func (s *Scene) waitReady(name string, want corev1.ConditionStatus, timeout time
 // History is the witness store's history so far.
 func (s *Scene) History(t testing.TB) []witness.Record {
 	t.Helper()
-	if err := s.Store.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	h, err := witness.ReadHistory(s.Store.Path())
+	h, err := s.Store.History()
 	if err != nil {
 		t.Fatal(err)
 	}

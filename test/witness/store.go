@@ -68,11 +68,16 @@ func (s *Store) Close() error {
 // Path is the history file's name.
 func (s *Store) Path() string { return s.file.Name() }
 
-// Flush writes the buffered history to the file.
-func (s *Store) Flush() error {
+// History is the history so far, read whole: flushed and read under the store's lock, so
+// that no record is read half-written while writers go on (the buffer writes out whatever
+// fills it, a record's first part too).
+func (s *Store) History() ([]Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.out.Flush()
+	if err := s.out.Flush(); err != nil {
+		return nil, err
+	}
+	return ReadHistory(s.file.Name())
 }
 
 // accept records one write; open creates its session.

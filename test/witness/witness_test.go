@@ -44,10 +44,7 @@ func TestWitnessClientsAndTheOneCopyCheck(t *testing.T) {
 			// A write a client sent just before its exit may still be in the store's
 			// handler: the history is read once the server has finished every request.
 			quiet()
-			if err := store.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			h, err := witness.ReadHistory(store.Path())
+			h, err := store.History()
 			if err != nil {
 				t.Fatal(err)
 			}
