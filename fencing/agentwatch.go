@@ -31,20 +31,26 @@ type agentLossWatch struct {
 	intervalFor func(node string) time.Duration
 	events      chan event.GenericEvent
 	// firstHeard gets the nodes whose agent the watch sees heard for the first time (since it
-	// started, or since the node was forgotten): their look marks them as running an agent
+	// started, or since knownFor after it was last heard): their look marks them as running an agent
 	// (markAgent), which a Lease renewal would not bring before the node's next due look.
 	firstHeard chan event.GenericEvent
 	now        func() time.Time
 	// lost holds the nodes whose agent was lost at the last scan, with that scan's number.
 	lost  map[string]uint64
 	scans uint64
-	// known holds the nodes heard at the last scan, with that scan's number.
-	known map[string]uint64
+	// known holds the nodes heard, with when they were last heard at a scan; a node not heard
+	// for knownFor is dropped (and sent again once heard).
+	known map[string]time.Time
 }
+
+// knownFor is how long a node heard stays known after it was last heard: an agent whose Node is
+// gone (its look forgets it, and its next heartbeat records it again) is sent once in that time,
+// not at every heartbeat.
+const knownFor = 10 * time.Minute
 
 func newAgentLossWatch(h observe.Heartbeats, intervalFor func(node string) time.Duration, now func() time.Time) *agentLossWatch {
 	return &agentLossWatch{heartbeats: h, intervalFor: intervalFor, events: make(chan event.GenericEvent, 1024),
-		firstHeard: make(chan event.GenericEvent, 1024), now: now, lost: map[string]uint64{}, known: map[string]uint64{}}
+		firstHeard: make(chan event.GenericEvent, 1024), now: now, lost: map[string]uint64{}, known: map[string]time.Time{}}
 }
 
 // NeedLeaderElection: only the leader fences, and only the leader hears heartbeats.
@@ -65,7 +71,8 @@ func (w *agentLossWatch) Start(ctx context.Context) error {
 }
 
 // scan sends the nodes lost since the last scan, and those heard for the first time. A node
-// lost, heard again (or forgotten) and lost again is sent again; so is one forgotten and heard.
+// lost, heard again (or forgotten) and lost again is sent again; one unheard for knownFor and
+// heard again is sent as first heard again.
 func (w *agentLossWatch) scan(ctx context.Context) {
 	now := w.now()
 	w.scans++
@@ -74,7 +81,7 @@ func (w *agentLossWatch) scan(ctx context.Context) {
 		if _, was := w.known[node]; !was {
 			heard = append(heard, node)
 		}
-		w.known[node] = w.scans
+		w.known[node] = now
 		interval = classify.JudgedInterval(node, interval, w.intervalFor)
 		if interval <= 0 {
 			interval = classify.DefaultInterval
@@ -87,11 +94,14 @@ func (w *agentLossWatch) scan(ctx context.Context) {
 		}
 		w.lost[node] = w.scans
 	})
-	for _, seen := range []map[string]uint64{w.lost, w.known} {
-		for node, at := range seen {
-			if at != w.scans {
-				delete(seen, node)
-			}
+	for node, at := range w.lost {
+		if at != w.scans {
+			delete(w.lost, node)
+		}
+	}
+	for node, at := range w.known {
+		if now.Sub(at) > knownFor {
+			delete(w.known, node)
 		}
 	}
 	send(ctx, w.events, fresh)

@@ -96,7 +96,7 @@ func TestAgentLossWatchJudgesByTheAskedIntervalWhenLonger(t *testing.T) {
 }
 
 // The watch sends each node whose agent it hears for the first time once (its look marks it as
-// running an agent), and again after the node was forgotten and heard anew.
+// running an agent), and again only when it was heard anew after knownFor unheard.
 func TestAgentWatchSendsTheFirstHeard(t *testing.T) {
 	now := time.Unix(1000, 0)
 	hbs := heartbeats{
@@ -113,6 +113,9 @@ func TestAgentWatchSendsTheFirstHeard(t *testing.T) {
 		{"again", func() { now = now.Add(time.Second) }, nil},
 		{"c heard", func() { hbs["c"] = agentwire.Heartbeat{Node: "c", Received: now, Interval: time.Second} }, []string{"c"}},
 		{"a forgotten", func() { delete(hbs, "a") }, nil},
+		// An agent whose Node is gone: its look forgets it, its next heartbeat records it again.
+		{"a heard again soon: not sent again", func() { hbs["a"] = agentwire.Heartbeat{Node: "a", Received: now, Interval: time.Second} }, nil},
+		{"a forgotten for longer", func() { delete(hbs, "a"); now = now.Add(knownFor + time.Second) }, nil},
 		{"a heard anew", func() { hbs["a"] = agentwire.Heartbeat{Node: "a", Received: now, Interval: time.Second} }, []string{"a"}},
 	} {
 		st.change()

@@ -62,6 +62,8 @@ type NodeReconciler struct {
 	said repeats
 	// answered keeps the requests answered without being acted on, each said once (answers.go).
 	answered saidOnce
+	// marked remembers the nodes marked as running an agent for a while (sight.go).
+	marked markedNodes
 }
 
 // SetupWithManager watches Nodes, their Leases, policies and NodeFences.

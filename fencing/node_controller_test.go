@@ -491,7 +491,7 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
 	for _, tt := range []struct {
 		name   string
-		others map[string]string // n2..n4: "fresh" (heard), "silent" (agent silent, kubelet renewing), "off" (silent on every path)
+		others map[string]string // n2..n4: "fresh" (heard), "silent" (agent silent, kubelet renewing), "off" (silent on every path), "justoff" (silent since n1's silence)
 		want   *v1alpha1.NodeFenceSpec
 		events []eventSeen
 	}{
@@ -500,6 +500,9 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 		{"one of three silent", map[string]string{"n2": "silent", "n3": "fresh", "n4": "fresh"}, fenced, created("n1")},
 		{"one silent, the others off", map[string]string{"n2": "silent", "n3": "off", "n4": "off"}, fenced, created("n1")},
 		{"two machines off, one heard", map[string]string{"n2": "off", "n3": "off", "n4": "fresh"}, fenced, created("n1")},
+		// Silent since n1's silence, their kubelets' next renewal not due yet: off, or alive
+		// and silent to the controller alone; they weigh as silent until it is due.
+		{"two machines silent, their next renewal not due yet", map[string]string{"n2": "justoff", "n3": "justoff", "n4": "fresh"}, nil, held},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewals := lease.NewRenewals()
@@ -516,7 +519,11 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 				case "silent":
 					add(name, t0.Add(-time.Second))
 					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
-				case "off":
+				case "off": // for longer than a renewal interval
+					offAt := t0.Add(-20 * time.Second)
+					add(name, offAt.Add(-time.Second))
+					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: offAt, KubeletHealthy: true}
+				case "justoff":
 					add(name, silentAt.Add(-time.Second))
 					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
 				}
@@ -594,12 +601,12 @@ func TestFastDeadFollowsRenewalLateness(t *testing.T) {
 // a live node whose agent is silent to it, and a Dead node is not fenced while most such are. A
 // marked machine silent on every path, and nodes not marked (no agent known), are no such sign.
 func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
-	listening := t0.Add(-10 * time.Second) // the new leader began to listen; 3 s of warm-up
+	listening := t0.Add(-30 * time.Second) // the new leader began to listen; 3 s of warm-up
 	fenced := &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead", Methods: []v1alpha1.Method{ipmiMethod}}
 	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
 	for _, tt := range []struct {
 		name   string
-		others map[string]string // n2..n4: "marked" (renewing), "off" (marked, no renewal since the warm-up), "unmarked" (renewing)
+		others map[string]string // n2..n4: "marked" (renewing), "off" (marked, no renewal since the warm-up), "unmarked" (renewing), "slow" (marked, renewing, asked a 10 s heartbeat interval)
 		want   *v1alpha1.NodeFenceSpec
 		events []eventSeen
 	}{
@@ -607,6 +614,9 @@ func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
 		{"two marked and renewing, one not marked", map[string]string{"n2": "marked", "n3": "marked", "n4": "unmarked"}, nil, held},
 		{"one marked and renewing, two marked and off", map[string]string{"n2": "marked", "n3": "off", "n4": "off"}, fenced, created("n1")},
 		{"no node marked: no agent known", map[string]string{"n2": "unmarked", "n3": "unmarked", "n4": "unmarked"}, fenced, created("n1")},
+		// Their agents asked for a 10 s interval: the controller has listened less than three
+		// of it, they may yet be heard, and weigh as silent until then.
+		{"marked, not heard yet, may still be", map[string]string{"n2": "slow", "n3": "slow", "n4": "slow"}, nil, held},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewals := lease.NewRenewals()
@@ -627,9 +637,17 @@ func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
 					add(name, listening.Add(time.Second), true)
 				case "unmarked":
 					add(name, t0.Add(-time.Second), false)
+				case "slow":
+					add(name, t0.Add(-time.Second), true)
 				}
 			}
-			detectN1By(t, objs, observe.Observer{Heartbeats: heartbeats{}, Renewals: renewals, Since: listening}, tt.want, "Dead: ", tt.events)
+			asked := func(node string) time.Duration {
+				if tt.others[node] == "slow" {
+					return 10 * time.Second
+				}
+				return time.Second
+			}
+			detectN1By(t, objs, observe.Observer{Heartbeats: heartbeats{}, Renewals: renewals, Since: listening, IntervalFor: asked}, tt.want, "Dead: ", tt.events)
 		})
 	}
 }

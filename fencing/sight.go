@@ -115,29 +115,54 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 // no such sign (it may be that agent's own fault), nor is a machine that went silent on every
 // path (off, or cut off: the storm guard's case).
 func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, obs detectors.Observation, now time.Time) (ctrl.Result, bool) {
-	if obs.Verdict != detectors.Dead {
+	if obs.Verdict != detectors.Dead || r.Observer.Heartbeats == nil {
 		return ctrl.Result{}, false
 	}
-	marked, err := r.agentNodes(ctx)
+	marked, err := r.agentNodes(ctx, now)
 	if err != nil {
 		// Judged by the agents heard alone: what this controller knows for itself.
 		ctrl.LoggerFrom(ctx).Error(err, "listing the nodes marked as running an agent; judging by the agents heard only")
 	}
-	silent, judged := r.Observer.AgentsOfLiveNodesSilent(node.Name, now, marked)
-	if len(silent) < 2 || 2*len(silent) <= judged {
+	cs := r.Observer.AgentsOfLiveNodesSilent(node.Name, now, marked)
+	quiet := len(cs.Silent) + len(cs.Pending) // a pending node may be silent: it weighs as such
+	if quiet < 2 || 2*quiet <= cs.Judged {
 		return ctrl.Result{}, false
 	}
+	var more string
+	if len(cs.Pending) > 0 {
+		more += fmt.Sprintf("; %d more not judged yet, their agents not heard yet since this controller began to listen or their kubelets' next renewal not due yet (%s)", len(cs.Pending), firstFew(cs.Pending))
+	}
+	if len(cs.Unheard) > 0 {
+		more += fmt.Sprintf("; of these, %s marked as running an agent (annotation %s) not heard since this controller began to listen: remove the annotation from a node that no longer runs one (%s)",
+			countOf(len(cs.Unheard), "node"), v1alpha1.AnnotationAgent, firstFew(cs.Unheard))
+	}
 	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonAgentsSilent, "Detect",
-		"not fencing node %s (%s): the agents of %d of %d other nodes are silent to the controller while their kubelets still renew their Leases (%s), so its heartbeat channel is the likelier cut (the heartbeat Service's endpoint on the leader's pod, a network policy, its certificate), and the node's agent and peers may see it alive; it is fenced once most of those agents are heard again",
-		node.Name, obs.Reason, len(silent), judged, firstFew(silent))
-	r.repeated(ctx, node.Name, "agents of live nodes silent: not fencing", "silent", len(silent), "judged", judged)
+		"not fencing node %s (%s): the agents of %d of %d other nodes are silent to the controller while their kubelets still renew their Leases (%s)%s, so its heartbeat channel is the likelier cut (the heartbeat Service's endpoint on the leader's pod, a network policy, its certificate), and the node's agent and peers may see it alive; it is fenced once most of those agents are heard again",
+		node.Name, obs.Reason, len(cs.Silent), cs.Judged, firstFew(cs.Silent), more)
+	r.repeated(ctx, node.Name, "agents of live nodes silent: not fencing", "silent", len(cs.Silent), "pending", len(cs.Pending), "judged", cs.Judged)
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
 }
 
+// markedFor is how long a list of the nodes marked as running an agent is used again: a node
+// held by agentsSilent is looked at every blindRecheck, and many may be held at once.
+const markedFor = 5 * time.Second
+
+// markedNodes remembers the nodes marked as running an agent, listed at a time.
+type markedNodes struct {
+	mu    sync.Mutex
+	at    time.Time
+	names []string
+}
+
 // agentNodes are the nodes marked as running an agent (v1alpha1.AnnotationAgent), from the
-// cache: the agents a controller that has not heard them yet (it started, or took over
-// leadership, while the heartbeat channel was cut) still counts on.
-func (r *NodeReconciler) agentNodes(ctx context.Context) ([]string, error) {
+// cache (listed again after markedFor): the agents a controller that has not heard them yet (it
+// started, or took over leadership, while the heartbeat channel was cut) still counts on.
+func (r *NodeReconciler) agentNodes(ctx context.Context, now time.Time) ([]string, error) {
+	r.marked.mu.Lock()
+	defer r.marked.mu.Unlock()
+	if !r.marked.at.IsZero() && !now.Before(r.marked.at) && now.Sub(r.marked.at) < markedFor {
+		return r.marked.names, nil
+	}
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
@@ -148,6 +173,7 @@ func (r *NodeReconciler) agentNodes(ctx context.Context) ([]string, error) {
 			out = append(out, nodes.Items[i].Name)
 		}
 	}
+	r.marked.at, r.marked.names = now, out
 	return out, nil
 }
 

@@ -52,10 +52,11 @@ const (
 	// ("10.20.0.5/32,fd00:20::5/128"; none wider than a /24 or a /64, none holding another Node's
 	// address); unset, its InternalIP and ExternalIP addresses.
 	AnnotationStorageCIDRs = "palisade.dev/storage-cidrs"
-	// AnnotationAgent on a Node, written by the controller (RFC 3339 time) the first time it
-	// hears the node's agent, says the node runs a palisade-agent: a controller that starts or
-	// takes over leadership, and has not heard that agent yet, counts it as silent once it has
-	// listened three of its heartbeat intervals (the AgentsSilent hold). Remove it (`kubectl
+	// AnnotationAgent on a Node, written by the controller (the RFC 3339 time of the look that
+	// wrote it) once it has heard the node's agent, says the node runs a palisade-agent: a
+	// controller that starts or takes over leadership, and has not heard that agent yet, weighs
+	// it as silent while it may yet be heard, and counts it silent once it has listened three of
+	// its heartbeat intervals and the node's kubelet renewed since (the AgentsSilent hold). Remove it (`kubectl
 	// annotate node <name> palisade.dev/agent-`) from a node that no longer runs an agent;
 	// uninstalling Palisade removes it.
 	AnnotationAgent = "palisade.dev/agent"

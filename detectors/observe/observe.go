@@ -158,39 +158,71 @@ func (o Observer) SilentAgents(node string, now time.Time) []string {
 	return out
 }
 
+// ChannelSilence is what the agents of the other nodes say of the controller's heartbeat
+// channel (AgentsOfLiveNodesSilent).
+type ChannelSilence struct {
+	// Silent names, sorted, the nodes whose agent is silent to the controller while their
+	// kubelet renewed its Lease after that agent's next heartbeat was due: alive to the API
+	// server, silent to the controller.
+	Silent []string
+	// Pending names, sorted, the nodes that cannot be judged yet: an agent not heard yet whose
+	// heartbeats may still come (the controller has listened less than three of its
+	// intervals), or a silent agent whose kubelet renewed nothing since but whose next renewal
+	// may still come (one renewal interval and the margin after the agent's next heartbeat was
+	// due). Such a node may turn out silent to the controller alone, so it weighs as silent
+	// until it can be judged.
+	Pending []string
+	// Judged counts the nodes judged by, the pending among them: every node that runs an
+	// agent but those silent on every path (the agent silent, the kubelet's next renewal
+	// missed: a machine off, or cut off altogether, whose silence says nothing of the channel).
+	Judged int
+	// Unheard names, sorted, the silent and pending nodes that were marked as running an agent
+	// but whose agent the controller has not heard since it began to listen.
+	Unheard []string
+}
+
 // AgentsOfLiveNodesSilent tells whether the controller's heartbeat channel, rather than the
 // agents, looks silent, judged by the nodes other than node that run an agent: those whose
 // agent it has heard since it began to listen, and those of marked (nodes known to run one,
-// v1alpha1.AnnotationAgent) whose agent it has not heard yet. silent names, sorted, those whose
-// agent is silent now (SilentAgents' rule; for an agent not heard yet, three of its heartbeat
-// intervals after the controller began to listen) while their kubelet renewed its Lease after
-// that agent's next heartbeat was due (alive to the API server, silent to the controller);
-// judged counts those it can judge by, every one but the silent whose kubelet renewed nothing
-// since (a machine off, or cut off altogether: its silence says nothing of the channel). A
-// controller that starts or takes over leadership while the channel is cut has heard no agent:
-// without marked it could not tell.
-func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []string) (silent []string, judged int) {
+// v1alpha1.AnnotationAgent) whose agent it has not heard yet. An agent heard is silent once its
+// heartbeat is late (SilentAgents' rule); one not heard yet, once the controller has listened
+// three of its intervals. A controller that starts, or takes over leadership, while the channel
+// is cut has heard no agent: without marked it could not tell.
+func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []string) ChannelSilence {
+	var cs ChannelSilence
 	if o.Heartbeats == nil {
-		return nil, 0
+		return cs
+	}
+	unheard := map[string]bool{}
+	judge := func(other string, due time.Time, heard bool) {
+		switch seen, ok := o.Renewals.SeenAt(other); {
+		case !now.After(due) && heard:
+			cs.Judged++ // heard lately: not silent
+		case !now.After(due):
+			cs.Judged++ // not heard yet, and may still be
+			cs.Pending = append(cs.Pending, other)
+		case ok && seen.After(due):
+			cs.Judged++
+			cs.Silent = append(cs.Silent, other)
+		default:
+			last, _ := o.Renewals.Last(other)
+			if now.Before(due.Add(lease.RenewInterval(last) + classify.RenewalMarginFor(o.Renewals.Lateness(other, now)))) {
+				cs.Judged++ // its kubelet's next renewal may still come
+				cs.Pending = append(cs.Pending, other)
+			}
+		}
+		if !heard {
+			unheard[other] = true
+		}
 	}
 	late := classify.Config{}
-	judge := func(other string, due time.Time) {
-		if !now.After(due) {
-			judged++
-			return
-		}
-		if seen, ok := o.Renewals.SeenAt(other); ok && seen.After(due) {
-			judged++
-			silent = append(silent, other)
-		}
-	}
 	heard := map[string]bool{}
 	o.Heartbeats.EachReceived(func(other string, received time.Time, interval time.Duration) {
 		if other == node || received.IsZero() {
 			return
 		}
 		heard[other] = true
-		judge(other, received.Add(late.LateAfter(interval)))
+		judge(other, received.Add(late.LateAfter(interval)), true)
 	})
 	seeing, _ := o.seeing()
 	listening := laterOf(o.Since, seeing)
@@ -203,10 +235,18 @@ func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []s
 			every = classify.DefaultInterval
 		}
 		heard[other] = true // marked twice: judged once
-		judge(other, listening.Add(classify.DefaultMissedHeartbeats*every))
+		judge(other, listening.Add(classify.DefaultMissedHeartbeats*every), false)
 	}
-	slices.Sort(silent)
-	return silent, judged
+	for _, names := range []*[]string{&cs.Silent, &cs.Pending} {
+		slices.Sort(*names)
+		for _, n := range *names {
+			if unheard[n] {
+				cs.Unheard = append(cs.Unheard, n)
+			}
+		}
+	}
+	slices.Sort(cs.Unheard)
+	return cs
 }
 
 // SelfFenceWithin is what the node's agent said in its latest heartbeat of fencing itself: how

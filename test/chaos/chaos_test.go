@@ -317,8 +317,9 @@ func run(t *testing.T, s Schedule, vanilla bool) ([]checker.Violation, int) {
 	struck := st.leaderFaults
 	st.mu.Unlock()
 	t.Logf("leader faults: %d of %d struck", struck, s.leaderFaults())
-	// The fences before the audit: a fence made in between is in the audit's writes and on
-	// the list, never in the writes alone.
+	// The fences before the audit: every fence listed was made before the audit is read, so
+	// the audit holds it (a fence made in between is in the audit alone, never on the list
+	// alone).
 	fencesNow := st.fencesNow()
 	return checker.Check(checker.Input{
 		History: sc.History(t), Audit: sc.Audit(t), Releasers: []string{realscene.ControllerUser},
