@@ -38,8 +38,8 @@ type agentLossWatch struct {
 	// lost holds the nodes whose agent was lost at the last scan, with that scan's number.
 	lost  map[string]uint64
 	scans uint64
-	// known holds the nodes heard, with when they were last heard at a scan; a node not heard
-	// for knownFor is dropped (and sent again once heard).
+	// known holds the nodes the heartbeats hold, with the last scan that found them there; a
+	// node absent from them for knownFor (forgotten) is dropped, and sent again once heard.
 	known map[string]time.Time
 }
 

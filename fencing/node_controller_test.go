@@ -448,9 +448,11 @@ func TestStormGuardCountsAStormBeforeItsFirstDead(t *testing.T) {
 }
 
 // nodeRenewed is Node name, of pool a, and its Lease renewed at renewed, a renewal renewals saw
-// then.
+// then, replacing one it saw a renewal interval before.
 func nodeRenewed(renewals *lease.Renewals, name string, renewed time.Time) []client.Object {
 	renew := metav1.NewMicroTime(renewed)
+	before := renewed.Add(-10 * time.Second) // the kubelet's default renewal interval
+	renewals.Seen(name, before, before)
 	renewals.Seen(name, renewed, renewed)
 	return []client.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}}},
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}}
@@ -491,7 +493,7 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
 	for _, tt := range []struct {
 		name   string
-		others map[string]string // n2..n4: "fresh" (heard), "silent" (agent silent, kubelet renewing), "off" (silent on every path), "justoff" (silent since n1's silence)
+		others map[string]string // n2..n4: "fresh" (heard), "silent" (agent silent, kubelet renewing), "off" (silent on every path), "justoff" (silent since n1's silence), "slow" (a 10 s interval, heard last before n1's silence)
 		want   *v1alpha1.NodeFenceSpec
 		events []eventSeen
 	}{
@@ -503,6 +505,9 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 		// Silent since n1's silence, their kubelets' next renewal not due yet: off, or alive
 		// and silent to the controller alone; they weigh as silent until it is due.
 		{"two machines silent, their next renewal not due yet", map[string]string{"n2": "justoff", "n3": "justoff", "n4": "fresh"}, nil, held},
+		// Heartbeating every 10 s, last heard before n1 fell silent: not late yet by their own
+		// interval, but they may have fallen silent with it.
+		{"two slower agents not heard since n1's silence", map[string]string{"n2": "slow", "n3": "slow", "n4": "fresh"}, nil, held},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewals := lease.NewRenewals()
@@ -526,6 +531,9 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 				case "justoff":
 					add(name, silentAt.Add(-time.Second))
 					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
+				case "slow":
+					add(name, t0.Add(-time.Second))
+					hbs[name] = agentwire.Heartbeat{Node: name, Interval: 10 * time.Second, Received: silentAt.Add(-2 * time.Second), KubeletHealthy: true}
 				}
 			}
 			detectN1(t, objs, hbs, renewals, tt.want, "Dead: ", tt.events)
@@ -601,7 +609,7 @@ func TestFastDeadFollowsRenewalLateness(t *testing.T) {
 // a live node whose agent is silent to it, and a Dead node is not fenced while most such are. A
 // marked machine silent on every path, and nodes not marked (no agent known), are no such sign.
 func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
-	listening := t0.Add(-30 * time.Second) // the new leader began to listen; 3 s of warm-up
+	listening := t0.Add(-20 * time.Second) // the new leader began to listen; 3 s of warm-up
 	fenced := &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead", Methods: []v1alpha1.Method{ipmiMethod}}
 	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
 	for _, tt := range []struct {

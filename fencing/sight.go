@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,17 +129,21 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 	if quiet < 2 || 2*quiet <= cs.Judged {
 		return ctrl.Result{}, false
 	}
-	var more string
-	if len(cs.Pending) > 0 {
-		more += fmt.Sprintf("; %d more not judged yet, their agents not heard yet since this controller began to listen or their kubelets' next renewal not due yet (%s)", len(cs.Pending), firstFew(cs.Pending))
+	var who []string
+	if len(cs.Silent) > 0 {
+		who = append(who, fmt.Sprintf("%d silent to the controller while their kubelets still renew their Leases (%s)", len(cs.Silent), firstFew(cs.Silent)))
 	}
+	if len(cs.Pending) > 0 {
+		who = append(who, fmt.Sprintf("%d not judged yet, weighed as silent: not heard since this controller began to listen or since the node fell silent, or their kubelets' next renewal not due yet (%s)", len(cs.Pending), firstFew(cs.Pending)))
+	}
+	var unheard string
 	if len(cs.Unheard) > 0 {
-		more += fmt.Sprintf("; of these, %s marked as running an agent (annotation %s) not heard since this controller began to listen: remove the annotation from a node that no longer runs one (%s)",
+		unheard = fmt.Sprintf("; %s marked as running an agent (annotation %s) not heard since this controller began to listen (%s): if one no longer runs an agent, remove its annotation",
 			countOf(len(cs.Unheard), "node"), v1alpha1.AnnotationAgent, firstFew(cs.Unheard))
 	}
 	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonAgentsSilent, "Detect",
-		"not fencing node %s (%s): the agents of %d of %d other nodes are silent to the controller while their kubelets still renew their Leases (%s)%s, so its heartbeat channel is the likelier cut (the heartbeat Service's endpoint on the leader's pod, a network policy, its certificate), and the node's agent and peers may see it alive; it is fenced once most of those agents are heard again",
-		node.Name, obs.Reason, len(cs.Silent), cs.Judged, firstFew(cs.Silent), more)
+		"not fencing node %s (%s): of the agents of the %d other nodes the controller judges by, %s%s; its heartbeat channel is then the likelier cut (the heartbeat Service's endpoint on the leader's pod, a network policy, its certificate), and the node's agent and peers may see it alive; it is fenced once most of those agents are heard again, or found silent on every path (a machine off)",
+		node.Name, obs.Reason, cs.Judged, strings.Join(who, " and "), unheard)
 	r.repeated(ctx, node.Name, "agents of live nodes silent: not fencing", "silent", len(cs.Silent), "pending", len(cs.Pending), "judged", cs.Judged)
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
 }

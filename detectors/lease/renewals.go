@@ -132,6 +132,20 @@ func (r *Renewals) SeenAt(node string) (time.Time, bool) {
 	return rec.seenAt, ok
 }
 
+// RenewedAt is when the controller first saw node's latest renewal replace an earlier one it
+// had on record, on its own clock: when the renewal was made, to within the watch's delay.
+// false when it saw none replace another (a renewal first met on record was made at some time
+// before: it says nothing of when).
+func (r *Renewals) RenewedAt(node string) (time.Time, bool) {
+	if r == nil {
+		return time.Time{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.seen[node]
+	return rec.seenAt, ok && rec.changed
+}
+
 // Forget drops a deleted node.
 func (r *Renewals) Forget(node string) {
 	if r == nil {

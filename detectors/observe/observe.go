@@ -167,17 +167,18 @@ type ChannelSilence struct {
 	Silent []string
 	// Pending names, sorted, the nodes that cannot be judged yet: an agent not heard yet whose
 	// heartbeats may still come (the controller has listened less than three of its
-	// intervals), or a silent agent whose kubelet renewed nothing since but whose next renewal
-	// may still come (one renewal interval and the margin after the agent's next heartbeat was
-	// due). Such a node may turn out silent to the controller alone, so it weighs as silent
-	// until it can be judged.
+	// intervals); an agent not late yet by its own interval but not heard since the node's own
+	// silence began; or a silent agent whose kubelet renewed nothing since but whose next
+	// renewal may still come (one renewal interval and the margin after the agent's next
+	// heartbeat was due). Such a node may turn out silent to the controller alone, so it weighs
+	// as silent until it can be judged.
 	Pending []string
 	// Judged counts the nodes judged by, the pending among them: every node that runs an
 	// agent but those silent on every path (the agent silent, the kubelet's next renewal
 	// missed: a machine off, or cut off altogether, whose silence says nothing of the channel).
 	Judged int
-	// Unheard names, sorted, the silent and pending nodes that were marked as running an agent
-	// but whose agent the controller has not heard since it began to listen.
+	// Unheard names, sorted, the silent nodes that were marked as running an agent but whose
+	// agent the controller has not heard since it began to listen.
 	Unheard []string
 }
 
@@ -194,8 +195,17 @@ func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []s
 		return cs
 	}
 	unheard := map[string]bool{}
-	judge := func(other string, due time.Time, heard bool) {
-		switch seen, ok := o.Renewals.SeenAt(other); {
+	// The node's own silence began with its agent's last heartbeat: an agent heard last before
+	// that, and not late yet by its own interval, may have fallen silent with it.
+	var silentSince time.Time
+	if hb, _, ok := o.Heartbeats.Latest(node); ok {
+		silentSince = hb.Received
+	}
+	judge := func(other string, due time.Time, heard bool, received time.Time) {
+		switch seen, ok := o.Renewals.RenewedAt(other); {
+		case !now.After(due) && heard && received.Before(silentSince):
+			cs.Judged++ // not late yet, but not heard since the node's silence began
+			cs.Pending = append(cs.Pending, other)
 		case !now.After(due) && heard:
 			cs.Judged++ // heard lately: not silent
 		case !now.After(due):
@@ -222,7 +232,7 @@ func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []s
 			return
 		}
 		heard[other] = true
-		judge(other, received.Add(late.LateAfter(interval)), true)
+		judge(other, received.Add(late.LateAfter(classify.JudgedInterval(other, interval, o.IntervalFor))), true, received)
 	})
 	seeing, _ := o.seeing()
 	listening := laterOf(o.Since, seeing)
@@ -235,17 +245,15 @@ func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []s
 			every = classify.DefaultInterval
 		}
 		heard[other] = true // marked twice: judged once
-		judge(other, listening.Add(classify.DefaultMissedHeartbeats*every), false)
+		judge(other, listening.Add(classify.DefaultMissedHeartbeats*every), false, time.Time{})
 	}
-	for _, names := range []*[]string{&cs.Silent, &cs.Pending} {
-		slices.Sort(*names)
-		for _, n := range *names {
-			if unheard[n] {
-				cs.Unheard = append(cs.Unheard, n)
-			}
+	slices.Sort(cs.Pending)
+	slices.Sort(cs.Silent)
+	for _, n := range cs.Silent {
+		if unheard[n] {
+			cs.Unheard = append(cs.Unheard, n)
 		}
 	}
-	slices.Sort(cs.Unheard)
 	return cs
 }
 
