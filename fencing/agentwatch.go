@@ -31,21 +31,23 @@ type agentLossWatch struct {
 	intervalFor func(node string) time.Duration
 	events      chan event.GenericEvent
 	// firstHeard gets the nodes whose agent the watch sees heard for the first time (since it
-	// started, or since knownFor after it was last heard): their look marks them as running an agent
-	// (markAgent), which a Lease renewal would not bring before the node's next due look.
+	// started, or after the heartbeats held none of it for knownFor): their look marks them as
+	// running an agent (markAgent), which a Lease renewal would not bring before the node's next
+	// due look.
 	firstHeard chan event.GenericEvent
 	now        func() time.Time
 	// lost holds the nodes whose agent was lost at the last scan, with that scan's number.
 	lost  map[string]uint64
 	scans uint64
-	// known holds the nodes the heartbeats hold, with the last scan that found them there; a
-	// node absent from them for knownFor (forgotten) is dropped, and sent again once heard.
+	// known holds the nodes the heartbeats hold, with the time of the last scan that found them
+	// there; a node absent from them for knownFor (forgotten) is dropped, and sent again once
+	// heard.
 	known map[string]time.Time
 }
 
-// knownFor is how long a node heard stays known after it was last heard: an agent whose Node is
-// gone (its look forgets it, and its next heartbeat records it again) is sent once in that time,
-// not at every heartbeat.
+// knownFor is how long a node stays known after the heartbeats last held it: an agent whose Node
+// is gone (its look forgets it, and its next heartbeat records it again) is sent once in that
+// time, not at every heartbeat.
 const knownFor = 10 * time.Minute
 
 func newAgentLossWatch(h observe.Heartbeats, intervalFor func(node string) time.Duration, now func() time.Time) *agentLossWatch {
@@ -71,8 +73,8 @@ func (w *agentLossWatch) Start(ctx context.Context) error {
 }
 
 // scan sends the nodes lost since the last scan, and those heard for the first time. A node
-// lost, heard again (or forgotten) and lost again is sent again; one unheard for knownFor and
-// heard again is sent as first heard again.
+// lost, heard again (or forgotten) and lost again is sent again; one the heartbeats held none of
+// for knownFor is sent as first heard again once heard.
 func (w *agentLossWatch) scan(ctx context.Context) {
 	now := w.now()
 	w.scans++

@@ -13,8 +13,9 @@ const (
 	ReasonNoPolicy            = "NoFencingPolicy"
 	ReasonStormGuard          = "StormGuardActive"
 	ReasonControllerBlind     = "ControllerBlind"
-	// ReasonAgentsSilent: a node found Dead is not fenced while most agents the controller has
-	// heard are silent too (its heartbeat channel is the likelier cut).
+	// ReasonAgentsSilent: a node found Dead is not fenced while most agents the controller
+	// judges by are silent too, or cannot be judged yet (its heartbeat channel is the likelier
+	// cut).
 	ReasonAgentsSilent        = "AgentsSilent"
 	ReasonControllerSeeing    = "ControllerSeeing"
 	ReasonAliveNotFencing     = "NodeAliveNotFencing"

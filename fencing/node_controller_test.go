@@ -493,7 +493,7 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
 	for _, tt := range []struct {
 		name   string
-		others map[string]string // n2..n4: "fresh" (heard), "silent" (agent silent, kubelet renewing), "off" (silent on every path), "justoff" (silent since n1's silence), "slow" (a 10 s interval, heard last before n1's silence)
+		others map[string]string // n2..n4: "fresh" (heard), "silent" (agent silent, kubelet renewing), "off" (silent on every path), "justoff" (silent since n1's silence), "slow" (a 10 s interval, heard last before n1's silence), "firstmet" (silent, its renewal only first met), "asked" (silent by its own 1 s, asked 10 s)
 		want   *v1alpha1.NodeFenceSpec
 		events []eventSeen
 	}{
@@ -508,6 +508,11 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 		// Heartbeating every 10 s, last heard before n1 fell silent: not late yet by their own
 		// interval, but they may have fallen silent with it.
 		{"two slower agents not heard since n1's silence", map[string]string{"n2": "slow", "n3": "slow", "n4": "fresh"}, nil, held},
+		// Their Leases' renewal first met on record after their agents' silence: it was made
+		// some time before, and says nothing of whether their kubelets still renew.
+		{"two silent agents, their renewal only first met", map[string]string{"n2": "firstmet", "n3": "firstmet", "n4": "fresh"}, fenced, created("n1")},
+		// Asked for a 10 s interval, they report 1 s still: judged by the longer, not late yet.
+		{"two agents asked a longer interval", map[string]string{"n2": "asked", "n3": "asked", "n4": "fresh"}, fenced, created("n1")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewals := lease.NewRenewals()
@@ -534,9 +539,24 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 				case "slow":
 					add(name, t0.Add(-time.Second))
 					hbs[name] = agentwire.Heartbeat{Node: name, Interval: 10 * time.Second, Received: silentAt.Add(-2 * time.Second), KubeletHealthy: true}
+				case "firstmet":
+					offAt := t0.Add(-20 * time.Second)
+					o := nodeRenewed(lease.NewRenewals(), name, t0.Add(-time.Second))
+					renewals.Seen(name, t0.Add(-time.Second), t0.Add(-time.Second)) // the only renewal on record
+					objs = append(objs, o...)
+					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: offAt, KubeletHealthy: true}
+				case "asked":
+					add(name, t0.Add(-time.Second))
+					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
 				}
 			}
-			detectN1(t, objs, hbs, renewals, tt.want, "Dead: ", tt.events)
+			asked := func(node string) time.Duration {
+				if tt.others[node] == "asked" {
+					return 10 * time.Second
+				}
+				return time.Second
+			}
+			detectN1By(t, objs, observe.Observer{Heartbeats: hbs, Renewals: renewals, IntervalFor: asked}, tt.want, "Dead: ", tt.events)
 		})
 	}
 }

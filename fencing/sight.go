@@ -105,16 +105,17 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 
 // agentsSilent holds the fence of a node found Dead while other agents are silent to the
 // controller although their nodes' kubelets still renew (observe.AgentsOfLiveNodesSilent): at
-// least two, and more than half of those it can judge by. A Dead verdict rests on the node's
-// agent being silent (and no peer report reaching it, which comes with the other agents'
-// heartbeats); when live nodes' agents fall silent together, the likelier cut is the
-// controller's own heartbeat channel (its Service's endpoint, a network policy, its
+// least two, and more than half of those it can judge by (the agents it has heard and the
+// nodes marked as running one), a node it cannot judge yet weighing as silent. A Dead verdict
+// rests on the node's agent being silent (and no peer report reaching it, which comes with the
+// other agents' heartbeats); when live nodes' agents fall silent together, the likelier cut is
+// the controller's own heartbeat channel (its Service's endpoint, a network policy, its
 // certificate), and a node whose kubelet alone died (its agent and peers would say alive)
 // would read Dead and be powered off. The storm guard does not see it: a node whose kubelet
 // renews after its agent's silence reads Healthy again. Invariants 3 and 4: nothing is fenced on
-// that verdict until those agents are heard again, and the Event says so. One silent agent is
-// no such sign (it may be that agent's own fault), nor is a machine that went silent on every
-// path (off, or cut off: the storm guard's case).
+// that verdict until those agents are heard again or found silent on every path, and the Event
+// says so. One silent agent is no such sign (it may be that agent's own fault), nor is a machine
+// that went silent on every path (off, or cut off: the storm guard's case).
 func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, obs detectors.Observation, now time.Time) (ctrl.Result, bool) {
 	if obs.Verdict != detectors.Dead || r.Observer.Heartbeats == nil {
 		return ctrl.Result{}, false
@@ -131,19 +132,20 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 	}
 	var who []string
 	if len(cs.Silent) > 0 {
-		who = append(who, fmt.Sprintf("%d silent to the controller while their kubelets still renew their Leases (%s)", len(cs.Silent), firstFew(cs.Silent)))
+		who = append(who, fmt.Sprintf("%d are silent to the controller while their kubelets still renew their Leases (%s)", len(cs.Silent), firstFew(cs.Silent)))
 	}
 	if len(cs.Pending) > 0 {
-		who = append(who, fmt.Sprintf("%d not judged yet, weighed as silent: not heard since this controller began to listen or since the node fell silent, or their kubelets' next renewal not due yet (%s)", len(cs.Pending), firstFew(cs.Pending)))
+		who = append(who, fmt.Sprintf("%d cannot be judged yet and weigh as silent: not heard since this controller began to listen or since the node fell silent, or their kubelets' next renewal not due yet (%s)", len(cs.Pending), firstFew(cs.Pending)))
 	}
 	var unheard string
 	if len(cs.Unheard) > 0 {
 		unheard = fmt.Sprintf("; %s marked as running an agent (annotation %s) not heard since this controller began to listen (%s): if one no longer runs an agent, remove its annotation",
 			countOf(len(cs.Unheard), "node"), v1alpha1.AnnotationAgent, firstFew(cs.Unheard))
 	}
-	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonAgentsSilent, "Detect",
-		"not fencing node %s (%s): of the agents of the %d other nodes the controller judges by, %s%s; its heartbeat channel is then the likelier cut (the heartbeat Service's endpoint on the leader's pod, a network policy, its certificate), and the node's agent and peers may see it alive; it is fenced once most of those agents are heard again, or found silent on every path (a machine off)",
-		node.Name, obs.Reason, cs.Judged, strings.Join(who, " and "), unheard)
+	// An Event's note holds 1024 bytes at most (events.k8s.io/v1): the reason comes last.
+	note := fmt.Sprintf("not fencing node %s: of the agents of the %d other nodes the controller judges by, %s%s; its heartbeat channel is then the likelier cut (the heartbeat Service's endpoint on the leader's pod, a network policy, its certificate), and the node's agent and peers may see it alive; it is fenced once most of those agents are heard again, or found silent on every path (a machine off). Found %s",
+		node.Name, cs.Judged, strings.Join(who, " and "), unheard, obs.Reason)
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonAgentsSilent, "Detect", "%s", truncate(note, 1024))
 	r.repeated(ctx, node.Name, "agents of live nodes silent: not fencing", "silent", len(cs.Silent), "pending", len(cs.Pending), "judged", cs.Judged)
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
 }

@@ -120,30 +120,17 @@ func (r *Renewals) Last(node string) (*coordinationv1.Lease, bool) {
 	return l, true
 }
 
-// SeenAt is when the controller first saw node's latest renewal, on its own clock; false when
-// it saw none.
-func (r *Renewals) SeenAt(node string) (time.Time, bool) {
-	rec, ok := r.record(node)
-	return rec.seenAt, ok
-}
-
-// record is node's record, false when there is none.
-func (r *Renewals) record(node string) (renewal, bool) {
-	if r == nil {
-		return renewal{}, false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rec, ok := r.seen[node]
-	return rec, ok
-}
-
 // RenewedAt is when the controller first saw node's latest renewal replace an earlier one it
 // had on record, on its own clock: when the renewal was made, to within the watch's delay.
 // false when it saw none replace another (a renewal first met on record was made at some time
 // before: it says nothing of when).
 func (r *Renewals) RenewedAt(node string) (time.Time, bool) {
-	rec, ok := r.record(node)
+	if r == nil {
+		return time.Time{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.seen[node]
 	return rec.seenAt, ok && rec.changed
 }
 

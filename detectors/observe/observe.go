@@ -162,8 +162,8 @@ func (o Observer) SilentAgents(node string, now time.Time) []string {
 // channel (AgentsOfLiveNodesSilent).
 type ChannelSilence struct {
 	// Silent names, sorted, the nodes whose agent is silent to the controller while their
-	// kubelet renewed its Lease after that agent's next heartbeat was due: alive to the API
-	// server, silent to the controller.
+	// kubelet renewed its Lease after that agent's next heartbeat was due (a renewal the
+	// controller saw replace an earlier one): alive to the API server, silent to the controller.
 	Silent []string
 	// Pending names, sorted, the nodes that cannot be judged yet: an agent not heard yet whose
 	// heartbeats may still come (the controller has listened less than three of its
@@ -186,9 +186,11 @@ type ChannelSilence struct {
 // agents, looks silent, judged by the nodes other than node that run an agent: those whose
 // agent it has heard since it began to listen, and those of marked (nodes known to run one,
 // v1alpha1.AnnotationAgent) whose agent it has not heard yet. An agent heard is silent once its
-// heartbeat is late (SilentAgents' rule); one not heard yet, once the controller has listened
-// three of its intervals. A controller that starts, or takes over leadership, while the channel
-// is cut has heard no agent: without marked it could not tell.
+// heartbeat is late by the interval it is judged by (classify.JudgedInterval: the longer of the
+// one it reports and the one asked of it); one not heard yet, once the controller has listened
+// three of its intervals; and the nodes that cannot be judged yet are Pending. A controller
+// that starts, or takes over leadership, while the channel is cut has heard no agent: without
+// marked it could not tell.
 func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []string) ChannelSilence {
 	var cs ChannelSilence
 	if o.Heartbeats == nil {

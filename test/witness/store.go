@@ -65,9 +65,6 @@ func (s *Store) Close() error {
 	return errors.Join(s.out.Flush(), s.file.Close())
 }
 
-// Path is the history file's name.
-func (s *Store) Path() string { return s.file.Name() }
-
 // History is the history so far, read whole: flushed and read under the store's lock, so
 // that no record is read half-written while writers go on (the buffer writes out whatever
 // fills it, a record's first part too).
