@@ -146,6 +146,6 @@ func runUninstall(args []string) error {
 	if err != nil {
 		return fmt.Errorf("building the API client: %w", err)
 	}
-	o.Log.Info("uninstalling: stopping the controller, removing Palisade's finalizer from the nodes and deleting its run-time objects")
+	o.Log.Info("uninstalling: stopping the controller, removing Palisade's finalizer and annotation from the nodes and deleting its run-time objects")
 	return uninstall.Run(ctrl.SetupSignalHandler(), c, o)
 }

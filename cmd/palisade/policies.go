@@ -192,7 +192,7 @@ func verifyWindow(p *v1alpha1.FencingPolicy) string {
 	if w := p.Spec.Release.VerifyWindow; w != nil {
 		return w.Duration.String()
 	}
-	return "until one kubelet Lease renewal interval + 1s (11s with the kubelet's defaults) after the node's last renewal, at least 3 agent heartbeat intervals + 1s after the agent was last heard; the Executor's: 3 agent heartbeat intervals + 1s when its agent stopped the kubelet, 5m1s (the kubelet's longest crash back-off) when its agent sees the kubelet running, 11s otherwise"
+	return "until one kubelet Lease renewal interval + the renewal margin (1s, or twice how late renewals came lately; 11s with the kubelet's defaults on a quiet cluster) after the node's last renewal, at least 3 agent heartbeat intervals + 1s after the agent was last heard; the Executor's: 3 agent heartbeat intervals + 1s when its agent stopped the kubelet, 5m1s (the kubelet's longest crash back-off) when its agent sees the kubelet running, 11s otherwise"
 }
 
 // leaseTimeout is the policy's detection.leaseTimeout or its default.

@@ -426,11 +426,12 @@ type Release struct {
 	// peers' probes) are watched after a fence is confirmed before anything is released; a
 	// signal in that time fails the method and nothing is released. Counted from the
 	// confirmation. Default: until one Lease renewal interval of the node's kubelet (a quarter
-	// of the Lease's leaseDurationSeconds, 10s for the kubelet's default) plus 1s after the
-	// controller first saw the node's last renewal, and at least three of its agent's
+	// of the Lease's leaseDurationSeconds, 10s for the kubelet's default) plus the renewal
+	// margin (1s, or twice how late renewals have come lately on a loaded API server) after
+	// the controller first saw the node's last renewal, and at least three of its agent's
 	// heartbeat intervals plus 1s after the controller last heard the agent or a peer reach
 	// the node (or after the confirmation, when that is earlier or the agent was never heard);
-	// at most the renewal interval plus 1s after the confirmation. For a node silent on every
+	// at most the renewal interval plus the margin after the confirmation. For a node silent on every
 	// path long enough before its fence, the default window may have ended before the
 	// confirmation: its signals are then checked once, at the confirmation. 0 checks once,
 	// without waiting. A method that leaves the node running with its kubelet not stopped (the

@@ -206,6 +206,9 @@ func leftovers(ctx context.Context, s *realscene.Scene, dyn dynamic.Interface) [
 				left = append(left, "out-of-service taint on node "+n.Name)
 			}
 		}
+		if _, ok := n.Annotations[v1alpha1.AnnotationAgent]; ok {
+			left = append(left, "annotation "+v1alpha1.AnnotationAgent+" on node "+n.Name)
+		}
 	}
 	return left
 }

@@ -75,8 +75,8 @@ func ParseFlags(args []string) (Options, error) {
 	return o, nil
 }
 
-// Run stops the controller, releases the nodes from Palisade's finalizer and deletes the
-// controller's objects, in that order, stopping at the first step that fails.
+// Run stops the controller, releases the nodes from Palisade's finalizer and annotation and
+// deletes the controller's objects, in that order, stopping at the first step that fails.
 func Run(ctx context.Context, c client.Client, o Options) error {
 	for _, step := range []func(context.Context, client.Client, Options) error{stopController, releaseNodes, deleteCreated, deleteAgentCSRs} {
 		if err := step(ctx, c, o); err != nil {
