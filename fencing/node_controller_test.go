@@ -466,6 +466,17 @@ func detectN1(t *testing.T, objs []client.Object, hbs heartbeats, renewals *leas
 	detectN1By(t, objs, observe.Observer{Heartbeats: hbs, Renewals: renewals}, want, reason, events)
 }
 
+// askedSlower is the heartbeat interval the controller asks of each node: 10 s of those whose
+// state in others is slower, 1 s of the rest.
+func askedSlower(others map[string]string, slower string) func(node string) time.Duration {
+	return func(node string) time.Duration {
+		if others[node] == slower {
+			return 10 * time.Second
+		}
+		return time.Second
+	}
+}
+
 // detectN1By is detectN1 with the observer o (its Reader set to the world's client).
 func detectN1By(t *testing.T, objs []client.Object, o observe.Observer, want *v1alpha1.NodeFenceSpec, reason string, events []eventSeen) {
 	t.Helper()
@@ -550,13 +561,7 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
 				}
 			}
-			asked := func(node string) time.Duration {
-				if tt.others[node] == "asked" {
-					return 10 * time.Second
-				}
-				return time.Second
-			}
-			detectN1By(t, objs, observe.Observer{Heartbeats: hbs, Renewals: renewals, IntervalFor: asked}, tt.want, "Dead: ", tt.events)
+			detectN1By(t, objs, observe.Observer{Heartbeats: hbs, Renewals: renewals, IntervalFor: askedSlower(tt.others, "asked")}, tt.want, "Dead: ", tt.events)
 		})
 	}
 }
@@ -669,13 +674,7 @@ func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
 					add(name, t0.Add(-time.Second), true)
 				}
 			}
-			asked := func(node string) time.Duration {
-				if tt.others[node] == "slow" {
-					return 10 * time.Second
-				}
-				return time.Second
-			}
-			detectN1By(t, objs, observe.Observer{Heartbeats: heartbeats{}, Renewals: renewals, Since: listening, IntervalFor: asked}, tt.want, "Dead: ", tt.events)
+			detectN1By(t, objs, observe.Observer{Heartbeats: heartbeats{}, Renewals: renewals, Since: listening, IntervalFor: askedSlower(tt.others, "slow")}, tt.want, "Dead: ", tt.events)
 		})
 	}
 }
