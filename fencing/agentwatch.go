@@ -30,13 +30,12 @@ type agentLossWatch struct {
 	// its old intervals into the silence it was asked for.
 	intervalFor func(node string) time.Duration
 	events      chan event.GenericEvent
-	// marks gets the nodes whose agent the watch sees heard for the first time (since it
-	// started, after the heartbeats held none of it for knownFor, or after its farewell), and
-	// those whose agent said farewell: their look marks them as running an agent, or removes
-	// the mark (keepAgentMark), which a Lease renewal would not bring before the node's next due
-	// look.
-	marks chan event.GenericEvent
-	now   func() time.Time
+	// firstHeard gets the nodes whose agent the watch sees heard for the first time (since it
+	// started, or after the heartbeats held none of it for knownFor): their look marks them as
+	// running an agent (markAgent), which a Lease renewal would not bring before the node's next
+	// due look.
+	firstHeard chan event.GenericEvent
+	now        func() time.Time
 	// lost holds the nodes whose agent was lost at the last scan, with that scan's number.
 	lost  map[string]uint64
 	scans uint64
@@ -44,15 +43,6 @@ type agentLossWatch struct {
 	// there; a node absent from them for knownFor (forgotten) is dropped, and sent again once
 	// heard.
 	known map[string]time.Time
-	// left holds the nodes whose agent's farewell the watch has sent (from heartbeats that say
-	// which agents left: leavers), with the number of the last scan that found it, while it is
-	// their latest heartbeat.
-	left map[string]uint64
-}
-
-// leavers is a heartbeat source that tells which agents said farewell (channel.Server).
-type leavers interface {
-	EachLeaving(fn func(node string))
 }
 
 // knownFor is how long a node stays known after the heartbeats last held it: an agent whose Node
@@ -62,7 +52,7 @@ const knownFor = 10 * time.Minute
 
 func newAgentLossWatch(h observe.Heartbeats, intervalFor func(node string) time.Duration, now func() time.Time) *agentLossWatch {
 	return &agentLossWatch{heartbeats: h, intervalFor: intervalFor, events: make(chan event.GenericEvent, 1024),
-		marks: make(chan event.GenericEvent, 1024), now: now, lost: map[string]uint64{}, known: map[string]time.Time{}, left: map[string]uint64{}}
+		firstHeard: make(chan event.GenericEvent, 1024), now: now, lost: map[string]uint64{}, known: map[string]time.Time{}}
 }
 
 // NeedLeaderElection: only the leader fences, and only the leader hears heartbeats.
@@ -82,23 +72,13 @@ func (w *agentLossWatch) Start(ctx context.Context) error {
 	}
 }
 
-// scan sends the nodes lost since the last scan, those heard for the first time, and those whose
-// agent said farewell. A node lost, heard again (or forgotten) and lost again is sent again; one
-// the heartbeats held none of for knownFor, or whose agent said farewell, is sent as first heard
-// again once heard.
+// scan sends the nodes lost since the last scan, and those heard for the first time. A node
+// lost, heard again (or forgotten) and lost again is sent again; one the heartbeats held none of
+// for knownFor is sent as first heard again once heard.
 func (w *agentLossWatch) scan(ctx context.Context) {
 	now := w.now()
 	w.scans++
 	var fresh, heard []string
-	if l, ok := w.heartbeats.(leavers); ok {
-		l.EachLeaving(func(node string) {
-			if _, was := w.left[node]; !was {
-				heard = append(heard, node)
-			}
-			w.left[node] = w.scans
-			delete(w.known, node)
-		})
-	}
 	w.heartbeats.EachReceived(func(node string, received time.Time, interval time.Duration) {
 		if _, was := w.known[node]; !was {
 			heard = append(heard, node)
@@ -121,18 +101,13 @@ func (w *agentLossWatch) scan(ctx context.Context) {
 			delete(w.lost, node)
 		}
 	}
-	for node, at := range w.left {
-		if at != w.scans {
-			delete(w.left, node)
-		}
-	}
 	for node, at := range w.known {
 		if now.Sub(at) > knownFor {
 			delete(w.known, node)
 		}
 	}
 	send(ctx, w.events, fresh)
-	send(ctx, w.marks, heard)
+	send(ctx, w.firstHeard, heard)
 }
 
 // send sends an event of each node to ch, until ctx is done.

@@ -3,7 +3,6 @@ package fencing
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -97,9 +96,7 @@ func TestAgentLossWatchJudgesByTheAskedIntervalWhenLonger(t *testing.T) {
 }
 
 // The watch sends each node whose agent it hears for the first time once (its look marks it as
-// running an agent), and again only when it was heard anew after knownFor unheard or after its
-// farewell; and each node whose agent said farewell once (its look removes the mark), which is
-// then not lost.
+// running an agent), and again only when it was heard anew after knownFor unheard.
 func TestAgentWatchSendsTheFirstHeard(t *testing.T) {
 	now := time.Unix(1000, 0)
 	hbs := heartbeats{
@@ -120,17 +117,11 @@ func TestAgentWatchSendsTheFirstHeard(t *testing.T) {
 		{"a heard again soon: not sent again", func() { hbs["a"] = agentwire.Heartbeat{Node: "a", Received: now, Interval: time.Second} }, nil},
 		{"a forgotten for longer", func() { delete(hbs, "a"); now = now.Add(knownFor + time.Second) }, nil},
 		{"a heard anew", func() { hbs["a"] = agentwire.Heartbeat{Node: "a", Received: now, Interval: time.Second} }, []string{"a"}},
-		{"c's farewell", func() { hbs["c"] = agentwire.Heartbeat{Node: "c", Received: now, Interval: time.Second, Leaving: true} }, []string{"c"}},
-		{"c gone for a minute: not sent again, nor lost", func() { now = now.Add(time.Minute) }, nil},
-		{"c's agent started again soon", func() { hbs["c"] = agentwire.Heartbeat{Node: "c", Received: now, Interval: time.Second} }, []string{"c"}},
 	} {
 		st.change()
 		w.scan(context.Background())
-		if diff := cmp.Diff(st.want, drained(w.marks)); diff != "" {
-			t.Errorf("%s: nodes sent to have their mark looked at (-want +got):\n%s", st.name, diff)
-		}
-		if _, lost := w.lost["c"]; lost && strings.HasPrefix(st.name, "c gone") {
-			t.Errorf("%s: c, whose agent left, sent as lost", st.name)
+		if diff := cmp.Diff(st.want, drained(w.firstHeard)); diff != "" {
+			t.Errorf("%s: nodes sent as first heard (-want +got):\n%s", st.name, diff)
 		}
 	}
 }

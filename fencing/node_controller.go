@@ -86,7 +86,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("adding the agent loss watch: %w", err)
 		}
 		b = b.WatchesRawSource(source.Channel(w.events, &handler.EnqueueRequestForObject{})).
-			WatchesRawSource(source.Channel(w.marks, &handler.EnqueueRequestForObject{}))
+			WatchesRawSource(source.Channel(w.firstHeard, &handler.EnqueueRequestForObject{}))
 	}
 	return b.Complete(r)
 }
@@ -113,7 +113,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.keepFinalizer(ctx, node, policy); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.keepAgentMark(ctx, node) // sight.go
+	r.markAgent(ctx, node) // sight.go
 	previous, free, err := r.fenceable(ctx, node.Name, policy)
 	if err != nil {
 		return ctrl.Result{}, err

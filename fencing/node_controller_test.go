@@ -56,7 +56,6 @@ func (h heartbeats) Latest(node string) (agentwire.Heartbeat, []agentwire.Sighti
 func (h heartbeats) EachReceived(fn func(string, time.Time, time.Duration)) {
 	agentwire.EachReceivedOf(h, fn)
 }
-func (h heartbeats) EachLeaving(fn func(string))       { agentwire.EachLeavingOf(h, fn) }
 func (h heartbeats) LastReached(node string) time.Time { return agentwire.LastReachedOf(h, node) }
 
 func (h heartbeats) Forget(node string) { delete(h, node) }
@@ -505,7 +504,7 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
 	for _, tt := range []struct {
 		name   string
-		others map[string]string // n2..n4: "fresh" (heard), "silent" (agent silent, kubelet renewing), "off" (silent on every path), "justoff" (silent since n1's silence), "slow" (a 10 s interval, heard last before n1's silence), "firstmet" (silent, its renewal only first met), "asked" (silent by its own 1 s, asked 10 s), "left" (its last heartbeat a farewell, kubelet renewing)
+		others map[string]string // n2..n4: "fresh" (heard), "silent" (agent silent, kubelet renewing), "off" (silent on every path), "justoff" (silent since n1's silence), "slow" (a 10 s interval, heard last before n1's silence), "firstmet" (silent, its renewal only first met), "asked" (silent by its own 1 s, asked 10 s)
 		want   *v1alpha1.NodeFenceSpec
 		events []eventSeen
 	}{
@@ -525,9 +524,6 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 		{"two silent agents, their renewal only first met", map[string]string{"n2": "firstmet", "n3": "firstmet", "n4": "fresh"}, fenced, created("n1")},
 		// Asked for a 10 s interval, they report 1 s still: judged by the longer, not late yet.
 		{"two agents asked a longer interval", map[string]string{"n2": "asked", "n3": "asked", "n4": "fresh"}, fenced, created("n1")},
-		// Their agents said farewell (stopped gracefully: the DaemonSet narrowed): gone, not
-		// silent, whatever their kubelets do.
-		{"two agents left, one heard", map[string]string{"n2": "left", "n3": "left", "n4": "fresh"}, fenced, created("n1")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewals := lease.NewRenewals()
@@ -563,9 +559,6 @@ func TestAgentsOfLiveNodesSilentHoldTheFence(t *testing.T) {
 				case "asked":
 					add(name, t0.Add(-time.Second))
 					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
-				case "left":
-					add(name, t0.Add(-time.Second))
-					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true, Leaving: true}
 				}
 			}
 			detectN1By(t, objs, observe.Observer{Heartbeats: hbs, Renewals: renewals, IntervalFor: askedSlower(tt.others, "asked")}, tt.want, "Dead: ", tt.events)
@@ -646,7 +639,7 @@ func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
 	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
 	for _, tt := range []struct {
 		name   string
-		others map[string]string // n2..n4: "marked" (renewing), "off" (marked, no renewal since the warm-up), "unmarked" (renewing), "slow" (marked, renewing, asked a 10 s heartbeat interval), "left" (marked, renewing, its agent's farewell heard: the mark not yet removed)
+		others map[string]string // n2..n4: "marked" (renewing), "off" (marked, no renewal since the warm-up), "unmarked" (renewing), "slow" (marked, renewing, asked a 10 s heartbeat interval)
 		want   *v1alpha1.NodeFenceSpec
 		events []eventSeen
 	}{
@@ -657,9 +650,6 @@ func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
 		// Their agents asked for a 10 s interval: the controller has listened less than three
 		// of it, they may yet be heard, and weigh as silent until then.
 		{"marked, not heard yet, may still be", map[string]string{"n2": "slow", "n3": "slow", "n4": "slow"}, nil, held},
-		// Their agents said farewell since the takeover (stopped gracefully): gone, not silent,
-		// though their marks are still there.
-		{"two marked, their agents left", map[string]string{"n2": "left", "n3": "left", "n4": "marked"}, fenced, created("n1")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewals := lease.NewRenewals()
@@ -672,12 +662,8 @@ func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
 				objs = append(objs, o...)
 			}
 			add("n1", t0.Add(-25*time.Second), true)
-			hbs := heartbeats{}
 			for name, state := range tt.others {
 				switch state {
-				case "left":
-					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: listening.Add(time.Second), Leaving: true}
-					fallthrough
 				case "marked":
 					add(name, t0.Add(-time.Second), true)
 				case "off":
@@ -688,29 +674,24 @@ func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
 					add(name, t0.Add(-time.Second), true)
 				}
 			}
-			detectN1By(t, objs, observe.Observer{Heartbeats: hbs, Renewals: renewals, Since: listening, IntervalFor: askedSlower(tt.others, "slow")}, tt.want, "Dead: ", tt.events)
+			detectN1By(t, objs, observe.Observer{Heartbeats: heartbeats{}, Renewals: renewals, Since: listening, IntervalFor: askedSlower(tt.others, "slow")}, tt.want, "Dead: ", tt.events)
 		})
 	}
 }
 
 // The controller marks a node as running an agent once it hears the agent, and only then; a
-// mark already there stays as written; once the agent's farewell is its latest heartbeat, the
-// mark goes.
+// mark already there stays as written.
 func TestAgentHeardMarksItsNode(t *testing.T) {
 	earlier := t0.Add(-time.Hour).Format(time.RFC3339)
 	for _, tt := range []struct {
-		name    string
-		heard   bool
-		leaving bool   // the heartbeat heard is the agent's farewell
-		was     string // the node's mark before; "": none
-		want    string
+		name  string
+		heard bool
+		was   string // the node's mark before; "": none
+		want  string
 	}{
-		{"heard: marked", true, false, "", t0.Format(time.RFC3339)},
-		{"not heard: not marked", false, false, "", ""},
-		{"heard, marked before: kept", true, false, earlier, earlier},
-		{"not heard, marked before: kept", false, false, earlier, earlier},
-		{"its farewell, marked before: removed", true, true, earlier, ""},
-		{"its farewell, not marked: not marked", true, true, "", ""},
+		{"heard: marked", true, "", t0.Format(time.RFC3339)},
+		{"not heard: not marked", false, "", ""},
+		{"heard, marked before: kept", true, earlier, earlier},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"pool": "a"}}}
@@ -719,7 +700,7 @@ func TestAgentHeardMarksItsNode(t *testing.T) {
 			}
 			hbs := heartbeats{}
 			if tt.heard {
-				hbs["n1"] = agentwire.Heartbeat{Node: "n1", Interval: time.Second, Received: t0, KubeletHealthy: true, Leaving: tt.leaving}
+				hbs["n1"] = agentwire.Heartbeat{Node: "n1", Interval: time.Second, Received: t0, KubeletHealthy: true}
 			}
 			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(node, poolPolicy(ipmiMethod))).Build()
 			r := &NodeReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c, Heartbeats: hbs}, Now: func() time.Time { return t0 }}

@@ -184,35 +184,21 @@ func (r *NodeReconciler) agentNodes(ctx context.Context, now time.Time) ([]strin
 	return out, nil
 }
 
-// keepAgentMark keeps the node's mark as running an agent (v1alpha1.AnnotationAgent) in step
-// with what this controller heard of its agent. It marks the node once it hears the agent, one
-// write per node: a controller that starts, or takes over, while the heartbeat channel is cut
-// counts that agent among the silent (agentsSilent). It removes the mark once the agent's
-// latest heartbeat is its farewell (it stopped gracefully: its pod deleted, the DaemonSet
-// narrowed or rolled, the service stopped), so that a gone agent is not counted silent for
-// ever; a restarted agent marks its node again at its first heartbeat. A failed write is logged
-// and tried again at the node's next look.
-func (r *NodeReconciler) keepAgentMark(ctx context.Context, node *corev1.Node) {
-	if r.Observer.Heartbeats == nil {
+// markAgent marks node as running an agent (v1alpha1.AnnotationAgent) once this controller has
+// heard its agent, one write per node for good: a controller that starts, or takes over, while
+// the heartbeat channel is cut counts that agent among the silent (agentsSilent). A failed write
+// is logged and tried again at the node's next look.
+func (r *NodeReconciler) markAgent(ctx context.Context, node *corev1.Node) {
+	if _, ok := node.Annotations[v1alpha1.AnnotationAgent]; ok || r.Observer.Heartbeats == nil {
 		return
 	}
-	hb, _, heard := r.Observer.Heartbeats.Latest(node.Name)
-	_, marked := node.Annotations[v1alpha1.AnnotationAgent]
-	if !heard || hb.Leaving != marked {
+	if _, _, heard := r.Observer.Heartbeats.Latest(node.Name); !heard {
 		return
 	}
 	patch := client.MergeFrom(node.DeepCopy())
-	if marked {
-		delete(node.Annotations, v1alpha1.AnnotationAgent)
-	} else {
-		metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationAgent, r.now().UTC().Format(time.RFC3339))
-	}
+	metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationAgent, r.now().UTC().Format(time.RFC3339))
 	if err := r.Client.Patch(ctx, node, patch); client.IgnoreNotFound(err) != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "keeping the node's mark as running an agent", "annotation", v1alpha1.AnnotationAgent, "agentLeft", hb.Leaving)
-		return
-	}
-	if marked {
-		ctrl.LoggerFrom(ctx).Info("the node's agent said farewell: its mark as running one removed", "annotation", v1alpha1.AnnotationAgent)
+		ctrl.LoggerFrom(ctx).Error(err, "marking the node as running an agent", "annotation", v1alpha1.AnnotationAgent)
 	}
 }
 

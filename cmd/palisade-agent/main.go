@@ -205,9 +205,8 @@ func run(args []string) error {
 	h := heartbeat.New(o.heartbeat(bootID, probePort), client, cmds, fence, prober, log)
 	logStart(o, bootID, log)
 	h.Run(ctx)
-	// A promise of a self-fence is withdrawn before the watchdog behind it is disarmed; the
-	// farewell goes without one too, so that the controller knows this agent gone, not silent.
-	withdrawn := h.Farewell(o.controllerCallTimeout) && fence.Within() > 0
+	// A promise of a self-fence is withdrawn before the watchdog behind it is disarmed.
+	withdrawn := fence.Within() > 0 && h.Farewell(o.controllerCallTimeout)
 	fence.Close(time.Now(), withdrawn, h.Interval())
 	log.Info("stopping palisade-agent", "reason", context.Cause(ctx).Error(), "heartbeatsSent", h.Seq())
 	return nil

@@ -71,11 +71,6 @@ type Report struct {
 	// when the agent stops. 0: the agent promises nothing (self-fencing off, or no petted
 	// watchdog), and the SelfFence method must not rely on it. At most MaxSelfFenceWithinMillis.
 	SelfFenceWithinMillis int64 `json:"selfFenceWithinMillis,omitempty"`
-	// Leaving says this is the agent's farewell: it stops (a graceful exit: its pod deleted,
-	// the DaemonSet narrowed or rolled, the service stopped). The controller no longer counts
-	// on its heartbeats (the AgentsSilent hold judges the channel by the agents still there)
-	// and removes the node's palisade.dev/agent mark; the agent's next start is heard anew.
-	Leaving bool `json:"leaving,omitempty"`
 }
 
 // MaxSelfFenceWithinMillis bounds Report.SelfFenceWithinMillis (a day).
@@ -130,9 +125,6 @@ type Heartbeat struct {
 	// SelfFenceWithin is the Report's SelfFenceWithinMillis: 0 when the agent does not fence
 	// itself.
 	SelfFenceWithin time.Duration
-	// Leaving is the Report's: the agent's farewell. A source's EachReceived skips such a
-	// heartbeat (EachReceivedOf): the agent is gone, not silent.
-	Leaving bool
 }
 
 // PeerTarget is a node an agent is to probe, and where.

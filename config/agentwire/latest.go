@@ -59,22 +59,9 @@ func LastReachedOf(snapshot map[string]Heartbeat, node string) time.Time {
 	return last
 }
 
-// EachReceivedOf is what a heartbeat source's EachReceived does, over a full Snapshot: every
-// node's latest heartbeat but the farewells (Heartbeat.Leaving), whose agents are gone.
+// EachReceivedOf is what a heartbeat source's EachReceived does, over a full Snapshot.
 func EachReceivedOf(snapshot map[string]Heartbeat, fn func(node string, received time.Time, interval time.Duration)) {
 	for n, hb := range snapshot {
-		if !hb.Leaving {
-			fn(n, hb.Received, hb.Interval)
-		}
-	}
-}
-
-// EachLeavingOf is what a heartbeat source's EachLeaving does, over a full Snapshot: the nodes
-// whose latest heartbeat is their agent's farewell.
-func EachLeavingOf(snapshot map[string]Heartbeat, fn func(node string)) {
-	for n, hb := range snapshot {
-		if hb.Leaving {
-			fn(n)
-		}
+		fn(n, hb.Received, hb.Interval)
 	}
 }

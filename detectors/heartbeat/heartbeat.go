@@ -167,24 +167,20 @@ func (h *Heartbeater) Run(ctx context.Context) {
 	}
 }
 
-// Farewell sends one last heartbeat, after Run returned, that says the agent stops (Leaving)
-// and promises no self-fence (SelfFenceWithinMillis 0), within timeout, and says whether the
-// controller accepted it. An agent that stops gracefully withdraws its promise before it
-// disarms its watchdog, so that the controller's SelfFence method no longer relies on a node
-// whose agent is gone; and the controller no longer counts its silence as a sign that its own
-// heartbeat channel is cut (the AgentsSilent hold), nor the node as running an agent. A
-// farewell not accepted leaves the promise standing, and the agent then keeps its watchdog
-// armed.
+// Farewell sends one last heartbeat, after Run returned, that promises no self-fence
+// (SelfFenceWithinMillis 0), within timeout, and says whether the controller accepted it: an
+// agent that stops gracefully withdraws its promise before it disarms its watchdog, so that the
+// controller's SelfFence method no longer relies on a node whose agent is gone. A farewell not
+// accepted leaves the promise standing, and the agent then keeps its watchdog armed.
 func (h *Heartbeater) Farewell(timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	rep := h.report(h.cmds.Status(), h.kubeletHealthy != nil && *h.kubeletHealthy, 0)
-	rep.Leaving = true
-	if _, err := h.client.Exchange(ctx, rep); err != nil {
-		h.log.Info("the controller did not take the farewell heartbeat: a self-fence promised stands, and the controller counts this agent silent until it forgets the node", "error", err.Error())
+	_, err := h.client.Exchange(ctx, h.report(h.cmds.Status(), h.kubeletHealthy != nil && *h.kubeletHealthy, 0))
+	if err != nil {
+		h.log.Info("the controller did not take the farewell heartbeat that withdraws the self-fence promise", "error", err.Error())
 		return false
 	}
-	h.log.Info("farewell heartbeat accepted: a self-fence promised is withdrawn, and the controller no longer counts on this agent")
+	h.log.Info("farewell heartbeat accepted: the self-fence promise is withdrawn")
 	return true
 }
 

@@ -291,8 +291,8 @@ func TestBeatReportsASelfFenceTooSlowAsNone(t *testing.T) {
 	}
 }
 
-// Farewell sends one more heartbeat, promising no self-fence and saying the agent leaves, and
-// says whether the controller took it.
+// Farewell sends one more heartbeat, promising no self-fence, and says whether the controller
+// took it.
 func TestFarewellWithdrawsThePromise(t *testing.T) {
 	kubelet := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer kubelet.Close()
@@ -304,9 +304,8 @@ func TestFarewellWithdrawsThePromise(t *testing.T) {
 		t.Error("Farewell = false, want true (the controller took it)")
 	}
 	if len(x.sent) != 2 || x.sent[0].SelfFenceWithinMillis != 30_000 || x.sent[1].SelfFenceWithinMillis != 0 ||
-		x.sent[1].Seq != x.sent[0].Seq+1 || x.sent[1].Instance != x.sent[0].Instance || x.sent[1].BootID != "b" ||
-		x.sent[0].Leaving || !x.sent[1].Leaving {
-		t.Errorf("reports %+v, want a beat promising 30 s, then a farewell (leaving) promising none, the next of the same instance", x.sent)
+		x.sent[1].Seq != x.sent[0].Seq+1 || x.sent[1].Instance != x.sent[0].Instance || x.sent[1].BootID != "b" {
+		t.Errorf("reports %+v, want a beat promising 30 s, then a farewell promising none, the next of the same instance", x.sent)
 	}
 	x.err = errors.New("unreachable")
 	if h.Farewell(time.Second) {

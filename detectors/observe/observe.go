@@ -26,9 +26,8 @@ type Heartbeats interface {
 	// look at one node (agentwire.LatestOf says what it returns).
 	Latest(node string) (hb agentwire.Heartbeat, about []agentwire.Sighting, ok bool)
 	// EachReceived calls fn with every node's latest heartbeat's arrival time and interval,
-	// without copying the heartbeats, for a frequent look at all nodes, but those whose agent
-	// said farewell (agentwire.Heartbeat.Leaving: gone, not silent); fn must be quick and must
-	// not call back into the source.
+	// without copying the heartbeats, for a frequent look at all nodes; fn must be quick and
+	// must not call back into the source.
 	EachReceived(fn func(node string, received time.Time, interval time.Duration))
 	// LastReached is the latest moment a peer's agent reported acknowledging the node's probe,
 	// over every heartbeat received, not only the latest ones (zero for none).
@@ -242,9 +241,6 @@ func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []s
 	for _, other := range marked {
 		if other == node || heard[other] {
 			continue
-		}
-		if hb, _, ok := o.Heartbeats.Latest(other); ok && hb.Leaving {
-			continue // its agent said farewell: gone, not silent (its mark goes at its node's look)
 		}
 		every := classify.JudgedInterval(other, 0, o.IntervalFor)
 		if every <= 0 {

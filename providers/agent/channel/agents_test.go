@@ -2,7 +2,6 @@ package channel
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -73,51 +72,6 @@ func TestAgentCounts(t *testing.T) {
 
 	s.Forget("n3")
 	check("n3 forgotten", 2, 0)
-}
-
-// An agent's farewell (Leaving), sent over mutual TLS, takes it out of the agents counted and
-// listed by EachReceived (gone, not missing) and into EachLeaving, until its next start's
-// heartbeat brings it back; Latest still returns the farewell, and Forget drops it.
-func TestFarewellTakesTheAgentOutOfTheCount(t *testing.T) {
-	p := newPKI(t)
-	start := time.Now()
-	clock := &fakeClock{now: start}
-	s := startServer(t, p, ServerOptions{Now: clock.Now})
-	send := func(rep agentwire.Report) {
-		t.Helper()
-		certFile, keyFile := p.agentFiles(t, p.ca, rep.Node)
-		if _, err := newClient(t, p, s.Addr(), certFile, keyFile).Send(context.Background(), rep); err != nil {
-			t.Fatalf("heartbeat of %s: %v", rep.Node, err)
-		}
-	}
-	check := func(when string, missing, heartbeating int, received, leaving []string) {
-		t.Helper()
-		if m, h := s.AgentCounts(); m != missing || h != heartbeating {
-			t.Errorf("%s: %v missing and %v heartbeating, want %d and %d", when, m, h, missing, heartbeating)
-		}
-		var gotReceived, gotLeaving []string
-		s.EachReceived(func(node string, _ time.Time, _ time.Duration) { gotReceived = append(gotReceived, node) })
-		s.EachLeaving(func(node string) { gotLeaving = append(gotLeaving, node) })
-		slices.Sort(gotReceived)
-		if !slices.Equal(gotReceived, received) || !slices.Equal(gotLeaving, leaving) {
-			t.Errorf("%s: EachReceived %v and EachLeaving %v, want %v and %v", when, gotReceived, gotLeaving, received, leaving)
-		}
-	}
-	send(agentwire.Report{Node: "n1", Seq: 1, Instance: "a"})
-	send(agentwire.Report{Node: "n2", Seq: 1, Instance: "b"})
-	check("both heartbeating", 0, 2, []string{"n1", "n2"}, nil)
-	send(agentwire.Report{Node: "n1", Seq: 2, Instance: "a", Leaving: true})
-	check("n1's farewell", 0, 1, []string{"n2"}, []string{"n1"})
-	if hb, _, ok := s.Latest("n1"); !ok || !hb.Leaving {
-		t.Errorf("Latest(n1) = %+v, %v; want its farewell", hb, ok)
-	}
-	clock.Set(start.Add(time.Minute))
-	check("a minute on: n2 missing, n1 gone", 1, 0, []string{"n2"}, []string{"n1"})
-	send(agentwire.Report{Node: "n1", Seq: 1, Instance: "c"})
-	check("n1's agent started again", 1, 1, []string{"n1", "n2"}, nil)
-	send(agentwire.Report{Node: "n2", Seq: 2, Instance: "b", Leaving: true})
-	s.Forget("n2")
-	check("n2's farewell, then n2 forgotten", 0, 1, []string{"n1"}, nil)
 }
 
 // An agent asked for a longer interval than it reports (its policy's raised from 1s to 30s)

@@ -122,9 +122,6 @@ type Server struct {
 	// probe, on the server's clock, from any heartbeat since (not only the latest ones, which
 	// drop an acknowledgement after two of the peer's intervals): LastReached.
 	reached map[string]time.Time
-	// leaving holds the nodes whose latest heartbeat is their agent's farewell
-	// (Heartbeat.Leaving): EachReceived skips them, EachLeaving lists them.
-	leaving map[string]struct{}
 	// clocks place each node's heartbeats on the server's clock by when they were sent.
 	clocks map[string]sendClock
 	peers  *peerBook
@@ -151,7 +148,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	s := &Server{
 		opts: opts, log: opts.Logger, nodes: map[string]agentwire.Heartbeat{}, clocks: map[string]sendClock{},
-		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{}, leaving: map[string]struct{}{},
+		commands: map[string]agentwire.Command{}, statuses: map[string]agentwire.ExecutorStatus{},
 		about: map[string]map[string][]agentwire.Sighting{}, peers: newPeerBook(opts.ProbePeers),
 		dg: newDatagramState(), noisy: newLineLimit(opts.Logger, linesPerSecond),
 	}
@@ -280,26 +277,12 @@ func (s *Server) Snapshot() map[string]agentwire.Heartbeat {
 }
 
 // EachReceived calls fn with every node's latest heartbeat's arrival time and interval, under
-// the read lock and without copying: fn must be quick and must not call the server. Nodes whose
-// latest heartbeat is their agent's farewell (Heartbeat.Leaving) are skipped: that agent is
-// gone, not silent.
+// the read lock and without copying: fn must be quick and must not call the server.
 func (s *Server) EachReceived(fn func(node string, received time.Time, interval time.Duration)) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for n, hb := range s.nodes {
-		if !hb.Leaving {
-			fn(n, hb.Received, hb.Interval)
-		}
-	}
-}
-
-// EachLeaving calls fn with every node whose latest heartbeat is its agent's farewell
-// (Heartbeat.Leaving), under the read lock: fn must be quick and must not call the server.
-func (s *Server) EachLeaving(fn func(node string)) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for n := range s.leaving {
-		fn(n)
+		fn(n, hb.Received, hb.Interval)
 	}
 }
 
@@ -368,7 +351,6 @@ func (s *Server) Forget(node string) {
 	defer s.mu.Unlock()
 	s.reindex(s.nodes[node], agentwire.Heartbeat{})
 	delete(s.nodes, node)
-	delete(s.leaving, node)
 	delete(s.clocks, node)
 	// The node's own acknowledgements go only once old: a peer's heartbeat from before the
 	// Forget may still name it (the index by target keeps those too), and a node of the same
@@ -561,9 +543,6 @@ func validate(rep agentwire.Report) error {
 	if rep.SelfFenceWithinMillis < 0 || rep.SelfFenceWithinMillis > agentwire.MaxSelfFenceWithinMillis {
 		return fmt.Errorf("self-fence time %dms outside 0..%dms", rep.SelfFenceWithinMillis, agentwire.MaxSelfFenceWithinMillis)
 	}
-	if rep.Leaving && rep.SelfFenceWithinMillis != 0 {
-		return errors.New("a farewell (leaving) that promises a self-fence")
-	}
 	if rep.RunningContainers != nil && *rep.RunningContainers < 0 {
 		return errors.New("negative running containers")
 	}
@@ -582,7 +561,7 @@ func toHeartbeat(rep agentwire.Report, now, notAfter time.Time) agentwire.Heartb
 		Node: rep.Node, BootID: rep.BootID, Seq: rep.Seq, Instance: rep.Instance, KubeletHealthy: rep.KubeletHealthy,
 		Interval: time.Duration(rep.IntervalMillis) * time.Millisecond, Received: now, SentAt: rep.SentAt, CertNotAfter: notAfter,
 		Executor: rep.Executor, RunningContainers: rep.RunningContainers,
-		SelfFenceWithin: time.Duration(rep.SelfFenceWithinMillis) * time.Millisecond, Leaving: rep.Leaving,
+		SelfFenceWithin: time.Duration(rep.SelfFenceWithinMillis) * time.Millisecond,
 	}
 	var skew time.Duration
 	if !rep.SentAt.IsZero() {
@@ -673,11 +652,6 @@ func (s *Server) record(hb agentwire.Heartbeat) (cmd agentwire.Command, pending,
 	s.clocks[hb.Node] = clk
 	unreachedWhenSent(&hb)
 	s.nodes[hb.Node] = hb
-	if hb.Leaving {
-		s.leaving[hb.Node] = struct{}{}
-	} else {
-		delete(s.leaving, hb.Node)
-	}
 	s.reindex(prev, hb)
 	prevStatus, hadStatus := s.statuses[hb.Node]
 	if hb.Executor != nil {
@@ -690,11 +664,6 @@ func (s *Server) record(hb agentwire.Heartbeat) (cmd agentwire.Command, pending,
 		s.log.Info("first heartbeat from node", "Node", klog.KRef("", hb.Node), "bootID", hb.BootID)
 	case prev.BootID != hb.BootID:
 		s.log.Info("node rebooted", "Node", klog.KRef("", hb.Node), "previousBootID", prev.BootID, "bootID", hb.BootID)
-	case prev.Leaving && !hb.Leaving:
-		s.log.Info("agent back after its farewell", "Node", klog.KRef("", hb.Node))
-	}
-	if hb.Leaving && !prev.Leaving {
-		s.log.Info("agent's farewell: it stops", "Node", klog.KRef("", hb.Node))
 	}
 	if st := hb.Executor; st != nil && (!hadStatus || prevStatus.ID != st.ID || prevStatus.State != st.State) {
 		s.log.Info("executor status", "Node", klog.KRef("", hb.Node), "command", st.ID, "state", st.State,

@@ -25,7 +25,6 @@ func TestValidateRefusesOverflowAndNegativeCounts(t *testing.T) {
 		{"a boot ID longer than MaxBootID", agentwire.Report{Node: "n1", BootID: strings.Repeat("b", agentwire.MaxBootID+1)}},
 		{"negative self-fence time", agentwire.Report{Node: "n1", SelfFenceWithinMillis: -1}},
 		{"self-fence time above the bound", agentwire.Report{Node: "n1", SelfFenceWithinMillis: agentwire.MaxSelfFenceWithinMillis + 1}},
-		{"a farewell promising a self-fence", agentwire.Report{Node: "n1", Leaving: true, SelfFenceWithinMillis: 30_000}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := validate(tc.rep); err == nil {
