@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,6 +54,12 @@ type NodeReconciler struct {
 	// once; the storm guard counts the nodes it observes failed, not the fences created, so
 	// workers side by side see the same count.
 	Concurrency int
+	// AgentServiceAccount, when set, is the agents' ServiceAccount (the DaemonSet's pods run as
+	// it): the AgentsSilent hold then judges the channel only by nodes such a pod is bound to,
+	// so that a node the agent DaemonSet no longer covers (narrowed, or the agent uninstalled)
+	// does not count as an agent silent for ever (sight.go). Zero: every node heard or marked
+	// counts.
+	AgentServiceAccount types.NamespacedName
 
 	blindEvents blindEvents
 	// looks are the nodes judged not failed by their latest reconcile, with a look again
@@ -62,8 +69,10 @@ type NodeReconciler struct {
 	said repeats
 	// answered keeps the requests answered without being acted on, each said once (answers.go).
 	answered saidOnce
-	// marked remembers the nodes marked as running an agent for a while (sight.go).
+	// marked remembers the nodes marked as running an agent for a while, podded the nodes an
+	// agent pod is bound to (sight.go).
 	marked markedNodes
+	podded markedNodes
 }
 
 // SetupWithManager watches Nodes, their Leases, policies and NodeFences.

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -18,12 +19,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -480,10 +483,19 @@ func askedSlower(others map[string]string, slower string) func(node string) time
 // detectN1By is detectN1 with the observer o (its Reader set to the world's client).
 func detectN1By(t *testing.T, objs []client.Object, o observe.Observer, want *v1alpha1.NodeFenceSpec, reason string, events []eventSeen) {
 	t.Helper()
+	detectN1With(t, objs, o, nil, want, reason, events)
+}
+
+// detectN1With is detectN1By with the reconciler edited by edit (nil: none) before the look.
+func detectN1With(t *testing.T, objs []client.Object, o observe.Observer, edit func(*NodeReconciler), want *v1alpha1.NodeFenceSpec, reason string, events []eventSeen) {
+	t.Helper()
 	c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
 	rec := &recorder{}
 	o.Reader = c
 	r := &NodeReconciler{Client: c, Recorder: rec, Observer: o, Now: func() time.Time { return t0 }}
+	if edit != nil {
+		edit(r)
+	}
 	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -675,6 +687,73 @@ func TestAgentsSilentHoldAfterATakeover(t *testing.T) {
 				}
 			}
 			detectN1By(t, objs, observe.Observer{Heartbeats: heartbeats{}, Renewals: renewals, Since: listening, IntervalFor: askedSlower(tt.others, "slow")}, tt.want, "Dead: ", tt.events)
+		})
+	}
+}
+
+// With the agents' ServiceAccount known, the AgentsSilent hold judges the heartbeat channel only
+// by the nodes a pod of it is bound to: a node the agent DaemonSet no longer covers (narrowed,
+// the agent uninstalled there) is silent for good, heard once or marked, and is no sign of a cut
+// channel. A pod in any phase counts (crash-looping, being replaced), pods of another account
+// do not, and when the pods cannot be listed every node heard or marked counts.
+func TestAgentsSilentJudgesOnlyNodesWithAnAgentPod(t *testing.T) {
+	listening := t0.Add(-20 * time.Second) // a takeover: 3 s of warm-up
+	silentAt := t0.Add(-5 * time.Second)
+	sa := types.NamespacedName{Namespace: "palisade-system", Name: "palisade-agent"}
+	fenced := &v1alpha1.NodeFenceSpec{NodeName: "n1", PolicyName: "pool", Trigger: v1alpha1.TriggerDetected, Verdict: "Dead", Methods: []v1alpha1.Method{ipmiMethod}}
+	held := []eventSeen{{"Node/n1", corev1.EventTypeWarning, ReasonAgentsSilent}}
+	pod := func(node, account string, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sa.Namespace, Name: account + "-" + node},
+			Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: account}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	for _, tt := range []struct {
+		name     string
+		heard    bool // n2..n4's agents heard, now silent; else a takeover, n2..n4 marked
+		pods     []client.Object
+		listFail bool
+		want     *v1alpha1.NodeFenceSpec
+		events   []eventSeen
+	}{
+		{"heard, an agent pod on each", true, []client.Object{pod("n2", sa.Name, corev1.PodRunning), pod("n3", sa.Name, corev1.PodRunning), pod("n4", sa.Name, corev1.PodRunning)}, false, nil, held},
+		{"heard, the DaemonSet narrowed off n2 and n3", true, []client.Object{pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1")},
+		{"marked, an agent pod on each, two pending or failing", false, []client.Object{pod("n2", sa.Name, corev1.PodPending), pod("n3", sa.Name, corev1.PodFailed), pod("n4", sa.Name, corev1.PodRunning)}, false, nil, held},
+		{"marked, the DaemonSet narrowed off n2 and n3", false, []client.Object{pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1")},
+		{"marked, only another account's pods on n2 and n3", false, []client.Object{pod("n2", "other", corev1.PodRunning), pod("n3", "other", corev1.PodRunning), pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1")},
+		{"marked, the pods cannot be listed", false, nil, true, nil, held},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			renewals := lease.NewRenewals()
+			objs := append([]client.Object{withGuard(poolPolicy(ipmiMethod), "100%")}, tt.pods...)
+			o := observe.Observer{Heartbeats: heartbeats{}, Renewals: renewals, Since: listening}
+			hbs := o.Heartbeats.(heartbeats)
+			for _, name := range []string{"n1", "n2", "n3", "n4"} {
+				renewed := t0.Add(-time.Second)
+				if name == "n1" {
+					renewed = t0.Add(-25 * time.Second)
+				}
+				no := nodeRenewed(renewals, name, renewed)
+				if tt.heard {
+					hbs[name] = agentwire.Heartbeat{Node: name, Interval: time.Second, Received: silentAt, KubeletHealthy: true}
+				} else {
+					no[0].SetAnnotations(map[string]string{v1alpha1.AnnotationAgent: listening.Add(-time.Hour).Format(time.RFC3339)})
+				}
+				objs = append(objs, no...)
+			}
+			if tt.heard {
+				o.Since = time.Time{}
+			}
+			detectN1With(t, objs, o, func(r *NodeReconciler) {
+				r.AgentServiceAccount = sa
+				if tt.listFail {
+					r.APIReader = interceptor.NewClient(r.Client.(client.WithWatch), interceptor.Funcs{
+						List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+							if _, pods := list.(*corev1.PodList); pods {
+								return errors.New("the API server is overloaded")
+							}
+							return c.List(ctx, list, opts...)
+						}})
+				}
+			}, tt.want, "Dead: ", tt.events)
 		})
 	}
 }

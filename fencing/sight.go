@@ -106,7 +106,8 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 // agentsSilent holds the fence of a node found Dead while other agents are silent to the
 // controller although their nodes' kubelets still renew (observe.AgentsOfLiveNodesSilent): at
 // least two, and more than half of those it can judge by (the agents it has heard and the
-// nodes marked as running one), a node it cannot judge yet weighing as silent. A Dead verdict
+// nodes marked as running one; with AgentServiceAccount set, only those an agent pod is still
+// bound to), a node it cannot judge yet weighing as silent. A Dead verdict
 // rests on the node's agent being silent (and no peer report reaching it, which comes with the
 // other agents' heartbeats); when live nodes' agents fall silent together, the likelier cut is
 // the controller's own heartbeat channel (its Service's endpoint, a network policy, its
@@ -125,10 +126,20 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 		// Judged by the agents heard alone: what this controller knows for itself.
 		ctrl.LoggerFrom(ctx).Error(err, "listing the nodes marked as running an agent; judging by the agents heard only")
 	}
-	cs := r.Observer.AgentsOfLiveNodesSilent(node.Name, now, marked)
-	quiet := len(cs.Silent) + len(cs.Pending) // a pending node may be silent: it weighs as such
-	if quiet < 2 || 2*quiet <= cs.Judged {
+	cs := r.Observer.AgentsOfLiveNodesSilent(node.Name, now, marked, nil)
+	if !channelSilent(cs) {
 		return ctrl.Result{}, false
+	}
+	// Only nodes that still run an agent pod say anything of the channel: one the DaemonSet no
+	// longer covers is silent for good. Read only when the hold would apply.
+	switch podded, err := r.agentPodNodes(ctx, now); {
+	case err != nil:
+		// Judged by every node heard or marked: the side that holds.
+		ctrl.LoggerFrom(ctx).Error(err, "listing the agents' pods; judging by every node heard or marked as running an agent")
+	case podded != nil:
+		if cs = r.Observer.AgentsOfLiveNodesSilent(node.Name, now, marked, podded.has); !channelSilent(cs) {
+			return ctrl.Result{}, false
+		}
 	}
 	var who []string
 	if len(cs.Silent) > 0 {
@@ -150,15 +161,60 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 	return ctrl.Result{RequeueAfter: blindRecheck}, true
 }
 
-// markedFor is how long a list of the nodes marked as running an agent is used again: a node
-// held by agentsSilent is looked at every blindRecheck, and many may be held at once.
+// channelSilent says whether cs is the AgentsSilent hold's sign: at least two of the other
+// nodes' agents quiet (silent, or pending: a node that cannot be judged yet may be silent, and
+// weighs as such), and more than half of those judged by.
+func channelSilent(cs observe.ChannelSilence) bool {
+	quiet := len(cs.Silent) + len(cs.Pending)
+	return quiet >= 2 && 2*quiet > cs.Judged
+}
+
+// markedFor is how long a list of the nodes marked as running an agent, or of those an agent
+// pod is bound to, is used again: a node held by agentsSilent is looked at every blindRecheck,
+// and many may be held at once.
 const markedFor = 5 * time.Second
 
-// markedNodes remembers the nodes marked as running an agent, listed at a time.
+// markedNodes remembers a list of nodes, listed at a time.
 type markedNodes struct {
 	mu    sync.Mutex
 	at    time.Time
 	names []string
+}
+
+// nodeSet is a set of node names.
+type nodeSet map[string]bool
+
+func (s nodeSet) has(node string) bool { return s[node] }
+
+// agentPodNodes are the nodes a pod of the agents' ServiceAccount is bound to (whatever its
+// phase: a pod crash-looping, or being replaced, still says the node should run an agent), read
+// from the API server (pods are not cached) at most every markedFor; nil when no
+// AgentServiceAccount is set.
+func (r *NodeReconciler) agentPodNodes(ctx context.Context, now time.Time) (nodeSet, error) {
+	sa := r.AgentServiceAccount
+	if sa.Name == "" {
+		return nil, nil
+	}
+	r.podded.mu.Lock()
+	defer r.podded.mu.Unlock()
+	if r.podded.at.IsZero() || now.Before(r.podded.at) || now.Sub(r.podded.at) >= markedFor {
+		var pods corev1.PodList
+		if err := r.reader().List(ctx, &pods, client.InNamespace(sa.Namespace)); err != nil {
+			return nil, err
+		}
+		r.podded.names = r.podded.names[:0]
+		for i := range pods.Items {
+			if p := &pods.Items[i]; p.Spec.ServiceAccountName == sa.Name && p.Spec.NodeName != "" {
+				r.podded.names = append(r.podded.names, p.Spec.NodeName)
+			}
+		}
+		r.podded.at = now
+	}
+	out := make(nodeSet, len(r.podded.names))
+	for _, n := range r.podded.names {
+		out[n] = true
+	}
+	return out, nil
 }
 
 // agentNodes are the nodes marked as running an agent (v1alpha1.AnnotationAgent), from the

@@ -62,7 +62,7 @@ func parseFlags() flags {
 	flag.StringVar(&f.opts.Agents.CAFile, "agent-ca", "", "CA bundle that agents' client certificates must chain to")
 	flag.StringVar(&f.opts.AgentCerts.CASecret, "agent-ca-secret", "", `Secret (in the controller's namespace) holding the agents' CA, created if missing; set, the controller signs the agents' CSRs (signer palisade.dev/agent) and writes its own server certificate to --agent-tls-cert, --agent-tls-key and --agent-ca ("" disables)`)
 	flag.StringVar(&f.opts.AgentCerts.CAConfigMap, "agent-ca-configmap", "palisade-agent-ca", "ConfigMap (in the controller's namespace) where the agents' CA bundle is published")
-	flag.StringVar(&f.opts.AgentCerts.AgentServiceAccount, "agent-service-account", "", "namespace/name of the agents' ServiceAccount: only its pod-bound tokens get agent certificates")
+	flag.StringVar(&f.opts.AgentCerts.AgentServiceAccount, "agent-service-account", "", "namespace/name of the agents' ServiceAccount: only its pod-bound tokens get agent certificates, and the AgentsSilent hold judges the heartbeat channel only by nodes a pod of it is bound to (a node the agent DaemonSet no longer covers is not an agent silent for ever); unset, by every node whose agent was heard or that is marked palisade.dev/agent")
 	flag.Func("agent-tls-hosts", "comma-separated DNS names and IPs of the heartbeat server's certificate (the heartbeat Service's names)", func(v string) error {
 		f.opts.AgentCerts.ServerHosts = strings.Split(v, ",")
 		return nil

@@ -56,9 +56,11 @@ const (
 	// wrote it) once it has heard the node's agent, says the node runs a palisade-agent: a
 	// controller that starts or takes over leadership, and has not heard that agent yet, weighs
 	// it as silent while it may yet be heard, and counts it silent once it has listened three of
-	// its heartbeat intervals and the node's kubelet renewed since (the AgentsSilent hold). Remove it (`kubectl
-	// annotate node <name> palisade.dev/agent-`) from a node that no longer runs an agent;
-	// uninstalling Palisade removes it.
+	// its heartbeat intervals and the node's kubelet renewed since (the AgentsSilent hold).
+	// Given the agents' ServiceAccount (--agent-service-account, as the chart does), the hold
+	// counts a marked node only while a pod of it is bound there; agents run otherwise, remove
+	// it (`kubectl annotate node <name> palisade.dev/agent-`) from a node that no longer runs
+	// one. Uninstalling Palisade removes it.
 	AnnotationAgent = "palisade.dev/agent"
 	// FinalizerLiftStorageFence on a NodeFence whose method put up a storage fence holds the
 	// NodeFence's deletion until that fence is lifted: once the node no longer carries the

@@ -190,8 +190,9 @@ type ChannelSilence struct {
 // one it reports and the one asked of it); one not heard yet, once the controller has listened
 // three of its intervals; and the nodes that cannot be judged yet are Pending. A controller
 // that starts, or takes over leadership, while the channel is cut has heard no agent: without
-// marked it could not tell.
-func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []string) ChannelSilence {
+// marked it could not tell. runsAgent, when set, leaves out the nodes it says no longer run an
+// agent (no agent pod bound to them): their agent is gone, not silent.
+func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []string, runsAgent func(node string) bool) ChannelSilence {
 	var cs ChannelSilence
 	if o.Heartbeats == nil {
 		return cs
@@ -204,6 +205,9 @@ func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []s
 		silentSince = hb.Received
 	}
 	judge := func(other string, due time.Time, heard bool, received time.Time) {
+		if runsAgent != nil && !runsAgent(other) {
+			return
+		}
 		switch seen, ok := o.Renewals.RenewedAt(other); {
 		case !now.After(due) && heard && received.Before(silentSince):
 			cs.Judged++ // not late yet, but not heard since the node's silence began

@@ -33,6 +33,16 @@ type AgentCertOptions struct {
 	ServerHosts []string
 }
 
+// agentServiceAccount is --agent-service-account's ServiceAccount, zero when it is not set or
+// not namespace/name (setupAgentCerts refuses that when it signs the agents' certificates).
+func agentServiceAccount(o Options) types.NamespacedName {
+	ns, name, ok := strings.Cut(o.AgentCerts.AgentServiceAccount, "/")
+	if !ok || ns == "" || name == "" {
+		return types.NamespacedName{}
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}
+}
+
 // setupAgentCerts runs before the heartbeat server is built, which loads the files it writes:
 // it gets (or makes) the CA, publishes its bundle, writes the server certificate and adds its
 // renewal (every replica) and the CSR signer (the leader).

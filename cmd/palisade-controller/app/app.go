@@ -182,7 +182,8 @@ func setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := (&fencing.NodeReconciler{Client: c, APIReader: reader, Recorder: rec, Observer: obs, Concurrency: o.FenceConcurrency, Leader: leaderCheck(reader, o)}).SetupWithManager(mgr); err != nil {
+	if err := (&fencing.NodeReconciler{Client: c, APIReader: reader, Recorder: rec, Observer: obs, Concurrency: o.FenceConcurrency, Leader: leaderCheck(reader, o),
+		AgentServiceAccount: agentServiceAccount(o)}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up node controller: %w", err)
 	}
 	if err := (&fencing.PolicyReconciler{Client: c, Recorder: rec, Observer: obs}).SetupWithManager(mgr); err != nil {
