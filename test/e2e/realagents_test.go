@@ -1,14 +1,18 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/test/checker"
@@ -16,7 +20,8 @@ import (
 )
 
 // Real palisade-agents on real machines, heartbeating over mTLS to the leading controller and
-// probing each other: an agent that crashes alone fences nothing; when the leader dies the
+// probing each other: the controller marks each node as running an agent (palisade.dev/agent);
+// an agent that crashes alone fences nothing, and its mark stays; when the leader dies the
 // agents' heartbeats follow the new one; and a machine's power loss is found by its agent's
 // silence and its peers' reports, long before its Lease expires (a 30 s Lease timeout here),
 // then fenced and released with at most one copy of db-0 writing.
@@ -33,7 +38,12 @@ func TestRealMachinesWithAgents(t *testing.T) {
 		other = realscene.NodeName(2)
 	}
 
-	// The agent of a healthy machine crashes: its kubelet still renews the Lease, so nothing is fenced.
+	for _, m := range s.Machines {
+		waitMarked(t, s, m.Name(), true, 30*time.Second)
+	}
+
+	// The agent of a healthy machine crashes: its kubelet still renews the Lease, so nothing is
+	// fenced, and its node stays marked.
 	om := s.Machine(other)
 	if err := om.KillDaemon(realscene.AgentDaemon); err != nil {
 		t.Fatal(err)
@@ -42,6 +52,7 @@ func TestRealMachinesWithAgents(t *testing.T) {
 	if nf := fenceOf(t, s, other); nf != nil {
 		t.Fatalf("the agent of healthy %s crashed and %s was fenced: %s", other, other, nf.Status.Phase)
 	}
+	waitMarked(t, s, other, true, 0)
 	if err := om.StartDaemon(realscene.AgentDaemon); err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +121,31 @@ func waitAttached(t *testing.T, s *realscene.Scene, pv, node string) {
 	if err != nil {
 		t.Fatalf("volume %s not attached to %s alone: %v", pv, node, seen)
 	}
+}
+
+// waitMarked waits until the node is marked as running an agent (v1alpha1.AnnotationAgent), or
+// unmarked, within timeout (0: it must be so now).
+func waitMarked(t *testing.T, s *realscene.Scene, node string, marked bool, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	is := func(context.Context) (bool, error) {
+		var n corev1.Node
+		if err := s.Cluster.Client.Get(context.Background(), client.ObjectKey{Name: node}, &n); err != nil {
+			return false, err
+		}
+		_, ok := n.Annotations[v1alpha1.AnnotationAgent]
+		return ok == marked, nil
+	}
+	var err error
+	if timeout > 0 {
+		err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, is)
+	} else if ok, gerr := is(context.Background()); !ok {
+		err = cmp.Or(gerr, errors.New("not so now"))
+	}
+	if err != nil {
+		t.Fatalf("node %s marked %s: %v, want %v within %s (%v)", node, v1alpha1.AnnotationAgent, !marked, marked, timeout, err)
+	}
+	t.Logf("node %s marked %s: %v after %s", node, v1alpha1.AnnotationAgent, marked, time.Since(start).Round(100*time.Millisecond))
 }
 
 // waitAgentLog waits until the node's agent has logged text at least n times.
