@@ -69,10 +69,10 @@ type NodeReconciler struct {
 	said repeats
 	// answered keeps the requests answered without being acted on, each said once (answers.go).
 	answered saidOnce
-	// marked remembers the nodes marked as running an agent for a while, podded the nodes an
-	// agent pod is bound to (sight.go).
+	// marked remembers the nodes marked as running an agent for a while, podded where the
+	// agents' pods are (sight.go).
 	marked markedNodes
-	podded markedNodes
+	podded agentPods
 }
 
 // SetupWithManager watches Nodes, their Leases, policies and NodeFences.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -706,6 +707,7 @@ func TestAgentsSilentJudgesOnlyNodesWithAnAgentPod(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sa.Namespace, Name: account + "-" + node},
 			Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: account}, Status: corev1.PodStatus{Phase: phase}}
 	}
+	unbound := func(node string) *corev1.Pod { return agentPodFor(sa, node) }
 	for _, tt := range []struct {
 		name     string
 		heard    bool // n2..n4's agents heard, now silent; else a takeover, n2..n4 marked
@@ -720,6 +722,8 @@ func TestAgentsSilentJudgesOnlyNodesWithAnAgentPod(t *testing.T) {
 		{"marked, the DaemonSet narrowed off n2 and n3", false, []client.Object{pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1")},
 		{"marked, only another account's pods on n2 and n3", false, []client.Object{pod("n2", "other", corev1.PodRunning), pod("n3", "other", corev1.PodRunning), pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1")},
 		{"marked, the pods cannot be listed", false, nil, true, nil, held},
+		// A rollout: the new pods of n2 and n3 created, not bound yet.
+		{"marked, n2's and n3's pods not bound yet", false, []client.Object{unbound("n2"), unbound("n3"), pod("n4", sa.Name, corev1.PodRunning)}, false, nil, held},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewals := lease.NewRenewals()
@@ -756,6 +760,72 @@ func TestAgentsSilentJudgesOnlyNodesWithAnAgentPod(t *testing.T) {
 			}, tt.want, "Dead: ", tt.events)
 		})
 	}
+}
+
+// agentPodFor is a pod of the agents' ServiceAccount sa created for node by its DaemonSet and
+// not bound yet: pinned to the node by a required node affinity on metadata.name.
+func agentPodFor(sa types.NamespacedName, node string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sa.Namespace, Name: "agent-" + node},
+		Spec: corev1.PodSpec{ServiceAccountName: sa.Name, Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+			}}},
+		}}}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+}
+
+// The agents' pods are listed at most every markedFor, a failed list too (its error returned
+// until the next); a node counts as running an agent until podGone after the last list that
+// found its pod, so that a rollout's gap (the old pod deleted, the new one not created yet)
+// does not take it out of the AgentsSilent hold.
+func TestAgentPodNodesRemembersWhereThePodsWere(t *testing.T) {
+	sa := types.NamespacedName{Namespace: "palisade-system", Name: "palisade-agent"}
+	now := t0
+	lists, fail := 0, false
+	api := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(agentPodFor(sa, "n2"), agentPodFor(sa, "n3"))).Build()
+	r := &NodeReconciler{Client: api, AgentServiceAccount: sa, Now: func() time.Time { return now },
+		APIReader: interceptor.NewClient(api, interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				lists++
+				if fail {
+					return errors.New("the API server is overloaded")
+				}
+				return c.List(ctx, list, opts...)
+			}})}
+	check := func(when string, wantLists int, wantErr bool, runs ...string) {
+		t.Helper()
+		runsAgent, err := r.agentPodNodes(context.Background())
+		if lists != wantLists || (err != nil) != wantErr {
+			t.Fatalf("%s: %d lists, error %v; want %d, an error %v", when, lists, err, wantLists, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		var got []string
+		for _, n := range []string{"n1", "n2", "n3"} {
+			if runsAgent(n) {
+				got = append(got, n)
+			}
+		}
+		if !slices.Equal(got, runs) {
+			t.Errorf("%s: nodes running an agent %v, want %v", when, got, runs)
+		}
+	}
+	check("first", 1, false, "n2", "n3")
+	if err := api.Delete(context.Background(), agentPodFor(sa, "n3")); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(markedFor - time.Millisecond)
+	check("within markedFor: not listed again", 1, false, "n2", "n3")
+	now = now.Add(time.Millisecond)
+	check("n3's pod deleted: counts until podGone", 2, false, "n2", "n3")
+	fail = true
+	now = now.Add(markedFor)
+	check("a failed list", 3, true)
+	now = now.Add(time.Second)
+	check("its error kept for markedFor", 3, true)
+	fail = false
+	now = t0.Add(podGone)
+	check("podGone after the last list that found n3's", 4, false, "n2")
 }
 
 // The controller marks a node as running an agent once it hears the agent, and only then; a

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -131,13 +132,10 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 		return ctrl.Result{}, false
 	}
 	// Only nodes that still run an agent pod say anything of the channel: one the DaemonSet no
-	// longer covers is silent for good. Read only when the hold would apply.
-	switch podded, err := r.agentPodNodes(ctx, now); {
-	case err != nil:
-		// Judged by every node heard or marked: the side that holds.
-		ctrl.LoggerFrom(ctx).Error(err, "listing the agents' pods; judging by every node heard or marked as running an agent")
-	case podded != nil:
-		if cs = r.Observer.AgentsOfLiveNodesSilent(node.Name, now, marked, podded.has); !channelSilent(cs) {
+	// longer covers is silent for good. Read only when the hold would apply; a failed read
+	// judges by every node heard or marked: the side that holds.
+	if runsAgent, err := r.agentPodNodes(ctx); err == nil && runsAgent != nil {
+		if cs = r.Observer.AgentsOfLiveNodesSilent(node.Name, now, marked, runsAgent); !channelSilent(cs) {
 			return ctrl.Result{}, false
 		}
 	}
@@ -149,7 +147,11 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 		who = append(who, fmt.Sprintf("%d cannot be judged yet and weigh as silent: not heard since this controller began to listen or since the node fell silent, or their kubelets' next renewal not due yet (%s)", len(cs.Pending), firstFew(cs.Pending)))
 	}
 	var unheard string
-	if len(cs.Unheard) > 0 {
+	switch {
+	case len(cs.Unheard) > 0 && r.AgentServiceAccount.Name != "":
+		unheard = fmt.Sprintf("; %s marked as running an agent (annotation %s), with an agent pod, not heard since this controller began to listen (%s): check that those pods run",
+			countOf(len(cs.Unheard), "node"), v1alpha1.AnnotationAgent, firstFew(cs.Unheard))
+	case len(cs.Unheard) > 0:
 		unheard = fmt.Sprintf("; %s marked as running an agent (annotation %s) not heard since this controller began to listen (%s): if one no longer runs an agent, remove its annotation",
 			countOf(len(cs.Unheard), "node"), v1alpha1.AnnotationAgent, firstFew(cs.Unheard))
 	}
@@ -169,9 +171,9 @@ func channelSilent(cs observe.ChannelSilence) bool {
 	return quiet >= 2 && 2*quiet > cs.Judged
 }
 
-// markedFor is how long a list of the nodes marked as running an agent, or of those an agent
-// pod is bound to, is used again: a node held by agentsSilent is looked at every blindRecheck,
-// and many may be held at once.
+// markedFor is how long a list of the nodes marked as running an agent, or of the agents' pods,
+// is used again: a node held by agentsSilent is looked at every blindRecheck, and many may be
+// held at once.
 const markedFor = 5 * time.Second
 
 // markedNodes remembers a list of nodes, listed at a time.
@@ -181,40 +183,86 @@ type markedNodes struct {
 	names []string
 }
 
-// nodeSet is a set of node names.
-type nodeSet map[string]bool
+// agentPods remembers where pods of the agents' ServiceAccount were found (agentPodNodes).
+type agentPods struct {
+	mu sync.Mutex
+	// at is when the pods were last listed, err that list's error.
+	at  time.Time
+	err error
+	// seen is, by node, the last list that found a pod of the agents' ServiceAccount there.
+	seen map[string]time.Time
+}
 
-func (s nodeSet) has(node string) bool { return s[node] }
+// podGone is how long a node counts as running an agent after the last list that found one of
+// the agents' pods there: through a rollout's gap (the old pod gone, the new one not created
+// yet), the node is still one the agent DaemonSet covers.
+const podGone = 2 * time.Minute
 
-// agentPodNodes are the nodes a pod of the agents' ServiceAccount is bound to (whatever its
-// phase: a pod crash-looping, or being replaced, still says the node should run an agent), read
-// from the API server (pods are not cached) at most every markedFor; nil when no
+// agentPodNodes says which nodes run a pod of the agents' ServiceAccount: one bound to the node,
+// or created for it and not bound yet (a DaemonSet's pod is pinned to its node by a required
+// node affinity on metadata.name until the scheduler binds it), whatever its phase (a pod
+// crash-looping, or being replaced, still says the node should run an agent), found by a list
+// less than podGone ago. The pods are listed from the API server (they are not cached) at most
+// every markedFor, a failed list too: its error is returned until the next. Nil when no
 // AgentServiceAccount is set.
-func (r *NodeReconciler) agentPodNodes(ctx context.Context, now time.Time) (nodeSet, error) {
+func (r *NodeReconciler) agentPodNodes(ctx context.Context) (func(node string) bool, error) {
 	sa := r.AgentServiceAccount
 	if sa.Name == "" {
 		return nil, nil
 	}
-	r.podded.mu.Lock()
-	defer r.podded.mu.Unlock()
-	if r.podded.at.IsZero() || now.Before(r.podded.at) || now.Sub(r.podded.at) >= markedFor {
+	p := &r.podded
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := r.now()
+	if p.at.IsZero() || now.Sub(p.at) >= markedFor {
 		var pods corev1.PodList
-		if err := r.reader().List(ctx, &pods, client.InNamespace(sa.Namespace)); err != nil {
-			return nil, err
+		// From the API server's watch cache (resourceVersion 0), not etcd: the hold needs
+		// where the pods are, not the latest write.
+		p.at, p.err = now, r.reader().List(ctx, &pods, client.InNamespace(sa.Namespace), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
+		if p.err != nil {
+			ctrl.LoggerFrom(ctx).Error(p.err, "listing the agents' pods; judging by every node heard or marked as running an agent until the next list", "in", markedFor)
 		}
-		r.podded.names = r.podded.names[:0]
+		if p.seen == nil {
+			p.seen = map[string]time.Time{}
+		}
 		for i := range pods.Items {
-			if p := &pods.Items[i]; p.Spec.ServiceAccountName == sa.Name && p.Spec.NodeName != "" {
-				r.podded.names = append(r.podded.names, p.Spec.NodeName)
+			if pod := &pods.Items[i]; pod.Spec.ServiceAccountName == sa.Name {
+				if node := podNode(pod); node != "" {
+					p.seen[node] = now
+				}
 			}
 		}
-		r.podded.at = now
+		for node, at := range p.seen {
+			if now.Sub(at) >= podGone {
+				delete(p.seen, node)
+			}
+		}
 	}
-	out := make(nodeSet, len(r.podded.names))
-	for _, n := range r.podded.names {
-		out[n] = true
+	if p.err != nil {
+		return nil, p.err
 	}
-	return out, nil
+	seen := maps.Clone(p.seen)
+	return func(node string) bool { _, ok := seen[node]; return ok }, nil
+}
+
+// podNode is the node pod is bound to, or, not bound yet, the one a required node affinity on
+// metadata.name pins it to (a DaemonSet's pod); "" for none.
+func podNode(pod *corev1.Pod) string {
+	if pod.Spec.NodeName != "" {
+		return pod.Spec.NodeName
+	}
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
 }
 
 // agentNodes are the nodes marked as running an agent (v1alpha1.AnnotationAgent), from the

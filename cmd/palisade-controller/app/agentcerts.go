@@ -33,14 +33,17 @@ type AgentCertOptions struct {
 	ServerHosts []string
 }
 
-// agentServiceAccount is --agent-service-account's ServiceAccount, zero when it is not set or
-// not namespace/name (setupAgentCerts refuses that when it signs the agents' certificates).
-func agentServiceAccount(o Options) types.NamespacedName {
-	ns, name, ok := strings.Cut(o.AgentCerts.AgentServiceAccount, "/")
-	if !ok || ns == "" || name == "" {
-		return types.NamespacedName{}
+// agentServiceAccount is --agent-service-account's ServiceAccount, zero when it is not set; an
+// error when it is not namespace/name.
+func agentServiceAccount(o Options) (types.NamespacedName, error) {
+	if o.AgentCerts.AgentServiceAccount == "" {
+		return types.NamespacedName{}, nil
 	}
-	return types.NamespacedName{Namespace: ns, Name: name}
+	ns, name, ok := strings.Cut(o.AgentCerts.AgentServiceAccount, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("--agent-service-account %q must be namespace/name of the agents' ServiceAccount", o.AgentCerts.AgentServiceAccount)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 // setupAgentCerts runs before the heartbeat server is built, which loads the files it writes:

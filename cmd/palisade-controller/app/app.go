@@ -182,8 +182,12 @@ func setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
+	sa, err := agentServiceAccount(o)
+	if err != nil {
+		return err
+	}
 	if err := (&fencing.NodeReconciler{Client: c, APIReader: reader, Recorder: rec, Observer: obs, Concurrency: o.FenceConcurrency, Leader: leaderCheck(reader, o),
-		AgentServiceAccount: agentServiceAccount(o)}).SetupWithManager(mgr); err != nil {
+		AgentServiceAccount: sa}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up node controller: %w", err)
 	}
 	if err := (&fencing.PolicyReconciler{Client: c, Recorder: rec, Observer: obs}).SetupWithManager(mgr); err != nil {
