@@ -66,7 +66,7 @@ test-e2e: deps testbed ## Only the end-to-end fencing tests.
 
 .PHONY: bench
 bench: deps testbed ## Agent cost, detection latency, then failover: Palisade versus vanilla Kubernetes (prints BENCH lines).
-	go test -count=1 -run '^$$' -bench . -benchtime 1x ./cmd/palisade-agent/ ./detectors/classify/ ./detectors/observe/ | tee $(CACHE)/bench.log
+	go test -count=1 -run '^$$' -bench . -benchtime 1x ./cmd/palisade-agent/ ./detectors/classify/ ./detectors/observe/ ./fencing/ | tee $(CACHE)/bench.log
 	go test -count=1 -timeout 80m -run '^$$' -bench . -benchtime 1x ./test/bench/ | tee -a $(CACHE)/bench.log
 	@echo; grep '^BENCH' $(CACHE)/bench.log
 

@@ -84,6 +84,11 @@ func (w *agentLossWatch) scan(ctx context.Context) {
 			heard = append(heard, node)
 		}
 		w.known[node] = now
+		if interval > 0 && now.Sub(received) <= time.Duration(classify.DefaultMissedHeartbeats)*interval {
+			// Not lost by the interval it reports, so not by the judged one, never shorter: the
+			// asked interval (a lookup per node, every tick) is read only for the few that may be.
+			return
+		}
 		interval = classify.JudgedInterval(node, interval, w.intervalFor)
 		if interval <= 0 {
 			interval = classify.DefaultInterval
