@@ -55,8 +55,8 @@ type NodeReconciler struct {
 	// workers side by side see the same count.
 	Concurrency int
 	// AgentServiceAccount, when set, is the agents' ServiceAccount (the DaemonSet's pods run as
-	// it): the AgentsSilent hold then judges the channel only by nodes such a pod is bound to,
-	// so that a node the agent DaemonSet no longer covers (narrowed, or the agent uninstalled)
+	// it): the AgentsSilent hold then judges the channel only by nodes that have such a pod
+	// (bound, or created for the node, seen within podGone: agentPodNodes), so that a node the agent DaemonSet no longer covers (narrowed, or the agent uninstalled)
 	// does not count as an agent silent for ever (sight.go). Zero: every node heard or marked
 	// counts.
 	AgentServiceAccount types.NamespacedName

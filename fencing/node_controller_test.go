@@ -487,8 +487,9 @@ func detectN1By(t *testing.T, objs []client.Object, o observe.Observer, want *v1
 	detectN1With(t, objs, o, nil, want, reason, events)
 }
 
-// detectN1With is detectN1By with the reconciler edited by edit (nil: none) before the look.
-func detectN1With(t *testing.T, objs []client.Object, o observe.Observer, edit func(*NodeReconciler), want *v1alpha1.NodeFenceSpec, reason string, events []eventSeen) {
+// detectN1With is detectN1By with the reconciler edited by edit (nil: none) before the look; it
+// returns the events' messages.
+func detectN1With(t *testing.T, objs []client.Object, o observe.Observer, edit func(*NodeReconciler), want *v1alpha1.NodeFenceSpec, reason string, events []eventSeen) []string {
 	t.Helper()
 	c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithReturnManagedFields()).Build()
 	rec := &recorder{}
@@ -504,6 +505,7 @@ func detectN1With(t *testing.T, objs []client.Object, o observe.Observer, edit f
 	if diff := cmp.Diff(events, rec.recorded()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
+	return rec.messages
 }
 
 // A node found Dead while the agents of other, live nodes are silent to the controller (their
@@ -715,15 +717,16 @@ func TestAgentsSilentJudgesOnlyNodesWithAnAgentPod(t *testing.T) {
 		listFail bool
 		want     *v1alpha1.NodeFenceSpec
 		events   []eventSeen
+		says     string // in the Event's note, when held
 	}{
-		{"heard, an agent pod on each", true, []client.Object{pod("n2", sa.Name, corev1.PodRunning), pod("n3", sa.Name, corev1.PodRunning), pod("n4", sa.Name, corev1.PodRunning)}, false, nil, held},
-		{"heard, the DaemonSet narrowed off n2 and n3", true, []client.Object{pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1")},
-		{"marked, an agent pod on each, two pending or failing", false, []client.Object{pod("n2", sa.Name, corev1.PodPending), pod("n3", sa.Name, corev1.PodFailed), pod("n4", sa.Name, corev1.PodRunning)}, false, nil, held},
-		{"marked, the DaemonSet narrowed off n2 and n3", false, []client.Object{pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1")},
-		{"marked, only another account's pods on n2 and n3", false, []client.Object{pod("n2", "other", corev1.PodRunning), pod("n3", "other", corev1.PodRunning), pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1")},
-		{"marked, the pods cannot be listed", false, nil, true, nil, held},
+		{"heard, an agent pod on each", true, []client.Object{pod("n2", sa.Name, corev1.PodRunning), pod("n3", sa.Name, corev1.PodRunning), pod("n4", sa.Name, corev1.PodRunning)}, false, nil, held, ""},
+		{"heard, the DaemonSet narrowed off n2 and n3", true, []client.Object{pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1"), ""},
+		{"marked, an agent pod on each, two pending or failing", false, []client.Object{pod("n2", sa.Name, corev1.PodPending), pod("n3", sa.Name, corev1.PodFailed), pod("n4", sa.Name, corev1.PodRunning)}, false, nil, held, "with an agent pod, not heard"},
+		{"marked, the DaemonSet narrowed off n2 and n3", false, []client.Object{pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1"), ""},
+		{"marked, only another account's pods on n2 and n3", false, []client.Object{pod("n2", "other", corev1.PodRunning), pod("n3", "other", corev1.PodRunning), pod("n4", sa.Name, corev1.PodRunning)}, false, fenced, created("n1"), ""},
+		{"marked, the pods cannot be listed", false, nil, true, nil, held, "if one no longer runs an agent, remove its annotation"},
 		// A rollout: the new pods of n2 and n3 created, not bound yet.
-		{"marked, n2's and n3's pods not bound yet", false, []client.Object{unbound("n2"), unbound("n3"), pod("n4", sa.Name, corev1.PodRunning)}, false, nil, held},
+		{"marked, n2's and n3's pods not bound yet", false, []client.Object{unbound("n2"), unbound("n3"), pod("n4", sa.Name, corev1.PodRunning)}, false, nil, held, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			renewals := lease.NewRenewals()
@@ -746,7 +749,7 @@ func TestAgentsSilentJudgesOnlyNodesWithAnAgentPod(t *testing.T) {
 			if tt.heard {
 				o.Since = time.Time{}
 			}
-			detectN1With(t, objs, o, func(r *NodeReconciler) {
+			notes := detectN1With(t, objs, o, func(r *NodeReconciler) {
 				r.AgentServiceAccount = sa
 				if tt.listFail {
 					r.APIReader = interceptor.NewClient(r.Client.(client.WithWatch), interceptor.Funcs{
@@ -758,6 +761,9 @@ func TestAgentsSilentJudgesOnlyNodesWithAnAgentPod(t *testing.T) {
 						}})
 				}
 			}, tt.want, "Dead: ", tt.events)
+			if tt.says != "" && (len(notes) != 1 || !strings.Contains(notes[0], tt.says)) {
+				t.Errorf("the Event's note %q does not say %q", notes, tt.says)
+			}
 		})
 	}
 }
@@ -781,7 +787,8 @@ func TestAgentPodNodesRemembersWhereThePodsWere(t *testing.T) {
 	sa := types.NamespacedName{Namespace: "palisade-system", Name: "palisade-agent"}
 	now := t0
 	lists, fail := 0, false
-	api := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(agentPodFor(sa, "n2"), agentPodFor(sa, "n3"))).Build()
+	elsewhere := agentPodFor(types.NamespacedName{Namespace: "elsewhere", Name: sa.Name}, "n1") // same account name, another namespace
+	api := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(agentPodFor(sa, "n2"), agentPodFor(sa, "n3"), elsewhere)).Build()
 	r := &NodeReconciler{Client: api, AgentServiceAccount: sa, Now: func() time.Time { return now },
 		APIReader: interceptor.NewClient(api, interceptor.Funcs{
 			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
@@ -824,8 +831,10 @@ func TestAgentPodNodesRemembersWhereThePodsWere(t *testing.T) {
 	now = now.Add(time.Second)
 	check("its error kept for markedFor", 3, true)
 	fail = false
-	now = t0.Add(podGone)
-	check("podGone after the last list that found n3's", 4, false, "n2")
+	now = t0.Add(podGone - time.Millisecond)
+	check("just before podGone after the last list that found n3's: the failed list wiped nothing", 4, false, "n2", "n3")
+	now = t0.Add(podGone + markedFor)
+	check("podGone after it", 5, false, "n2")
 }
 
 // The controller marks a node as running an agent once it hears the agent, and only then; a

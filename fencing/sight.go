@@ -107,8 +107,8 @@ func (r *NodeReconciler) blind(ctx context.Context, node *corev1.Node, obs detec
 // agentsSilent holds the fence of a node found Dead while other agents are silent to the
 // controller although their nodes' kubelets still renew (observe.AgentsOfLiveNodesSilent): at
 // least two, and more than half of those it can judge by (the agents it has heard and the
-// nodes marked as running one; with AgentServiceAccount set, only those an agent pod is still
-// bound to), a node it cannot judge yet weighing as silent. A Dead verdict
+// nodes marked as running one; with AgentServiceAccount set, only those that have an agent pod:
+// agentPodNodes), a node it cannot judge yet weighing as silent. A Dead verdict
 // rests on the node's agent being silent (and no peer report reaching it, which comes with the
 // other agents' heartbeats); when live nodes' agents fall silent together, the likelier cut is
 // the controller's own heartbeat channel (its Service's endpoint, a network policy, its
@@ -134,10 +134,12 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 	// Only nodes that still run an agent pod say anything of the channel: one the DaemonSet no
 	// longer covers is silent for good. Read only when the hold would apply; a failed read
 	// judges by every node heard or marked: the side that holds.
+	podded := false // the nodes judged by all have an agent pod
 	if runsAgent, err := r.agentPodNodes(ctx); err == nil && runsAgent != nil {
 		if cs = r.Observer.AgentsOfLiveNodesSilent(node.Name, now, marked, runsAgent); !channelSilent(cs) {
 			return ctrl.Result{}, false
 		}
+		podded = true
 	}
 	var who []string
 	if len(cs.Silent) > 0 {
@@ -148,7 +150,7 @@ func (r *NodeReconciler) agentsSilent(ctx context.Context, node *corev1.Node, ob
 	}
 	var unheard string
 	switch {
-	case len(cs.Unheard) > 0 && r.AgentServiceAccount.Name != "":
+	case len(cs.Unheard) > 0 && podded:
 		unheard = fmt.Sprintf("; %s marked as running an agent (annotation %s), with an agent pod, not heard since this controller began to listen (%s): check that those pods run",
 			countOf(len(cs.Unheard), "node"), v1alpha1.AnnotationAgent, firstFew(cs.Unheard))
 	case len(cs.Unheard) > 0:
@@ -198,6 +200,9 @@ type agentPods struct {
 // yet), the node is still one the agent DaemonSet covers.
 const podGone = 2 * time.Minute
 
+// podListTimeout bounds a list of the agents' pods.
+const podListTimeout = 10 * time.Second
+
 // agentPodNodes says which nodes run a pod of the agents' ServiceAccount: one bound to the node,
 // or created for it and not bound yet (a DaemonSet's pod is pinned to its node by a required
 // node affinity on metadata.name until the scheduler binds it), whatever its phase (a pod
@@ -217,8 +222,11 @@ func (r *NodeReconciler) agentPodNodes(ctx context.Context) (func(node string) b
 	if p.at.IsZero() || now.Sub(p.at) >= markedFor {
 		var pods corev1.PodList
 		// From the API server's watch cache (resourceVersion 0), not etcd: the hold needs
-		// where the pods are, not the latest write.
-		p.at, p.err = now, r.reader().List(ctx, &pods, client.InNamespace(sa.Namespace), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
+		// where the pods are, not the latest write. Bounded: the workers that reach the hold
+		// meanwhile wait for this list.
+		lctx, cancel := context.WithTimeout(ctx, podListTimeout)
+		p.at, p.err = now, r.reader().List(lctx, &pods, client.InNamespace(sa.Namespace), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
+		cancel()
 		if p.err != nil {
 			ctrl.LoggerFrom(ctx).Error(p.err, "listing the agents' pods; judging by every node heard or marked as running an agent until the next list", "in", markedFor)
 		}
