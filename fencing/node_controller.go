@@ -56,9 +56,9 @@ type NodeReconciler struct {
 	Concurrency int
 	// AgentServiceAccount, when set, is the agents' ServiceAccount (the DaemonSet's pods run as
 	// it): the AgentsSilent hold then judges the channel only by nodes that have such a pod
-	// (bound, or created for the node, seen within podGone: agentPodNodes), so that a node the agent DaemonSet no longer covers (narrowed, or the agent uninstalled)
-	// does not count as an agent silent for ever (sight.go). Zero: every node heard or marked
-	// counts.
+	// (bound, or created for the node, seen within podGone: agentPodNodes), so that a node the
+	// agent DaemonSet no longer covers (narrowed, or the agent uninstalled) does not count as
+	// an agent silent for ever (sight.go). Zero: every node heard or marked counts.
 	AgentServiceAccount types.NamespacedName
 
 	blindEvents blindEvents

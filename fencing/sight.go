@@ -254,7 +254,8 @@ func (r *NodeReconciler) agentPodNodes(ctx context.Context) (func(node string) b
 }
 
 // podNode is the node pod is bound to, or, not bound yet, the one a required node affinity on
-// metadata.name pins it to (a DaemonSet's pod); "" for none.
+// metadata.name pins it to (a DaemonSet's pod, which has one such term with one value; the first
+// such term is taken); "" for none.
 func podNode(pod *corev1.Pod) string {
 	if pod.Spec.NodeName != "" {
 		return pod.Spec.NodeName

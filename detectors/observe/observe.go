@@ -191,7 +191,7 @@ type ChannelSilence struct {
 // three of its intervals; and the nodes that cannot be judged yet are Pending. A controller
 // that starts, or takes over leadership, while the channel is cut has heard no agent: without
 // marked it could not tell. runsAgent, when set, leaves out the nodes it says no longer run an
-// agent (no agent pod bound to them): their agent is gone, not silent.
+// agent (no agent pod for them): their agent is gone, not silent.
 func (o Observer) AgentsOfLiveNodesSilent(node string, now time.Time, marked []string, runsAgent func(node string) bool) ChannelSilence {
 	var cs ChannelSilence
 	if o.Heartbeats == nil {
