@@ -97,8 +97,11 @@ func (ac AgentCertOptions) validate(o Options) (string, string, error) {
 	if ac.CAConfigMap == "" {
 		errs = append(errs, errors.New("--agent-ca-configmap must name the ConfigMap for the agents' CA bundle"))
 	}
-	ns, name, ok := strings.Cut(ac.AgentServiceAccount, "/")
-	if !ok || ns == "" || name == "" {
+	sa, err := agentServiceAccount(o)
+	switch {
+	case err != nil:
+		errs = append(errs, err)
+	case sa.Name == "": // the signer needs it
 		errs = append(errs, fmt.Errorf("--agent-service-account %q must be namespace/name of the agents' ServiceAccount", ac.AgentServiceAccount))
 	}
 	if o.Agents.Addr != "" {
@@ -109,5 +112,5 @@ func (ac AgentCertOptions) validate(o Options) (string, string, error) {
 			errs = append(errs, errors.New("--agent-tls-hosts must list the names agents reach the heartbeat server by (the heartbeat Service's DNS names)"))
 		}
 	}
-	return ns, name, errors.Join(errs...)
+	return sa.Namespace, sa.Name, errors.Join(errs...)
 }
