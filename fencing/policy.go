@@ -362,7 +362,7 @@ func countUnhealthy(all []detectors.Observation, p *v1alpha1.FencingPolicy) heal
 		}
 		// Late nodes count too: nodes cut off together expire a moment apart, and the guard
 		// must see the storm before the first of them is fenced.
-		if obs.Verdict.Failed() || obs.Verdict == detectors.Suspect {
+		if unhealthy(obs.Verdict) {
 			h.Unhealthy++
 			h.Listed = append(h.Listed, v1alpha1.NodeVerdict{Node: obs.Node, Verdict: string(obs.Verdict), Reason: truncate(obs.Reason, 1024)})
 		}
@@ -374,6 +374,9 @@ func countUnhealthy(all []detectors.Observation, p *v1alpha1.FencingPolicy) heal
 	}
 	return h
 }
+
+// unhealthy says whether the storm guard counts a node of verdict v: failed, or late (Suspect).
+func unhealthy(v detectors.Verdict) bool { return v.Failed() || v == detectors.Suspect }
 
 // truncate cuts s to at most n bytes, on a UTF-8 boundary.
 func truncate(s string, n int) string {

@@ -7,9 +7,11 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,7 +20,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/lease"
@@ -26,8 +31,20 @@ import (
 	"palisade.dev/palisade/providers/power"
 )
 
-// policyResync is how often a policy's status is refreshed.
+// policyResync is how often a policy's status is refreshed while some of its nodes look failed
+// or late (Suspect), so that their recovery shows soon.
 const policyResync = 5 * time.Second
+
+// policyIdleResync is how often it is refreshed while none does: a pass observes every node it
+// covers (about 0.15 s of a core at 5000 nodes, in make bench-scale's CPU profile), and the status
+// then changes only with the nodes' count or their kubelets' renewal intervals. A node turning failed or late wakes every
+// policy (Wake), and so does a change of the controller's sight.
+const policyIdleResync = 30 * time.Second
+
+// policyWakeGap is the least time between two wakes: while nodes keep turning failed one after
+// another, the passes they start are at most one a second, and a wake inside the gap is sent at
+// its end, not lost.
+const policyWakeGap = time.Second
 
 // PolicyReconciler keeps a FencingPolicy's status true: how many nodes it covers, how many look
 // failed, and whether its storm guard holds (invariant 3: say so loudly).
@@ -36,13 +53,78 @@ type PolicyReconciler struct {
 	Recorder events.EventRecorder
 	Observer observe.Observer
 	Now      func() time.Time
+
+	wakes *wakes // set up by SetupWithManager
 }
 
 // SetupWithManager registers the reconciler.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	// Its own status writes need no second pass: the pass repeats every policyResync.
-	return r.watchSight(ctrl.NewControllerManagedBy(mgr).Named("fencingpolicy").
-		For(&v1alpha1.FencingPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}))).Complete(r)
+	// Its own status writes need no second pass: the pass repeats (nextPass).
+	r.wakes = &wakes{ch: make(chan event.GenericEvent, 1)}
+	b := ctrl.NewControllerManagedBy(mgr).Named("fencingpolicy").
+		For(&v1alpha1.FencingPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(r.wakes.ch, handler.EnqueueRequestsFromMapFunc(r.allPolicies)))
+	r.watchSight()
+	return b.Complete(r)
+}
+
+// Wake has every policy's status refreshed soon: the node controller calls it when it finds a
+// node failed or late, which the status must show within a second, not at the next idle pass.
+// Before SetupWithManager it does nothing: the first passes run when the manager starts.
+func (r *PolicyReconciler) Wake() {
+	if r.wakes != nil {
+		r.wakes.wake(time.Now())
+	}
+}
+
+// wakes coalesces wakes into at most one every policyWakeGap, the last of a burst sent at the
+// end of its gap.
+type wakes struct {
+	ch      chan event.GenericEvent
+	mu      sync.Mutex
+	sent    time.Time
+	pending bool
+}
+
+func (w *wakes) wake(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending {
+		return // the wake due at the gap's end comes after this one
+	}
+	if wait := w.sent.Add(policyWakeGap).Sub(now); wait > 0 {
+		w.pending = true
+		time.AfterFunc(wait, func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.pending = false
+			w.send(time.Now())
+		})
+		return
+	}
+	w.send(now)
+}
+
+// send passes a wake on (w.mu held); one already waiting covers it.
+func (w *wakes) send(now time.Time) {
+	w.sent = now
+	select {
+	case w.ch <- event.GenericEvent{Object: &v1alpha1.FencingPolicy{}}:
+	default:
+	}
+}
+
+// nextPass is when a policy's status is refreshed again: every policyResync while some of its
+// nodes look unhealthy, else every policyIdleResync, and at the end of the fresh lease period
+// after the controller saw again (freshUntil), when its ControllerBlind condition turns False.
+func nextPass(h health, freshUntil, now time.Time) time.Duration {
+	if h.Unhealthy > 0 {
+		return policyResync
+	}
+	if freshUntil.After(now) {
+		return min(policyIdleResync, freshUntil.Sub(now))
+	}
+	return policyIdleResync
 }
 
 // Reconcile refreshes one policy's status.
@@ -63,7 +145,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	rr := *r
 	rr.Recorder = held
 	r = &rr
-	patch := client.MergeFrom(p.DeepCopy())
+	was := p.DeepCopy()
 	invalid := invalidSpecCondition(p)
 	if meta.SetStatusCondition(&p.Status.Conditions, invalid) && invalid.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1alpha1.ConditionInvalidSpec, "Validate", invalid.Message)
@@ -97,18 +179,21 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	} else if meta.SetStatusCondition(&p.Status.Conditions, overlap) {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1alpha1.ReasonNodesTaken, "Validate", overlap.Message)
 	}
-	r.setBlindCondition(p, max(leaseTimeout(p), h.RaisedTo), now)
+	freshUntil := r.setBlindCondition(p, max(leaseTimeout(p), h.RaisedTo), now)
 	r.setLeaseTimeoutCondition(p, h)
 	if tls, ok := insecureTLSCondition(p); !ok {
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1alpha1.ConditionInsecureTLS)
 	} else if meta.SetStatusCondition(&p.Status.Conditions, tls) && tls.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1alpha1.ConditionInsecureTLS, "Validate", tls.Message)
 	}
-	if err := r.Client.Status().Patch(ctx, p, patch); err != nil {
-		return ctrl.Result{}, fmt.Errorf("updating status of policy %s: %w", p.Name, err)
+	// A pass that changed nothing writes nothing: an idle cluster's passes cost no request.
+	if !equality.Semantic.DeepEqual(was.Status, p.Status) {
+		if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(was)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("updating status of policy %s: %w", p.Name, err)
+		}
 	}
 	held.send(recorder)
-	return ctrl.Result{RequeueAfter: policyResync}, nil
+	return ctrl.Result{RequeueAfter: nextPass(h, freshUntil, now)}, nil
 }
 
 // heldEvents is an EventRecorder that keeps its Events until send passes them on.

@@ -13,10 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors"
@@ -343,43 +340,40 @@ func blindCondition(st sight.Status, p *v1alpha1.FencingPolicy, timeout time.Dur
 }
 
 // setBlindCondition sets the policy's ControllerBlind condition (nothing without a sight
-// tracker) and raises an Event when its status turns: Warning to True, Normal to False.
-func (r *PolicyReconciler) setBlindCondition(p *v1alpha1.FencingPolicy, timeout time.Duration, now time.Time) {
+// tracker) and raises an Event when its status turns: Warning to True, Normal to False. It
+// returns the end of the fresh lease period while the controller sees again inside one (zero
+// otherwise): the condition turns False then.
+func (r *PolicyReconciler) setBlindCondition(p *v1alpha1.FencingPolicy, timeout time.Duration, now time.Time) (freshUntil time.Time) {
 	s := sightOf(r.Observer)
 	if s == nil {
-		return
+		return time.Time{}
 	}
-	c := blindCondition(s.Status(), p, timeout, now)
+	st := s.Status()
+	if until := st.Since.Add(timeout); !st.Blind && now.Before(until) {
+		freshUntil = until
+	}
+	c := blindCondition(st, p, timeout, now)
 	was := metav1.ConditionUnknown
 	if old := meta.FindStatusCondition(p.Status.Conditions, c.Type); old != nil {
 		was = old.Status
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, c)
 	if was == c.Status {
-		return
+		return freshUntil
 	}
 	if c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonControllerBlind, "Sight", c.Message)
 	} else if was == metav1.ConditionTrue {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ReasonControllerSeeing, "Sight", c.Message)
 	}
+	return freshUntil
 }
 
-// watchSight makes b reconcile every policy as soon as the controller's sight changes (the
-// policies are refreshed every policyResync anyway).
-func (r *PolicyReconciler) watchSight(b *ctrl.Builder) *ctrl.Builder {
-	s, ok := r.Observer.Sight.(subscriber)
-	if !ok {
-		return b
+// watchSight wakes every policy as soon as the controller's sight changes.
+func (r *PolicyReconciler) watchSight() {
+	if s, ok := r.Observer.Sight.(subscriber); ok {
+		s.Subscribe(func(sight.Status) { r.Wake() })
 	}
-	changes := make(chan event.GenericEvent, 1)
-	s.Subscribe(func(sight.Status) {
-		select {
-		case changes <- event.GenericEvent{Object: &v1alpha1.FencingPolicy{}}:
-		default: // a reconcile of every policy is already due
-		}
-	})
-	return b.WatchesRawSource(source.Channel(changes, handler.EnqueueRequestsFromMapFunc(r.allPolicies)))
 }
 
 func (r *PolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {

@@ -186,11 +186,12 @@ func setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
+	policies := &fencing.PolicyReconciler{Client: c, Recorder: rec, Observer: obs}
 	if err := (&fencing.NodeReconciler{Client: c, APIReader: reader, Recorder: rec, Observer: obs, Concurrency: o.FenceConcurrency, Leader: leaderCheck(reader, o),
-		AgentServiceAccount: sa}).SetupWithManager(mgr); err != nil {
+		AgentServiceAccount: sa, WakePolicies: policies.Wake}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up node controller: %w", err)
 	}
-	if err := (&fencing.PolicyReconciler{Client: c, Recorder: rec, Observer: obs}).SetupWithManager(mgr); err != nil {
+	if err := policies.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up policy controller: %w", err)
 	}
 	nf := &fencing.NodeFenceReconciler{

@@ -1,0 +1,190 @@
+package fencing
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/detectors"
+	"palisade.dev/palisade/detectors/lease"
+	"palisade.dev/palisade/detectors/observe"
+	"palisade.dev/palisade/detectors/sight"
+)
+
+// A policy's pass writes its status only when it changed: a pass over an idle cluster costs no
+// request. A node turning failed changes it, and is written.
+func TestPolicyPassWritesOnlyWhatChanged(t *testing.T) {
+	objs, _ := cluster(map[string]string{"n1": healthy, "n2": healthy})
+	base := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...).
+		WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
+	writes := 0
+	c := interceptor.NewClient(base, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes++
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	r := &PolicyReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c}, Now: func() time.Time { return t0 }}
+	reconcilePool(t, r, c)
+	if writes != 1 {
+		t.Fatalf("first pass: %d status writes, want 1", writes)
+	}
+	for range 3 {
+		reconcilePool(t, r, c)
+	}
+	if writes != 1 {
+		t.Errorf("three passes that changed nothing: %d status writes in all, want still 1", writes)
+	}
+	stale := metav1.NewMicroTime(t0.Add(-time.Minute))
+	l := &coordinationv1.Lease{}
+	if err := base.Get(context.Background(), client.ObjectKey{Namespace: lease.Namespace, Name: "n2"}, l); err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.RenewTime = &stale
+	if err := base.Update(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	if p := reconcilePool(t, r, c); writes != 2 || p.Status.UnhealthyNodes != 1 {
+		t.Errorf("after n2 failed: %d status writes, %d unhealthy; want 2 and 1", writes, p.Status.UnhealthyNodes)
+	}
+}
+
+// A policy is looked at again every policyResync while some of its nodes look failed or late,
+// so that their recovery shows, every policyIdleResync otherwise, and at the end of the fresh
+// lease period after the controller saw again, when ControllerBlind turns False.
+func TestPolicyPassComesSoonerWhileANodeLooksUnhealthy(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		state string
+		sight sight.Status
+		want  time.Duration
+	}{
+		{"all healthy", healthy, seeingLong, policyIdleResync},
+		{"a node failed", dead, seeingLong, policyResync},
+		{"a node late", "late", seeingLong, policyResync},
+		{"inside the fresh lease period", healthy, seeingAgain, 18 * time.Second}, // sees again since 2 s, period 20 s
+		{"blind", healthy, blindNow, policyIdleResync},                            // sight's change wakes it
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			state := tt.state
+			if state == "late" {
+				state = healthy
+			}
+			objs, hbs := cluster(map[string]string{"n1": healthy, "n2": state})
+			if tt.state == "late" {
+				late := metav1.NewMicroTime(t0.Add(-15 * time.Second)) // past its 10 s renewal, not 20 s
+				for _, o := range objs {
+					if l, ok := o.(*coordinationv1.Lease); ok && l.Name == "n2" {
+						l.Spec.RenewTime = &late
+					}
+				}
+			}
+			c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...).
+				WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
+			o := observe.Observer{Reader: c, Heartbeats: hbs, Sight: &fixedSight{st: tt.sight}}
+			r := &PolicyReconciler{Client: c, Recorder: &recorder{}, Observer: o, Now: func() time.Time { return t0 }}
+			res, err := r.Reconcile(ctrl.LoggerInto(context.Background(), ctrl.Log), ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != tt.want {
+				t.Errorf("next pass in %s, want %s", res.RequeueAfter, tt.want)
+			}
+		})
+	}
+}
+
+// The node controller wakes the policies each time it judges a node failed or late (Suspect),
+// and not for a healthy one: the policies' status, refreshed every policyIdleResync on an idle
+// cluster, must show a failed node at once.
+func TestNodeJudgedUnhealthyWakesThePolicies(t *testing.T) {
+	for _, tt := range []struct {
+		state   string
+		renewed time.Duration // before t0
+		verdict detectors.Verdict
+		wake    bool
+	}{
+		{healthy, time.Second, detectors.Healthy, false},
+		{"late", 15 * time.Second, detectors.Suspect, true},
+		{dead, time.Minute, detectors.Dead, true},
+	} {
+		t.Run(tt.state, func(t *testing.T) {
+			renewed := metav1.NewMicroTime(t0.Add(-tt.renewed))
+			objs, hbs := cluster(map[string]string{"n1": healthy, "n2": healthy, "n3": healthy})
+			for _, o := range objs {
+				if l, ok := o.(*coordinationv1.Lease); ok && l.Name == "n1" {
+					l.Spec.RenewTime = &renewed
+				}
+			}
+			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...)).Build()
+			woken := 0
+			r := &NodeReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c, Heartbeats: hbs},
+				Now: func() time.Time { return t0 }, WakePolicies: func() { woken++ }}
+			ctx := context.Background()
+			node := &corev1.Node{}
+			if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+				t.Fatal(err)
+			}
+			if obs, err := r.Observer.Observe(ctx, node, 20*time.Second, t0); err != nil || obs.Verdict != tt.verdict {
+				t.Fatalf("n1 judged %s (%v), want %s", obs.Verdict, err, tt.verdict)
+			}
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "n1"}}); err != nil {
+				t.Fatal(err)
+			}
+			if got := woken > 0; got != tt.wake {
+				t.Errorf("n1 judged %s: the policies woken %d times, want woken %t", tt.verdict, woken, tt.wake)
+			}
+		})
+	}
+}
+
+// Wakes come at most one every policyWakeGap; one inside the gap is not lost but sent at its
+// end, and any number inside it make one.
+func TestWakesCoalesceWithoutLosingTheLast(t *testing.T) {
+	w := &wakes{ch: make(chan event.GenericEvent, 1)}
+	received := func() int {
+		n := 0
+		for {
+			select {
+			case <-w.ch:
+				n++
+			default:
+				return n
+			}
+		}
+	}
+	start := time.Now()
+	w.wake(start)
+	if n := received(); n != 1 {
+		t.Fatalf("first wake: %d sent at once, want 1", n)
+	}
+	w.wake(time.Now())
+	w.wake(time.Now())
+	w.wake(time.Now())
+	if n := received(); n != 0 {
+		t.Fatalf("three wakes inside the gap: %d sent at once, want 0", n)
+	}
+	deadline := time.After(policyWakeGap + 2*time.Second)
+	select {
+	case <-w.ch:
+	case <-deadline:
+		t.Fatalf("no wake sent within %s of the gap's start", policyWakeGap+2*time.Second)
+	}
+	if since := time.Since(start); since < policyWakeGap {
+		t.Errorf("the wake held back came %s after the first, before the gap's end (%s)", since, policyWakeGap)
+	}
+	time.Sleep(policyWakeGap / 2)
+	if n := received(); n != 0 {
+		t.Errorf("%d more wakes sent for the three inside the gap, want the one", n)
+	}
+}
