@@ -60,10 +60,10 @@ type NodeReconciler struct {
 	// agent DaemonSet no longer covers (narrowed, or the agent uninstalled) does not count as
 	// an agent silent for ever (sight.go). Zero: every node heard or marked counts.
 	AgentServiceAccount types.NamespacedName
-	// WakePolicies, when set, is called each time a node is judged failed or late (Suspect):
-	// the policies' status, refreshed only every policyIdleResync while no node is, must show
-	// it now (PolicyReconciler.Wake).
-	WakePolicies func()
+	// WakePolicies, when set, is called with a node's name each time it is judged failed or
+	// late (Suspect): the policies' status, refreshed only every policyIdleResync while no node
+	// is, must show it now (PolicyReconciler.Wake).
+	WakePolicies func(node string)
 
 	blindEvents blindEvents
 	// looks are the nodes judged not failed by their latest reconcile, with a look again
@@ -248,7 +248,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		return ctrl.Result{}, err
 	}
 	if unhealthy(obs.Verdict) && r.WakePolicies != nil {
-		r.WakePolicies()
+		r.WakePolicies(node.Name)
 	}
 	if !obs.Verdict.Failed() {
 		// Look again the moment the node would turn failed if nothing new arrives; until then,

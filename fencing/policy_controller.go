@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,8 +38,9 @@ const policyResync = 5 * time.Second
 
 // policyIdleResync is how often it is refreshed while none does: a pass observes every node it
 // covers (about 0.15 s of a core at 5000 nodes, in make bench-scale's CPU profile), and the status
-// then changes only with the nodes' count or their kubelets' renewal intervals. A node turning failed or late wakes every
-// policy (Wake), and so does a change of the controller's sight.
+// then changes only with the nodes, their labels, the other policies or their kubelets' renewal
+// intervals. The node controller finding a node failed that no policy's status shows yet wakes
+// every policy (Wake), and so does a change of the controller's sight.
 const policyIdleResync = 30 * time.Second
 
 // policyWakeGap is the least time between two wakes: while nodes keep turning failed one after
@@ -68,12 +70,17 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return b.Complete(r)
 }
 
-// Wake has every policy's status refreshed soon: the node controller calls it when it finds a
-// node failed or late, which the status must show within a second, not at the next idle pass.
+// Wake has every policy's status refreshed soon: the node controller calls it when it judges a
+// node failed or late, which the status must show within a second, not at the next idle pass
+// (it looks at a node just after the moment its signals would turn it failed; a node late but
+// not failed yet it looks at only when something else brings the node up). A
+// node the last saved pass of a policy counted unhealthy wakes nothing: the status shows it, and
+// the policy's passes come every policyResync while it does; so a node held back (storm guard,
+// blind, no method), looked at again every few seconds, does not wake the policies each time.
 // Before SetupWithManager it does nothing: the first passes run when the manager starts.
-func (r *PolicyReconciler) Wake() {
+func (r *PolicyReconciler) Wake(node string) {
 	if r.wakes != nil {
-		r.wakes.wake(time.Now())
+		r.wakes.wakeFor(node, time.Now())
 	}
 }
 
@@ -84,11 +91,48 @@ type wakes struct {
 	mu      sync.Mutex
 	sent    time.Time
 	pending bool
+	// shown are, by policy, the nodes its last saved pass counted unhealthy.
+	shown map[string]map[string]bool
 }
 
+// showing records the nodes policy's saved pass counted unhealthy (none: forget the policy).
+func (w *wakes) showing(policy string, nodes []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(nodes) == 0 {
+		delete(w.shown, policy)
+		return
+	}
+	set := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		set[n] = true
+	}
+	if w.shown == nil {
+		w.shown = map[string]map[string]bool{}
+	}
+	w.shown[policy] = set
+}
+
+// wakeFor wakes the policies for node unless a policy's status shows it unhealthy already.
+func (w *wakes) wakeFor(node string, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, set := range w.shown {
+		if set[node] {
+			return
+		}
+	}
+	w.wakeLocked(now)
+}
+
+// wake wakes the policies (the controller's sight changed).
 func (w *wakes) wake(now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.wakeLocked(now)
+}
+
+func (w *wakes) wakeLocked(now time.Time) {
 	if w.pending {
 		return // the wake due at the gap's end comes after this one
 	}
@@ -131,6 +175,9 @@ func nextPass(h health, freshUntil, now time.Time) time.Duration {
 func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	p := &v1alpha1.FencingPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		if apierrors.IsNotFound(err) && r.wakes != nil {
+			r.wakes.showing(req.Name, nil)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	now := time.Now()
@@ -193,6 +240,9 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 	}
 	held.send(recorder)
+	if r.wakes != nil {
+		r.wakes.showing(p.Name, h.Names)
+	}
 	return ctrl.Result{RequeueAfter: nextPass(h, freshUntil, now)}, nil
 }
 

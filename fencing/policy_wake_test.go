@@ -129,7 +129,7 @@ func TestNodeJudgedUnhealthyWakesThePolicies(t *testing.T) {
 			c := withPodIndex(fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...)).Build()
 			woken := 0
 			r := &NodeReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c, Heartbeats: hbs},
-				Now: func() time.Time { return t0 }, WakePolicies: func() { woken++ }}
+				Now: func() time.Time { return t0 }, WakePolicies: func(string) { woken++ }}
 			ctx := context.Background()
 			node := &corev1.Node{}
 			if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
@@ -186,5 +186,45 @@ func TestWakesCoalesceWithoutLosingTheLast(t *testing.T) {
 	time.Sleep(policyWakeGap / 2)
 	if n := received(); n != 0 {
 		t.Errorf("%d more wakes sent for the three inside the gap, want the one", n)
+	}
+}
+
+// A node a policy's saved pass counted unhealthy wakes nothing: the status shows it, and the
+// policy is looked at every policyResync while it does. Without this, a node held back (storm
+// guard, blind, no method), looked at every few seconds, started a pass of every policy each
+// time. A node not shown yet, or no longer, wakes them; a deleted policy's nodes are forgotten.
+func TestWakesOnlyForNodesNoStatusShows(t *testing.T) {
+	objs, _ := cluster(map[string]string{"n1": dead, "n2": healthy})
+	c := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...).
+		WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
+	w := &wakes{ch: make(chan event.GenericEvent, 1)}
+	r := &PolicyReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c}, Now: func() time.Time { return t0 }, wakes: w}
+	sent := func() bool {
+		select {
+		case <-w.ch:
+			return true
+		default:
+			return false
+		}
+	}
+	reconcilePool(t, r, c) // counts n1 Dead
+	r.Wake("n1")
+	if sent() {
+		t.Error("a wake for n1, which the policy's status shows Dead already, was sent")
+	}
+	r.Wake("n2")
+	if !sent() {
+		t.Error("no wake for n2, which no status shows unhealthy")
+	}
+	if err := c.Delete(context.Background(), poolPolicy()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(policyWakeGap + 100*time.Millisecond) // past the gap n2's wake began
+	r.Wake("n1")
+	if !sent() {
+		t.Error("no wake for n1 once its policy was deleted")
 	}
 }

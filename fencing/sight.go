@@ -372,7 +372,11 @@ func (r *PolicyReconciler) setBlindCondition(p *v1alpha1.FencingPolicy, timeout 
 // watchSight wakes every policy as soon as the controller's sight changes.
 func (r *PolicyReconciler) watchSight() {
 	if s, ok := r.Observer.Sight.(subscriber); ok {
-		s.Subscribe(func(sight.Status) { r.Wake() })
+		s.Subscribe(func(sight.Status) {
+			if r.wakes != nil {
+				r.wakes.wake(time.Now())
+			}
+		})
 	}
 }
 
