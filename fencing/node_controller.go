@@ -60,9 +60,9 @@ type NodeReconciler struct {
 	// agent DaemonSet no longer covers (narrowed, or the agent uninstalled) does not count as
 	// an agent silent for ever (sight.go). Zero: every node heard or marked counts.
 	AgentServiceAccount types.NamespacedName
-	// WakePolicies, when set, is called with a node's name each time it is judged failed or
-	// late (Suspect): the policies' status, refreshed only every policyIdleResync while no node
-	// is, must show it now (PolicyReconciler.Wake).
+	// WakePolicies, when set, is called with a node's name each time it is judged failed: the
+	// policies' status, refreshed only every policyIdleResync while no node is, must show it
+	// now (PolicyReconciler.Wake).
 	WakePolicies func(node string)
 
 	blindEvents blindEvents
@@ -247,7 +247,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if unhealthy(obs.Verdict) && r.WakePolicies != nil {
+	if obs.Verdict.Failed() && r.WakePolicies != nil {
 		r.WakePolicies(node.Name)
 	}
 	if !obs.Verdict.Failed() {

@@ -298,8 +298,9 @@ type health struct {
 	Nodes, Unhealthy, MaxUnhealthy int
 	// Listed are the first unhealthy nodes by name, at most v1alpha1.MaxUnhealthyListed.
 	Listed []v1alpha1.NodeVerdict
-	// Names are all the unhealthy nodes, in the order observed (PolicyReconciler.Wake).
-	Names []string
+	// Failed names the unhealthy nodes that look failed, not only late, in the order observed
+	// (PolicyReconciler.Wake, nextPass).
+	Failed []string
 	// Raised counts the nodes whose Lease was judged with a longer timeout than the policy's
 	// leaseTimeout, their kubelet renewing less often than every half of it (lease.Timeout);
 	// RaisedTo is the longest such timeout.
@@ -364,9 +365,11 @@ func countUnhealthy(all []detectors.Observation, p *v1alpha1.FencingPolicy) heal
 		}
 		// Late nodes count too: nodes cut off together expire a moment apart, and the guard
 		// must see the storm before the first of them is fenced.
+		if obs.Verdict.Failed() {
+			h.Failed = append(h.Failed, obs.Node)
+		}
 		if unhealthy(obs.Verdict) {
 			h.Unhealthy++
-			h.Names = append(h.Names, obs.Node)
 			h.Listed = append(h.Listed, v1alpha1.NodeVerdict{Node: obs.Node, Verdict: string(obs.Verdict), Reason: truncate(obs.Reason, 1024)})
 		}
 	}

@@ -32,15 +32,18 @@ import (
 	"palisade.dev/palisade/providers/power"
 )
 
-// policyResync is how often a policy's status is refreshed while some of its nodes look failed
-// or late (Suspect), so that their recovery shows soon.
+// policyResync is how often a policy's status is refreshed while some of its nodes look failed,
+// so that their recovery shows soon.
 const policyResync = 5 * time.Second
 
 // policyIdleResync is how often it is refreshed while none does: a pass observes every node it
 // covers (about 0.15 s of a core at 5000 nodes, in make bench-scale's CPU profile), and the status
-// then changes only with the nodes, their labels, the other policies or their kubelets' renewal
-// intervals. The node controller finding a node failed that no policy's status shows yet wakes
-// every policy (Wake), and so does a change of the controller's sight.
+// then changes only with nodes late but not failed (Suspect), the nodes' count or labels, the
+// other policies, or the kubelets' renewal intervals. Late nodes do not quicken it: on a loaded
+// cluster some kubelet is nearly always late for a moment (make bench-scale at 5000 nodes: more
+// than half the renewals over 11 s), and passes every 5 s for them cost as before. The node
+// controller finding a node failed that no policy's status shows yet wakes every policy (Wake),
+// and so does a change of the controller's sight.
 const policyIdleResync = 30 * time.Second
 
 // policyWakeGap is the least time between two wakes: while nodes keep turning failed one after
@@ -71,10 +74,9 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Wake has every policy's status refreshed soon: the node controller calls it when it judges a
-// node failed or late, which the status must show within a second, not at the next idle pass
-// (it looks at a node just after the moment its signals would turn it failed; a node late but
-// not failed yet it looks at only when something else brings the node up). A
-// node the last saved pass of a policy counted unhealthy wakes nothing: the status shows it, and
+// node failed, which the status must show within a second, not at the next idle pass (it looks
+// at a node just after the moment its signals would turn it failed). A node the last saved pass
+// of a policy counted failed wakes nothing: the status shows it, and
 // the policy's passes come every policyResync while it does; so a node held back (storm guard,
 // blind, no method), looked at again every few seconds, does not wake the policies each time.
 // Before SetupWithManager it does nothing: the first passes run when the manager starts.
@@ -91,11 +93,11 @@ type wakes struct {
 	mu      sync.Mutex
 	sent    time.Time
 	pending bool
-	// shown are, by policy, the nodes its last saved pass counted unhealthy.
+	// shown are, by policy, the nodes its last saved pass counted failed.
 	shown map[string]map[string]bool
 }
 
-// showing records the nodes policy's saved pass counted unhealthy (none: forget the policy).
+// showing records the nodes policy's saved pass counted failed (none: forget the policy).
 func (w *wakes) showing(policy string, nodes []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -113,7 +115,7 @@ func (w *wakes) showing(policy string, nodes []string) {
 	w.shown[policy] = set
 }
 
-// wakeFor wakes the policies for node unless a policy's status shows it unhealthy already.
+// wakeFor wakes the policies for node unless a policy's status shows it failed already.
 func (w *wakes) wakeFor(node string, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -159,10 +161,10 @@ func (w *wakes) send(now time.Time) {
 }
 
 // nextPass is when a policy's status is refreshed again: every policyResync while some of its
-// nodes look unhealthy, else every policyIdleResync, and at the end of the fresh lease period
+// nodes look failed, else every policyIdleResync, and at the end of the fresh lease period
 // after the controller saw again (freshUntil), when its ControllerBlind condition turns False.
 func nextPass(h health, freshUntil, now time.Time) time.Duration {
-	if h.Unhealthy > 0 {
+	if len(h.Failed) > 0 {
 		return policyResync
 	}
 	if freshUntil.After(now) {
@@ -241,7 +243,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	held.send(recorder)
 	if r.wakes != nil {
-		r.wakes.showing(p.Name, h.Names)
+		r.wakes.showing(p.Name, h.Failed)
 	}
 	return ctrl.Result{RequeueAfter: nextPass(h, freshUntil, now)}, nil
 }

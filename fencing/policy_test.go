@@ -100,7 +100,7 @@ func TestCountUnhealthy(t *testing.T) {
 				observed("e", detectors.Suspect), observed("d", detectors.KubeletDown), observed("c", detectors.Healthy),
 				observed("b", detectors.Partitioned), observed("a", detectors.Dead),
 			},
-			want: health{Nodes: 5, Unhealthy: 4, MaxUnhealthy: 2, Names: []string{"e", "d", "b", "a"}, Listed: []v1alpha1.NodeVerdict{
+			want: health{Nodes: 5, Unhealthy: 4, MaxUnhealthy: 2, Failed: []string{"d", "b", "a"}, Listed: []v1alpha1.NodeVerdict{
 				listed("a", detectors.Dead), listed("b", detectors.Partitioned), listed("d", detectors.KubeletDown), listed("e", detectors.Suspect),
 			}},
 			blocks: true,
@@ -108,17 +108,17 @@ func TestCountUnhealthy(t *testing.T) {
 		{
 			name: "as many as allowed does not block", guard: intOrPct("1"),
 			all:  []detectors.Observation{observed("a", detectors.Dead), observed("b", detectors.Healthy)},
-			want: health{Nodes: 2, Unhealthy: 1, MaxUnhealthy: 1, Names: []string{"a"}, Listed: []v1alpha1.NodeVerdict{listed("a", detectors.Dead)}},
+			want: health{Nodes: 2, Unhealthy: 1, MaxUnhealthy: 1, Failed: []string{"a"}, Listed: []v1alpha1.NodeVerdict{listed("a", detectors.Dead)}},
 		},
 		{
 			name: "one more than allowed blocks", guard: intOrPct("1"),
 			all:    []detectors.Observation{observed("a", detectors.Dead), observed("b", detectors.Suspect)},
-			want:   health{Nodes: 2, Unhealthy: 2, MaxUnhealthy: 1, Names: []string{"a", "b"}, Listed: []v1alpha1.NodeVerdict{listed("a", detectors.Dead), listed("b", detectors.Suspect)}},
+			want:   health{Nodes: 2, Unhealthy: 2, MaxUnhealthy: 1, Failed: []string{"a"}, Listed: []v1alpha1.NodeVerdict{listed("a", detectors.Dead), listed("b", detectors.Suspect)}},
 			blocks: true,
 		},
 		{
 			name: "the list stops at MaxUnhealthyListed, the count does not", guard: intOrPct("100%"), all: many,
-			want: health{Nodes: 60, Unhealthy: 60, MaxUnhealthy: 60, Names: allNames, Listed: firstListed},
+			want: health{Nodes: 60, Unhealthy: 60, MaxUnhealthy: 60, Failed: allNames, Listed: firstListed},
 		},
 	}
 	for _, tt := range tests {
