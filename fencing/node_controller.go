@@ -60,10 +60,10 @@ type NodeReconciler struct {
 	// agent DaemonSet no longer covers (narrowed, or the agent uninstalled) does not count as
 	// an agent silent for ever (sight.go). Zero: every node heard or marked counts.
 	AgentServiceAccount types.NamespacedName
-	// WakePolicies, when set, is called with a node's name each time it is judged failed: the
-	// policies' status, refreshed only every policyIdleResync while no node is, must show it
-	// now (PolicyReconciler.Wake).
-	WakePolicies func(node string)
+	// WakePolicies, when set, is called with a node's policy and name each time the node is
+	// judged failed: the policies' status, refreshed only every policyIdleResync while no node
+	// is, must show it now (PolicyReconciler.Wake).
+	WakePolicies func(policy, node string)
 
 	blindEvents blindEvents
 	// looks are the nodes judged not failed by their latest reconcile, with a look again
@@ -248,7 +248,7 @@ func (r *NodeReconciler) detect(ctx context.Context, node *corev1.Node, p *v1alp
 		return ctrl.Result{}, err
 	}
 	if obs.Verdict.Failed() && r.WakePolicies != nil {
-		r.WakePolicies(node.Name)
+		r.WakePolicies(p.Name, node.Name)
 	}
 	if !obs.Verdict.Failed() {
 		// Look again the moment the node would turn failed if nothing new arrives; until then,

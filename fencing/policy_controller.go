@@ -74,15 +74,15 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Wake has every policy's status refreshed soon: the node controller calls it when it judges a
-// node failed, which the status must show within a second, not at the next idle pass (it looks
-// at a node just after the moment its signals would turn it failed). A node the last saved pass
-// of a policy counted failed wakes nothing: the status shows it, and
+// node of policy failed, which the status must show within a second, not at the next idle pass
+// (it looks at a node just after the moment its signals would turn it failed). A node the last
+// saved pass of its policy counted failed wakes nothing: the status shows it, and
 // the policy's passes come every policyResync while it does; so a node held back (storm guard,
 // blind, no method), looked at again every few seconds, does not wake the policies each time.
 // Before SetupWithManager it does nothing: the first passes run when the manager starts.
-func (r *PolicyReconciler) Wake(node string) {
+func (r *PolicyReconciler) Wake(policy, node string) {
 	if r.wakes != nil {
-		r.wakes.wakeFor(node, time.Now())
+		r.wakes.wakeFor(policy, node, time.Now())
 	}
 }
 
@@ -93,36 +93,54 @@ type wakes struct {
 	mu      sync.Mutex
 	sent    time.Time
 	pending bool
-	// shown are, by policy, the nodes its last saved pass counted failed.
-	shown map[string]map[string]bool
+	// shown are, by policy, the nodes its last saved pass counted failed; skipped, the nodes
+	// found failed since, whose wake shown made needless.
+	shown, skipped map[string]map[string]bool
 }
 
-// showing records the nodes policy's saved pass counted failed (none: forget the policy).
-func (w *wakes) showing(policy string, nodes []string) {
+// showing records the nodes policy's saved pass counted failed (none: forget the policy). A
+// node whose wake was skipped since the pass before and that this pass does not count failed
+// may have failed again after the pass observed it, with the set of the pass before still in
+// place: it wakes the policies now.
+func (w *wakes) showing(policy string, nodes []string, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(nodes) == 0 {
-		delete(w.shown, policy)
-		return
-	}
 	set := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		set[n] = true
 	}
-	if w.shown == nil {
-		w.shown = map[string]map[string]bool{}
+	missed := false
+	for n := range w.skipped[policy] {
+		missed = missed || !set[n]
 	}
-	w.shown[policy] = set
+	delete(w.skipped, policy)
+	if len(nodes) == 0 {
+		delete(w.shown, policy)
+	} else {
+		if w.shown == nil {
+			w.shown = map[string]map[string]bool{}
+		}
+		w.shown[policy] = set
+	}
+	if missed {
+		w.wakeLocked(now)
+	}
 }
 
-// wakeFor wakes the policies for node unless a policy's status shows it failed already.
-func (w *wakes) wakeFor(node string, now time.Time) {
+// wakeFor wakes the policies for node, failed, unless its policy's status shows it failed
+// already.
+func (w *wakes) wakeFor(policy, node string, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, set := range w.shown {
-		if set[node] {
-			return
+	if w.shown[policy][node] {
+		if w.skipped == nil {
+			w.skipped = map[string]map[string]bool{}
 		}
+		if w.skipped[policy] == nil {
+			w.skipped[policy] = map[string]bool{}
+		}
+		w.skipped[policy][node] = true
+		return
 	}
 	w.wakeLocked(now)
 }
@@ -162,15 +180,17 @@ func (w *wakes) send(now time.Time) {
 
 // nextPass is when a policy's status is refreshed again: every policyResync while some of its
 // nodes look failed, else every policyIdleResync, and at the end of the fresh lease period
-// after the controller saw again (freshUntil), when its ControllerBlind condition turns False.
+// after the controller saw again (freshUntil) if that comes sooner, when its ControllerBlind
+// condition turns False.
 func nextPass(h health, freshUntil, now time.Time) time.Duration {
+	next := policyIdleResync
 	if len(h.Failed) > 0 {
-		return policyResync
+		next = policyResync
 	}
 	if freshUntil.After(now) {
-		return min(policyIdleResync, freshUntil.Sub(now))
+		next = min(next, freshUntil.Sub(now))
 	}
-	return policyIdleResync
+	return next
 }
 
 // Reconcile refreshes one policy's status.
@@ -178,7 +198,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	p := &v1alpha1.FencingPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		if apierrors.IsNotFound(err) && r.wakes != nil {
-			r.wakes.showing(req.Name, nil)
+			r.wakes.showing(req.Name, nil, time.Now())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -243,7 +263,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	held.send(recorder)
 	if r.wakes != nil {
-		r.wakes.showing(p.Name, h.Failed)
+		r.wakes.showing(p.Name, h.Failed, time.Now())
 	}
 	return ctrl.Result{RequeueAfter: nextPass(h, freshUntil, now)}, nil
 }
