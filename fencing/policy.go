@@ -363,11 +363,11 @@ func countUnhealthy(all []detectors.Observation, p *v1alpha1.FencingPolicy) heal
 		if obs.Timeout > timeout {
 			h.Raised, h.RaisedTo = h.Raised+1, max(h.RaisedTo, obs.Timeout)
 		}
-		// Late nodes count too: nodes cut off together expire a moment apart, and the guard
-		// must see the storm before the first of them is fenced.
 		if obs.Verdict.Failed() {
 			h.Failed = append(h.Failed, obs.Node)
 		}
+		// Late nodes count too: nodes cut off together expire a moment apart, and the guard
+		// must see the storm before the first of them is fenced.
 		if unhealthy(obs.Verdict) {
 			h.Unhealthy++
 			h.Listed = append(h.Listed, v1alpha1.NodeVerdict{Node: obs.Node, Verdict: string(obs.Verdict), Reason: truncate(obs.Reason, 1024)})

@@ -42,8 +42,8 @@ const policyResync = 5 * time.Second
 // other policies, or the kubelets' renewal intervals. Late nodes do not quicken it: on a loaded
 // cluster some kubelet is nearly always late for a moment (make bench-scale at 5000 nodes: more
 // than half the renewals over 11 s), and passes every 5 s for them cost as before. The node
-// controller finding a node failed that no policy's status shows yet wakes every policy (Wake),
-// and so does a change of the controller's sight.
+// controller finding a node failed that its policy's status does not show yet wakes every
+// policy (Wake), and so does a change of the controller's sight.
 const policyIdleResync = 30 * time.Second
 
 // policyWakeGap is the least time between two wakes: while nodes keep turning failed one after
@@ -76,9 +76,9 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Wake has every policy's status refreshed soon: the node controller calls it when it judges a
 // node of policy failed, which the status must show within a second, not at the next idle pass
 // (it looks at a node just after the moment its signals would turn it failed). A node the last
-// saved pass of its policy counted failed wakes nothing: the status shows it, and
-// the policy's passes come every policyResync while it does; so a node held back (storm guard,
-// blind, no method), looked at again every few seconds, does not wake the policies each time.
+// saved pass of its policy counted failed wakes nothing: the status shows it, and the policy's
+// passes come every policyResync while it does; so a node held back (storm guard, blind, no
+// method), looked at again every few seconds, does not wake the policies each time.
 // Before SetupWithManager it does nothing: the first passes run when the manager starts.
 func (r *PolicyReconciler) Wake(policy, node string) {
 	if r.wakes != nil {
