@@ -60,6 +60,35 @@ func TestRenewalLateness(t *testing.T) {
 			t.Errorf("n1's own Lateness = %s, want %s", got, want)
 		}
 	})
+	t.Run("a watch that delivered the previous renewal late does not hide the kubelet's lateness", func(t *testing.T) {
+		// The kubelet renews 11.5 s apart (1.5 s late, by its own stamps); the watch
+		// delivered every other renewal 3 s late, at the tail of a stall, so the gaps seen
+		// alternate 14.5 s and 8.5 s. Counted by the seen gaps alone, half the samples read
+		// 4.5 s late and half read 0: the cluster's quantile, with samples like those of the
+		// second half only (the first half's cut by blind spells), read none.
+		r := NewRenewals()
+		stamp, seenAt := t0, t0
+		for i := range 8 {
+			stamp = t0.Add(time.Duration(i) * 11500 * time.Millisecond)
+			seenAt = stamp
+			if i%2 == 1 {
+				seenAt = stamp.Add(3 * time.Second)
+			}
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "n1"},
+				Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: stamp.Add(-time.Hour)}, LeaseDurationSeconds: ptr.To[int32](40)}}
+			r.SeenLease("n1", l, seenAt, time.Time{})
+		}
+		// 7 samples: 3 seen 4.5 s late, 4 seen 8.5 s apart (0 late) but stamped 1.5 s late.
+		for _, ms := range r.seen["n1"].late.ms {
+			if time.Duration(ms)*time.Millisecond < 1500*time.Millisecond {
+				t.Errorf("a sample of n1's own lateness read %d ms, under the 1.5 s its kubelet stamped", ms)
+			}
+		}
+		// The cluster's, with others on time, is at least the kubelet's 1.5 s.
+		if got := r.ClusterLateness(seenAt); got < 1500*time.Millisecond {
+			t.Errorf("the cluster's lateness = %s, under the 1.5 s n1's kubelet renewed late", got)
+		}
+	})
 	t.Run("what is not lateness", func(t *testing.T) {
 		r := NewRenewals()
 		// The first renewal met on record was made some time before: the gap to the next is
