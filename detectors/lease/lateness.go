@@ -8,7 +8,8 @@ import (
 // 4 % of jitter) once its last renewal's write returned; the controller sees the renewal when
 // the watch delivers it. A renewal seen one interval after the one before is on time; the rest
 // is its lateness: the jitter, the API server's answer to the kubelet's write and the watch's
-// delivery. On a quiet cluster that is the jitter and a few milliseconds; on a loaded API
+// delivery. A gap is the longer of the gap seen and the gap between the kubelet's own stamps
+// (noteLateness). On a quiet cluster that is the jitter and a few milliseconds; on a loaded API
 // server, seconds. The classifier's Dead before the Lease's expiry waits for a missed renewal
 // (classify.RenewalMargin), and that wait must follow how late renewals come now, or a node
 // still renewing, late, reads Dead.
@@ -156,10 +157,12 @@ func (r *Renewals) noteLateness(rec *renewal, prev renewal, now, seeing time.Tim
 	// stall, rec on time. Such stalls are when the controller goes blind, and a sample across
 	// the blind spell does not count, so the samples that do lean to short gaps (the likeliest
 	// cause of a cluster lateness of 0.1 s in a make bench-scale run at 5000 nodes whose
-	// kubelets renewed 1–2 s late, the controller blind 57 times). The kubelet's own stamps are apart by its interval and
-	// its own lateness (jitter, the write's answer) whatever the watch does: the longer of the
-	// two gaps is taken, the safe side (a longer wait before the fast Dead).
-	if stamped := rec.renewTime.Sub(prev.renewTime); stamped > gap {
+	// kubelets renewed late, the controller blind 57 times). The kubelet's own stamps are
+	// apart by its interval and its own lateness (jitter, the write's answer) whatever the
+	// watch does: the longer of the two gaps is taken, the safe side (a longer wait before the
+	// fast Dead). A stamped gap longer than the Lease is the kubelet's clock stepping (or a
+	// new holder's clock), not lateness: the seen gap is kept then.
+	if stamped := rec.renewTime.Sub(prev.renewTime); stamped > gap && stamped <= duration {
 		gap = stamped
 	}
 	// A renewal more than an interval late is a missed one (a failed write, a path cut a

@@ -61,32 +61,50 @@ func TestRenewalLateness(t *testing.T) {
 		}
 	})
 	t.Run("a watch that delivered the previous renewal late does not hide the kubelet's lateness", func(t *testing.T) {
-		// The kubelet renews 11.5 s apart (1.5 s late, by its own stamps); the watch
-		// delivered every other renewal 3 s late, at the tail of a stall, so the gaps seen
-		// alternate 14.5 s and 8.5 s. Counted by the seen gaps alone, half the samples read
-		// 4.5 s late and half read 0: the cluster's quantile, with samples like those of the
-		// second half only (the first half's cut by blind spells), read none.
+		// The kubelet renews 11.5 s apart (1.5 s late, by its own stamps). The watch stalls
+		// before every other renewal: the controller is blind until it delivers it, 3 s late,
+		// and sees again then. The gap into the stall (14.5 s seen) spans the blind spell and
+		// does not count; the gap out of it, 8.5 s seen, does: by the seen gaps alone, every
+		// sample that counts read 0 late.
 		r := NewRenewals()
-		stamp, seenAt := t0, t0
+		var seeing, seenAt time.Time
 		for i := range 8 {
-			stamp = t0.Add(time.Duration(i) * 11500 * time.Millisecond)
+			stamp := t0.Add(time.Duration(i) * 11500 * time.Millisecond)
 			seenAt = stamp
 			if i%2 == 1 {
 				seenAt = stamp.Add(3 * time.Second)
+				seeing = seenAt
 			}
 			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "n1"},
 				Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: stamp.Add(-time.Hour)}, LeaseDurationSeconds: ptr.To[int32](40)}}
+			r.SeenLease("n1", l, seenAt, seeing)
+		}
+		// 3 samples count (out of the stalls), each stamped 11.5 s apart: 1.5 s late.
+		if got, want := r.ClusterLateness(seenAt), 1500*time.Millisecond; got != want {
+			t.Errorf("the cluster's lateness = %s, want the %s n1's kubelet renewed late", got, want)
+		}
+		if got, want := r.Lateness("n1", seenAt), 1500*time.Millisecond; got != want {
+			t.Errorf("n1's lateness = %s, want %s", got, want)
+		}
+	})
+	t.Run("a kubelet's clock step is no lateness", func(t *testing.T) {
+		// Renewals seen 10.2 s apart; between two of them the kubelet's clock stepped 50 s
+		// forward (NTP): a stamped gap longer than the Lease is a step, not a renewal that
+		// late, and the seen gap is taken.
+		r := NewRenewals()
+		var seenAt time.Time
+		for i := range 5 {
+			seenAt = t0.Add(time.Duration(i) * 10200 * time.Millisecond)
+			stamp := seenAt
+			if i >= 3 {
+				stamp = stamp.Add(50 * time.Second)
+			}
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "n1"},
+				Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: stamp}, LeaseDurationSeconds: ptr.To[int32](40)}}
 			r.SeenLease("n1", l, seenAt, time.Time{})
 		}
-		// 7 samples: 3 seen 4.5 s late, 4 seen 8.5 s apart (0 late) but stamped 1.5 s late.
-		for _, ms := range r.seen["n1"].late.ms {
-			if time.Duration(ms)*time.Millisecond < 1500*time.Millisecond {
-				t.Errorf("a sample of n1's own lateness read %d ms, under the 1.5 s its kubelet stamped", ms)
-			}
-		}
-		// The cluster's, with others on time, is at least the kubelet's 1.5 s.
-		if got := r.ClusterLateness(seenAt); got < 1500*time.Millisecond {
-			t.Errorf("the cluster's lateness = %s, under the 1.5 s n1's kubelet renewed late", got)
+		if got, want := r.Lateness("n1", seenAt), 200*time.Millisecond; got != want {
+			t.Errorf("n1's lateness = %s, want %s (the clock step not counted)", got, want)
 		}
 	})
 	t.Run("what is not lateness", func(t *testing.T) {
