@@ -43,7 +43,10 @@ const policyResync = 5 * time.Second
 // cluster some kubelet is nearly always late for a moment (make bench-scale at 5000 nodes: more
 // than half the renewals over 11 s), and passes every 5 s for them cost as before. The node
 // controller finding a node failed that its policy's status does not show yet wakes every
-// policy (Wake), and so does a change of the controller's sight.
+// policy (Wake) for a pass that observes its nodes; a change of the controller's sight wakes
+// them too, but only ControllerBlind changes with it: that pass takes the nodes as the last
+// one observed them (nodesSeen), as does any pass before the next is due, so that a controller
+// whose sight flickers on a loaded API server does not observe 5000 nodes at every flicker.
 const policyIdleResync = 30 * time.Second
 
 // policyWakeGap is the least time between two wakes: while nodes keep turning failed one after
@@ -59,13 +62,77 @@ type PolicyReconciler struct {
 	Observer observe.Observer
 	Now      func() time.Time
 
-	wakes *wakes // set up by SetupWithManager
+	wakes  *wakes      // set up by SetupWithManager
+	passes *lastPasses // set up by SetupWithManager; nil: every pass observes the nodes
+}
+
+// nodesSeen is what a policy's last pass that observed its nodes found, and the state it saw
+// then: its generation and how many node wakes had been sent.
+type nodesSeen struct {
+	h          health
+	at         time.Time // the controller's clock at the pass (time.Now: a wall clock step moves no due time)
+	generation int64
+	nodeWakes  uint64
+}
+
+// every is how often the nodes are observed after this pass: every policyResync while some
+// look failed, so that their recovery shows, else every policyIdleResync.
+func (o nodesSeen) every() time.Duration {
+	if len(o.h.Failed) > 0 {
+		return policyResync
+	}
+	return policyIdleResync
+}
+
+// stands says whether a pass of p at now may take o's observations instead of observing the
+// nodes again: the same generation of p, no node wake since o (a node found failed that
+// no status shows), and o's next pass not due yet.
+func (o nodesSeen) stands(p *v1alpha1.FencingPolicy, nodeWakes uint64, now time.Time) bool {
+	return o.generation == p.Generation && o.nodeWakes == nodeWakes && now.Before(o.at.Add(o.every()))
+}
+
+// lastPasses keeps each policy's last observing pass.
+type lastPasses struct {
+	mu   sync.Mutex
+	last map[string]nodesSeen
+}
+
+func (l *lastPasses) get(policy string) (nodesSeen, bool) {
+	if l == nil {
+		return nodesSeen{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.last[policy]
+	return o, ok
+}
+
+func (l *lastPasses) keep(policy string, o nodesSeen) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = map[string]nodesSeen{}
+	}
+	l.last[policy] = o
+}
+
+func (l *lastPasses) forget(policy string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.last, policy)
 }
 
 // SetupWithManager registers the reconciler.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Its own status writes need no second pass: the pass repeats (nextPass).
 	r.wakes = &wakes{ch: make(chan event.GenericEvent, 1)}
+	r.passes = &lastPasses{}
 	b := ctrl.NewControllerManagedBy(mgr).Named("fencingpolicy").
 		For(&v1alpha1.FencingPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.wakes.ch, handler.EnqueueRequestsFromMapFunc(r.allPolicies)))
@@ -96,6 +163,19 @@ type wakes struct {
 	// shown are, by policy, the nodes its last saved pass counted failed; skipped, the nodes
 	// found failed since, whose wake shown made needless.
 	shown, skipped map[string]map[string]bool
+	// nodeWakes counts the wakes for failed nodes: a pass that begins with a count other than
+	// its policy's last observing pass's observes the nodes again (nodesSeen.stands).
+	nodeWakes uint64
+}
+
+// nodeWakeCount is how many wakes for failed nodes were sent so far (0 with no wakes).
+func (w *wakes) nodeWakeCount() uint64 {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.nodeWakes
 }
 
 // showing records the nodes policy's saved pass counted failed (none: forget the policy). A
@@ -123,6 +203,7 @@ func (w *wakes) showing(policy string, nodes []string, now time.Time) {
 		w.shown[policy] = set
 	}
 	if missed {
+		w.nodeWakes++
 		w.wakeLocked(now)
 	}
 }
@@ -142,10 +223,12 @@ func (w *wakes) wakeFor(policy, node string, now time.Time) {
 		w.skipped[policy][node] = true
 		return
 	}
+	w.nodeWakes++
 	w.wakeLocked(now)
 }
 
-// wake wakes the policies (the controller's sight changed).
+// wake wakes the policies (the controller's sight changed): their passes refresh
+// ControllerBlind and take the nodes as last observed.
 func (w *wakes) wake(now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -178,15 +261,11 @@ func (w *wakes) send(now time.Time) {
 	}
 }
 
-// nextPass is when a policy's status is refreshed again: every policyResync while some of its
-// nodes look failed, else every policyIdleResync, and at the end of the fresh lease period
-// after the controller saw again (freshUntil) if that comes sooner, when its ControllerBlind
-// condition turns False.
-func nextPass(h health, freshUntil, now time.Time) time.Duration {
-	next := policyIdleResync
-	if len(h.Failed) > 0 {
-		next = policyResync
-	}
+// nextPass is when a policy's status is refreshed again: when its nodes are due to be observed
+// again (o.every after o), and at the end of the fresh lease period after the controller saw
+// again (freshUntil) if that comes sooner, when its ControllerBlind condition turns False.
+func nextPass(o nodesSeen, freshUntil, now time.Time) time.Duration {
+	next := o.at.Add(o.every()).Sub(now)
 	if freshUntil.After(now) {
 		next = min(next, freshUntil.Sub(now))
 	}
@@ -197,8 +276,11 @@ func nextPass(h health, freshUntil, now time.Time) time.Duration {
 func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	p := &v1alpha1.FencingPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
-		if apierrors.IsNotFound(err) && r.wakes != nil {
-			r.wakes.showing(req.Name, nil, time.Now())
+		if apierrors.IsNotFound(err) {
+			r.passes.forget(req.Name)
+			if r.wakes != nil {
+				r.wakes.showing(req.Name, nil, time.Now())
+			}
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -223,12 +305,21 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		s := sel.String()
 		p.Status.NodeSelector = &s // in force until the spec's next parses (selectorCache.inForce)
 	}
-	var h health // no selector in force covers no node (policyFor skips the policy)
-	if _, err := selectors.inForce(p); err == nil {
-		if h, err = policyHealth(ctx, r.Observer, p, now); err != nil {
-			return ctrl.Result{}, err
+	// The nodes as this pass's policy last observed them, unless they are due to be observed
+	// again (nodesSeen.stands).
+	last, ok := r.passes.get(p.Name)
+	nodeWakes := r.wakes.nodeWakeCount()
+	looked := !ok || !last.stands(p, nodeWakes, now)
+	if looked {
+		last = nodesSeen{at: now, generation: p.Generation, nodeWakes: nodeWakes}
+		// No selector in force covers no node (policyFor skips the policy).
+		if _, err := selectors.inForce(p); err == nil {
+			if last.h, err = policyHealth(ctx, r.Observer, p, now); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 	}
+	h := last.h
 	p.Status.ObservedGeneration = p.Generation
 	p.Status.Nodes, p.Status.UnhealthyNodes, p.Status.Unhealthy = int32(h.Nodes), int32(h.Unhealthy), h.Listed
 	guard := metav1.Condition{Type: v1alpha1.ConditionStormGuardActive, Status: metav1.ConditionFalse,
@@ -262,10 +353,15 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 	}
 	held.send(recorder)
-	if r.wakes != nil {
-		r.wakes.showing(p.Name, h.Failed, time.Now())
+	// A pass that took the last one's observations shows the same failed nodes: the nodes
+	// whose wakes were skipped since wait for the next pass that observes them.
+	if looked {
+		r.passes.keep(p.Name, last)
+		if r.wakes != nil {
+			r.wakes.showing(p.Name, h.Failed, time.Now())
+		}
 	}
-	return ctrl.Result{RequeueAfter: nextPass(h, freshUntil, now)}, nil
+	return ctrl.Result{RequeueAfter: nextPass(last, freshUntil, now)}, nil
 }
 
 // heldEvents is an EventRecorder that keeps its Events until send passes them on.
