@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -67,9 +68,11 @@ type PolicyReconciler struct {
 }
 
 // nodesSeen is what a policy's last pass that observed its nodes found, and the state it saw
-// then: its generation and how many node wakes had been sent.
+// then: the policy (its UID: one deleted and created again under the same name starts at
+// generation 1 again) and generation, and how many node wakes had been sent.
 type nodesSeen struct {
 	h          health
+	uid        types.UID
 	at         time.Time // the controller's clock at the pass (time.Now: a wall clock step moves no due time)
 	generation int64
 	nodeWakes  uint64
@@ -85,10 +88,10 @@ func (o nodesSeen) every() time.Duration {
 }
 
 // stands says whether a pass of p at now may take o's observations instead of observing the
-// nodes again: the same generation of p, no node wake since o (a node found failed that
+// nodes again: the same policy and generation, no node wake since o (a node found failed that
 // no status shows), and o's next pass not due yet.
 func (o nodesSeen) stands(p *v1alpha1.FencingPolicy, nodeWakes uint64, now time.Time) bool {
-	return o.generation == p.Generation && o.nodeWakes == nodeWakes && now.Before(o.at.Add(o.every()))
+	return o.uid == p.UID && o.generation == p.Generation && o.nodeWakes == nodeWakes && now.Before(o.at.Add(o.every()))
 }
 
 // lastPasses keeps each policy's last observing pass.
@@ -311,7 +314,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	nodeWakes := r.wakes.nodeWakeCount()
 	looked := !ok || !last.stands(p, nodeWakes, now)
 	if looked {
-		last = nodesSeen{at: now, generation: p.Generation, nodeWakes: nodeWakes}
+		last = nodesSeen{at: now, uid: p.UID, generation: p.Generation, nodeWakes: nodeWakes}
 		// No selector in force covers no node (policyFor skips the policy).
 		if _, err := selectors.inForce(p); err == nil {
 			if last.h, err = policyHealth(ctx, r.Observer, p, now); err != nil {

@@ -265,8 +265,8 @@ func TestNextPassMeetsTheFreshLeasePeriodsEnd(t *testing.T) {
 // as the policy's last pass observed them: at 5000 nodes a pass that observes them is about
 // 0.15 s of a core, and a controller whose sight flickers on a loaded API server woke one at
 // every flicker. The nodes are observed again when they are due (every policyIdleResync, every
-// policyResync while some look failed), after a wake for a failed node no status shows, and
-// for a new generation of the policy.
+// policyResync while some look failed), after a wake for a failed node no status shows, for
+// a new generation of the policy, and for a policy deleted and created again under its name.
 func TestSightPassTakesTheLastObservations(t *testing.T) {
 	objs, _ := cluster(map[string]string{"n1": healthy, "n2": healthy})
 	base := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...).
@@ -368,4 +368,19 @@ func TestSightPassTakesTheLastObservations(t *testing.T) {
 		t.Fatalf("the policy's generation %d (%v), want %d", p.Generation, err, gen)
 	}
 	pass("a new generation", 5, metav1.ConditionFalse, 0, policyIdleResync)
+
+	// Deleted and created again under the same name between two passes: the same generation
+	// (both at their first, on an API server), another policy.
+	if err := base.Delete(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	again := poolPolicy(ipmiMethod)
+	again.UID, again.Generation = "another-pool", gen
+	if err := base.Create(context.Background(), again); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Get(context.Background(), client.ObjectKey{Name: "pool"}, again); err != nil || again.Generation != gen || again.UID == p.UID {
+		t.Fatalf("the policy created again: generation %d, UID %q (%v); want generation %d, a UID other than %q", again.Generation, again.UID, err, gen, p.UID)
+	}
+	pass("the policy created again", 6, metav1.ConditionFalse, 0, policyIdleResync)
 }
