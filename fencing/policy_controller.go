@@ -45,9 +45,13 @@ const policyResync = 5 * time.Second
 // than half the renewals over 11 s), and passes every 5 s for them cost as before. The node
 // controller finding a node failed that its policy's status does not show yet wakes every
 // policy (Wake) for a pass that observes its nodes; a change of the controller's sight wakes
-// them too, but only ControllerBlind changes with it: that pass takes the nodes as the last
-// one observed them (nodesSeen), as does any pass before the next is due, so that a controller
-// whose sight flickers on a loaded API server does not observe 5000 nodes at every flicker.
+// them too, for ControllerBlind, but that pass takes the nodes as the last one observed them
+// (nodesSeen), as does any pass before the next is due, so that a controller whose sight
+// flickers on a loaded API server does not observe 5000 nodes at every flicker. The nodes'
+// verdicts move with sight too (a node's Lease counts from no sooner than the moment sight
+// was last lost or regained, so a node failed on its Lease alone reads failed no more): the
+// status shows them as last observed until the next observing pass, at most policyResync
+// later while some looked failed.
 const policyIdleResync = 30 * time.Second
 
 // policyWakeGap is the least time between two wakes: while nodes keep turning failed one after
@@ -287,6 +291,10 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// The node wakes counted before the pass's moment: each came from a look at a node before
+	// it, so observing the nodes at that moment covers them; a wake counted after it may
+	// come from a look after it, at a node this pass judges too early.
+	nodeWakes := r.wakes.nodeWakeCount()
 	now := time.Now()
 	if r.Now != nil {
 		now = r.Now()
@@ -311,7 +319,6 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	// The nodes as this pass's policy last observed them, unless they are due to be observed
 	// again (nodesSeen.stands).
 	last, ok := r.passes.get(p.Name)
-	nodeWakes := r.wakes.nodeWakeCount()
 	looked := !ok || !last.stands(p, nodeWakes, now)
 	if looked {
 		last = nodesSeen{at: now, uid: p.UID, generation: p.Generation, nodeWakes: nodeWakes}
@@ -324,7 +331,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	h := last.h
 	p.Status.ObservedGeneration = p.Generation
-	p.Status.Nodes, p.Status.UnhealthyNodes, p.Status.Unhealthy = int32(h.Nodes), int32(h.Unhealthy), h.Listed
+	p.Status.Nodes, p.Status.UnhealthyNodes, p.Status.Unhealthy = int32(h.Nodes), int32(h.Unhealthy), slices.Clone(h.Listed) // h is kept
 	guard := metav1.Condition{Type: v1alpha1.ConditionStormGuardActive, Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonWithinLimit, ObservedGeneration: p.Generation,
 		Message: fmt.Sprintf("%d of %d nodes look failed or late (Suspect); fencing allowed up to %d", h.Unhealthy, h.Nodes, h.MaxUnhealthy)}

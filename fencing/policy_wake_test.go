@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -272,6 +273,7 @@ func TestSightPassTakesTheLastObservations(t *testing.T) {
 	base := fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, poolPolicy(ipmiMethod))...).
 		WithStatusSubresource(&v1alpha1.FencingPolicy{}).Build()
 	looks := 0 // lists of the nodes: one a pass that observes them
+	refuse := false
 	c := interceptor.NewClient(base, interceptor.Funcs{
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			if _, ok := list.(*corev1.NodeList); ok {
@@ -279,8 +281,15 @@ func TestSightPassTakesTheLastObservations(t *testing.T) {
 			}
 			return c.List(ctx, list, opts...)
 		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if refuse {
+				return errors.New("the API server refuses the status write")
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
 	})
 	now := t0
+	var atNow func() // called as the pass takes its moment
 	renew := func(node string, ago time.Duration) {
 		t.Helper()
 		l := &coordinationv1.Lease{}
@@ -296,7 +305,12 @@ func TestSightPassTakesTheLastObservations(t *testing.T) {
 	sees := &fixedSight{st: seeingLong}
 	w := &wakes{ch: make(chan event.GenericEvent, 10)}
 	r := &PolicyReconciler{Client: c, Recorder: &recorder{}, Observer: observe.Observer{Reader: c, Sight: sees},
-		Now: func() time.Time { return now }, wakes: w, passes: &lastPasses{}}
+		Now: func() time.Time {
+			if atNow != nil {
+				atNow()
+			}
+			return now
+		}, wakes: w, passes: &lastPasses{}}
 	pass := func(step string, wantLooks int, wantBlind metav1.ConditionStatus, wantUnhealthy int32, wantNext time.Duration) {
 		t.Helper()
 		renew("n1", time.Second)
@@ -326,7 +340,7 @@ func TestSightPassTakesTheLastObservations(t *testing.T) {
 
 	now = now.Add(time.Second)
 	sees.st = sight.Status{Blind: true, Cause: sight.WatchStale, Message: "stale", Since: now, LastLost: now}
-	renew("n2", time.Minute) // failed; this pass does not look
+	renew("n2", time.Minute) // failed once sight is back long enough; observed now it would not read failed: looks tells
 	pass("blind", 1, metav1.ConditionTrue, 0, policyIdleResync-time.Second)
 
 	now = now.Add(2 * time.Second)
@@ -383,4 +397,23 @@ func TestSightPassTakesTheLastObservations(t *testing.T) {
 		t.Fatalf("the policy created again: generation %d, UID %q (%v); want generation %d, a UID other than %q", again.Generation, again.UID, err, gen, p.UID)
 	}
 	pass("the policy created again", 6, metav1.ConditionFalse, 0, policyIdleResync)
+
+	// A wake counted as an observing pass takes its moment may come from a look at a node after
+	// that moment, which this pass judges too early: the next pass observes again.
+	now = now.Add(policyIdleResync) // due
+	renew("n2", time.Second)
+	atNow = func() { w.wakeFor("pool", "n2", time.Now()); atNow = nil }
+	pass("a wake as the pass began", 7, metav1.ConditionFalse, 0, policyIdleResync)
+	pass("the pass after it", 8, metav1.ConditionFalse, 0, policyIdleResync)
+
+	// An observing pass whose status write fails keeps nothing: the next observes again.
+	now = now.Add(time.Second)
+	renew("n2", time.Minute)
+	w.wakeFor("pool", "n2", time.Now())
+	refuse = true
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "pool"}}); err == nil {
+		t.Fatal("a pass whose status write was refused returned no error")
+	}
+	refuse = false
+	pass("after a refused write", 10, metav1.ConditionFalse, 1, policyResync)
 }
