@@ -518,7 +518,7 @@ func (r *NodeFenceReconciler) event(ctx context.Context, nf *v1alpha1.NodeFence,
 	switch reason {
 	case ReasonFenceConfirmed, ReasonFenceFailed, ReasonReleased, ReasonNodeAliveAfterFence, ReasonWorkloadRunningAfterFence, ReasonWorkloadUnverified,
 		ReasonUnfenced, ReasonBootIDUnchanged, ReasonPowerOffDisproved, ReasonBootIDUnknown, ReasonRebootUnconfirmed, ReasonFlapping, ReasonAutomaticRecoveryOff, ReasonInvalidUnfenceRequest,
-		ReasonPoweredOn, ReasonPowerOnFailed, ReasonTaintRemoved, ReasonStaleUnfenceRequest, ReasonFenceRequestAnswered, ReasonFenceRequestKept:
+		ReasonPoweredOn, ReasonPowerOnFailed, ReasonTaintRemoved, ReasonTaintKept, ReasonStaleUnfenceRequest, ReasonFenceRequestAnswered, ReasonFenceRequestKept:
 		node := &corev1.Node{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err == nil {
 			r.Recorder.Eventf(node, nf, typ, reason, "Fence", format, args...)

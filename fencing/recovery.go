@@ -61,6 +61,9 @@ const (
 	// ReasonTaintRemoved: the out-of-service taint this fence added was taken off by someone
 	// else while the node was held: it is back in service without being found clean.
 	ReasonTaintRemoved = "TaintRemoved"
+	// ReasonTaintKept (an event): the node was unfenced, but an out-of-service taint this
+	// fence did not add (an operator's, another controller's) stays on it.
+	ReasonTaintKept = "OutOfServiceTaintKept"
 	// ReasonBootIDUnchanged: the node is back with the boot ID it had when it was fenced.
 	ReasonBootIDUnchanged = "BootIDUnchanged"
 	// ReasonPowerOffDisproved: after a power method confirmed the machine off, the node posted
@@ -440,19 +443,27 @@ func (r *NodeFenceReconciler) hold(ctx context.Context, nf *v1alpha1.NodeFence, 
 	return nil
 }
 
-// unTaint removes the out-of-service taint and the node's requests (with their recorded
-// requesters), in one write that fails on a concurrent change of the Node. A fence request
+// unTaint removes the out-of-service taint this fence added and the node's requests (with
+// their recorded requesters), in one write that fails on a concurrent change of the Node. An
+// out-of-service taint the fence did not add (addedBy: one that was on the node before its
+// Taint step, which then found it present, or one put on while the node was held, or any when
+// the fence never tainted) is someone else's decision: it stays, and is said. A fence request
 // other than this fence's own was made while the node was held (the first look after the
 // release removed any made before): it is kept, and said, so that the node is fenced again
 // rather than the request lost.
 func (r *NodeFenceReconciler) unTaint(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	changed := false
+	since, tainted := taintedSinceConfirmation(nf)
+	var others []corev1.Taint
 	taints := node.Spec.Taints[:0:0]
 	for _, t := range node.Spec.Taints {
 		if t.Key == v1alpha1.TaintOutOfService && t.Effect == corev1.TaintEffectNoExecute {
-			changed = true
-			continue
+			if tainted && addedBy(t, since) {
+				changed = true
+				continue
+			}
+			others = append(others, t)
 		}
 		taints = append(taints, t)
 	}
@@ -472,6 +483,11 @@ func (r *NodeFenceReconciler) unTaint(ctx context.Context, nf *v1alpha1.NodeFenc
 		if err := r.Client.Patch(ctx, node, patch); err != nil {
 			return fmt.Errorf("removing the out-of-service taint and requests of node %s: %w", node.Name, err)
 		}
+	}
+	for _, t := range others {
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonTaintKept,
+			"node %s is unfenced, but keeps an out-of-service taint Palisade did not add (%s=%s:NoExecute, added %s): it was on the node before this fence tainted it, or put on since, and is left to whoever put it there; pods without a toleration stay off the node until it goes: kubectl taint node %s %s-",
+			node.Name, t.Key, t.Value, taintAddedText(t), node.Name, v1alpha1.TaintOutOfService)
 	}
 	if isLater {
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonFenceRequestKept,
@@ -527,4 +543,12 @@ func poweredOff(nf *v1alpha1.NodeFence) *v1alpha1.Method {
 // look). A record from before status.nodeUID cannot tell, and says no.
 func registeredAnew(nf *v1alpha1.NodeFence, node *corev1.Node) bool {
 	return nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID
+}
+
+// taintAddedText says when the taint t was added, as far as it says.
+func taintAddedText(t corev1.Taint) string {
+	if t.TimeAdded == nil {
+		return "at a time it does not record"
+	}
+	return "at " + t.TimeAdded.UTC().Format(time.RFC3339)
 }

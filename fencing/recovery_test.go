@@ -576,6 +576,81 @@ func TestTaintRemovedFromAHeldNode(t *testing.T) {
 	}
 }
 
+// Recovery takes off only the out-of-service taint its fence added: a taint an operator (or
+// another controller) put on before the fence (whose Taint step then found it present), or put
+// on while the node was held by a fence that never tainted, is someone else's decision. It stays
+// on the unfenced node, said on the NodeFence and the Node with the command that removes it.
+func TestRecoveryKeepsAnOutOfServiceTaintItDidNotAdd(t *testing.T) {
+	hourBefore := metav1.NewTime(time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC))
+	operators := func(added *metav1.Time) func(*corev1.Node) {
+		return func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "operator",
+				Effect: corev1.TaintEffectNoExecute, TimeAdded: added})
+		}
+	}
+	off := false
+	for _, tc := range []struct {
+		name   string
+		before func(*corev1.Node)        // on the node before the fence
+		edit   func(*v1alpha1.NodeFence) // the fence's spec
+		held   func(*corev1.Node)        // done to the node while it is held
+	}{
+		{name: "put on before the fence", before: operators(&hourBefore)},
+		{name: "put on before the fence, without a time", before: operators(nil)},
+		{name: "put on while held by a fence that never tainted", edit: func(nf *v1alpha1.NodeFence) { nf.Spec.Release.OutOfServiceTaint = &off }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, "ipmi")
+			rec := &recorder{}
+			w.r.Recorder = rec
+			if tc.before != nil {
+				w.setNode(t, tc.before)
+			}
+			w.release(t, tc.edit)
+			if tc.before == nil {
+				at := metav1.NewTime(w.now)
+				w.setNode(t, operators(&at))
+			}
+			w.setNode(t, back(bootAfter))
+			nf, node := w.reconcile(t)
+			if nf.Status.Phase != v1alpha1.PhaseRecovered || nf.Status.Recovery == nil || nf.Status.Recovery.How != v1alpha1.RecoveryRebooted {
+				t.Fatalf("phase %s, recovery %+v: want Recovered, rebooted", nf.Status.Phase, nf.Status.Recovery)
+			}
+			var kept []corev1.Taint
+			for _, tt := range node.Spec.Taints {
+				if tt.Key == v1alpha1.TaintOutOfService {
+					kept = append(kept, tt)
+				}
+			}
+			if len(kept) != 1 || kept[0].Value != "operator" || kept[0].Effect != corev1.TaintEffectNoExecute {
+				t.Fatalf("out-of-service taints %+v on the unfenced node, want the operator's alone, kept", kept)
+			}
+			var said []string
+			for i, e := range rec.recorded() {
+				if e.Reason == ReasonTaintKept && e.Type == corev1.EventTypeWarning {
+					said = append(said, e.On)
+					if msg := rec.messages[i]; !strings.Contains(msg, "kubectl taint node n1 node.kubernetes.io/out-of-service-") || !strings.Contains(msg, "=operator:NoExecute") {
+						t.Errorf("%s says %q: want the taint named and the command that removes it", ReasonTaintKept, msg)
+					}
+				}
+			}
+			if want := []string{"NodeFence/n1", "Node/n1"}; !slices.Equal(said, want) {
+				t.Errorf("%s warnings on %v, want on %v", ReasonTaintKept, said, want)
+			}
+		})
+	}
+	// The fence's own taint goes, and nothing is said about it.
+	w, rec := releasedWorld(t, nil)
+	w.setNode(t, back(bootAfter))
+	nf, node := w.reconcile(t)
+	wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+	for _, e := range rec.recorded() {
+		if e.Reason == ReasonTaintKept {
+			t.Errorf("%s said of the fence's own taint", ReasonTaintKept)
+		}
+	}
+}
+
 // A fence request is never lost without a word: one made while the fence was under way is
 // answered by it (removed at the first look after the release, said); one made while the node
 // was held is kept when the node is given back, and said, so that the node is fenced again; a
