@@ -133,7 +133,7 @@ func uncovered(nf *v1alpha1.NodeFence, node *corev1.Node) string {
 	case nf.Status.PowerOffDisprovedTime != nil:
 		return "its power-off was disproved: the machine never lost power"
 	case registeredAnew(nf, node):
-		return fmt.Sprintf("the Node is another one registered under its name (UID %s, the fenced one's %s)", node.UID, nf.Status.NodeUID)
+		return fmt.Sprintf("the Node is another one registered under its name (UID %s, the fenced one's %s)", node.UID, fencedUID(nf))
 	}
 	if at, ok := readyPostedAfter(node, nf.Status.FencedTime); ok {
 		return fmt.Sprintf("its kubelet posted its status at %s, after the fence's confirmation", at.Format(time.RFC3339))

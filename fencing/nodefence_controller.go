@@ -431,9 +431,6 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 // to the name now run on the machine that registered, and force-deleting them would let their
 // replacements start beside them. A Node gone holds nothing: the release goes on without it.
 func (r *NodeFenceReconciler) sameNode(ctx context.Context, nf *v1alpha1.NodeFence) (outcome, bool) {
-	if nf.Status.NodeUID == "" {
-		return outcome{}, false // recorded by a version before status.nodeUID: no read for nothing
-	}
 	node := &corev1.Node{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Name: nf.Spec.NodeName}, node); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -451,7 +448,7 @@ func (r *NodeFenceReconciler) sameNode(ctx context.Context, nf *v1alpha1.NodeFen
 func nodeReplaced(nf *v1alpha1.NodeFence, node *corev1.Node) outcome {
 	return pending(retryStuck, ReasonNodeReplaced,
 		"node %s was deleted and registered anew (UID %s, the fenced one's %s) before the release ended: pods bound to the name run on the machine that registered, so nothing more is released; make sure which machine that is, then drain it by hand or delete this NodeFence (its storage fences stay)",
-		nf.Spec.NodeName, node.UID, nf.Status.NodeUID)
+		nf.Spec.NodeName, node.UID, fencedUID(nf))
 }
 
 func (r *NodeFenceReconciler) recordDryRun(ctx context.Context, nf *v1alpha1.NodeFence) error {

@@ -299,7 +299,7 @@ func judgeClean(nf *v1alpha1.NodeFence, node *corev1.Node, agentBoot string, now
 	}
 	if registeredAnew(nf, node) {
 		return nil, ReasonNodeReplaced, fmt.Sprintf("node %s was deleted and registered anew since it was fenced (UID %s then, %s now): the machine that registered may not be the one fenced, so its boot ID proves no reboot of that one, and the fence's storage fences name the fenced machine's addresses. The new Node carries no out-of-service taint of this fence (pods may run on it); the fence's storage fences stay, and the fence is not over until you confirm the fenced machine off, wiped or clean: kubectl annotate node %s %s='<how it was made clean>'",
-			name, nf.Status.NodeUID, node.UID, name, v1alpha1.AnnotationUnfenceRequest)
+			name, fencedUID(nf), node.UID, name, v1alpha1.AnnotationUnfenceRequest)
 	}
 	if a := nf.Spec.Recovery.Automatic; a != nil && !*a {
 		return nil, ReasonAutomaticRecoveryOff, fmt.Sprintf("node %s is back; policy %s unfences only on request: %s", name, nf.Spec.PolicyName, confirm)
@@ -540,9 +540,22 @@ func poweredOff(nf *v1alpha1.NodeFence) *v1alpha1.Method {
 
 // registeredAnew says whether node is another Node than the one fenced: deleted and registered
 // anew under the name since (another UID than status.nodeUID, recorded at the fence's first
-// look). A record from before status.nodeUID cannot tell, and says no.
+// look). A fence that recorded no UID (no Node at its first look: a self-fence or an Executor
+// confirms without one; or a record from before status.nodeUID) still knows that a Node
+// created after the NodeFence is not the one it was made for; both times are the API server's.
 func registeredAnew(nf *v1alpha1.NodeFence, node *corev1.Node) bool {
-	return nf.Status.NodeUID != "" && string(node.UID) != nf.Status.NodeUID
+	if nf.Status.NodeUID != "" {
+		return string(node.UID) != nf.Status.NodeUID
+	}
+	return node.CreationTimestamp.After(nf.CreationTimestamp.Time)
+}
+
+// fencedUID is the fenced Node's UID as the messages name it.
+func fencedUID(nf *v1alpha1.NodeFence) string {
+	if nf.Status.NodeUID == "" {
+		return "unknown (no Node at the fence's first look; this one was created after the NodeFence)"
+	}
+	return nf.Status.NodeUID
 }
 
 // taintAddedText says when the taint t was added, as far as it says.

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -852,6 +853,86 @@ func TestReleaseHeldForANodeRegisteredAnew(t *testing.T) {
 	checkReleased(t, w, false)
 	if last := lastStep(nf); last.State != v1alpha1.StepStarted || last.Reason != ReasonNodeReplaced || !strings.Contains(last.Message, "uid-registered-anew") {
 		t.Errorf("last step %s %s %s %q, want a release step held with %s naming the new UID", last.Name, last.State, last.Reason, last.Message, ReasonNodeReplaced)
+	}
+}
+
+// A fence that found no Node at its first look records no UID; a Node registered under the name
+// after the NodeFence was made is still not the one fenced: the release is held (NodeReplaced),
+// and the new Node is neither tainted nor has its pods deleted; recovery holds it too.
+func TestReleaseHeldForANodeRegisteredAfterAFenceWithoutItsUID(t *testing.T) {
+	ctx := context.Background()
+	for _, taint := range []bool{true, false} { // without the taint, the pods' deletion is the first release step
+		t.Run(fmt.Sprintf("outOfServiceTaint=%t", taint), func(t *testing.T) { releaseHeldWithoutUID(t, taint) })
+	}
+
+	// A released fence without a UID, its Node created before the NodeFence: the same Node,
+	// unfenced after a reboot as before; created after it: held as NodeReplaced.
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		held  bool
+	}{{"created before the fence", -time.Hour, false}, {"created after the fence", time.Minute, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, _ := releasedWorld(t, nil)
+			nf := &v1alpha1.NodeFence{}
+			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+				t.Fatal(err)
+			}
+			nf.Status.NodeUID = ""
+			if err := w.c.Status().Update(ctx, nf); err != nil {
+				t.Fatal(err)
+			}
+			w.setNode(t, func(n *corev1.Node) {
+				back(bootAfter)(n)
+				n.CreationTimestamp = metav1.NewTime(nf.CreationTimestamp.Add(tc.after))
+			})
+			nf, node := w.reconcile(t)
+			if !tc.held {
+				wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+				return
+			}
+			wantHeld(t, nf, node, ReasonNodeReplaced)
+		})
+	}
+}
+
+// releaseHeldWithoutUID runs a fence of n1 whose Node is gone at its first look and registered
+// (created after the NodeFence) once the fence is confirmed: the release must be held.
+func releaseHeldWithoutUID(t *testing.T, taint bool) {
+	w := newWorld(t, "ipmi")
+	ctx := context.Background()
+	if !taint {
+		nf := &v1alpha1.NodeFence{}
+		if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+			t.Fatal(err)
+		}
+		nf.Spec.Release.OutOfServiceTaint = &taint
+		if err := w.c.Update(ctx, nf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	registered := false
+	w.tick = func(nf *v1alpha1.NodeFence) {
+		if nf.Status.FencedTime != nil && !registered {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-registered-after",
+				CreationTimestamp: metav1.NewTime(nf.CreationTimestamp.Add(time.Minute))}}
+			if err := w.c.Create(ctx, node); err != nil {
+				t.Fatal(err)
+			}
+			registered = true
+		}
+	}
+	nf, ended := w.advance(t)
+	if ended || !registered || nf.Status.NodeUID != "" {
+		t.Fatalf("fence ended %t (phase %s), Node registered %t, nodeUID %q: want no UID recorded and the release held", ended, nf.Status.Phase, registered, nf.Status.NodeUID)
+	}
+	checkReleased(t, w, false)
+	if last := lastStep(nf); last.State != v1alpha1.StepStarted || last.Reason != ReasonNodeReplaced || !strings.Contains(last.Message, "uid-registered-after") ||
+		!strings.Contains(last.Message, "no Node at the fence's first look") {
+		t.Errorf("last step %s %s %s %q, want a release step held with %s naming the new UID and the missing first look", last.Name, last.State, last.Reason, last.Message, ReasonNodeReplaced)
 	}
 }
 
