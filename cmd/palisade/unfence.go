@@ -24,7 +24,7 @@ this confirmation is for a node that came back without a reboot (BootIDUnchanged
 cannot be proven (BootIDUnknown; RebootUnconfirmed: its fence kept the machine on and its agent
 has not heartbeated from the new boot the kubelet reports), that Palisade holds as Flapping, or
 whose policy unfences only on request (AutomaticRecoveryOff). Once the node is Ready, Palisade
-lifts its storage fences, removes the out-of-service taint and the request annotations, and ends
+lifts its storage fences, removes the out-of-service taint it added and the request annotations, and ends
 the NodeFence as Recovered (ConfirmedClean).
 
 First it shows the NodeFence and its Recovered condition (why the node is held), then asks
@@ -194,7 +194,7 @@ func printHeld(w io.Writer, nf *v1alpha1.NodeFence, node *corev1.Node) {
 	fmt.Fprintf(w, "Palisade unfences a node that is back (Ready) and rebooted since its fence by itself. This confirmation is for a node that did not reboot, "+
 		"whose reboot is not proven (after a fence that kept the machine on, its agent must heartbeat from the new boot too), "+
 		"that Palisade holds as Flapping, or whose policy unfences only on request: it tells Palisade that the workload's processes on %s are gone (reinstalled, or checked by hand). "+
-		"Palisade then lifts the node's storage fences, removes the out-of-service taint and the request annotations, and ends the NodeFence as Recovered (ConfirmedClean): "+
+		"Palisade then lifts the node's storage fences, removes the out-of-service taint its fence added and the request annotations, and ends the NodeFence as Recovered (ConfirmedClean): "+
 		"pods may run on %s again.\n", node.Name, node.Name)
 	if readyStatus(node) != string(corev1.ConditionTrue) {
 		fmt.Fprintf(w, "Note: %s is not Ready: Palisade unfences it only once it is Ready again, confirmation or not.\n", node.Name)
