@@ -153,10 +153,16 @@ func (a *APIWatcher) see(ctx context.Context, raw, phase string) {
 		return
 	}
 	cmd, err := agentwire.ParseCommand(raw)
-	if err != nil {
-		a.log.Error(err, "ignoring a malformed order on the NodeFence")
+	if err != nil && cmd.ID == "" {
+		// Without an ID no answer can name it: the controller waits for one until the
+		// method's timeout, and nothing is carried out.
+		a.log.Error(err, "ignoring a malformed order on the NodeFence: it has no ID to answer")
 		return
 	}
+	// An order with an ID that fails its checks (an unknown action, a negative grace period or
+	// token) goes to the Commander like any other: it refuses it without carrying anything out
+	// or taking its token, and the refusal is answered on the NodeFence with why, as on the
+	// direct channel, rather than left for the controller's method timeout to find.
 	if fenceOver[phase] {
 		a.leave(cmd, phase)
 		return

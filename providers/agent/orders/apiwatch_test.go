@@ -23,6 +23,7 @@ import (
 // state as an ADDED event, then the MODIFIED events in modified, then ends.
 type fakeAPI struct {
 	order    agentwire.Command
+	raw      string // the order annotation as it stands, when set (else order's JSON)
 	phase    string
 	modified int
 }
@@ -33,6 +34,9 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw, _ := json.Marshal(f.order)
+	if f.raw != "" {
+		raw = []byte(f.raw)
+	}
 	nf := map[string]any{
 		"metadata": map[string]any{"name": "n1", "annotations": map[string]string{names.AnnotationExecutorCommand: string(raw)}},
 		"status":   map[string]any{"phase": f.phase},
@@ -156,4 +160,52 @@ func TestOrderLeftWhileAnotherRanIsTakenUp(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("the order on the NodeFence did not start within 3 s of the other's end (interval 1 s): status %+v", cmds.Status())
+}
+
+// An order on the NodeFence that fails its checks but has an ID (an unknown action, a negative
+// grace period or token: a hand edit, a controller of another version) is refused: the answer
+// says Failed and why, nothing is carried out, and its token is not taken (a valid order with
+// the same token is carried out after it). One without an ID, or not JSON, cannot be answered:
+// nothing reaches the Commander.
+func TestMalformedOrderIsRefusedAndAnswered(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw string
+		want      string // in the refusal's message; "" for no answer
+	}{
+		{"unknown action", `{"id":"f1/executor","action":"Reboot","token":7}`, `unknown action "Reboot"`},
+		{"negative grace period", `{"id":"f1/executor","action":"Terminate","gracePeriodSeconds":-1,"token":7}`, "negative grace period"},
+		{"negative token", `{"id":"f1/executor","action":"Terminate","token":-7}`, "negative fencing token"},
+		{"no ID", `{"action":"Terminate","token":7}`, ""},
+		{"not JSON", `Terminate everything`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewTLSServer(&fakeAPI{raw: tc.raw, phase: string(v1alpha1.PhaseFencing), modified: 1})
+			defer srv.Close()
+			cmds := NewCommander(Config{Timeout: time.Second, StateDir: t.TempDir()}, logr.Discard())
+			w := newWatcher(t, srv, cmds, logr.Discard())
+			if err := w.watch(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			cmds.Wait()
+			st := cmds.Status()
+			if tc.want == "" {
+				if st != nil {
+					t.Fatalf("an order that cannot be answered reached the commander: %+v", st)
+				}
+				return
+			}
+			if st == nil || st.ID != "f1/executor" || st.State != agentwire.ExecutorFailed || !strings.Contains(st.Message, tc.want) || carriedOut(*st) {
+				t.Fatalf("status %+v: want f1/executor refused (Failed) saying %q, nothing carried out", st, tc.want)
+			}
+			w.mu.Lock()
+			answering := w.cmd != nil && w.cmd.ID == st.ID
+			w.mu.Unlock()
+			if !answering {
+				t.Errorf("the watcher does not hold the refused order, so its answer loop never writes the refusal")
+			}
+			if got := handle(t, cmds, "f1/executor-again", 7); !carriedOut(got) {
+				t.Errorf("a valid order with token 7 after the refusal: %+v, want carried out (the refused order took no token)", got)
+			}
+		})
+	}
 }
