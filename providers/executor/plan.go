@@ -102,7 +102,8 @@ type ContainerPlan struct {
 type Plan struct {
 	Reason             KillReason
 	GracePeriodSeconds int64
-	// Containers in the order of the pod's spec: init containers, then containers.
+	// Containers in the order of the pod's spec: init containers, then containers, then
+	// ephemeral containers.
 	Containers []ContainerPlan
 }
 
@@ -141,6 +142,13 @@ func NewPlan(req Request) (*Plan, error) {
 	for i := range spec.Containers {
 		p.Containers = append(p.Containers, containerPlan(&spec.Containers[i], false))
 	}
+	// Ephemeral containers (kubectl debug) are stopped beside the main containers, and no
+	// sidecar waits for them: the kubelet orders sidecars after the spec's containers only
+	// (kuberuntime_termination_order.go), so a debug shell that ignores SIGTERM does not hold
+	// a pod's sidecars until the grace period ends.
+	for i := range spec.EphemeralContainers {
+		p.Containers = append(p.Containers, containerPlan((*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon), false))
+	}
 	return p, nil
 }
 
@@ -176,6 +184,11 @@ func findContainer(pod *corev1.Pod, name string) *corev1.Container {
 			if list[i].Name == name {
 				return &list[i]
 			}
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if c := &pod.Spec.EphemeralContainers[i]; c.Name == name {
+			return (*corev1.Container)(&c.EphemeralContainerCommon)
 		}
 	}
 	return nil

@@ -50,8 +50,10 @@ func decodeSpec(p protocol.Pod) (*corev1.Pod, error) {
 // container's lifecycle (preStop hook and stopSignal) and ports, its terminationGracePeriodSeconds,
 // and the shorter of the two deletion grace periods (the kept one may come from a deletion
 // after the containers were created, which their annotation does not know). The runtime's
-// containers still decide what is stopped: one the spec does not name is stopped as a main
-// container, as restored; one the spec names that the runtime does not hold is left out.
+// containers still decide what is stopped: one the spec does not name (a pod's containers
+// cannot be renamed, so an ephemeral one: kubectl debug; the kept spec leaves those out) is
+// stopped as the kubelet stops an ephemeral container, beside the main containers and with no
+// sidecar waiting for it; one the spec names that the runtime does not hold is left out.
 func withSpec(pod, kept *corev1.Pod) {
 	pod.DeletionGracePeriodSeconds = shorter(pod.DeletionGracePeriodSeconds, kept.DeletionGracePeriodSeconds)
 	if g := kept.Spec.TerminationGracePeriodSeconds; g != nil {
@@ -72,12 +74,13 @@ func withSpec(pod, kept *corev1.Pod) {
 		return out
 	}
 	inits, mains := pick(kept.Spec.InitContainers), pick(kept.Spec.Containers)
+	var others []corev1.EphemeralContainer
 	for _, c := range pod.Spec.Containers { // in the runtime, not in the spec
 		if inRuntime[c.Name] {
-			mains = append(mains, c)
+			others = append(others, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(c)})
 		}
 	}
-	pod.Spec.InitContainers, pod.Spec.Containers = inits, mains
+	pod.Spec.InitContainers, pod.Spec.Containers, pod.Spec.EphemeralContainers = inits, mains, others
 }
 
 // shorter is the shorter of two grace periods, either of which may be unset.

@@ -66,8 +66,9 @@ func webSpec(deletionGrace *int64) protocol.Pod {
 
 // TestRestorePodWithSpec: with the spec the agent kept, the runtime's containers are rebuilt
 // from it: the sidecars as init containers in their order of declaration, each container's
-// stop signal, preStop hook and ports; a container the spec does not name stays a main
-// container, one the runtime does not hold is left out. The deletion's grace period is the
+// stop signal, preStop hook and ports; a container the spec does not name is an ephemeral one,
+// stopped with the main containers and waited for by no sidecar; one the runtime does not hold
+// is left out. The deletion's grace period is the
 // shorter of the kept one and the containers' annotation, whichever is set.
 func TestRestorePodWithSpec(t *testing.T) {
 	t.Parallel()
@@ -86,8 +87,15 @@ func TestRestorePodWithSpec(t *testing.T) {
 	if diff := cmp.Diff([]string{"setup", "log", "proxy"}, names(pod.Spec.InitContainers)); diff != "" {
 		t.Errorf("init containers (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"app", "debug"}, names(pod.Spec.Containers)); diff != "" {
+	if diff := cmp.Diff([]string{"app"}, names(pod.Spec.Containers)); diff != "" {
 		t.Errorf("containers (-want +got):\n%s", diff)
+	}
+	var ephemeral []string
+	for _, c := range pod.Spec.EphemeralContainers {
+		ephemeral = append(ephemeral, c.Name)
+	}
+	if diff := cmp.Diff([]string{"debug"}, ephemeral); diff != "" {
+		t.Errorf("ephemeral containers, the runtime's the spec does not name (-want +got):\n%s", diff)
 	}
 	app := pod.Spec.Containers[0]
 	if l := app.Lifecycle; l == nil || l.StopSignal == nil || *l.StopSignal != corev1.SIGUSR1 || l.PreStop == nil || l.PreStop.Exec == nil || len(app.Ports) != 1 {
@@ -97,7 +105,9 @@ func TestRestorePodWithSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][]string{"setup": nil, "log": {"app", "debug", "proxy"}, "proxy": {"app", "debug"}, "app": nil, "debug": nil}
+	// The sidecars wait for the spec's main container, not for debug (kubectl debug's shell):
+	// the kubelet orders them after pod.spec.containers only.
+	want := map[string][]string{"setup": nil, "log": {"app", "proxy"}, "proxy": {"app"}, "app": nil, "debug": nil}
 	for name, waitFor := range want {
 		cp := plan.Container(name)
 		if cp == nil || !slices.Equal(cp.WaitFor, waitFor) || cp.Sidecar != (waitFor != nil) {
