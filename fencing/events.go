@@ -1,6 +1,11 @@
 package fencing
 
 import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
 )
@@ -101,3 +106,30 @@ const (
 	// force-deletes a pod (KEP-3329; PodGC uses DeletionByPodGC).
 	ReasonDisruption = "DeletionByPalisade"
 )
+
+// noteLimit is the most an Event's note may hold (events.k8s.io/v1): the API server refuses a
+// longer one, and the Event is lost.
+const noteLimit = 1024
+
+// BoundedNotes wraps rec so that every Event's note is cut to what the API server accepts (1024
+// bytes, on a UTF-8 boundary, ending in "…"): a note built from outside text (a fence request's
+// reason of 256 non-ASCII characters, a provider's error) would otherwise be refused whole,
+// and the Event that tells of a request answered, a step retried or a fence failed lost.
+func BoundedNotes(rec events.EventRecorder) events.EventRecorder {
+	return boundedNotes{rec}
+}
+
+type boundedNotes struct{ rec events.EventRecorder }
+
+func (b boundedNotes) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	msg := fmt.Sprintf(note, args...) // as the recorder itself formats it
+	b.rec.Eventf(regarding, related, eventtype, reason, action, "%s", shorten(msg, noteLimit))
+}
+
+// shorten cuts s to at most n bytes (n > 3), on a UTF-8 boundary, ending in "…" when cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return truncate(s, n-len("…")) + "…"
+}

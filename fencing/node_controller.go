@@ -440,6 +440,8 @@ func endedAs(nf *v1alpha1.NodeFence) string {
 
 func newNodeFence(node *corev1.Node, p *v1alpha1.FencingPolicy, trigger v1alpha1.Trigger, reason string) *v1alpha1.NodeFence {
 	labels := map[string]string{}
+	// spec.reason holds v1alpha1.MaxReason bytes: a detector's reason names nodes (peers that
+	// did not reach it, up to 253 characters each) and is cut rather than the fence refused.
 	// A label value holds at most 63 characters, a node name up to 253: a longer name goes
 	// without the label rather than the API server refusing the fence.
 	if errs := validation.IsValidLabelValue(node.Name); len(errs) == 0 {
@@ -448,7 +450,7 @@ func newNodeFence(node *corev1.Node, p *v1alpha1.FencingPolicy, trigger v1alpha1
 	return &v1alpha1.NodeFence{
 		ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: labels},
 		Spec: v1alpha1.NodeFenceSpec{
-			NodeName: node.Name, PolicyName: p.Name, Trigger: trigger, Reason: reason,
+			NodeName: node.Name, PolicyName: p.Name, Trigger: trigger, Reason: shorten(reason, v1alpha1.MaxReason),
 			Methods: levelOrder(p.Spec.Methods), Release: p.Spec.Release, Recovery: p.Spec.Recovery, DryRun: p.Spec.DryRun,
 		},
 	}

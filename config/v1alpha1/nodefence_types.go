@@ -502,6 +502,9 @@ const (
 	ReasonTooManyUnhealthy = "TooManyUnhealthy"
 )
 
+// MaxReason is the most spec.reason holds (its schema's maxLength).
+const MaxReason = 1024
+
 // MaxAttachmentsForced is how many entries status.attachmentsForced keeps (the last counts the
 // rest when there are more).
 const MaxAttachmentsForced = 16

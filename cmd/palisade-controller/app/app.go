@@ -189,7 +189,7 @@ func cacheOptions() cache.Options {
 
 func setup(mgr ctrl.Manager, o Options) error {
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()
-	rec := mgr.GetEventRecorder("palisade-controller")
+	rec := fencing.BoundedNotes(mgr.GetEventRecorder("palisade-controller"))
 	obs, srv, err := agents(mgr, o)
 	if err != nil {
 		return err
