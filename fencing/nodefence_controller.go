@@ -177,10 +177,7 @@ func (r *NodeFenceReconciler) reconcileFence(ctx context.Context, nf *v1alpha1.N
 	case v1alpha1.PhaseRecovered:
 		return ctrl.Result{}, nil
 	}
-	if len(nf.Spec.Methods) == 0 && nf.Status.Phase != v1alpha1.PhaseFailed {
-		// The CRD refuses it; a record stored before that rule, or written around it, fails
-		// here rather than taking a step with nothing to take it by.
-		msg := fmt.Sprintf("NodeFence %s names no method (spec.methods is empty): nothing can fence node %s; nothing was taken or released. Delete it; the node's policy makes a new one if it must", nf.Name, nf.Spec.NodeName)
+	if msg := noChain(nf); msg != "" && nf.Status.Phase != v1alpha1.PhaseFailed {
 		if err := r.dropRequestsAnswered(ctx, nf); err != nil { // answers.go
 			return ctrl.Result{}, err
 		}
@@ -597,4 +594,31 @@ func methodNames(nf *v1alpha1.NodeFence) string {
 		s += m.Name
 	}
 	return s
+}
+
+// noChain says why nf's methods cannot make a chain, "" when they can. The CRD refuses both
+// cases; a record stored before its rules, or written around them, fails before its first step
+// rather than taking one with nothing to take it by (no method), or with steps that cannot tell
+// their methods apart (two of one name: the planner would take the first for the second, and
+// go back to it after every failure, without end).
+func noChain(nf *v1alpha1.NodeFence) string {
+	if len(nf.Spec.Methods) == 0 {
+		return fmt.Sprintf("NodeFence %s names no method (spec.methods is empty): nothing can fence node %s; nothing was taken or released. Delete it; the node's policy makes a new one if it must", nf.Name, nf.Spec.NodeName)
+	}
+	if name, twice := methodNamedTwice(nf.Spec.Methods); twice && len(nf.Status.Steps) == 0 {
+		return fmt.Sprintf("NodeFence %s names method %q more than once in spec.methods: its steps could not tell them apart; nothing was taken or released. Delete it; the node's policy makes a new one if it must", nf.Name, name)
+	}
+	return ""
+}
+
+// methodNamedTwice is the first name two of methods share, if any.
+func methodNamedTwice(methods []v1alpha1.Method) (string, bool) {
+	seen := map[string]bool{}
+	for _, m := range methods {
+		if seen[m.Name] {
+			return m.Name, true
+		}
+		seen[m.Name] = true
+	}
+	return "", false
 }

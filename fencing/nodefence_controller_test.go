@@ -380,3 +380,22 @@ func TestFenceWithoutMethodsFails(t *testing.T) {
 	}
 	checkReleased(t, w, false)
 }
+
+// A NodeFence that names one method twice (the CRD refuses one; a record written around it)
+// fails before its first step with a condition that names the method, instead of the planner
+// taking the first for the second after every failure, without end (a power-off sent every
+// timeout, its steps growing until the record is too big to save); nothing is taken or
+// released, and the fence ends.
+func TestFenceWithAMethodNamedTwiceFails(t *testing.T) {
+	w := newWorld(t, "ipmi", "ipmi")
+	w.power.SetStatus(&providers.Status{State: providers.Failed, Message: "BMC refused"}) // every method fails
+	nf := w.run(t)
+	c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced)
+	if nf.Status.Phase != v1alpha1.PhaseFailed || c == nil || !strings.Contains(c.Message, `names method "ipmi" more than once`) {
+		t.Errorf("phase %s, Fenced condition %+v: want Failed naming the method named twice", nf.Status.Phase, c)
+	}
+	if len(nf.Status.Steps) != 0 {
+		t.Errorf("steps taken: %v", nf.Status.Steps)
+	}
+	checkReleased(t, w, false)
+}

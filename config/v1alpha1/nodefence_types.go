@@ -24,6 +24,7 @@ const (
 // refuses any change to it: an edit of a fence under way (a method taken out of a level, a dry
 // run switched on) would release on a chain it never confirmed.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is fixed when the fence is created: delete the NodeFence (the node's next failure, request or deletion creates a new one) instead of editing it"
+// +kubebuilder:validation:XValidation:rule="self.methods.map(m, m.name).all(n, self.methods.filter(m, m.name == n).size() == 1)",message="spec.methods: every method needs a unique name (the fence's steps name their method)"
 type NodeFenceSpec struct {
 	// NodeName is the node being fenced.
 	// +kubebuilder:validation:MinLength=1
@@ -53,6 +54,7 @@ type NodeFenceSpec struct {
 	RequestedBy string `json:"requestedBy,omitempty"`
 	// Methods is the escalation chain, copied from the policy.
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
 	// +listType=atomic
 	Methods []Method `json:"methods"`
 	// Release is copied from the policy.

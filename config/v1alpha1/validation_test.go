@@ -304,6 +304,22 @@ func TestNodeFenceNamedAfterItsNodeAndFixed(t *testing.T) {
 	if err := cluster.Client.Create(ctx, fence("x", "n1")); err == nil || !strings.Contains(err.Error(), "metadata.name must equal spec.nodeName") {
 		t.Errorf("creating NodeFence x for node n1: err = %v, want refusal", err)
 	}
+	// Its steps name their method: two methods of one name (a NodeFence made by hand; a policy
+	// cannot have them) are refused, as are more methods than a policy holds.
+	twice := fence("n2", "n2")
+	twice.Spec.Methods[1].Name = twice.Spec.Methods[0].Name
+	if err := cluster.Client.Create(ctx, twice); err == nil || !strings.Contains(err.Error(), "every method needs a unique name") {
+		t.Errorf("creating a NodeFence with a method named twice: err = %v, want refusal", err)
+	}
+	many := fence("n3", "n3")
+	for i := range 9 {
+		m := many.Spec.Methods[0]
+		m.Name = fmt.Sprintf("m%d", i)
+		many.Spec.Methods = append(many.Spec.Methods, m)
+	}
+	if err := cluster.Client.Create(ctx, many); err == nil || !strings.Contains(err.Error(), "must have at most 8 items") {
+		t.Errorf("creating a NodeFence with %d methods: err = %v, want refusal", len(many.Spec.Methods), err)
+	}
 	nf := fence("n1", "n1")
 	if err := cluster.Client.Create(ctx, nf); err != nil {
 		t.Fatal(err)
