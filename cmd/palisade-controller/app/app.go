@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,25 +131,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Logger:                        o.Logger,
-		NewClient:                     o.NewClient,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress:        o.ProbeAddr,
-		PprofBindAddress:              o.PprofAddr,
-		LeaderElection:                o.LeaderElection,
-		LeaderElectionID:              LeaderElectionID,
-		LeaderElectionNamespace:       o.LeaderElectionNS,
-		LeaderElectionReleaseOnCancel: true,
-		// Ours, so that the reconcilers know this replica's identity in it (leader.go).
-		LeaderElectionResourceLockInterface: lockOrNil(lock),
-		LeaseDuration:                       durationOrNil(o.LeaseDuration),
-		RenewDeadline:                       durationOrNil(o.RenewDeadline),
-		RetryPeriod:                         durationOrNil(o.RetryPeriod),
-		Controller:                          config.Controller{SkipNameValidation: &o.SkipNameValidation},
-		Cache:                               cacheOptions(),
-	})
+	mgr, err := whileUnreachable(setupLog(o), func() (ctrl.Manager, error) { return ctrl.NewManager(cfg, managerOptions(scheme, o, lock)) })
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
@@ -166,6 +149,29 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// managerOptions are the manager's options.
+func managerOptions(scheme *runtime.Scheme, o Options, lock *resourcelock.LeaseLock) ctrl.Options {
+	return ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        o.Logger,
+		NewClient:                     o.NewClient,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNS,
+		LeaderElectionReleaseOnCancel: true,
+		// Ours, so that the reconcilers know this replica's identity in it (leader.go).
+		LeaderElectionResourceLockInterface: lockOrNil(lock),
+		LeaseDuration:                       durationOrNil(o.LeaseDuration),
+		RenewDeadline:                       durationOrNil(o.RenewDeadline),
+		RetryPeriod:                         durationOrNil(o.RetryPeriod),
+		Controller:                          config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		Cache:                               cacheOptions(),
+	}
 }
 
 // cacheOptions is what the manager's cache holds: every object without its managedFields
