@@ -102,15 +102,24 @@ type outcome struct {
 }
 
 func done(format string, args ...any) outcome {
-	return outcome{state: v1alpha1.StepSucceeded, message: fmt.Sprintf(format, args...)}
+	return outcome{state: v1alpha1.StepSucceeded, message: stepMessage(format, args...)}
 }
 
 func failed(reason, format string, args ...any) outcome {
-	return outcome{state: v1alpha1.StepFailed, reason: reason, message: fmt.Sprintf(format, args...)}
+	return outcome{state: v1alpha1.StepFailed, reason: reason, message: stepMessage(format, args...)}
 }
 
 func pending(retry time.Duration, reason, format string, args ...any) outcome {
-	return outcome{state: v1alpha1.StepStarted, reason: reason, retry: retry, message: fmt.Sprintf(format, args...)}
+	return outcome{state: v1alpha1.StepStarted, reason: reason, retry: retry, message: stepMessage(format, args...)}
+}
+
+// maxStepMessage bounds a step's message: it carries a provider's or a BMC's words, which may
+// be a page long, and goes on into the Fenced condition (32768 at most, or the API server
+// refuses the whole status write, and the fence stays where it was) and into Events.
+const maxStepMessage = 16 << 10
+
+func stepMessage(format string, args ...any) string {
+	return shorten(fmt.Sprintf(format, args...), maxStepMessage)
 }
 
 // SetupWithManager registers the reconciler.

@@ -1,14 +1,18 @@
 package fencing
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
+	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/fake"
 )
 
 // BoundedNotes passes a note that fits as written (formatted as the recorder formats it) and
@@ -50,5 +54,33 @@ func TestLongReasonIsCutOnTheFence(t *testing.T) {
 	short := newNodeFence(node, poolPolicy(ipmiMethod), v1alpha1.TriggerDetected, "Dead: lease expired")
 	if short.Spec.Reason != "Dead: lease expired" {
 		t.Errorf("a short reason became %q", short.Spec.Reason)
+	}
+}
+
+// A provider's error a page long (a BMC's HTML error page, a cloud's verbose refusal) is cut in
+// the step's message and in the Fenced condition: a condition's message holds 32768 at most,
+// and a longer one gets the whole status write refused, the fence stuck where it was. The fence
+// fails as it should, saying why, with the start of the provider's words kept.
+func TestLongProviderErrorIsCutOnTheRecord(t *testing.T) {
+	page := "<html>" + strings.Repeat("<p>internal error</p>", 100_000) + "</html>" // 2 MB
+	w := newWorld(t, "ipmi")
+	w.power.InjectError(fake.MethodFence, providers.NewError(providers.ReasonAuthFailed, errors.New(page)))
+	nf := w.run(t)
+	if nf.Status.Phase != v1alpha1.PhaseFailed {
+		t.Fatalf("phase %s, want Failed", nf.Status.Phase)
+	}
+	for _, s := range nf.Status.Steps {
+		if len(s.Message) > maxStepMessage || !utf8.ValidString(s.Message) {
+			t.Errorf("step %s holds a message of %d bytes, want at most %d", s.Name, len(s.Message), maxStepMessage)
+		}
+	}
+	for _, c := range nf.Status.Conditions {
+		if len(c.Message) > maxConditionMessage {
+			t.Errorf("condition %s holds a message of %d bytes, want at most %d", c.Type, len(c.Message), maxConditionMessage)
+		}
+	}
+	c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionFenced)
+	if c == nil || !strings.Contains(c.Message, "<html><p>internal error</p>") || !strings.Contains(c.Message, "…") {
+		t.Errorf("Fenced condition %+v: want the provider's words, cut", c)
 	}
 }

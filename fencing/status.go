@@ -80,9 +80,13 @@ func recordFailure(nf *v1alpha1.NodeFence, reason, message string) {
 	setCondition(nf, v1alpha1.ConditionReleased, metav1.ConditionFalse, v1alpha1.ReasonNotFenced, releasedBeforeFailure(nf))
 }
 
+// maxConditionMessage is the most a condition's message holds (metav1.Condition's schema): a
+// longer one gets the whole status write refused.
+const maxConditionMessage = 32768
+
 func setCondition(nf *v1alpha1.NodeFence, typ string, status metav1.ConditionStatus, reason, message string) {
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: nf.Generation,
+		Type: typ, Status: status, Reason: reason, Message: shorten(message, maxConditionMessage), ObservedGeneration: nf.Generation,
 	})
 }
 

@@ -244,7 +244,47 @@ func (p *Provider) httpClient(t Target, ip netip.Addr) *http.Client {
 		return d.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
 	}
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true,
-		DialContext: dial, TLSHandshakeTimeout: p.Timeout / 3}}
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &boundedConn{Conn: c, left: maxConnRead}, nil
+		},
+		TLSHandshakeTimeout: p.Timeout / 3}}
+}
+
+// MaxAnswer is about the most of one answer the provider reads from a BMC: a connection (one
+// per request: no keep-alive) fails its reads past maxConnRead bytes, TLS and headers
+// included. A Redfish resource is a few KiB; gofish reads an error's body whole into the
+// error's text, and a BMC's front end in trouble can send an HTML page of any size, which
+// would grow the controller's memory for the whole call, and the fence's status past what the
+// API server stores.
+const (
+	MaxAnswer   = 1 << 20
+	maxConnRead = MaxAnswer + 64<<10
+)
+
+// errAnswerTooLarge is the read error of a connection past maxConnRead.
+var errAnswerTooLarge = fmt.Errorf("the BMC's answer is longer than %d bytes: not read further", MaxAnswer)
+
+// boundedConn is a connection whose reads fail once left bytes were read. http.Transport is
+// kept as is (bmclib needs the client's transport to be one), and bounded below it.
+type boundedConn struct {
+	net.Conn
+	left int64
+}
+
+func (c *boundedConn) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errAnswerTooLarge
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.Conn.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // client builds a bmclib client that uses the Redfish provider and nothing else, over hc.

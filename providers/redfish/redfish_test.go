@@ -422,3 +422,30 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 		t.Errorf("PowerState of a name that does not resolve: %v (reason %s), want %s naming it", err, providers.ReasonOf(err), providers.ReasonUnreachable)
 	}
 }
+
+// A BMC that answers with a huge page (a web front end in trouble) is read no further than
+// MaxAnswer: the call fails at once, retryable (the BMC may recover), saying the answer was
+// too long, instead of reading the page whole into memory and into the error's
+// text, and no command is carried out.
+func TestHugeAnswerNotReadWhole(t *testing.T) {
+	svc := redfishsim.Start(t, redfishsim.Options{})
+	svc.SetErrorPage(64 << 20)
+	s := newScene(t, svc, nil, nil, power.WithTimeout(10*time.Second))
+	start := time.Now()
+	_, err := s.p.Fence(context.Background(), s.req(1, false))
+	if err == nil || !strings.Contains(err.Error(), "longer than 1048576 bytes") {
+		t.Fatalf("Fence against a 64 MiB answer: %v, want it refused as too long", err)
+	}
+	if !providers.IsRetryable(err) {
+		t.Errorf("%s not retryable: the BMC may answer well on the next try", providers.ReasonOf(err))
+	}
+	if n := len(err.Error()); n > redfish.MaxAnswer+4096 {
+		t.Errorf("the error's text holds %d bytes, want at most the answer's bound", n)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the call took %s, want it to stop reading at the bound", took)
+	}
+	if len(svc.Resets(0)) != 0 || !svc.PoweredOn(0) {
+		t.Errorf("resets %v, on %v: want no command carried out", svc.Resets(0), svc.PoweredOn(0))
+	}
+}

@@ -64,6 +64,7 @@ type Service struct {
 	nextID     int
 	ignoreOff  bool
 	delay      time.Duration
+	errorPage  int
 	onPower    func(system string, on bool)
 	authFailed int
 }
@@ -184,6 +185,14 @@ func (s *Service) SetDelay(d time.Duration) {
 	s.delay = d
 }
 
+// SetErrorPage makes every answer a 500 with an HTML page of n bytes (0: answer as usual), as
+// a BMC's web front end in trouble may send: a provider must not read it whole.
+func (s *Service) SetErrorPage(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.errorPage = n
+}
+
 // OnPower calls fn after every change of a system's power (a Reset or SetPower).
 func (s *Service) OnPower(fn func(system string, on bool)) {
 	s.mu.Lock()
@@ -199,8 +208,19 @@ const (
 
 func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	delay := s.delay
+	delay, page := s.delay, s.errorPage
 	s.mu.Unlock()
+	if page > 0 {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusInternalServerError)
+		line := []byte(strings.Repeat("<p>internal error</p>", 50) + "\n")
+		for sent := 0; sent < page; sent += len(line) {
+			if _, err := w.Write(line[:min(len(line), page-sent)]); err != nil {
+				return
+			}
+		}
+		return
+	}
 	if delay > 0 {
 		select {
 		case <-time.After(delay):
