@@ -109,19 +109,52 @@ func spareOthers(ctx context.Context, reader client.Reader, name, from string, c
 				}
 			}
 		}
-		theirs, err := ParseCIDRs(other.Annotations[v1alpha1.AnnotationStorageCIDRs])
-		if err != nil {
-			continue // none, or malformed: that node's own fence says so
-		}
+		theirs, unread := readCIDRs(other.Annotations[v1alpha1.AnnotationStorageCIDRs])
 		for _, t := range theirs {
 			for _, c := range ours {
-				if c.Overlaps(netip.MustParsePrefix(t)) {
+				if c.Overlaps(t) {
 					return refuse(c, fmt.Sprintf("overlaps %s, which node %s lists as its own in %s", t, other.Name, v1alpha1.AnnotationStorageCIDRs), other.Name)
 				}
 			}
 		}
+		// An entry of another node's list that is no address at all may name any of them: a
+		// fence of more than one address might take that node's in.
+		for _, c := range ours {
+			if len(unread) > 0 && c.Bits() < c.Addr().BitLen() {
+				return badTarget("node %s: %s (from %s) may cover the storage addresses of node %s, whose annotation %s holds %q, which is not an address or a CIDR. "+
+					"Fix that annotation (such as 10.20.0.6/32). List in node %s's annotation %s only its own addresses, one by one (such as 10.20.0.5/32), to fence it meanwhile",
+					name, c, from, other.Name, v1alpha1.AnnotationStorageCIDRs, unread[0], name, v1alpha1.AnnotationStorageCIDRs)
+			}
+		}
 	}
 	return nil
+}
+
+// readCIDRs reads another node's palisade.dev/storage-cidrs as far as it can, to spare what it
+// names even when it is malformed (that node's own fence refuses it; this one must not cut the
+// node off meanwhile): each entry a CIDR, its host bits cleared and however wide, or a bare
+// address as its own /32 or /128; unread are the entries that are neither.
+func readCIDRs(v string) (cidrs []netip.Prefix, unread []string) {
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if pfx, err := netip.ParsePrefix(f); err == nil {
+			a, bits := pfx.Addr(), pfx.Bits()
+			if a.Is4In6() {
+				a, bits = a.Unmap(), max(bits-96, 0)
+			}
+			cidrs = append(cidrs, netip.PrefixFrom(a, bits).Masked())
+			continue
+		}
+		if ip, err := netip.ParseAddr(f); err == nil {
+			cidrs = append(cidrs, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+			continue
+		}
+		unread = append(unread, f)
+	}
+	return cidrs, unread
 }
 
 // ParseCIDRs parses the comma-separated CIDRs of a palisade.dev/storage-cidrs annotation: each

@@ -98,25 +98,35 @@ func TestFenceSparesOtherNodes(t *testing.T) {
 		node("db-3", "-", "InternalIP", "10.30.0.7", "ExternalIP", "203.0.113.9"),
 		node("db-4", "192.168.50.8/32", "InternalIP", "10.30.0.8"),
 		node("db-5", "-", "InternalIP", "fd00:20::6"),
-		node("db-6", "10.99.0.0/8", "InternalIP", "10.40.0.9"), // malformed: its own fence says so
+		node("db-6", "172.99.0.0/8", "InternalIP", "10.40.0.9"), // malformed (too wide): its own fence says so; this one spares 172.0.0.0/8
+		node("db-7", "10.60.0.6", "InternalIP", "10.40.0.10"),   // malformed (a bare address): spared as 10.60.0.6/32
 	}
+	unreadable := node("db-8", "10.70.0.6/33,storage", "InternalIP", "10.40.0.11")
 	for _, tc := range []struct {
-		name string
-		db1  *corev1.Node
-		says []string // nil: fenced
+		name  string
+		db1   *corev1.Node
+		says  []string      // nil: fenced
+		extra client.Object // another node, for this case alone
 	}{
-		{"another node's InternalIP as a /32", node("db-1", "10.20.0.6/32"), []string{"10.20.0.6/32 (from its annotation palisade.dev/storage-cidrs) holds 10.20.0.6, the InternalIP of node db-2"}},
-		{"a network holding another node's InternalIP", node("db-1", "10.20.0.5/32,10.20.0.0/24"), []string{"10.20.0.0/24", "holds 10.20.0.6, the InternalIP of node db-2", "cut node db-2 off its storage"}},
-		{"another node's ExternalIP", node("db-1", "203.0.113.9/32"), []string{"holds 203.0.113.9, the ExternalIP of node db-3"}},
-		{"another node's storage-cidrs", node("db-1", "192.168.50.0/24"), []string{"overlaps 192.168.50.8/32, which node db-4 lists as its own"}},
-		{"an IPv6 network holding another node's address", node("db-1", "fd00:20::/64"), []string{"holds fd00:20::6, the InternalIP of node db-5"}},
-		{"its own InternalIP is another node's", node("db-1", "-", "InternalIP", "10.20.0.6"), []string{"(from its InternalIP and ExternalIP addresses) holds 10.20.0.6, the InternalIP of node db-2"}},
-		{"its own addresses", node("db-1", "-", "InternalIP", "10.20.0.5", "ExternalIP", "203.0.113.5"), nil},
-		{"its own network", node("db-1", "10.50.0.0/24,fd00:50::5/128"), nil},
+		{"another node's InternalIP as a /32", node("db-1", "10.20.0.6/32"), []string{"10.20.0.6/32 (from its annotation palisade.dev/storage-cidrs) holds 10.20.0.6, the InternalIP of node db-2"}, nil},
+		{"a network holding another node's InternalIP", node("db-1", "10.20.0.5/32,10.20.0.0/24"), []string{"10.20.0.0/24", "holds 10.20.0.6, the InternalIP of node db-2", "cut node db-2 off its storage"}, nil},
+		{"another node's ExternalIP", node("db-1", "203.0.113.9/32"), []string{"holds 203.0.113.9, the ExternalIP of node db-3"}, nil},
+		{"another node's storage-cidrs", node("db-1", "192.168.50.0/24"), []string{"overlaps 192.168.50.8/32, which node db-4 lists as its own"}, nil},
+		{"an IPv6 network holding another node's address", node("db-1", "fd00:20::/64"), []string{"holds fd00:20::6, the InternalIP of node db-5"}, nil},
+		{"its own InternalIP is another node's", node("db-1", "-", "InternalIP", "10.20.0.6"), []string{"(from its InternalIP and ExternalIP addresses) holds 10.20.0.6, the InternalIP of node db-2"}, nil},
+		{"a network holding another node's malformed (too wide) CIDR", node("db-1", "172.16.0.0/24"), []string{"overlaps 172.0.0.0/8, which node db-6 lists as its own"}, nil},
+		{"a network holding another node's bare address", node("db-1", "10.60.0.0/24"), []string{"overlaps 10.60.0.6/32, which node db-7 lists as its own"}, nil},
+		{"a network, while another node's list holds no address", node("db-1", "10.80.0.0/24"), []string{"may cover the storage addresses of node db-8", `"10.70.0.6/33"`, "Fix that annotation"}, unreadable},
+		{"its own address, while another node's list holds no address", node("db-1", "10.80.0.5/32"), nil, unreadable},
+		{"its own addresses", node("db-1", "-", "InternalIP", "10.20.0.5", "ExternalIP", "203.0.113.5"), nil, nil},
+		{"its own network", node("db-1", "10.50.0.0/24,fd00:50::5/128"), nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := fake.NewClientBuilder().WithScheme(csiScheme(t)).WithObjects(append(others, tc.db1,
-				&csiaddonsv1alpha1.NetworkFenceClass{ObjectMeta: metav1.ObjectMeta{Name: "storage"}})...).Build()
+			objs := append(slices.Clone(others), tc.db1, &csiaddonsv1alpha1.NetworkFenceClass{ObjectMeta: metav1.ObjectMeta{Name: "storage"}})
+			if tc.extra != nil {
+				objs = append(objs, tc.extra)
+			}
+			c := fake.NewClientBuilder().WithScheme(csiScheme(t)).WithObjects(objs...).Build()
 			p := New(c, c)
 			req := providers.Request{Fence: &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "db-1", UID: "uid-1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "db-1"}},
 				Method: v1alpha1.Method{Name: "storage", Type: v1alpha1.MethodNetworkFence, NetworkFence: &v1alpha1.NetworkFenceMethod{NetworkFenceClassName: "storage"}}}
