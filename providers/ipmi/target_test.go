@@ -49,7 +49,7 @@ func TestTarget(t *testing.T) {
 		{"no address annotation", []client.Object{node(nil), good}, ipmiSettings, Target{}, providers.ReasonBadTarget},
 		{"no Secret", []client.Object{node(addr)}, ipmiSettings, Target{}, providers.ReasonBadTarget},
 		{"Secret without a password", []client.Object{node(addr), secret("bmc", map[string]string{"username": "admin"})}, ipmiSettings, Target{}, providers.ReasonBadTarget},
-		{"no node", []client.Object{good}, ipmiSettings, Target{}, providers.ReasonAPIError},
+		{"no node", []client.Object{good}, ipmiSettings, Target{}, providers.ReasonBadTarget},
 	}
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -119,7 +119,7 @@ func TestRestorePower(t *testing.T) {
 	}
 	other := req
 	other.Fence = &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "n2"}}
-	wantReason(t, p.RestorePower(context.Background(), other), providers.ReasonAPIError)
+	wantReason(t, p.RestorePower(context.Background(), other), providers.ReasonBadTarget)
 	if poweredOn(t, b) {
 		t.Error("RestorePower of another node powered this machine on")
 	}

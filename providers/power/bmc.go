@@ -38,6 +38,9 @@ func NodeBMC(ctx context.Context, reader client.Reader, provider, nodeName strin
 	}
 	node := &corev1.Node{}
 	if err := reader.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+		if apierrors.IsNotFound(err) { // a NodeFence made by hand for no node: nothing to retry for
+			return BMC{}, BadTarget("node %s does not exist: its BMC (annotation %s) is unknown", nodeName, v1alpha1.AnnotationBMCAddress)
+		}
 		return BMC{}, providers.NewError(providers.ReasonAPIError, fmt.Errorf("reading node %s: %w", nodeName, err))
 	}
 	addr := node.Annotations[v1alpha1.AnnotationBMCAddress]

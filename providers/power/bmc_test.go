@@ -69,5 +69,10 @@ func TestNodeBMCSecretReference(t *testing.T) {
 				}
 			}
 		})
+	} // A node that does not exist (a NodeFence made by hand for a name no node has) has no BMC to
+	// find: BadTarget at once, not an API error retried for the method's whole time.
+	if _, err := power.NodeBMC(ctx, c.Client, "ipmi", "no-such-node", method); providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) ||
+		!strings.Contains(err.Error(), "node no-such-node does not exist") {
+		t.Errorf("NodeBMC of a node that does not exist: %v (reason %s), want %s saying so, not retryable", err, providers.ReasonOf(err), providers.ReasonBadTarget)
 	}
 }
