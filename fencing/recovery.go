@@ -196,7 +196,8 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 			return ctrl.Result{}, fmt.Errorf("not unfencing node %s from a copy of its NodeFence that may be stale: %w", nf.Spec.NodeName, err)
 		}
 	}
-	if err := r.unTaint(ctx, nf, node); err != nil {
+	kept, err := r.unTaint(ctx, nf, node)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if controllerutil.ContainsFinalizer(nf, v1alpha1.FinalizerLiftStorageFence) {
@@ -208,7 +209,13 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	rec := nf.Status.Recovery
 	rec.RecoveredTime = &now
 	nf.Status.Phase = v1alpha1.PhaseRecovered
-	msg := fmt.Sprintf("node %s unfenced (%s: %s): out-of-service taint removed", nf.Spec.NodeName, rec.How, rec.Reason)
+	msg := fmt.Sprintf("node %s unfenced (%s: %s)", nf.Spec.NodeName, rec.How, rec.Reason)
+	switch _, tainted := taintedSinceConfirmation(nf); {
+	case len(kept) > 0:
+		msg += "; an out-of-service taint Palisade did not put on stays (see the OutOfServiceTaintKept event)"
+	case tainted:
+		msg += ": out-of-service taint removed"
+	}
 	if len(lifted) > 0 {
 		msg += "; storage fence lifted: " + strings.Join(lifted, "; ")
 	}
@@ -219,6 +226,11 @@ func (r *NodeFenceReconciler) recoverIfClean(ctx context.Context, nf *v1alpha1.N
 	nodesRecovered.WithLabelValues(string(rec.How)).Inc()
 	observeRecovered(nf)
 	r.event(ctx, nf, corev1.EventTypeNormal, ReasonUnfenced, "%s", msg)
+	for _, t := range kept { // said once: the fence is Recovered, and nothing comes here again
+		r.event(ctx, nf, corev1.EventTypeWarning, ReasonTaintKept,
+			"node %s is unfenced, but keeps an out-of-service taint Palisade did not put on (%s=%s:NoExecute, added %s): it was on the node before this fence's Taint step, or the fence did not taint; it is left to whoever put it there, and pods without a toleration stay off the node until it goes: kubectl taint node %s %s-",
+			nf.Spec.NodeName, t.Key, t.Value, taintAddedText(t), nf.Spec.NodeName, v1alpha1.TaintOutOfService)
+	}
 	return ctrl.Result{}, nil
 }
 
@@ -443,23 +455,24 @@ func (r *NodeFenceReconciler) hold(ctx context.Context, nf *v1alpha1.NodeFence, 
 	return nil
 }
 
-// unTaint removes the out-of-service taint this fence added and the node's requests (with
-// their recorded requesters), in one write that fails on a concurrent change of the Node. An
-// out-of-service taint the fence did not add (addedBy: one that was on the node before its
-// Taint step, which then found it present, or one put on while the node was held, or any when
-// the fence never tainted) is someone else's decision: it stays, and is said. A fence request
+// unTaint removes the out-of-service taint this fence put on (or one put back by hand while the
+// node was held, as the TaintRemoved hold asks) and the node's requests (with their recorded
+// requesters), in one write that fails on a concurrent change of the Node. An out-of-service
+// taint that is someone else's decision stays, and is returned for the caller to say once the
+// recovery is recorded: one the fence's Taint step found on the node (status.taintFound), or
+// any when the fence never tainted (release.outOfServiceTaint false). A fence request
 // other than this fence's own was made while the node was held (the first look after the
 // release removed any made before): it is kept, and said, so that the node is fenced again
 // rather than the request lost.
-func (r *NodeFenceReconciler) unTaint(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
+func (r *NodeFenceReconciler) unTaint(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) (others []corev1.Taint, err error) {
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	changed := false
-	since, tainted := taintedSinceConfirmation(nf)
-	var others []corev1.Taint
+	_, tainted := taintedSinceConfirmation(nf)
+	ours := tainted && !nf.Status.TaintFound
 	taints := node.Spec.Taints[:0:0]
 	for _, t := range node.Spec.Taints {
 		if t.Key == v1alpha1.TaintOutOfService && t.Effect == corev1.TaintEffectNoExecute {
-			if tainted && addedBy(t, since) {
+			if ours {
 				changed = true
 				continue
 			}
@@ -481,20 +494,15 @@ func (r *NodeFenceReconciler) unTaint(ctx context.Context, nf *v1alpha1.NodeFenc
 	}
 	if changed {
 		if err := r.Client.Patch(ctx, node, patch); err != nil {
-			return fmt.Errorf("removing the out-of-service taint and requests of node %s: %w", node.Name, err)
+			return nil, fmt.Errorf("removing the out-of-service taint and requests of node %s: %w", node.Name, err)
 		}
-	}
-	for _, t := range others {
-		r.event(ctx, nf, corev1.EventTypeWarning, ReasonTaintKept,
-			"node %s is unfenced, but keeps an out-of-service taint Palisade did not add (%s=%s:NoExecute, added %s): it was on the node before this fence tainted it, or put on since, and is left to whoever put it there; pods without a toleration stay off the node until it goes: kubectl taint node %s %s-",
-			node.Name, t.Key, t.Value, taintAddedText(t), node.Name, v1alpha1.TaintOutOfService)
 	}
 	if isLater {
 		r.event(ctx, nf, corev1.EventTypeWarning, ReasonFenceRequestKept,
 			"node %s carries a fence request made while it was held fenced (%s=%q, requested by %q): it is kept, so the node is fenced again now that it is given back; remove the annotation if that is not meant",
 			node.Name, v1alpha1.AnnotationFenceRequest, truncate(later, 256), requester(node))
 	}
-	return nil
+	return others, nil
 }
 
 // laterFenceRequest is the fence request the node carries when it is a valid one, and not the
@@ -547,7 +555,9 @@ func registeredAnew(nf *v1alpha1.NodeFence, node *corev1.Node) bool {
 	if nf.Status.NodeUID != "" {
 		return string(node.UID) != nf.Status.NodeUID
 	}
-	return node.CreationTimestamp.After(nf.CreationTimestamp.Time)
+	// Both times are whole seconds: a Node created in the NodeFence's second came after the
+	// first look that found none.
+	return !node.CreationTimestamp.IsZero() && !node.CreationTimestamp.Before(&nf.CreationTimestamp)
 }
 
 // fencedUID is the fenced Node's UID as the messages name it.

@@ -638,16 +638,36 @@ func TestRecoveryKeepsAnOutOfServiceTaintItDidNotAdd(t *testing.T) {
 			if want := []string{"NodeFence/n1", "Node/n1"}; !slices.Equal(said, want) {
 				t.Errorf("%s warnings on %v, want on %v", ReasonTaintKept, said, want)
 			}
+			if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); strings.Contains(c.Message, "taint removed") || !strings.Contains(c.Message, "stays") {
+				t.Errorf("Recovered says %q: want the kept taint said, not a removal", c.Message)
+			}
+			if tc.before != nil && !nf.Status.TaintFound {
+				t.Errorf("status.taintFound is false: the Taint step found the operator's taint and should have recorded it")
+			}
 		})
 	}
-	// The fence's own taint goes, and nothing is said about it.
-	w, rec := releasedWorld(t, nil)
-	w.setNode(t, back(bootAfter))
-	nf, node := w.reconcile(t)
-	wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
-	for _, e := range rec.recorded() {
-		if e.Reason == ReasonTaintKept {
-			t.Errorf("%s said of the fence's own taint", ReasonTaintKept)
+	// The fence's own taint goes, and so does one put back by hand (kubectl sets no timeAdded)
+	// after someone took it off while the node was held, as the TaintRemoved hold asks; nothing
+	// is said about either.
+	for _, putBack := range []bool{false, true} {
+		w, rec := releasedWorld(t, nil)
+		if putBack {
+			w.setNode(t, func(n *corev1.Node) { n.Spec.Taints = nil })
+			if nf, _ := w.reconcile(t); meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered).Reason != ReasonTaintRemoved {
+				t.Fatalf("the taint taken off a held node: want %s", ReasonTaintRemoved)
+			}
+			w.setNode(t, operators(nil))
+		}
+		w.setNode(t, back(bootAfter))
+		nf, node := w.reconcile(t)
+		wantRecovered(t, nf, node, v1alpha1.RecoveryRebooted)
+		if c := meta.FindStatusCondition(nf.Status.Conditions, v1alpha1.ConditionRecovered); !strings.Contains(c.Message, "out-of-service taint removed") {
+			t.Errorf("put back %t: Recovered says %q, want the taint's removal", putBack, c.Message)
+		}
+		for _, e := range rec.recorded() {
+			if e.Reason == ReasonTaintKept {
+				t.Errorf("put back %t: %s said of the fence's own taint", putBack, ReasonTaintKept)
+			}
 		}
 	}
 }
@@ -871,11 +891,15 @@ func TestReleaseHeldForANodeRegisteredAfterAFenceWithoutItsUID(t *testing.T) {
 		name  string
 		after time.Duration
 		held  bool
-	}{{"created before the fence", -time.Hour, false}, {"created after the fence", time.Minute, true}} {
+	}{{"created before the fence", -time.Hour, false}, {"created after the fence", time.Minute, true}, {"created in the fence's second", 0, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, _ := releasedWorld(t, nil)
 			nf := &v1alpha1.NodeFence{}
 			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+				t.Fatal(err)
+			}
+			nf.CreationTimestamp = metav1.NewTime(w.now.Add(-time.Minute).Truncate(time.Second)) // the fake client sets none
+			if err := w.c.Update(ctx, nf); err != nil {
 				t.Fatal(err)
 			}
 			nf.Status.NodeUID = ""

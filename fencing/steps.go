@@ -72,6 +72,12 @@ func (r *NodeFenceReconciler) taint(ctx context.Context, nf *v1alpha1.NodeFence)
 	}
 	for _, t := range node.Spec.Taints {
 		if t.Key == v1alpha1.TaintOutOfService && t.Effect == corev1.TaintEffectNoExecute {
+			// Not stamped by this step (a retry finds its own first try's taint, stamped at or
+			// after the step's start): someone else's, which recovery must leave.
+			if since, ok := taintedSinceConfirmation(nf); ok && !addedBy(t, since) {
+				nf.Status.TaintFound = true
+				return done("taint %s=%s:NoExecute present, put there by someone else (added %s): counted as this step's, and left on the node at recovery", t.Key, t.Value, taintAddedText(t))
+			}
 			return done("taint %s=%s:NoExecute present", t.Key, t.Value)
 		}
 	}

@@ -214,6 +214,13 @@ type NodeFenceStatus struct {
 	// new boot too: the kubelet's report alone may come from its stolen credentials.
 	// +optional
 	AgentBootID string `json:"agentBootID,omitempty"`
+	// TaintFound says that the Taint step found an out-of-service taint on the node that it
+	// had not put there (an operator's, another controller's): the step counted it as done,
+	// and recovery leaves it on the node, said by an OutOfServiceTaintKept event. A taint the
+	// step put on is removed at recovery, and so is one put back by hand after it was taken
+	// off while the node was held (as the TaintRemoved hold asks).
+	// +optional
+	TaintFound bool `json:"taintFound,omitempty"`
 	// NodeUID is the UID of the Node when the fence began. A Node of the same name with another
 	// UID was registered anew since, perhaps by another machine: its boot ID says nothing about
 	// the machine fenced, so it is not unfenced on it.
