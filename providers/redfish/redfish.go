@@ -243,7 +243,9 @@ func (p *Provider) httpClient(t Target, ip netip.Addr) *http.Client {
 		}
 		return d.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true,
+	// No gzip: the bound below counts the bytes on the wire, and a gzipped page of 1 MiB may
+	// unpack to hundreds.
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true, DisableCompression: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dial(ctx, network, addr)
 			if err != nil {

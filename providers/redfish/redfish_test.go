@@ -423,8 +423,8 @@ func TestNameResolvedOncePerCall(t *testing.T) {
 	}
 }
 
-// A BMC that answers with a huge page (a web front end in trouble) is read no further than
-// MaxAnswer: the call fails at once, retryable (the BMC may recover), saying the answer was
+// A BMC that answers with a huge page (a web front end in trouble, which gzips it when the
+// client takes gzip: the provider does not) is read no further than MaxAnswer: the call fails at once, retryable (the BMC may recover), saying the answer was
 // too long, instead of reading the page whole into memory and into the error's
 // text, and no command is carried out.
 func TestHugeAnswerNotReadWhole(t *testing.T) {

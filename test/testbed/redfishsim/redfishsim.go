@@ -12,6 +12,7 @@
 package redfishsim
 
 import (
+	"compress/gzip"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -211,11 +212,19 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 	delay, page := s.delay, s.errorPage
 	s.mu.Unlock()
 	if page > 0 {
+		// gzipped when the client takes it, as a front end (nginx) does: a few KiB on the wire.
+		var out io.Writer = w
 		w.Header().Set("Content-Type", "text/html")
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			defer zw.Close()
+			out = zw
+		}
 		w.WriteHeader(http.StatusInternalServerError)
 		line := []byte(strings.Repeat("<p>internal error</p>", 50) + "\n")
 		for sent := 0; sent < page; sent += len(line) {
-			if _, err := w.Write(line[:min(len(line), page-sent)]); err != nil {
+			if _, err := out.Write(line[:min(len(line), page-sent)]); err != nil {
 				return
 			}
 		}
