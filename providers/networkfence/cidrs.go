@@ -121,7 +121,7 @@ func spareOthers(ctx context.Context, reader client.Reader, name, from string, c
 		// fence of more than one address might take that node's in.
 		for _, c := range ours {
 			if len(unread) > 0 && c.Bits() < c.Addr().BitLen() {
-				return badTarget("node %s: %s (from %s) may cover the storage addresses of node %s, whose annotation %s holds %q, which is not an address or a CIDR. "+
+				return badTarget("node %s: %s (from %s) may cover the storage addresses of node %s, whose annotation %s holds %q, which names none of its addresses (not an address, or a CIDR wider than a /24 or a /64). "+
 					"Fix that annotation (such as 10.20.0.6/32). List in node %s's annotation %s only its own addresses, one by one (such as 10.20.0.5/32), to fence it meanwhile",
 					name, c, from, other.Name, v1alpha1.AnnotationStorageCIDRs, unread[0], name, v1alpha1.AnnotationStorageCIDRs)
 			}
@@ -132,8 +132,8 @@ func spareOthers(ctx context.Context, reader client.Reader, name, from string, c
 
 // readCIDRs reads another node's palisade.dev/storage-cidrs as far as it can, to spare what it
 // names even when it is malformed (that node's own fence refuses it; this one must not cut the
-// node off meanwhile): each entry a CIDR, its host bits cleared and however wide, or a bare
-// address as its own /32 or /128; unread are the entries that are neither.
+// node off meanwhile): each entry a CIDR, its host bits cleared, or a bare address as its own
+// /32 or /128; unread are the entries that are neither, and CIDRs wider than ParseCIDRs takes.
 func readCIDRs(v string) (cidrs []netip.Prefix, unread []string) {
 	for _, f := range strings.Split(v, ",") {
 		f = strings.TrimSpace(f)
@@ -145,7 +145,13 @@ func readCIDRs(v string) (cidrs []netip.Prefix, unread []string) {
 			if a.Is4In6() {
 				a, bits = a.Unmap(), max(bits-96, 0)
 			}
-			cidrs = append(cidrs, netip.PrefixFrom(a, bits).Masked())
+			if pfx = netip.PrefixFrom(a, bits).Masked(); notTooWide(pfx) != nil {
+				// 10.0.0.5/0 is no node's network: a typo, which would otherwise refuse every
+				// other node's storage fence; it names no address this can spare.
+				unread = append(unread, f)
+				continue
+			}
+			cidrs = append(cidrs, pfx)
 			continue
 		}
 		if ip, err := netip.ParseAddr(f); err == nil {

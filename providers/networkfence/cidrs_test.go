@@ -98,10 +98,11 @@ func TestFenceSparesOtherNodes(t *testing.T) {
 		node("db-3", "-", "InternalIP", "10.30.0.7", "ExternalIP", "203.0.113.9"),
 		node("db-4", "192.168.50.8/32", "InternalIP", "10.30.0.8"),
 		node("db-5", "-", "InternalIP", "fd00:20::6"),
-		node("db-6", "172.99.0.0/8", "InternalIP", "10.40.0.9"), // malformed (too wide): its own fence says so; this one spares 172.0.0.0/8
-		node("db-7", "10.60.0.6", "InternalIP", "10.40.0.10"),   // malformed (a bare address): spared as 10.60.0.6/32
+		node("db-6", "172.99.0.5/24", "InternalIP", "10.40.0.9"), // malformed (host bits): its own fence says so; this one spares 172.99.0.0/24
+		node("db-7", "10.60.0.6", "InternalIP", "10.40.0.10"),    // malformed (a bare address): spared as 10.60.0.6/32
 	}
 	unreadable := node("db-8", "10.70.0.6/33,storage", "InternalIP", "10.40.0.11")
+	tooWide := node("db-9", "10.0.0.5/0", "InternalIP", "10.40.0.12") // a typo naming every address
 	for _, tc := range []struct {
 		name  string
 		db1   *corev1.Node
@@ -114,7 +115,9 @@ func TestFenceSparesOtherNodes(t *testing.T) {
 		{"another node's storage-cidrs", node("db-1", "192.168.50.0/24"), []string{"overlaps 192.168.50.8/32, which node db-4 lists as its own"}, nil},
 		{"an IPv6 network holding another node's address", node("db-1", "fd00:20::/64"), []string{"holds fd00:20::6, the InternalIP of node db-5"}, nil},
 		{"its own InternalIP is another node's", node("db-1", "-", "InternalIP", "10.20.0.6"), []string{"(from its InternalIP and ExternalIP addresses) holds 10.20.0.6, the InternalIP of node db-2"}, nil},
-		{"a network holding another node's malformed (too wide) CIDR", node("db-1", "172.16.0.0/24"), []string{"overlaps 172.0.0.0/8, which node db-6 lists as its own"}, nil},
+		{"a network holding another node's malformed (host bits) CIDR", node("db-1", "172.99.0.128/25"), []string{"overlaps 172.99.0.0/24, which node db-6 lists as its own"}, nil},
+		{"a network, while another node's list is wider than a node's network", node("db-1", "10.80.0.0/24"), []string{"may cover the storage addresses of node db-9", `"10.0.0.5/0"`}, tooWide},
+		{"its own address, while another node's list is wider than a node's network", node("db-1", "10.80.0.5/32"), nil, tooWide},
 		{"a network holding another node's bare address", node("db-1", "10.60.0.0/24"), []string{"overlaps 10.60.0.6/32, which node db-7 lists as its own"}, nil},
 		{"a network, while another node's list holds no address", node("db-1", "10.80.0.0/24"), []string{"may cover the storage addresses of node db-8", `"10.70.0.6/33"`, "Fix that annotation"}, unreadable},
 		{"its own address, while another node's list holds no address", node("db-1", "10.80.0.5/32"), nil, unreadable},
