@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v3/pkg/chart"
@@ -396,10 +397,16 @@ func TestDeployment(t *testing.T) {
 	if env["POD_NAMESPACE"] != "metadata.namespace" {
 		t.Errorf("POD_NAMESPACE not from metadata.namespace: %+v", c.Env)
 	}
-	for probe, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != probe || p.HTTPGet.Port.String() != "probes" {
-			t.Errorf("probe %s not on the probe port: %+v", probe, p)
+	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+		path := map[string]string{"liveness": "/healthz", "readiness": "/readyz", "startup": "/healthz"}[name]
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "probes" {
+			t.Errorf("%s probe not %s on the probe port: %+v", name, path, p)
 		}
+	}
+	// The startup probe covers the controller's wait for an API server that does not answer at
+	// start (app.startWait, 2 minutes), or the kubelet kills it meanwhile.
+	if p := c.StartupProbe; p == nil || time.Duration(p.PeriodSeconds*p.FailureThreshold)*time.Second < 2*time.Minute {
+		t.Errorf("startup probe %+v: want it to allow at least 2 minutes", p)
 	}
 	sc := c.SecurityContext
 	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
