@@ -1,6 +1,8 @@
 package app
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -45,8 +47,14 @@ func whileUnreachable[T any](log logr.Logger, build func() (T, error)) (T, error
 
 // unreachable says whether err is the API server not answering (a connection refused or cut,
 // a TLS handshake or a request timed out) or answering that it cannot serve yet (429, 503,
-// 504, a server timeout).
+// 504, a server timeout); not a certificate the client does not trust.
 func unreachable(err error) bool {
+	var cert *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	if errors.As(err, &cert) || errors.As(err, &authority) || errors.As(err, &host) {
+		return false // an answer that waiting does not change: the configuration is wrong
+	}
 	var ue *url.Error
 	var ne net.Error
 	return errors.As(err, &ue) || errors.As(err, &ne) ||

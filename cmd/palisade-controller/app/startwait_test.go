@@ -108,3 +108,14 @@ func TestNewManagerWaitsForTheAPIServer(t *testing.T) {
 		t.Errorf("NewManager with an API server that never answers: %v after %s, want it given up on after about %s, saying so", err, took, startWait)
 	}
 }
+
+// A certificate the client does not trust is not waited for: waiting does not change it.
+func TestNewManagerDoesNotWaitForAnUntrustedCertificate(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	start := time.Now()
+	_, err := NewManager(&rest.Config{Host: srv.URL}, Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
+	if err == nil || !strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "did not answer for") || time.Since(start) > 30*time.Second {
+		t.Errorf("NewManager against an untrusted certificate: %v after %s, want the certificate error at once", err, time.Since(start))
+	}
+}
