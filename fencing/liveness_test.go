@@ -241,15 +241,20 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 		// taintSteps are the states of the Taint steps since the confirmation, the first
 		// begun at the step start, each later one a minute after the one before.
 		taintSteps []v1alpha1.StepState
-		wantGone   bool
+		// found is status.taintFound: the Taint step found a taint it had not stamped.
+		found    bool
+		wantGone bool
 	}{
-		{"added by this fence's Taint step", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true},
-		{"added in the step's second (a retry after a crash found its own)", ptr.To(time.Duration(0)), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true},
-		{"added by a Taint step whose success was never recorded", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepStarted}, true},
-		{"there before the Taint step, which found it present", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepSucceeded}, false},
-		{"there before a Taint step never recorded done", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepStarted}, false},
-		{"someone else's, without timeAdded", nil, []v1alpha1.StepState{v1alpha1.StepSucceeded}, false},
-		{"no Taint step since the confirmation", ptr.To(time.Second), nil, false},
+		{"added by this fence's Taint step", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepSucceeded}, false, true},
+		{"added in the step's second (a retry after a crash found its own)", ptr.To(time.Duration(0)), []v1alpha1.StepState{v1alpha1.StepSucceeded}, false, true},
+		// A step retried by a leader whose clock is behind the one that began it.
+		{"added by this fence, stamped by a clock behind the step's start", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepStarted, v1alpha1.StepSucceeded}, false, true},
+		{"added by a Taint step whose success was never recorded", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepStarted}, false, true},
+		{"there before the Taint step, which found it present", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true, false},
+		{"there before a Taint step never recorded done", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepStarted}, false, false},
+		{"someone else's, without timeAdded", nil, []v1alpha1.StepState{v1alpha1.StepSucceeded}, true, false},
+		{"without timeAdded, with no record of it found (never a Palisade taint)", nil, []v1alpha1.StepState{v1alpha1.StepSucceeded}, false, false},
+		{"no Taint step since the confirmation", ptr.To(time.Second), nil, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, "ipmi")
@@ -276,6 +281,7 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 			fenced := metav1.NewTime(w.now.Add(-time.Minute))
 			nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
 			nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
+			nf.Status.TaintFound = tc.found
 			nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded)}
 			for i, state := range tc.taintSteps {
 				step := st(v1alpha1.StepTaint, "", state)
