@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/providers"
+	"palisade.dev/palisade/providers/power"
 	"palisade.dev/palisade/test/testbed/ipmisim"
 )
 
@@ -150,25 +151,30 @@ func TestNodesMachineInEveryByteOrder(t *testing.T) {
 }
 
 // Nothing is compared when either side names no machine of its own: the node reports no UUID
-// (or a placeholder, or something else), or the BMC's GUID is a placeholder.
+// (or a placeholder, or something else), or the BMC's GUID is a placeholder. The command goes,
+// and the fence's step says that the machine was not checked, and why.
 func TestUnverifiableIdentityNotCompared(t *testing.T) {
-	for _, tc := range []struct{ name, guid, nodeUUID string }{
-		{"node reports none", simGUID, ""},
-		{"node reports zeros", simGUID, "00000000-0000-0000-0000-000000000000"},
-		{"node reports no UUID", simGUID, "simnode-1"},
-		{"node reports its machine-id (no SMBIOS tables)", simGUID, "3d1219c7c4c5404aaa1f6d2a48adfda4"},
-		{"BMC's GUID is zeros", "00000000000000000000000000000000", "00112233-4455-6677-8899-aabbccddee00"},
-		{"BMC's GUID is AMI's default, reversed", "09000800070006000005000400020003", "00112233-4455-6677-8899-aabbccddee00"},
+	const nodeSide = "which is no SMBIOS UUID a BMC could tell"
+	for _, tc := range []struct{ name, guid, nodeUUID, why string }{
+		{"node reports none", simGUID, "", `node n1 reports systemUUID "", ` + nodeSide},
+		{"node reports zeros", simGUID, "00000000-0000-0000-0000-000000000000", nodeSide},
+		{"node reports no UUID", simGUID, "simnode-1", `systemUUID "simnode-1", ` + nodeSide},
+		{"node reports its machine-id (no SMBIOS tables)", simGUID, "3d1219c7c4c5404aaa1f6d2a48adfda4", nodeSide},
+		{"BMC's GUID is zeros", "00000000000000000000000000000000", "00112233-4455-6677-8899-aabbccddee00", "the BMC's system GUID 00000000-0000-0000-0000-000000000000 is a placeholder"},
+		{"BMC's GUID is AMI's default, reversed", "09000800070006000005000400020003", "00112233-4455-6677-8899-aabbccddee00", "the BMC's system GUID 09000800-0700-0600-0005-000400020003 is a placeholder"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := startBMCOf(t, ipmisim.Options{GUID: tc.guid})
-			target := targetOf(b)
-			target.SystemUUID = tc.nodeUUID
-			if err := New(nil).PowerOff(context.Background(), target); err != nil {
-				t.Fatalf("PowerOff: %v", err)
+			_, p, req := fenceScene(t, b, tc.nodeUUID)
+			st, err := p.Fence(context.Background(), req)
+			if err != nil {
+				t.Fatalf("Fence: %v", err)
 			}
 			if n := offCommands(t, b); n != 1 {
 				t.Fatalf("%d power-off commands, want 1", n)
+			}
+			if !strings.Contains(st.Message, "power-off command accepted") || !strings.Contains(st.Message, "; not checked that it controls the node's machine: ") || !strings.Contains(st.Message, tc.why) {
+				t.Errorf("Fence's message %q does not say the machine was not checked: %q", st.Message, tc.why)
 			}
 		})
 	}
@@ -207,6 +213,13 @@ func TestGUIDNotTold(t *testing.T) {
 			if !strings.Contains(logs.String(), "not compared") {
 				t.Errorf("nothing logged: %q", logs.String())
 			}
+			ctx, notes := power.WithNotes(context.Background())
+			if err := checkMachine(ctx, addr, target, timeout, logr.Discard()); err != nil {
+				t.Fatalf("checkMachine: %v", err)
+			}
+			if want := "not checked that it controls the node's machine: the BMC did not tell its system GUID outside a session"; !strings.Contains(notes.String(), want) {
+				t.Errorf("notes %q, want %q", notes, want)
+			}
 		})
 	}
 	// The same stand-in answering ipmi_sim's GUID is compared, and refused.
@@ -237,11 +250,24 @@ func TestIdentityCheckAnnotation(t *testing.T) {
 		t.Fatalf("%d off commands before the check was turned off", n)
 	}
 	setAnnotation(t, c, v1alpha1.AnnotationBMCIdentityCheck, "false")
-	if _, err := p.Fence(context.Background(), req); err != nil {
+	st, err := p.Fence(context.Background(), req)
+	if err != nil {
 		t.Fatalf("Fence with %s=false: %v", v1alpha1.AnnotationBMCIdentityCheck, err)
 	}
 	if n := offCommands(t, b); n != 1 {
 		t.Fatalf("%d off commands, want 1", n)
+	}
+	if want := "not checked that it controls the node's machine: the check is switched off by node n1's annotation " + v1alpha1.AnnotationBMCIdentityCheck + "=false"; !strings.Contains(st.Message, want) {
+		t.Errorf("Fence's message %q does not say %q", st.Message, want)
+	}
+
+	// The node's own BMC, checked: the step says nothing of it.
+	if err := b.SetPower(true); err != nil {
+		t.Fatal(err)
+	}
+	c, p, req = fenceScene(t, b, "00112233-4455-6677-8899-aabbccddee01")
+	if st, err := p.Fence(context.Background(), req); err != nil || strings.Contains(st.Message, "not checked") {
+		t.Errorf("Fence of the node's own BMC: %+v, %v; want accepted, with no note", st, err)
 	}
 }
 

@@ -32,6 +32,8 @@ type Target struct {
 	// from the machine: before a command (and a read through a host name), the BMC's system
 	// GUID must name the same machine (checkMachine).
 	SystemUUID string
+	// Unidentified says why SystemUUID cannot serve to check the BMC (power.BMC's).
+	Unidentified string
 }
 
 // String never prints the credentials.
@@ -49,7 +51,7 @@ func (p *Provider) target(ctx context.Context, req providers.Request) (Target, e
 		return Target{}, err
 	}
 	t := Target{Node: req.Node(), Address: b.Address, Username: b.Username, Password: b.Password,
-		SystemUUID: b.SystemUUID}
+		SystemUUID: b.SystemUUID, Unidentified: b.Unidentified}
 	if m.IPMI.CipherSuite != nil {
 		t.CipherSuite = fmt.Sprint(*m.IPMI.CipherSuite)
 	}

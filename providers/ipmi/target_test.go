@@ -20,6 +20,8 @@ import (
 // The provider finds the BMC from the Node's annotations and the method's (or the node's
 // own) Secret; anything missing is BadTarget with a hint, never a retry.
 func TestTarget(t *testing.T) {
+	// The nodes report no systemUUID: the BMC cannot be checked against it.
+	const noUUID = `node n1 reports systemUUID "", which is no SMBIOS UUID a BMC could tell (none, a placeholder, or a machine-id)`
 	secret := func(name string, data map[string]string) *corev1.Secret {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "palisade-system", Name: name}, Data: map[string][]byte{}}
 		for k, v := range data {
@@ -42,9 +44,9 @@ func TestTarget(t *testing.T) {
 		wantErr  providers.Reason
 	}{
 		{"annotation and the method's Secret", []client.Object{node(addr), good}, ipmiSettings,
-			Target{Node: "n1", Address: "10.0.0.1:6230", Username: "admin", Password: "pw", CipherSuite: "17"}, ""},
+			Target{Node: "n1", Address: "10.0.0.1:6230", Username: "admin", Password: "pw", CipherSuite: "17", Unidentified: noUUID}, ""},
 		{"the node's own Secret", []client.Object{node(own), good, secret("bmc-n1", map[string]string{"username": "root", "password": "x"})}, ipmiSettings,
-			Target{Node: "n1", Address: "10.0.0.1", Username: "root", Password: "x", CipherSuite: "17"}, ""},
+			Target{Node: "n1", Address: "10.0.0.1", Username: "root", Password: "x", CipherSuite: "17", Unidentified: noUUID}, ""},
 		{"no ipmi settings", []client.Object{node(addr), good}, nil, Target{}, providers.ReasonBadTarget},
 		{"no address annotation", []client.Object{node(nil), good}, ipmiSettings, Target{}, providers.ReasonBadTarget},
 		{"no Secret", []client.Object{node(addr)}, ipmiSettings, Target{}, providers.ReasonBadTarget},

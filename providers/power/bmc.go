@@ -27,6 +27,10 @@ type BMC struct {
 	// identity against before a power command; "" when the node's
 	// palisade.dev/bmc-identity-check annotation is "false".
 	SystemUUID string
+	// Unidentified says why the node's side cannot serve to check the BMC's identity (""
+	// when its systemUUID can): the check switched off by annotation, or a systemUUID that is
+	// no SMBIOS UUID (NodeSMBIOSUUID).
+	Unidentified string
 }
 
 // NodeBMC reads node's BMC address from its palisade.dev/bmc-address annotation and the
@@ -47,11 +51,14 @@ func NodeBMC(ctx context.Context, reader client.Reader, provider, nodeName strin
 	if addr == "" {
 		return BMC{}, BadTarget("node %s has no annotation %s: set it to the BMC's host[:port]", nodeName, v1alpha1.AnnotationBMCAddress)
 	}
-	systemUUID := node.Status.NodeInfo.SystemUUID
+	systemUUID, unidentified := node.Status.NodeInfo.SystemUUID, ""
 	switch check := node.Annotations[v1alpha1.AnnotationBMCIdentityCheck]; check {
 	case "", "true":
+		if !NodeSMBIOSUUID(systemUUID) {
+			unidentified = fmt.Sprintf("node %s reports systemUUID %q, which is no SMBIOS UUID a BMC could tell (none, a placeholder, or a machine-id)", nodeName, ShortUUID(systemUUID))
+		}
 	case "false":
-		systemUUID = ""
+		systemUUID, unidentified = "", fmt.Sprintf("the check is switched off by node %s's annotation %s=false", nodeName, v1alpha1.AnnotationBMCIdentityCheck)
 	default:
 		return BMC{}, BadTarget("node %s's annotation %s=%q is neither \"true\" nor \"false\": remove it to check that the BMC is the node's machine before a power command, or set \"false\" only for the node's own BMC when it reports another identity than the node's systemUUID",
 			nodeName, v1alpha1.AnnotationBMCIdentityCheck, check)
@@ -70,7 +77,7 @@ func NodeBMC(ctx context.Context, reader client.Reader, provider, nodeName strin
 		return BMC{}, err
 	}
 	b := BMC{Node: node, Address: addr, Username: string(secret.Data["username"]), Password: string(secret.Data["password"]),
-		SystemUUID: systemUUID}
+		SystemUUID: systemUUID, Unidentified: unidentified}
 	if b.Username == "" || b.Password == "" {
 		return BMC{}, BadTarget("Secret %s/%s needs the keys username and password", ref.Namespace, ref.Name)
 	}
@@ -165,4 +172,13 @@ func FlattenBMCLib(err error) string {
 		parts = summaries
 	}
 	return strings.Join(parts, "; ")
+}
+
+// ShortUUID is a UUID as a node or a BMC reports it, cut to 64 bytes for a message: what they
+// report is not checked to be one.
+func ShortUUID(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	return s[:64] + "…"
 }

@@ -121,16 +121,19 @@ func (f *Fencer[T]) RestorePower(ctx context.Context, req providers.Request) err
 	return nil
 }
 
-// Fence sends the off command to the machine the fence acts on (BoundTarget).
+// Fence sends the off command to the machine the fence acts on (BoundTarget). Its message
+// carries the Switch's notes on the command (Note): that the machine's identity was not
+// checked, and why.
 func (f *Fencer[T]) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
 	t, err := f.BoundTarget(ctx, req)
 	if err != nil {
 		return providers.Status{}, err
 	}
+	ctx, notes := WithNotes(ctx)
 	if err := f.sw.PowerOff(ctx, t); err != nil {
 		return providers.Status{}, f.withHint(err)
 	}
-	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("power-off command accepted by %s of %s", f.what, t)}, nil
+	return providers.Status{State: providers.InProgress, Message: fmt.Sprintf("power-off command accepted by %s of %s%s", f.what, t, notes)}, nil
 }
 
 // Check reads the power state back until it is Off, re-sending the off command every

@@ -1,6 +1,7 @@
 package redfish
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -167,12 +168,16 @@ var (
 // (power.SameUUID). A mismatch is errOtherMachine and nothing is sent. When either is empty or a
 // placeholder (all zeros, all F, AMI's default: power.VerifiableUUID), or the node's is not an
 // SMBIOS UUID (a machine-id: power.NodeSMBIOSUUID), nothing is compared: a BMC or a node that
-// reports no UUID of its own cannot be verified this way.
+// reports no UUID of its own cannot be verified this way. The command's step says so
+// (power.Note), and why.
 //
 // With neither a system name nor a UUID to compare there is no listing: bmclib then takes the
 // BMC's only system and refuses to choose among several.
 func (p *Provider) checkSystem(ctx context.Context, hc *http.Client, host, port string, t Target, verifyUUID bool) error {
-	verifyUUID = verifyUUID && power.NodeSMBIOSUUID(t.SystemUUID)
+	if verifyUUID && !power.NodeSMBIOSUUID(t.SystemUUID) {
+		power.Note(ctx, "%s", power.NotIdentified(cmp.Or(t.Unidentified, "the node reports no SMBIOS UUID")))
+		verifyUUID = false
+	}
 	if t.System == "" && !verifyUUID {
 		return nil
 	}
@@ -181,8 +186,12 @@ func (p *Provider) checkSystem(ctx context.Context, hc *http.Client, host, port 
 		return err
 	}
 	s, err := actedOn(systems, t.System)
-	if err != nil || s == nil || !verifyUUID || !power.VerifiableUUID(s.UUID) {
+	if err != nil || s == nil || !verifyUUID {
 		return err // no system: bmclib refuses with "no matching redfish system"
+	}
+	if !power.VerifiableUUID(s.UUID) {
+		power.Note(ctx, "%s", power.NotIdentified(fmt.Sprintf("the BMC's system %q (Id %s) reports UUID %q, none or a placeholder the same on many machines", s.Name, s.ID, power.ShortUUID(s.UUID))))
+		return nil
 	}
 	if !power.SameUUID(s.UUID, t.SystemUUID) {
 		return fmt.Errorf("%w: the BMC at %s says its system %q (Id %s) has UUID %s, but node %s reports systemUUID %s: the node's %s or %s names a machine that is not the node's, and no command was sent to it; set them to the node's own BMC and system (only if they are the node's own and the system reports another identity, annotate the node %s=false)",

@@ -272,15 +272,21 @@ func TestPowerOffOnlyOfTheNodesMachine(t *testing.T) {
 		annotation string // palisade.dev/redfish-system
 		noCheck    bool   // palisade.dev/bmc-identity-check: "false"
 		want       int    // the system powered off, -1 for none
+		// unchecked is why the command's step says the machine was not checked, "" for a
+		// machine checked.
+		unchecked string
 	}{
 		{name: "same UUID", nodeUUID: nodeUUID, uuids: []string{nodeUUID}, want: 0},
 		{name: "same UUID, other case and braces", nodeUUID: " " + strings.ToUpper(nodeUUID), uuids: []string{"{" + nodeUUID + "}"}, want: 0},
 		{name: "first three groups byte-swapped", nodeUUID: nodeUUID, uuids: []string{swappedUUID}, want: 0},
 		{name: "another machine", nodeUUID: nodeUUID, uuids: []string{otherUUID}, want: -1},
-		{name: "another machine, the check turned off", nodeUUID: nodeUUID, uuids: []string{otherUUID}, noCheck: true, want: 0},
-		{name: "node reports no UUID", uuids: []string{otherUUID}, want: 0},
-		{name: "node reports its machine-id (no SMBIOS tables)", nodeUUID: "4c4c4544004736108031b4c04f564433", uuids: []string{otherUUID}, want: 0},
-		{name: "system reports no UUID", nodeUUID: nodeUUID, want: 0},
+		{name: "another machine, the check turned off", nodeUUID: nodeUUID, uuids: []string{otherUUID}, noCheck: true, want: 0,
+			unchecked: "the check is switched off by node node-1's annotation " + v1alpha1.AnnotationBMCIdentityCheck + "=false"},
+		{name: "node reports no UUID", uuids: []string{otherUUID}, want: 0, unchecked: `node node-1 reports systemUUID "", which is no SMBIOS UUID`},
+		{name: "node reports its machine-id (no SMBIOS tables)", nodeUUID: "4c4c4544004736108031b4c04f564433", uuids: []string{otherUUID}, want: 0,
+			unchecked: `node node-1 reports systemUUID "4c4c4544004736108031b4c04f564433", which is no SMBIOS UUID`},
+		{name: "system reports no UUID", nodeUUID: nodeUUID, want: 0, unchecked: `the BMC's system "System-1" (Id 1) reports UUID "", none or a placeholder`},
+		{name: "system reports a placeholder", nodeUUID: nodeUUID, uuids: []string{"03000200-0400-0500-0006-000700080009"}, want: 0, unchecked: `the BMC's system "System-1" (Id 1) reports UUID "03000200-0400-0500-0006-000700080009", none or a placeholder`},
 		{name: "the named system's UUID", nodeUUID: nodeUUID, systems: []string{"blade-a", "blade-b"}, uuids: []string{otherUUID, nodeUUID}, annotation: "blade-b", want: 1},
 		{name: "the named system is another machine", nodeUUID: nodeUUID, systems: []string{"blade-a", "blade-b"}, uuids: []string{nodeUUID, otherUUID}, annotation: "blade-b", want: -1},
 	} {
@@ -294,10 +300,18 @@ func TestPowerOffOnlyOfTheNodesMachine(t *testing.T) {
 				ann[v1alpha1.AnnotationBMCIdentityCheck] = "false"
 			}
 			s := newSceneOfUUID(t, svc, tc.nodeUUID, ann, nil)
-			st, err := s.fenceAndCheck(t)
+			fence, err := s.p.Fence(context.Background(), s.req(1, false))
+			st := fence
+			if err == nil {
+				st, err = s.p.Check(context.Background(), s.req(1, false))
+			}
 			if tc.want >= 0 {
 				if err != nil || st.State != providers.Confirmed {
 					t.Fatalf("Check = %+v, %v; want Confirmed", st, err)
+				}
+				if want := "not checked that it controls the node's machine: " + tc.unchecked; tc.unchecked != "" && !strings.Contains(fence.Message, want) ||
+					tc.unchecked == "" && strings.Contains(fence.Message, "not checked") {
+					t.Errorf("Fence's message %q; want it to say %q", fence.Message, tc.unchecked)
 				}
 			} else {
 				if providers.ReasonOf(err) != providers.ReasonBadTarget || providers.IsRetryable(err) {

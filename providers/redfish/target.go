@@ -36,8 +36,10 @@ type Target struct {
 	// checks nothing). It is not part of String: the node reports it, the settings do not
 	// name it.
 	SystemUUID string
-	Username   string
-	Password   string
+	// Unidentified says why SystemUUID cannot serve to check the system (power.BMC's).
+	Unidentified string
+	Username     string
+	Password     string
 	// RootCAs verify the BMC's certificate; nil means the system's CAs.
 	RootCAs *x509.CertPool
 	// InsecureSkipVerify skips that verification.
@@ -70,7 +72,7 @@ func (p *Provider) Target(ctx context.Context, req providers.Request) (Target, e
 		return Target{}, power.BadTarget("node %s: annotation %s: %v", req.Node(), v1alpha1.AnnotationBMCAddress, err)
 	}
 	t := Target{Node: req.Node(), Address: b.Address, System: b.Node.Annotations[v1alpha1.AnnotationRedfishSystem],
-		SystemUUID: b.SystemUUID, Username: b.Username, Password: b.Password,
+		SystemUUID: b.SystemUUID, Unidentified: b.Unidentified, Username: b.Username, Password: b.Password,
 		InsecureSkipVerify: m.Redfish.InsecureSkipVerify, BasicAuth: m.Redfish.BasicAuth}
 	if ca := m.Redfish.CABundleSecretRef; ca != nil && !t.InsecureSkipVerify {
 		if t.RootCAs, err = power.CAPool(ctx, p.Reader, *ca, "the CA bundle of the BMCs"); err != nil {
