@@ -165,8 +165,17 @@ func checkStoppedWithSpec(t *testing.T, events string) {
 		t.Errorf("sidecars signalled at +%.3fs (proxy) and +%.3fs (log) after app's USR1; want proxy after app ended (+%.3fs), log after proxy ended (+%.3fs)",
 			(proxyTerm - usr1).Seconds(), (logTerm - usr1).Seconds(), (app.Last() - usr1).Seconds(), (proxy.Last() - usr1).Seconds())
 	}
-	// log ignores TERM, so it dies when its kill is due: at the end of the deletion's grace,
-	// but, as the kubelet gives a sidecar, never less than 2 s after its own stop signal.
-	want := max(3*time.Second, logTerm-usr1+2*time.Second)
+	// log ignores TERM, so it dies when its kill is due, by the kubelet's rule for a sidecar:
+	// the grace (3 s) less the whole seconds it waited for its turn, from its own stop signal,
+	// and never less than 2 s after it.
+	want := sidecarKillDue(3*time.Second, logTerm-usr1)
 	assertNear(t, fmt.Sprintf("app's USR1 to log's death (deletion grace 3 s, log's TERM at +%.3fs)", (logTerm-usr1).Seconds()), log.Last()-usr1, want)
+}
+
+// sidecarKillDue is when, after the pod's first stop signal, a sidecar that ignores its own
+// (sent turn after that first one) is killed, by the kubelet's killContainer: the grace less the
+// whole seconds of its wait for its turn, from its stop signal, and 2 s at least
+// (executor.Deadline.KillAt).
+func sidecarKillDue(grace, turn time.Duration) time.Duration {
+	return turn + max(grace-turn.Truncate(time.Second), 2*time.Second)
 }
