@@ -47,14 +47,14 @@ func TestRealMachinesRecovery(t *testing.T) {
 		t.Fatalf("fence of %s: %s by %s, boot ID %q; want Released by the executor with boot ID %s", x, nf.Status.Phase, nf.Status.Method, nf.Status.BootID, bootX)
 	}
 	y, _ := s.WaitWriter(t, realscene.PodName(0), x, 2*time.Minute)
-	started := time.Now().Truncate(time.Second)
+	started := time.Now()
 	if err := s.Machine(x).StartKubelet(); err != nil {
 		t.Fatal(err)
 	}
 	// The Ready the kubelet posted before it was stopped may still stand: the restarted one
 	// posts NotReady first (its PLEG not yet healthy), which would end the hold a moment after
 	// it was judged on the old Ready. Wait for a Ready posted since the start.
-	waitReadySince(t, s, x, started, 2*time.Minute)
+	s.WaitReadySince(t, x, started, 2*time.Minute)
 	nf = waitHeld(t, s, x, "BootIDUnchanged")
 	assertTainted(t, s, x, true)
 
@@ -151,25 +151,6 @@ func waitHeld(t *testing.T, s *realscene.Scene, node, reason string) *v1alpha1.N
 		t.Fatalf("NodeFence %s was held for %s and no longer is: phase %s, conditions %+v", node, reason, nf.Status.Phase, nf.Status.Conditions)
 	}
 	return nf
-}
-
-// waitReadySince waits until the node's Ready condition is True with a heartbeat at or after
-// since: posted by a kubelet started then.
-func waitReadySince(t *testing.T, s *realscene.Scene, node string, since time.Time, timeout time.Duration) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(200 * time.Millisecond) {
-		n := &corev1.Node{}
-		if err := s.Cluster.Client.Get(context.Background(), client.ObjectKey{Name: node}, n); err == nil {
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(since) {
-					return
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s posted no Ready since %s within %s", node, since.Format(time.RFC3339), timeout)
-		}
-	}
 }
 
 // assertTainted checks whether the node carries the out-of-service taint.

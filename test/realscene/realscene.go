@@ -277,26 +277,42 @@ func (s *Scene) serveStore(t testing.TB) *netns.Node {
 // WaitReady waits for the Node's Ready condition to be True.
 func (s *Scene) WaitReady(t testing.TB, name string, timeout time.Duration) {
 	t.Helper()
-	if err := s.waitReady(name, corev1.ConditionTrue, timeout); err != nil {
+	if err := s.waitNode(name, timeout, scenario.NodeReady); err != nil {
 		t.Fatalf("waiting for node %s Ready: %v", name, err)
+	}
+}
+
+// WaitReadySince waits until the Node's Ready condition is True with a heartbeat in or after
+// since's second: posted by a kubelet started then, not the Ready standing from before it
+// (a restarted kubelet posts NotReady first, its PLEG not yet healthy).
+func (s *Scene) WaitReadySince(t testing.TB, name string, since time.Time, timeout time.Duration) {
+	t.Helper()
+	err := s.waitNode(name, timeout, func(n *corev1.Node) bool {
+		return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second))
+		})
+	})
+	if err != nil {
+		t.Fatalf("waiting for node %s to post Ready since %s: %v", name, since.Format(time.RFC3339), err)
 	}
 }
 
 // WaitNotReady waits until the Node's Ready condition is no longer True.
 func (s *Scene) WaitNotReady(t testing.TB, name string, timeout time.Duration) {
 	t.Helper()
-	if err := s.waitReady(name, corev1.ConditionFalse, timeout); err != nil {
+	if err := s.waitNode(name, timeout, func(n *corev1.Node) bool { return !scenario.NodeReady(n) }); err != nil {
 		t.Fatalf("waiting for node %s NotReady: %v", name, err)
 	}
 }
 
-func (s *Scene) waitReady(name string, want corev1.ConditionStatus, timeout time.Duration) error {
+// waitNode waits until the Node, read every 200 ms, is as ok says.
+func (s *Scene) waitNode(name string, timeout time.Duration, ok func(*corev1.Node) bool) error {
 	return wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		n := &corev1.Node{}
 		if err := s.Cluster.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
 			return false, nil
 		}
-		return scenario.NodeReady(n) == (want == corev1.ConditionTrue), nil
+		return ok(n), nil
 	})
 }
 
