@@ -20,8 +20,14 @@ import (
 	"palisade.dev/palisade/test/testbed/netns"
 )
 
-// dialTimeout keeps the tests quick: every peer is one bridge away.
-const dialTimeout = 300 * time.Millisecond
+// dialTimeout is how long a check that nothing passes listens for silence: every peer is one
+// bridge away, so it keeps the tests quick. A check that something passes waits reachTimeout,
+// which it ends as soon as the answer comes: a loaded machine may take longer than
+// dialTimeout to answer, and that must not read as a cut.
+const (
+	dialTimeout  = 300 * time.Millisecond
+	reachTimeout = 5 * time.Second
+)
 
 // echo serves ln until the test ends: every line it receives is sent back. It returns the
 // listener's address.
@@ -95,28 +101,28 @@ func roundTrip(c net.Conn, timeout time.Duration) error {
 	return nil
 }
 
-// reach connects from n to addr and exchanges one line.
-func reach(n *netns.Node, addr string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+// reach connects from n to addr and exchanges one line, each within timeout.
+func reach(n *netns.Node, addr string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c, err := n.Dial(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return roundTrip(c, dialTimeout)
+	return roundTrip(c, timeout)
 }
 
 func mustReach(t *testing.T, n *netns.Node, addr, what string) {
 	t.Helper()
-	if err := reach(n, addr); err != nil {
+	if err := reach(n, addr, reachTimeout); err != nil {
 		t.Errorf("%s: node %s does not reach %s: %v", what, n.Name(), addr, err)
 	}
 }
 
 func mustNotReach(t *testing.T, n *netns.Node, addr, what string) {
 	t.Helper()
-	err := reach(n, addr)
+	err := reach(n, addr, dialTimeout)
 	if err == nil {
 		t.Errorf("%s: node %s still reaches %s", what, n.Name(), addr)
 		return
@@ -187,8 +193,8 @@ func datagram() []byte {
 }
 
 // sendUp sends a datagram from c, in a node's namespace, to srv in the root namespace and
-// waits dialTimeout for srv to receive it.
-func sendUp(c net.Conn, srv net.PacketConn) error {
+// waits up to timeout for srv to receive it.
+func sendUp(c net.Conn, srv net.PacketConn, timeout time.Duration) error {
 	msg := datagram()
 	if _, err := c.Write(msg); err != nil {
 		return fmt.Errorf("sending: %w", err)
@@ -196,22 +202,22 @@ func sendUp(c net.Conn, srv net.PacketConn) error {
 	return await(srv.SetReadDeadline, func(b []byte) (int, error) {
 		n, _, err := srv.ReadFrom(b)
 		return n, err
-	}, msg)
+	}, msg, timeout)
 }
 
 // sendDown sends a datagram from srv, in the root namespace, to c in a node's namespace (from
-// the port c is connected to) and waits dialTimeout for c to receive it.
-func sendDown(srv net.PacketConn, c net.Conn) error {
+// the port c is connected to) and waits up to timeout for c to receive it.
+func sendDown(srv net.PacketConn, c net.Conn, timeout time.Duration) error {
 	msg := datagram()
 	if _, err := srv.WriteTo(msg, c.LocalAddr()); err != nil {
 		return fmt.Errorf("sending: %w", err)
 	}
-	return await(c.SetReadDeadline, c.Read, msg)
+	return await(c.SetReadDeadline, c.Read, msg, timeout)
 }
 
-// await reads datagrams until want arrives or dialTimeout passes.
-func await(setDeadline func(time.Time) error, read func([]byte) (int, error), want []byte) error {
-	if err := setDeadline(time.Now().Add(dialTimeout)); err != nil {
+// await reads datagrams until want arrives or timeout passes.
+func await(setDeadline func(time.Time) error, read func([]byte) (int, error), want []byte, timeout time.Duration) error {
+	if err := setDeadline(time.Now().Add(timeout)); err != nil {
 		return err
 	}
 	buf := make([]byte, 64)

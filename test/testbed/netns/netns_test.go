@@ -64,9 +64,9 @@ func TestCutEndpointDropsUDP(t *testing.T) {
 	toHB, toOther := dialUDP(t, a, hb), dialUDP(t, a, other)
 
 	for what, err := range map[string]error{
-		"node → host":       sendUp(toHB, hb),
-		"host → node":       sendDown(hb, toHB),
-		"node → other port": sendUp(toOther, other),
+		"node → host":       sendUp(toHB, hb, reachTimeout),
+		"host → node":       sendDown(hb, toHB, reachTimeout),
+		"node → other port": sendUp(toOther, other, reachTimeout),
 	} {
 		if err != nil {
 			t.Fatalf("datagram %s before the cut: %v", what, err)
@@ -76,27 +76,27 @@ func TestCutEndpointDropsUDP(t *testing.T) {
 
 	must(t, a.Cut(endpoint(t, hbTCP)))
 	// The node's own sends fail at once with EPERM, as Cut documents (the output hook's drop).
-	if err := sendUp(toHB, hb); !errors.Is(err, syscall.EPERM) {
+	if err := sendUp(toHB, hb, dialTimeout); !errors.Is(err, syscall.EPERM) {
 		t.Errorf("datagram node → host after the cut: %v, want EPERM (dropped before it leaves the node)", err)
 	}
-	if err := sendDown(hb, toHB); err == nil {
+	if err := sendDown(hb, toHB, dialTimeout); err == nil {
 		t.Error("datagram host → node after the cut: delivered")
 	} else if !isTimeout(err) {
 		t.Errorf("datagram host → node after the cut: %v, want silence (a timeout)", err)
 	}
-	if err := sendUp(toOther, other); err != nil {
+	if err := sendUp(toOther, other, reachTimeout); err != nil {
 		t.Errorf("datagram node → another UDP port of the cut address: %v", err)
 	}
-	if err := sendDown(other, toOther); err != nil {
+	if err := sendDown(other, toOther, reachTimeout); err != nil {
 		t.Errorf("datagram from another UDP port of the cut address → node: %v", err)
 	}
 	mustNotReach(t, a, hbTCP, "TCP on the cut port")
 
 	must(t, a.Heal())
-	if err := sendUp(toHB, hb); err != nil {
+	if err := sendUp(toHB, hb, reachTimeout); err != nil {
 		t.Errorf("datagram node → host after Heal: %v", err)
 	}
-	if err := sendDown(hb, toHB); err != nil {
+	if err := sendDown(hb, toHB, reachTimeout); err != nil {
 		t.Errorf("datagram host → node after Heal: %v", err)
 	}
 	mustReach(t, a, hbTCP, "TCP after Heal")
@@ -193,7 +193,7 @@ func TestCutEstablishedConnectionThroughRelay(t *testing.T) {
 	if !strings.HasPrefix(relay, lan.HostIP()+":") {
 		t.Fatalf("relay listens on %s, want %s:<port>", relay, lan.HostIP())
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), dialTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), reachTimeout)
 	defer cancel()
 	conn, err := a.Dial(ctx, "tcp", relay)
 	if err != nil {
@@ -379,28 +379,28 @@ func TestRelayForwardsDatagrams(t *testing.T) {
 	c, err := a.Dial(t.Context(), "udp", relay)
 	must(t, err)
 	defer c.Close()
-	ask := func(want string) error {
+	ask := func(want string, timeout time.Duration) error {
 		msg := datagram()
 		if _, err := c.Write(msg); err != nil {
 			return fmt.Errorf("sending: %w", err)
 		}
-		return await(c.SetReadDeadline, c.Read, append([]byte(want+" "), msg...))
+		return await(c.SetReadDeadline, c.Read, append([]byte(want+" "), msg...), timeout)
 	}
-	if err := ask("first"); err != nil {
+	if err := ask("first", reachTimeout); err != nil {
 		t.Fatalf("a datagram through the relay: %v", err)
 	}
 	mu.Lock()
 	target = second
 	mu.Unlock()
-	if err := ask("second"); err != nil {
+	if err := ask("second", reachTimeout); err != nil {
 		t.Fatalf("a datagram through the relay after its target moved: %v", err)
 	}
 	must(t, a.Cut(endpoint(t, relay)))
-	if err := ask("second"); err == nil {
+	if err := ask("second", dialTimeout); err == nil {
 		t.Error("a datagram through the relay's cut address was answered")
 	}
 	must(t, a.Heal())
-	if err := ask("second"); err != nil {
+	if err := ask("second", reachTimeout); err != nil {
 		t.Errorf("a datagram through the relay after Heal: %v", err)
 	}
 }
