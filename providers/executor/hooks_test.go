@@ -32,9 +32,11 @@ type fakeRuntime struct {
 	failSignals, failKills int
 	// exitCode is the exit code read back: 137 once SIGKILL ended the container.
 	exitCode int32
-	// imageSignal and imageErr are what ImageStopSignal answers.
-	imageSignal string
-	imageErr    error
+	// imageSignal and imageErr are what ImageStopSignal answers, after failImage reads
+	// that fail; imageReads counts the reads.
+	imageSignal           string
+	imageErr              error
+	failImage, imageReads int
 }
 
 func (f *fakeRuntime) PodContainers(context.Context, string) ([]executor.Container, error) {
@@ -43,6 +45,13 @@ func (f *fakeRuntime) PodContainers(context.Context, string) ([]executor.Contain
 	return []executor.Container{{ID: "id-app", Name: "app", State: f.state}}, nil
 }
 func (f *fakeRuntime) ImageStopSignal(context.Context, string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.imageReads++
+	if f.failImage > 0 {
+		f.failImage--
+		return "", errors.New("runtime busy")
+	}
 	return f.imageSignal, f.imageErr
 }
 func (f *fakeRuntime) Exec(context.Context, string, []string) error          { return nil }

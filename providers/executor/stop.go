@@ -32,7 +32,7 @@ func (t *Termination) stopContainer(ctx context.Context, tg target) ContainerRep
 	if _, err := t.e.runtime.PreventRestart(ctx, tg.ID); err != nil {
 		rep.Error = fmt.Sprintf("preventing restarts: %v", err) // the exit is confirmed below all the same
 	}
-	image, err := t.e.runtime.ImageStopSignal(ctx, tg.ID)
+	image, err := t.imageStopSignal(ctx, tg.ID)
 	if err != nil {
 		image = "" // the runtime's default then, as for an image without STOPSIGNAL
 		rep.Error = withNote(rep.Error, fmt.Sprintf("reading the image's stop signal: %v (the default sent instead)", err))
@@ -45,6 +45,30 @@ func (t *Termination) stopContainer(ctx context.Context, tg target) ContainerRep
 	rep.Signal, rep.SignalSource = SignalName(sig), src
 	t.signalAndWait(ctx, tg, sig, spent, &rep)
 	return rep
+}
+
+// imageStopSignalTries are the waits before each further read of an image's STOPSIGNAL after
+// one failed: a runtime busy for a moment must not have a container that names its own stop
+// signal (a database's SIGINT) sent the default instead. They add at most 300 ms before the
+// stop signal, only when a read fails.
+var imageStopSignalTries = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}
+
+// imageStopSignal reads the image's STOPSIGNAL of container id, trying again (imageStopSignalTries)
+// while the read fails for another reason than the container being gone.
+func (t *Termination) imageStopSignal(ctx context.Context, id string) (string, error) {
+	sig, err := t.e.runtime.ImageStopSignal(ctx, id)
+	for _, wait := range imageStopSignalTries {
+		if err == nil || errors.Is(err, ErrNotFound) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(wait):
+		}
+		sig, err = t.e.runtime.ImageStopSignal(ctx, id)
+	}
+	return sig, err
 }
 
 // spent is the time a container's termination took before its stop signal: its preStop

@@ -111,4 +111,23 @@ func TestStopSignalProblemsReported(t *testing.T) {
 			t.Errorf("%s: error %q carries an empty note", tc.name, c.Error)
 		}
 	}
+	rt := &fakeRuntime{state: executor.StateRunning, imageErr: errors.New("image gone")}
+	_, _ = executor.New(rt).Terminate(context.Background(), executor.Request{Pod: newPod("signals", 30, corev1.Container{Name: "app"})})
+	if rt.imageReads != 3 {
+		t.Errorf("an image's stop signal that cannot be read was read %d times, want 3 (two more tries)", rt.imageReads)
+	}
+}
+
+// A read of the image's stop signal that fails for a moment is tried again: the container gets
+// its image's signal, not the default, and its report says nothing went wrong.
+func TestImageStopSignalReadAgain(t *testing.T) {
+	t.Parallel()
+	rt := &fakeRuntime{state: executor.StateRunning, imageSignal: "SIGINT", failImage: 2}
+	rep, err := executor.New(rt).Terminate(context.Background(), executor.Request{Pod: newPod("signals", 30, corev1.Container{Name: "app"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.Container("app"); c.Signal != "SIGINT" || c.Error != "" || rt.imageReads != 3 {
+		t.Errorf("signal %s, error %q after %d reads; want the image's SIGINT on the third read, no error", c.Signal, c.Error, rt.imageReads)
+	}
 }
