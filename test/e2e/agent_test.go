@@ -112,6 +112,8 @@ func buildAgent(t *testing.T) string {
 	return filepath.Join(dir, "palisade-agent")
 }
 
+// startAgent starts the agent of node, heartbeating to addr every 500 ms, and waits until the
+// controller has accepted a heartbeat from it.
 func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]string, extra ...string) *exec.Cmd {
 	t.Helper()
 	bin := buildAgent(t)
@@ -141,5 +143,15 @@ func startAgent(t *testing.T, dir, addr, node, kubelet string, files map[string]
 			t.Logf("palisade-agent log of %s:\n%s", node, b)
 		}
 	})
+	// The controller has heard the agent before the test cuts anything: a first heartbeat
+	// answered later than the Lease's timeout on a loaded machine would have the node judged
+	// without an agent, and the test see another path than the one it stands for.
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		b, err := os.ReadFile(logPath)
+		return err == nil && strings.Contains(string(b), `"heartbeats accepted by the controller"`), nil
+	})
+	if err != nil {
+		t.Fatalf("the agent of %s had no heartbeat accepted by the controller within a minute", node)
+	}
 	return cmd
 }
