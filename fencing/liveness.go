@@ -660,7 +660,7 @@ func (r *NodeFenceReconciler) untaint(ctx context.Context, nf *v1alpha1.NodeFenc
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	kept := node.Spec.Taints[:0]
 	for _, t := range node.Spec.Taints {
-		if t.Key != v1alpha1.TaintOutOfService || t.Effect != corev1.TaintEffectNoExecute || !ownTaint(nf, t, since) {
+		if t.Key != v1alpha1.TaintOutOfService || t.Effect != corev1.TaintEffectNoExecute || !addedBy(t, since) {
 			kept = append(kept, t)
 		}
 	}
@@ -694,34 +694,10 @@ func taintedSinceConfirmation(nf *v1alpha1.NodeFence) (time.Time, bool) {
 	return first, found
 }
 
-// ownTaint says whether the out-of-service taint t is the one this fence's Taint steps (the
-// first begun at since) put on: stamped in or after that step's second (addedBy), or stamped at
-// all while a Taint step succeeded without finding another's taint (status.taintFound false).
-// The second holds when the leader that added it had a clock behind the one that began the
-// step (a step retried after a crash): the taint is still this fence's, and must go from a node
-// that shows life. A taint without timeAdded is never this fence's: the step always stamps it.
-func ownTaint(nf *v1alpha1.NodeFence, t corev1.Taint, since time.Time) bool {
-	return addedBy(t, since) || t.TimeAdded != nil && !nf.Status.TaintFound && taintStepSucceeded(nf)
-}
-
-// taintStepSucceeded says whether a Taint step succeeded since the current confirmation.
-func taintStepSucceeded(nf *v1alpha1.NodeFence) bool {
-	for i := len(nf.Status.Steps) - 1; i >= 0; i-- {
-		s := nf.Status.Steps[i]
-		if isConfirmStep(s.Name) {
-			return false
-		}
-		if s.Name == v1alpha1.StepTaint && s.State == v1alpha1.StepSucceeded {
-			return true
-		}
-	}
-	return false
-}
-
 // addedBy says whether the out-of-service taint t is the one a Taint step begun at start added:
-// the step stamps its taint's timeAdded with the controller's clock, so a taint without one, or
-// stamped before the step began, was there already (an operator's, or another controller's) and
-// stays when the node shows life. The step succeeds on a taint already present, so its success
+// the step stamps its taint's timeAdded with that start, whichever leader runs it, so a taint
+// without one, or stamped before the step began, was there already (an operator's, or another
+// controller's) and stays when the node shows life. The step succeeds on a taint already present, so its success
 // alone does not say whose the taint is. Both times are kept to the second; the same second
 // counts as the step's (a retry after a crash finds its own taint).
 func addedBy(t corev1.Taint, start time.Time) bool {

@@ -241,20 +241,15 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 		// taintSteps are the states of the Taint steps since the confirmation, the first
 		// begun at the step start, each later one a minute after the one before.
 		taintSteps []v1alpha1.StepState
-		// found is status.taintFound: the Taint step found a taint it had not stamped.
-		found    bool
-		wantGone bool
+		wantGone   bool
 	}{
-		{"added by this fence's Taint step", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepSucceeded}, false, true},
-		{"added in the step's second (a retry after a crash found its own)", ptr.To(time.Duration(0)), []v1alpha1.StepState{v1alpha1.StepSucceeded}, false, true},
-		// A step retried by a leader whose clock is behind the one that began it.
-		{"added by this fence, stamped by a clock behind the step's start", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepStarted, v1alpha1.StepSucceeded}, false, true},
-		{"added by a Taint step whose success was never recorded", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepStarted}, false, true},
-		{"there before the Taint step, which found it present", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true, false},
-		{"there before a Taint step never recorded done", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepStarted}, false, false},
-		{"someone else's, without timeAdded", nil, []v1alpha1.StepState{v1alpha1.StepSucceeded}, true, false},
-		{"without timeAdded, with no record of it found (never a Palisade taint)", nil, []v1alpha1.StepState{v1alpha1.StepSucceeded}, false, false},
-		{"no Taint step since the confirmation", ptr.To(time.Second), nil, false, false},
+		{"added by this fence's Taint step", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true},
+		{"added in the step's second (a retry after a crash found its own)", ptr.To(time.Duration(0)), []v1alpha1.StepState{v1alpha1.StepSucceeded}, true},
+		{"added by a Taint step whose success was never recorded", ptr.To(time.Second), []v1alpha1.StepState{v1alpha1.StepStarted}, true},
+		{"there before the Taint step, which found it present", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepSucceeded}, false},
+		{"there before a Taint step never recorded done", ptr.To(-time.Minute), []v1alpha1.StepState{v1alpha1.StepStarted}, false},
+		{"someone else's, without timeAdded", nil, []v1alpha1.StepState{v1alpha1.StepSucceeded}, false},
+		{"no Taint step since the confirmation", ptr.To(time.Second), nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, "ipmi")
@@ -281,7 +276,6 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 			fenced := metav1.NewTime(w.now.Add(-time.Minute))
 			nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
 			nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
-			nf.Status.TaintFound = tc.found
 			nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded)}
 			for i, state := range tc.taintSteps {
 				step := st(v1alpha1.StepTaint, "", state)
@@ -302,6 +296,52 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 				t.Errorf("message says the taint was removed = %t, want %t: %s", said, tc.wantGone, out.message)
 			}
 		})
+	}
+}
+
+// A Taint step resumed by a leader whose clock is behind the one that began it stamps the
+// taint with the step's recorded start, not its own clock: a retry of the step (its success's
+// write lost) still counts the taint as the fence's own, not someone else's
+// (status.taintFound), and the node that then shows life loses it.
+func TestTaintStampedWithTheStepsStart(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	ctx := context.Background()
+	w.renewLease(t)
+	nf := &v1alpha1.NodeFence{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	fenced := metav1.NewTime(w.now.Add(-time.Minute))
+	nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
+	nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
+	taint := st(v1alpha1.StepTaint, "", v1alpha1.StepStarted)
+	taint.StartTime = metav1.NewTime(w.now.Add(-30 * time.Second)) // begun by a leader whose clock read this
+	nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded), taint}
+	w.now = w.now.Add(-10 * time.Minute) // this leader's clock is behind
+	for try := 1; try <= 2; try++ {      // the second: a retry that finds the first's taint
+		if out := w.r.taint(ctx, nf); out.state != v1alpha1.StepSucceeded {
+			t.Fatalf("try %d: Taint step = %+v, want it done", try, out)
+		}
+		if nf.Status.TaintFound {
+			t.Fatalf("try %d: the step took the fence's own taint for someone else's", try)
+		}
+	}
+	node := &corev1.Node{}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Spec.Taints) != 1 || node.Spec.Taints[0].TimeAdded == nil || !node.Spec.Taints[0].TimeAdded.Time.Equal(taint.StartTime.Time) {
+		t.Fatalf("node's taints %+v, want one stamped with the step's start %s", node.Spec.Taints, taint.StartTime.Time)
+	}
+	w.now = w.now.Add(10 * time.Minute)
+	if out, _, stop := w.r.checkLife(ctx, nf); !stop || out.reason != v1alpha1.ReasonNodeAliveAfterFence {
+		t.Fatalf("checkLife = %+v, %t; want failed %s", out, stop, v1alpha1.ReasonNodeAliveAfterFence)
+	}
+	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Spec.Taints) != 0 {
+		t.Errorf("the fence's own taint stayed on a node that showed life: %+v", node.Spec.Taints)
 	}
 }
 

@@ -82,10 +82,19 @@ func (r *NodeFenceReconciler) taint(ctx context.Context, nf *v1alpha1.NodeFence)
 		}
 	}
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	now := metav1.NewTime(r.now())
+	// Stamped with the start of the fence's first Taint step since its confirmation, as
+	// recorded, not with this leader's clock: a step resumed by a leader whose clock is behind
+	// the one that began it would stamp a time before the start, and its retry (its success's
+	// write lost) or the node's life would take the fence's own taint for someone else's
+	// (addedBy), keeping it on a node that runs.
+	stamp := r.now()
+	if since, ok := taintedSinceConfirmation(nf); ok {
+		stamp = since
+	}
+	added := metav1.NewTime(stamp)
 	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{
 		Key: v1alpha1.TaintOutOfService, Value: v1alpha1.TaintOutOfServiceValue,
-		Effect: corev1.TaintEffectNoExecute, TimeAdded: &now,
+		Effect: corev1.TaintEffectNoExecute, TimeAdded: &added,
 	})
 	if err := r.Client.Patch(ctx, node, patch); err != nil {
 		return pending(retryRelease, ReasonAPIError, "tainting node: %v", err)
