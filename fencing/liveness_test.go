@@ -302,7 +302,8 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 // A Taint step resumed by a leader whose clock is behind the one that began it stamps the
 // taint with the step's recorded start, not its own clock: a retry of the step (its success's
 // write lost) still counts the taint as the fence's own, not someone else's
-// (status.taintFound), and the node that then shows life loses it.
+// (status.taintFound, which a taint it puts on clears: an earlier confirmation's step may have
+// found an operator's), and the node that then shows life loses it.
 func TestTaintStampedWithTheStepsStart(t *testing.T) {
 	w := newWorld(t, "ipmi")
 	ctx := context.Background()
@@ -317,6 +318,7 @@ func TestTaintStampedWithTheStepsStart(t *testing.T) {
 	taint := st(v1alpha1.StepTaint, "", v1alpha1.StepStarted)
 	taint.StartTime = metav1.NewTime(w.now.Add(-30 * time.Second)) // begun by a leader whose clock read this
 	nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded), taint}
+	nf.Status.TaintFound = true          // an earlier confirmation's Taint step found an operator's, gone since
 	w.now = w.now.Add(-10 * time.Minute) // this leader's clock is behind
 	for try := 1; try <= 2; try++ {      // the second: a retry that finds the first's taint
 		if out := w.r.taint(ctx, nf); out.state != v1alpha1.StepSucceeded {

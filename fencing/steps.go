@@ -99,6 +99,9 @@ func (r *NodeFenceReconciler) taint(ctx context.Context, nf *v1alpha1.NodeFence)
 	if err := r.Client.Patch(ctx, node, patch); err != nil {
 		return pending(retryRelease, ReasonAPIError, "tainting node: %v", err)
 	}
+	// The taint is this fence's own, whatever an earlier confirmation's Taint step found (one
+	// disproved since, its method's successor confirmed now): recovery removes it.
+	nf.Status.TaintFound = false
 	return done("added taint %s=%s:NoExecute", v1alpha1.TaintOutOfService, v1alpha1.TaintOutOfServiceValue)
 }
 
