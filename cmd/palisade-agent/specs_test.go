@@ -88,9 +88,10 @@ func waitSpecsFile(t *testing.T, dir, what string, ok func(corev1.Pod) bool) boo
 // and takes its graceful deletion (3 s) as it happens. Restarted while the API server is down
 // (the self-fence path), it still has them: ordered to terminate, its executor stops web on
 // the real containerd as the kubelet would with the spec: app with SIGUSR1 (not the TERM its
-// image implies), then proxy once app ended, then log once proxy ended, killed 3 s after app's
-// stop signal (the deletion's grace) or 2 s after its own TERM, whichever is later (the kubelet's
-// minimum for a sidecar), not 10 s (the order's cap; the containers say 30 s).
+// image implies), then proxy once app ended, then log once proxy ended, killed by the kubelet's
+// rule for a sidecar: the deletion's grace (3 s) less the whole seconds of its wait for its
+// turn, from its own TERM, 2 s at least (sidecarKillDue); not 10 s (the order's cap; the
+// containers say 30 s).
 func TestTerminateWithKeptSpecs(t *testing.T) {
 	c := testbed.StartT(t, testbed.Options{NoCSIAttacher: true, CRDDirs: []string{}, Controllers: []string{"serviceaccount-token-controller"},
 		FeatureGates: "ContainerStopSignals=true"})

@@ -32,10 +32,13 @@ func (t *Termination) stopContainer(ctx context.Context, tg target) ContainerRep
 	if _, err := t.e.runtime.PreventRestart(ctx, tg.ID); err != nil {
 		rep.Error = fmt.Sprintf("preventing restarts: %v", err) // the exit is confirmed below all the same
 	}
-	image, err := t.imageStopSignal(ctx, tg.ID)
-	if err != nil {
-		image = "" // the runtime's default then, as for an image without STOPSIGNAL
-		rep.Error = withNote(rep.Error, fmt.Sprintf("reading the image's stop signal: %v (the default sent instead)", err))
+	var image string
+	if tg.plan.StopSignal == "" { // the spec's lifecycle.stopSignal goes before the image's
+		var err error
+		if image, err = t.imageStopSignal(ctx, tg.ID); err != nil {
+			image = "" // the runtime's default then, as for an image without STOPSIGNAL
+			rep.Error = withNote(rep.Error, fmt.Sprintf("reading the image's stop signal: %v (the default sent instead)", err))
+		}
 	}
 	sig, src, err := StopSignal(tg.plan.StopSignal, image)
 	if err != nil {

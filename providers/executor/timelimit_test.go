@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"palisade.dev/palisade/providers/executor"
 )
@@ -115,6 +117,18 @@ func TestStopSignalProblemsReported(t *testing.T) {
 	_, _ = executor.New(rt).Terminate(context.Background(), executor.Request{Pod: newPod("signals", 30, corev1.Container{Name: "app"})})
 	if rt.imageReads != 3 {
 		t.Errorf("an image's stop signal that cannot be read was read %d times, want 3 (two more tries)", rt.imageReads)
+	}
+	// Of a container gone meanwhile, once; of one whose spec names its stop signal, never.
+	rt = &fakeRuntime{state: executor.StateRunning, imageErr: fmt.Errorf("loading container: %w", executor.ErrNotFound)}
+	_, _ = executor.New(rt).Terminate(context.Background(), executor.Request{Pod: newPod("signals", 30, corev1.Container{Name: "app"})})
+	if rt.imageReads != 1 {
+		t.Errorf("the image's stop signal of a container gone was read %d times, want 1", rt.imageReads)
+	}
+	rt = &fakeRuntime{state: executor.StateRunning, imageErr: errors.New("image gone")}
+	rep, err := executor.New(rt).Terminate(context.Background(), executor.Request{Pod: newPod("signals", 30,
+		corev1.Container{Name: "app", Lifecycle: &corev1.Lifecycle{StopSignal: ptr.To(corev1.SIGINT)}})})
+	if c := rep.Container("app"); err != nil || c.Signal != "SIGINT" || c.Error != "" || rt.imageReads != 0 {
+		t.Errorf("lifecycle.stopSignal SIGINT: signal %s, error %q, %d reads of the image (%v); want SIGINT, no error, no read", c.Signal, c.Error, rt.imageReads, err)
 	}
 }
 

@@ -174,8 +174,8 @@ func FlattenBMCLib(err error) string {
 	return strings.Join(parts, "; ")
 }
 
-// ShortUUID is a UUID as a node or a BMC reports it, cut to 64 bytes for a message: what they
-// report is not checked to be one.
+// ShortUUID is a UUID, or another identifier, as a node or a BMC reports it, cut to 64 bytes
+// for a message: what they report is not checked to be one.
 func ShortUUID(s string) string {
 	if len(s) <= 64 {
 		return s

@@ -190,7 +190,7 @@ func (p *Provider) checkSystem(ctx context.Context, hc *http.Client, host, port 
 		return err // no system: bmclib refuses with "no matching redfish system"
 	}
 	if !power.VerifiableUUID(s.UUID) {
-		power.Note(ctx, "%s", power.NotIdentified(fmt.Sprintf("the BMC's system %q (Id %s) reports UUID %q, none or a placeholder the same on many machines", s.Name, s.ID, power.ShortUUID(s.UUID))))
+		power.Note(ctx, "%s", power.NotIdentified(fmt.Sprintf("the BMC's system %q (Id %q) reports UUID %q: none, not a UUID, or a placeholder the same on many machines", power.ShortUUID(s.Name), power.ShortUUID(s.ID), power.ShortUUID(s.UUID))))
 		return nil
 	}
 	if !power.SameUUID(s.UUID, t.SystemUUID) {

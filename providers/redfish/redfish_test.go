@@ -285,8 +285,8 @@ func TestPowerOffOnlyOfTheNodesMachine(t *testing.T) {
 		{name: "node reports no UUID", uuids: []string{otherUUID}, want: 0, unchecked: `node node-1 reports systemUUID "", which is no SMBIOS UUID`},
 		{name: "node reports its machine-id (no SMBIOS tables)", nodeUUID: "4c4c4544004736108031b4c04f564433", uuids: []string{otherUUID}, want: 0,
 			unchecked: `node node-1 reports systemUUID "4c4c4544004736108031b4c04f564433", which is no SMBIOS UUID`},
-		{name: "system reports no UUID", nodeUUID: nodeUUID, want: 0, unchecked: `the BMC's system "System-1" (Id 1) reports UUID "", none or a placeholder`},
-		{name: "system reports a placeholder", nodeUUID: nodeUUID, uuids: []string{"03000200-0400-0500-0006-000700080009"}, want: 0, unchecked: `the BMC's system "System-1" (Id 1) reports UUID "03000200-0400-0500-0006-000700080009", none or a placeholder`},
+		{name: "system reports no UUID", nodeUUID: nodeUUID, want: 0, unchecked: `the BMC's system "System-1" (Id "1") reports UUID "": none, not a UUID, or a placeholder`},
+		{name: "system reports a placeholder", nodeUUID: nodeUUID, uuids: []string{"03000200-0400-0500-0006-000700080009"}, want: 0, unchecked: `the BMC's system "System-1" (Id "1") reports UUID "03000200-0400-0500-0006-000700080009": none, not a UUID, or a placeholder`},
 		{name: "the named system's UUID", nodeUUID: nodeUUID, systems: []string{"blade-a", "blade-b"}, uuids: []string{otherUUID, nodeUUID}, annotation: "blade-b", want: 1},
 		{name: "the named system is another machine", nodeUUID: nodeUUID, systems: []string{"blade-a", "blade-b"}, uuids: []string{nodeUUID, otherUUID}, annotation: "blade-b", want: -1},
 	} {
