@@ -697,9 +697,9 @@ func taintedSinceConfirmation(nf *v1alpha1.NodeFence) (time.Time, bool) {
 // addedBy says whether the out-of-service taint t is the one a Taint step begun at start added:
 // the step stamps its taint's timeAdded with that start, whichever leader runs it, so a taint
 // without one, or stamped before the step began, was there already (an operator's, or another
-// controller's) and stays when the node shows life. The step succeeds on a taint already present, so its success
-// alone does not say whose the taint is. Both times are kept to the second; the same second
-// counts as the step's (a retry after a crash finds its own taint).
+// controller's) and stays when the node shows life. The step succeeds on a taint already
+// present, so its success alone does not say whose the taint is. Both times are kept to the
+// second; the same second counts as the step's (a retry after a crash finds its own taint).
 func addedBy(t corev1.Taint, start time.Time) bool {
 	return t.TimeAdded != nil && !t.TimeAdded.Time.Before(start.Truncate(time.Second))
 }
