@@ -218,7 +218,8 @@ type NodeFenceStatus struct {
 	// had not put there (an operator's, another controller's): the step counted it as done,
 	// and recovery leaves it on the node, said by an OutOfServiceTaintKept event. A taint the
 	// step put on is removed at recovery, and so is one put back by hand after it was taken
-	// off while the node was held (as the TaintRemoved hold asks).
+	// off while the node was held (as the TaintRemoved hold asks). A later Taint step that
+	// puts its own taint on (after another confirmation) clears it.
 	// +optional
 	TaintFound bool `json:"taintFound,omitempty"`
 	// NodeUID is the UID of the Node when the fence began. A Node of the same name with another
