@@ -269,14 +269,7 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 			if err := w.c.Update(ctx, node); err != nil {
 				t.Fatal(err)
 			}
-			nf := &v1alpha1.NodeFence{}
-			if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
-				t.Fatal(err)
-			}
-			fenced := metav1.NewTime(w.now.Add(-time.Minute))
-			nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
-			nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
-			nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded)}
+			nf := confirmedByIPMI(t, w)
 			for i, state := range tc.taintSteps {
 				step := st(v1alpha1.StepTaint, "", state)
 				step.StartTime = metav1.NewTime(stepStart.Add(time.Duration(i) * time.Minute))
@@ -299,6 +292,22 @@ func TestLifeAfterTheTaintTakesItBack(t *testing.T) {
 	}
 }
 
+// confirmedByIPMI is n1's NodeFence as w holds it, with a record of its confirmation by method
+// ipmi a minute ago (ConfirmOff and VerifyFenced succeeded), its Lease last seen renewed an
+// hour before.
+func confirmedByIPMI(t *testing.T, w *world) *v1alpha1.NodeFence {
+	t.Helper()
+	nf := &v1alpha1.NodeFence{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, nf); err != nil {
+		t.Fatal(err)
+	}
+	fenced := metav1.NewTime(w.now.Add(-time.Minute))
+	nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
+	nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
+	nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded)}
+	return nf
+}
+
 // A Taint step resumed by a leader whose clock is behind the one that began it stamps the
 // taint with the step's recorded start, not its own clock: a retry of the step (its success's
 // write lost) still counts the taint as the fence's own, not someone else's
@@ -308,16 +317,10 @@ func TestTaintStampedWithTheStepsStart(t *testing.T) {
 	w := newWorld(t, "ipmi")
 	ctx := context.Background()
 	w.renewLease(t)
-	nf := &v1alpha1.NodeFence{}
-	if err := w.c.Get(ctx, client.ObjectKey{Name: "n1"}, nf); err != nil {
-		t.Fatal(err)
-	}
-	fenced := metav1.NewTime(w.now.Add(-time.Minute))
-	nf.Status.Method, nf.Status.FencedTime = "ipmi", &fenced
-	nf.Status.Liveness = &v1alpha1.Liveness{LeaseRenewTime: &metav1.MicroTime{Time: w.now.Add(-time.Hour)}}
+	nf := confirmedByIPMI(t, w)
 	taint := st(v1alpha1.StepTaint, "", v1alpha1.StepStarted)
 	taint.StartTime = metav1.NewTime(w.now.Add(-30 * time.Second)) // begun by a leader whose clock read this
-	nf.Status.Steps = []v1alpha1.Step{st(v1alpha1.StepConfirmOff, "ipmi", v1alpha1.StepSucceeded), st(v1alpha1.StepVerifyFenced, "", v1alpha1.StepSucceeded), taint}
+	nf.Status.Steps = append(nf.Status.Steps, taint)
 	nf.Status.TaintFound = true          // an earlier confirmation's Taint step found an operator's, gone since
 	w.now = w.now.Add(-10 * time.Minute) // this leader's clock is behind
 	for try := 1; try <= 2; try++ {      // the second: a retry that finds the first's taint
