@@ -119,22 +119,22 @@ var errOtherMachine = errors.New("not the node's machine")
 // power.NodeSMBIOSUUID), when the BMC's GUID is a placeholder, or when the BMC does not answer Get
 // System GUID outside a session within timeout: such a BMC cannot be checked this way, and the
 // verify window still catches a node that runs on after its fence. The command's step says so
-// (power.Note), and why.
+// (power.NotIdentified), and why.
 func checkMachine(ctx context.Context, addr string, t Target, timeout time.Duration, log logr.Logger) error {
 	if !power.NodeSMBIOSUUID(t.SystemUUID) {
-		power.Note(ctx, "%s", power.NotIdentified(cmp.Or(t.Unidentified, "the node reports no SMBIOS UUID")))
+		power.NotIdentified(ctx, "%s", cmp.Or(t.Unidentified, "the node reports no SMBIOS UUID"))
 		return nil
 	}
 	guid, err := systemGUID(ctx, addr, timeout)
 	if err != nil {
 		log.V(1).Info("the BMC's system GUID is not compared with the node's systemUUID", "error", err.Error())
-		power.Note(ctx, "%s", power.NotIdentified("the BMC did not tell its system GUID outside a session: "+err.Error()))
+		power.NotIdentified(ctx, "the BMC did not tell its system GUID outside a session: %v", err)
 		return nil
 	}
 	readings := guidReadings(guid)
 	for _, r := range readings {
 		if !power.VerifiableUUID(r) {
-			power.Note(ctx, "%s", power.NotIdentified(fmt.Sprintf("the BMC's system GUID %s is a placeholder, the same on many machines", guidText(guid))))
+			power.NotIdentified(ctx, "the BMC's system GUID %s is a placeholder, the same on many machines", guidText(guid))
 			return nil
 		}
 	}

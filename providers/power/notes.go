@@ -10,7 +10,7 @@ import (
 
 // A call's notes are what a Switch's command did not do that the fence's record must say,
 // although the command went: that the machine's identity was not checked, and why. Fencer.Fence
-// puts them on its step's message; outside such a call (WithNotes), Note does nothing.
+// puts them on its step's message; outside such a call (WithNotes), NotIdentified does nothing.
 type notesKey struct{}
 
 // Notes collects a call's notes (WithNotes).
@@ -25,16 +25,18 @@ func WithNotes(ctx context.Context) (context.Context, *Notes) {
 	return context.WithValue(ctx, notesKey{}, n), n
 }
 
-// Note records a note on the fence step whose call ctx belongs to; the same note once.
-func Note(ctx context.Context, format string, args ...any) {
+// NotIdentified notes, on the fence step whose call ctx belongs to, that its power command went
+// without the machine's identity compared, and why (format and args); the same note once.
+func NotIdentified(ctx context.Context, format string, args ...any) {
 	n, _ := ctx.Value(notesKey{}).(*Notes)
 	if n == nil {
 		return
 	}
-	msg := fmt.Sprintf(format, args...)
+	msg := "not checked that it controls the node's machine: " + fmt.Sprintf(format, args...) +
+		" (the verify window is what catches a node that runs on after its fence)"
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if msg != "" && !slices.Contains(n.list, msg) {
+	if !slices.Contains(n.list, msg) {
 		n.list = append(n.list, msg)
 	}
 }
@@ -49,10 +51,4 @@ func (n *Notes) String() string {
 		b.WriteString(m)
 	}
 	return b.String()
-}
-
-// NotIdentified is the note of a power command sent without checking that the power
-// controller is the node's machine's, for the reason why.
-func NotIdentified(why string) string {
-	return "not checked that it controls the node's machine: " + why + " (the verify window is what catches a node that runs on after its fence)"
 }

@@ -122,7 +122,7 @@ func (f *Fencer[T]) RestorePower(ctx context.Context, req providers.Request) err
 }
 
 // Fence sends the off command to the machine the fence acts on (BoundTarget). Its message
-// carries the Switch's notes on the command (Note): that the machine's identity was not
+// carries the Switch's notes on the command (NotIdentified): that the machine's identity was not
 // checked, and why.
 func (f *Fencer[T]) Fence(ctx context.Context, req providers.Request) (providers.Status, error) {
 	t, err := f.BoundTarget(ctx, req)

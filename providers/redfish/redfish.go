@@ -169,13 +169,13 @@ var (
 // placeholder (all zeros, all F, AMI's default: power.VerifiableUUID), or the node's is not an
 // SMBIOS UUID (a machine-id: power.NodeSMBIOSUUID), nothing is compared: a BMC or a node that
 // reports no UUID of its own cannot be verified this way. The command's step says so
-// (power.Note), and why.
+// (power.NotIdentified), and why.
 //
 // With neither a system name nor a UUID to compare there is no listing: bmclib then takes the
 // BMC's only system and refuses to choose among several.
 func (p *Provider) checkSystem(ctx context.Context, hc *http.Client, host, port string, t Target, verifyUUID bool) error {
 	if verifyUUID && !power.NodeSMBIOSUUID(t.SystemUUID) {
-		power.Note(ctx, "%s", power.NotIdentified(cmp.Or(t.Unidentified, "the node reports no SMBIOS UUID")))
+		power.NotIdentified(ctx, "%s", cmp.Or(t.Unidentified, "the node reports no SMBIOS UUID"))
 		verifyUUID = false
 	}
 	if t.System == "" && !verifyUUID {
@@ -190,7 +190,7 @@ func (p *Provider) checkSystem(ctx context.Context, hc *http.Client, host, port 
 		return err // no system: bmclib refuses with "no matching redfish system"
 	}
 	if !power.VerifiableUUID(s.UUID) {
-		power.Note(ctx, "%s", power.NotIdentified(fmt.Sprintf("the BMC's system %q (Id %q) reports UUID %q: none, not a UUID, or a placeholder the same on many machines", power.ShortUUID(s.Name), power.ShortUUID(s.ID), power.ShortUUID(s.UUID))))
+		power.NotIdentified(ctx, "the BMC's system %q (Id %q) reports UUID %q: none, not a UUID, or a placeholder the same on many machines", power.ShortUUID(s.Name), power.ShortUUID(s.ID), power.ShortUUID(s.UUID))
 		return nil
 	}
 	if !power.SameUUID(s.UUID, t.SystemUUID) {
