@@ -154,6 +154,7 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, err
 	}
 	defer fenceStates.observe(nf) // where it stands once this reconcile is done
+	began := time.Now()
 	res, err := r.reconcileFence(ctx, nf)
 	for range 3 { // bounded: each round needs another write of the record in between
 		if !errors.Is(err, errCopyReplaced) {
@@ -167,7 +168,27 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	// Taken again by priority too (byPriority): a fence whose pods' budgets are at their limit is
 	// not kept waiting behind others' requeues, nor a verify pass behind others' releases.
 	res.Priority = ptr.To(queuePriority(nf))
+	logPass(ctx, nf, began, res, err)
 	return res, err
+}
+
+// logPass says at V(1) what a pass of the fence did and how long it took: where a fence's time
+// goes when many are under way at once (a rack), pass by pass.
+func logPass(ctx context.Context, nf *v1alpha1.NodeFence, began time.Time, res ctrl.Result, err error) {
+	log := ctrl.LoggerFrom(ctx).V(1)
+	if !log.Enabled() {
+		return
+	}
+	kv := []any{"Node", klog.KRef("", nf.Spec.NodeName), "phase", nf.Status.Phase, "took", time.Since(began).Round(time.Millisecond),
+		"requeueAfter", res.RequeueAfter}
+	if len(nf.Status.Steps) > 0 {
+		s := lastStep(nf)
+		kv = append(kv, "step", s.Name, "state", s.State, "reason", s.Reason, "attempts", s.Attempts)
+	}
+	if err != nil {
+		kv = append(kv, "error", err.Error())
+	}
+	log.Info("fence pass", kv...)
 }
 
 // reconcileFence takes the fence's next steps, finishes its deletion, or recovers its node.
