@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -66,6 +67,9 @@ type NodeFenceReconciler struct {
 	Leader LeaderCheck
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// ReadBacks, when set, wakes a fence whose verify window waits on its node's agent as soon as
+	// a heartbeat decides it (readback.go); its Heard must be the agent server's OnHeartbeat.
+	ReadBacks *ReadBacks
 	// Concurrency is how many NodeFences advance at once (0: DefaultConcurrency). One fence
 	// never runs in two workers: the work queue hands a key to one worker at a time.
 	Concurrency int
@@ -126,14 +130,18 @@ func stepMessage(format string, args ...any) string {
 func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Our own status writes must not wake us with a stale cached copy: the reconciler requeues
 	// itself while a step is pending.
-	return ctrl.NewControllerManagedBy(mgr).Named("nodefence").
+	b := ctrl.NewControllerManagedBy(mgr).Named("nodefence").
 		// Fences go through the work queue by priority: open verify windows, then urgency (workloads.go).
 		Watches(&v1alpha1.NodeFence{}, byPriority(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A released fence's node coming back (Ready, a new boot ID, an unfence request) may
 		// unfence it (recovery.go).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.releasedFenceOf)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers(r.Concurrency)}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers(r.Concurrency)})
+	if r.ReadBacks != nil {
+		// A heartbeat that decides a verify window wakes its fence (readback.go).
+		b = b.WatchesRawSource(source.Channel(r.ReadBacks.events, byPriority()))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile takes the fence's next steps until one blocks.
@@ -144,6 +152,7 @@ func (r *NodeFenceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			r.endDeleted(ctx, req.Name)
 			fenceStates.forget(req.Name)
 			r.memory.forget(req.Name)
+			r.ReadBacks.done(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -428,7 +437,9 @@ func (r *NodeFenceReconciler) take(ctx context.Context, nf *v1alpha1.NodeFence, 
 		return failed(ReasonNotConfirmed, "refusing to %s: the record holds no confirmed fence", a.step)
 	}
 	if a.step == v1alpha1.StepVerifyFenced {
-		return r.verifyFenced(ctx, nf)
+		out := r.verifyFenced(ctx, nf)
+		r.awaitReadBack(nf, out) // readback.go
+		return out
 	}
 	if out, _, stop := r.checkLife(ctx, nf); stop {
 		return out

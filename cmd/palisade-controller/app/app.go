@@ -26,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"palisade.dev/palisade/attach"
+	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
 	"palisade.dev/palisade/detectors/lease"
 	"palisade.dev/palisade/detectors/observe"
@@ -196,7 +197,8 @@ func cacheOptions() cache.Options {
 func setup(mgr ctrl.Manager, o Options) error {
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()
 	rec := fencing.BoundedNotes(mgr.GetEventRecorder("palisade-controller"))
-	obs, srv, err := agents(mgr, o)
+	readBacks := fencing.NewReadBacks()
+	obs, srv, err := agents(mgr, o, readBacks.Heard)
 	if err != nil {
 		return err
 	}
@@ -220,6 +222,9 @@ func setup(mgr ctrl.Manager, o Options) error {
 		Concurrency: o.FenceConcurrency,
 		Leader:      leaderCheck(reader, o),
 	}
+	if srv != nil {
+		nf.ReadBacks = readBacks // told every heartbeat: a verify window's read-back wakes its fence
+	}
 	if err := nf.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up nodefence controller: %w", err)
 	}
@@ -230,8 +235,9 @@ func setup(mgr ctrl.Manager, o Options) error {
 }
 
 // agents builds the detectors' view and, when the agents' heartbeat server is configured, the
-// server (it runs on the leader only: agents must reach the active controller).
-func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, error) {
+// server (it runs on the leader only: agents must reach the active controller); heard is told
+// every heartbeat the server accepts, after any OnHeartbeat of o's.
+func agents(mgr ctrl.Manager, o Options, heard func(agentwire.Heartbeat)) (observe.Observer, *channel.Server, error) {
 	// The controller's own sight: a canary Lease written through the client and read back
 	// through the cache that holds the node Leases (invariant 3).
 	tracker := sight.New(sight.Options{Client: mgr.GetClient(), Cache: mgr.GetCache()})
@@ -247,6 +253,11 @@ func agents(mgr ctrl.Manager, o Options) (observe.Observer, *channel.Server, err
 	}
 	opts := withLeaderGate(o.Agents, mgr.GetAPIReader(), o)
 	opts.Logger = mgr.GetLogger().WithName("agent-heartbeats")
+	if before := opts.OnHeartbeat; before != nil {
+		opts.OnHeartbeat = func(hb agentwire.Heartbeat) { before(hb); heard(hb) }
+	} else {
+		opts.OnHeartbeat = heard
+	}
 	if opts.IntervalFor == nil {
 		intervals, err := fencing.HeartbeatIntervals(context.Background(), mgr.GetClient(), mgr.GetCache())
 		if err != nil {

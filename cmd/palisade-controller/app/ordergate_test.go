@@ -89,7 +89,13 @@ func TestAgentsHandOrdersOnlyWhileThisReplicaHoldsTheLease(t *testing.T) {
 	}
 	o := Options{LeaderElection: true, leaderNamespace: leaseNS, leaderIdentity: "me",
 		Agents: channel.ServerOptions{Addr: addr, CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CAFile: caFile}}
-	_, srv, err := agents(mgr, o)
+	heard := make(chan string, 100) // the fences' read-back wake is told every heartbeat (readback.go)
+	_, srv, err := agents(mgr, o, func(hb agentwire.Heartbeat) {
+		select {
+		case heard <- hb.Node:
+		default:
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +128,14 @@ func TestAgentsHandOrdersOnlyWhileThisReplicaHoldsTheLease(t *testing.T) {
 	}
 	if cmd != nil {
 		t.Fatalf("order %+v handed to the agent while the Lease is held by another replica", cmd)
+	}
+	select {
+	case node := <-heard:
+		if node != "node-a" {
+			t.Errorf("the heartbeat hook was told of node %q, want node-a", node)
+		}
+	default:
+		t.Error("the heartbeat server accepted a heartbeat without telling the hook agents() was given")
 	}
 
 	holdBy("me")
