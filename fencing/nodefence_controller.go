@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"palisade.dev/palisade/attach"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -139,7 +138,7 @@ func (r *NodeFenceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers(r.Concurrency)})
 	if r.ReadBacks != nil {
 		// A heartbeat that decides a verify window wakes its fence (readback.go).
-		b = b.WatchesRawSource(source.Channel(r.ReadBacks.events, byPriority()))
+		b = b.WatchesRawSource(r.ReadBacks.source())
 	}
 	return b.Complete(r)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -31,8 +32,8 @@ type ReadBacks struct {
 
 // readBackWait is a fence waiting on its node's agent.
 type readBackWait struct {
-	// fence is a copy of the fence as its last pass left it, sent in the event: its queue
-	// priority (a VerifyFenced pass goes first) is read from it.
+	// fence is a minimal copy of the fence (name, node, urgency, last step), sent in the event:
+	// its queue priority (a VerifyFenced pass goes first) is read from it.
 	fence *v1alpha1.NodeFence
 	// after is the first instant surely after the confirmation (afterConfirmation): a heartbeat
 	// received after it that reads containers running disproves the method.
@@ -48,6 +49,12 @@ const readBackEvents = 1024
 // NewReadBacks returns an empty ReadBacks.
 func NewReadBacks() *ReadBacks {
 	return &ReadBacks{waiting: map[string]readBackWait{}, events: make(chan event.GenericEvent, readBackEvents)}
+}
+
+// source is the NodeFence controller's source of the wakes: each goes into the work queue at
+// its fence's priority (byPriority).
+func (w *ReadBacks) source() source.Source {
+	return source.Channel(w.events, byPriority())
 }
 
 // wait records that nf's VerifyFenced step waits on its node's agent, with its window ending at
@@ -82,7 +89,7 @@ func (w *ReadBacks) done(fence string) {
 // server's clock); it never blocks. A heartbeat that decides the waiting fence's step wakes it
 // once: its pass records the wait again if it still waits.
 func (w *ReadBacks) Heard(hb agentwire.Heartbeat) {
-	if hb.RunningContainers == nil {
+	if w == nil || hb.RunningContainers == nil {
 		return // reads nothing back: decides nothing
 	}
 	w.mu.Lock()

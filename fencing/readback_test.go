@@ -1,11 +1,15 @@
 package fencing
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"palisade.dev/palisade/config/agentwire"
 	v1alpha1 "palisade.dev/palisade/config/v1alpha1"
@@ -32,7 +36,7 @@ func woken(t *testing.T, w *ReadBacks) string {
 // A fence whose Executor window has ended, its agent's latest read-back from before the end,
 // waits on the agent; a heartbeat sent at or after the end that reads none running wakes it at
 // once, and only that one: one sent before the end (held back in the network), one that reads
-// nothing back, another node's. The pass it wakes releases, and the fence no longer waits.
+// nothing back, another node's. Its next pass releases, and the fence no longer waits.
 func TestReadBackWakesTheFenceWaitingOnIt(t *testing.T) {
 	w := newWorld(t, "executor")
 	readBacks := NewReadBacks()
@@ -104,7 +108,8 @@ func TestReadBackWakesTheFenceWaitingOnIt(t *testing.T) {
 // once, to fail the method and take the taint off, not a recheck later.
 func TestReadBackWakesTheFenceOnAWorkloadBack(t *testing.T) {
 	confirmed := metav1.NewTime(t0)
-	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"},
+	// A manual fence: its name is not its node's.
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "maint-n1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1"},
 		Status: v1alpha1.NodeFenceStatus{Method: "executor", FencedTime: &confirmed,
 			Steps: []v1alpha1.Step{{Name: v1alpha1.StepVerifyFenced, State: v1alpha1.StepStarted}}}}
 	w := NewReadBacks()
@@ -116,15 +121,56 @@ func TestReadBackWakesTheFenceOnAWorkloadBack(t *testing.T) {
 		t.Errorf("none running inside the window woke fence %s", got)
 	}
 	w.Heard(agentwire.Heartbeat{Node: "n1", Received: t0.Add(2 * time.Second), Sent: t0.Add(2 * time.Second), RunningContainers: &one})
-	if got := woken(t, w); got != "n1" {
-		t.Errorf("a workload back inside the window woke %q, want fence n1", got)
+	if got := woken(t, w); got != "maint-n1" {
+		t.Errorf("a workload back inside the window woke %q, want fence maint-n1", got)
 	}
-	// Forgotten once its fence is gone (or its step over): nothing wakes it.
+	// Forgotten once its fence is gone (or its step over), by the fence's name: nothing wakes
+	// it then. Another fence's name (the node's) forgets nothing.
 	w.wait(nf, until)
 	w.done("n1")
 	w.Heard(agentwire.Heartbeat{Node: "n1", Received: until, Sent: until, RunningContainers: &one})
+	if got := woken(t, w); got != "maint-n1" {
+		t.Errorf("after another fence's name was forgotten, a workload back woke %q, want fence maint-n1", got)
+	}
+	w.wait(nf, until)
+	w.done("maint-n1")
+	w.Heard(agentwire.Heartbeat{Node: "n1", Received: until, Sent: until, RunningContainers: &one})
 	if got := woken(t, w); got != "" {
 		t.Errorf("a forgotten fence %s woken", got)
+	}
+}
+
+// A wake reaches the controller's work queue as the fence's request, ready at once and at a
+// verify pass's priority, ahead of a release step's requeue that was there first.
+func TestReadBackWakeQueuedFirst(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := priorityqueue.New[reconcile.Request]("nodefence-test")
+	defer q.ShutDown()
+	w := NewReadBacks()
+	if err := w.source().Start(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	releasing := reconcile.Request{NamespacedName: client.ObjectKey{Name: "other"}}
+	q.Add(releasing) // a release step's pass, there first, at priority 0
+	confirmed := metav1.NewTime(t0)
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "maint-n1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "n1", Urgency: 30},
+		Status: v1alpha1.NodeFenceStatus{Method: "executor", FencedTime: &confirmed,
+			Steps: []v1alpha1.Step{{Name: v1alpha1.StepVerifyFenced, State: v1alpha1.StepStarted}}}}
+	until := t0.Add(5 * time.Second)
+	w.wait(nf, until)
+	zero := 0
+	w.Heard(agentwire.Heartbeat{Node: "n1", Received: until, Sent: until, RunningContainers: &zero})
+	deadline := time.Now().Add(5 * time.Second)
+	for q.Len() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the wake never reached the work queue (%d queued)", q.Len())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got, prio, _ := q.GetWithPriority()
+	if got.Name != "maint-n1" || prio != passFirst+30 {
+		t.Errorf("the queue hands out %s at priority %d first, want maint-n1 at %d", got.Name, prio, passFirst+30)
 	}
 }
 
