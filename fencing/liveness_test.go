@@ -1169,6 +1169,71 @@ func TestReleaseWaitsUntilTheControllerCouldHearTheNode(t *testing.T) {
 	}
 }
 
+// A blind spell of the same controller after the confirmation holds the release as well, until
+// it could have heard the node again: three heartbeat intervals and 1 s after it sees again. Here
+// one fault cut the controller from the API server and from the fenced node's rack together,
+// while another rack's agent was heard all along, and the node's agent is heard 3 s after the
+// controller sees again. That other agents were heard throughout is no evidence that this node's
+// were (make bench-scale's rack goes blind under its own load, and a hold skipped on that
+// evidence alone would release here: the partial partition a review found).
+func TestReleaseWaitsAfterABlindSpellOfTheSameController(t *testing.T) {
+	w := newWorld(t, "ipmi")
+	w.reconcileErrors = true // the writes refused during the spell fail their passes
+	hbs := heartbeats{"other": {Node: "other", Interval: time.Second, Received: w.now}}
+	w.r.Heartbeats = hbs
+	long := w.now.Add(-time.Hour)
+	st := &fixedSight{sight.Status{Cause: sight.Starting, Message: "the controller started", Since: long, LastLost: long, Seen: true}}
+	w.r.Sight = st
+	// The API server refuses deletions until the spell: the fence waits at DeletePods. During the
+	// spell every write is refused (the controller's API access is cut).
+	var lost, seeing time.Time
+	blind := func() bool { return !lost.IsZero() && w.now.Before(seeing) }
+	refuse := func() error { return apierrors.NewServiceUnavailable("the API server is overloaded, or cut off") }
+	w.r.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if lost.IsZero() || blind() {
+				return refuse()
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if blind() {
+				return refuse()
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if blind() {
+				return refuse()
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if blind() {
+				return refuse()
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	w.tick = func(nf *v1alpha1.NodeFence) {
+		hbs["other"] = agentwire.Heartbeat{Node: "other", Interval: time.Second, Received: w.now} // heard all along
+		if lost.IsZero() && len(nf.Status.Steps) > 0 && lastStep(nf).Name == v1alpha1.StepDeletePods {
+			lost, seeing = w.now, w.now.Add(2*time.Second)
+			st.st = sight.Status{Blind: true, Cause: sight.APIUnreachable, Message: "writing the canary Lease: context deadline exceeded", Since: lost, LastLost: lost, Seen: true}
+		}
+		if !lost.IsZero() && st.st.Blind && !w.now.Before(seeing) {
+			st.st.Blind, st.st.Since = false, seeing
+		}
+		if !lost.IsZero() && !w.now.Before(seeing.Add(3*time.Second)) {
+			hbs["n1"] = agentwire.Heartbeat{Node: "n1", Interval: time.Second, Received: w.now}
+		}
+	}
+	w.checkDisproved(t)
+	if lost.IsZero() {
+		t.Fatal("the fence never reached DeletePods: the spell never came, the test did not test")
+	}
+}
+
 // newLeader replaces the world's controller with a new leader on c that has heard no agent yet
 // and sees as s says (nil: no sight tracker).
 func (w *world) newLeader(c client.Client, s observe.Sight) {
