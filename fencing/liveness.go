@@ -553,11 +553,23 @@ func (r *NodeFenceReconciler) workloadBack(nf *v1alpha1.NodeFence) *lifeSign {
 		return nil
 	}
 	hb, _, ok := r.Heartbeats.Latest(nf.Spec.NodeName)
-	if !ok || !hb.Received.After(afterConfirmation(nf)) || hb.RunningContainers == nil || *hb.RunningContainers == 0 {
+	if !ok || !runsAgain(hb, afterConfirmation(nf)) {
 		return nil
 	}
 	return &lifeSign{signalWorkload, fmt.Sprintf("its agent's heartbeat at %s read back %d workload container(s) running",
 		hb.Received.Format(time.RFC3339Nano), *hb.RunningContainers)}
+}
+
+// runsAgain says whether hb, received after after (the first instant surely after the
+// confirmation), read the workload's containers back running: the method is disproved.
+func runsAgain(hb agentwire.Heartbeat, after time.Time) bool {
+	return hb.Received.After(after) && hb.RunningContainers != nil && *hb.RunningContainers > 0
+}
+
+// coversWindow says whether hb read the runtime back with none running and was sent at or after
+// until, the window's end, on the server's clock (Heartbeat.Sent; zero when it cannot be placed).
+func coversWindow(hb agentwire.Heartbeat, until time.Time) bool {
+	return !hb.Sent.IsZero() && !hb.Sent.Before(until) && hb.RunningContainers != nil && *hb.RunningContainers == 0
 }
 
 // readBackCovers says whether the agent's read-back of the runtime covers the whole window of a
@@ -574,7 +586,7 @@ func (r *NodeFenceReconciler) readBackCovers(nf *v1alpha1.NodeFence, until, now 
 	// came since may read the workload back running. Sent, not Received: a heartbeat the
 	// network held back past the end (an HTTPS request retransmitted after a partition heals)
 	// read the runtime before it, and a container restarted since would be missed.
-	if ok && !hb.Sent.IsZero() && !hb.Sent.Before(until) && hb.RunningContainers != nil && *hb.RunningContainers == 0 {
+	if ok && coversWindow(hb, until) {
 		return outcome{}, true
 	}
 	every := DefaultHeartbeatInterval

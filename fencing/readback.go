@@ -106,14 +106,11 @@ func (w *ReadBacks) Heard(hb agentwire.Heartbeat) {
 	}
 }
 
-// decides says whether hb, which read the runtime back, decides the waiting step: containers
-// running after the confirmation, or none running in a heartbeat sent at or after the window's
-// end (as readBackCovers and workloadBack judge it).
+// decides says whether hb decides the waiting step, by the rules the pass judges it with
+// (workloadBack, readBackCovers): containers running after the confirmation, or none running in
+// a heartbeat sent at or after the window's end.
 func decides(hb agentwire.Heartbeat, wt readBackWait) bool {
-	if *hb.RunningContainers > 0 {
-		return hb.Received.After(wt.after)
-	}
-	return !hb.Sent.IsZero() && !hb.Sent.Before(wt.until)
+	return runsAgain(hb, wt.after) || coversWindow(hb, wt.until)
 }
 
 // awaitReadBack records, after a pass of VerifyFenced, whether the fence waits on its node's
