@@ -46,8 +46,7 @@ func testPower(t *testing.T, kube kubernetes.Interface) {
 	eventually(t, "pod before-cut Running", func() error { return podRunning(ctx, kube, "before-cut", 0) })
 
 	power.off.Store(true)
-	time.Sleep(300 * time.Millisecond) // a poll, and any renewal already in flight
-	cut := leaseRenewTime(t, kube, n.Name())
+	cut := settledRenewTime(t, kube, n.Name())
 	createPod(t, kube, "after-cut", n.Name())
 	time.Sleep(3 * renew)
 	if got := leaseRenewTime(t, kube, n.Name()); !got.Equal(cut) {
@@ -76,8 +75,7 @@ func testPartition(t *testing.T, kube kubernetes.Interface) {
 	eventually(t, "pod partitioned Running", func() error { return podRunning(ctx, kube, "partitioned", 0) })
 
 	n.PauseHeartbeats()
-	time.Sleep(300 * time.Millisecond)
-	paused := leaseRenewTime(t, kube, n.Name())
+	paused := settledRenewTime(t, kube, n.Name())
 	if err := kube.CoreV1().Pods("default").Delete(ctx, "partitioned", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting pod: %v", err)
 	}
@@ -163,6 +161,24 @@ func leaseRenewTime(t *testing.T, kube kubernetes.Interface, name string) time.T
 		t.Fatalf("getting lease renew time: %v", err)
 	}
 	return lease.Spec.RenewTime.Time
+}
+
+// settledRenewTime is the Lease's renew time once it has stayed the same for 1.5 renewal
+// intervals: a renewal already in flight when the node was cut may land after the cut, later
+// on a loaded machine than any fixed wait (300 ms was once too short). A node that renews on
+// never settles, and the test fails.
+func settledRenewTime(t *testing.T, kube kubernetes.Interface, name string) time.Time {
+	t.Helper()
+	var last time.Time
+	eventually(t, "lease renewals stopped", func() error {
+		was := leaseRenewTime(t, kube, name)
+		time.Sleep(3 * renew / 2)
+		if last = leaseRenewTime(t, kube, name); !last.Equal(was) {
+			return fmt.Errorf("renewed at %s after %s", last, was)
+		}
+		return nil
+	})
+	return last
 }
 
 func renewedAfter(ctx context.Context, kube kubernetes.Interface, name string, after time.Time) error {
