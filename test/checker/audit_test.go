@@ -106,4 +106,76 @@ func TestNoEarlyReleaseReadsTheAPIServersAuditLog(t *testing.T) {
 	}
 }
 
+// On the real API server's audit log: Node status writes are recorded (the audit policy's
+// nodes/status), so that check (f) sees each node's boot ID and readiness. Two nodes report boot
+// b1 and are fenced and released; one reports boot b2 before its taint goes, the other comes back
+// with b1: only the latter's unfence is a violation.
+func TestCleanUnfenceReadsNodeStatusFromTheAuditLog(t *testing.T) {
+	ctx := context.Background()
+	// No node lifecycle controller: it would taint the nodes whose Ready the test writes, and
+	// race its writes.
+	c, err := testbed.Start(ctx, testbed.Options{AuditLog: true, NoCSIAttacher: true, Logf: t.Logf,
+		Controllers: []string{"garbage-collector-controller", "serviceaccount-token-controller"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	status := func(name, boot string, ready corev1.ConditionStatus) {
+		t.Helper()
+		node := &corev1.Node{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			t.Fatal(err)
+		}
+		node.Status.NodeInfo.BootID = boot
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "Test"}}
+		if err := c.Client.Status().Update(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	taints := func(name string, taints []corev1.Taint) {
+		t.Helper()
+		node := &corev1.Node{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			t.Fatal(err)
+		}
+		node.Spec.Taints = taints
+		if err := c.Client.Update(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"rebooted", "same"} {
+		if err := c.Client.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+		status(n, "b1", corev1.ConditionTrue)
+		nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: n}, Spec: v1alpha1.NodeFenceSpec{NodeName: n, Trigger: v1alpha1.TriggerManual,
+			Methods: []v1alpha1.Method{{Name: "ipmi", Type: v1alpha1.MethodIPMI,
+				IPMI: &v1alpha1.IPMIMethod{CredentialsSecretRef: v1alpha1.SecretReference{Namespace: "default", Name: "bmc"}}}}}}
+		if err := c.Client.Create(ctx, nf); err != nil {
+			t.Fatal(err)
+		}
+		status(n, "b1", corev1.ConditionUnknown)
+		taints(n, []corev1.Taint{{Key: "node.kubernetes.io/out-of-service", Effect: corev1.TaintEffectNoExecute}})
+		meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionFenced, Status: metav1.ConditionTrue, Reason: "PowerOff", Message: "test"})
+		nf.Status.Phase = v1alpha1.PhaseReleased
+		if err := c.Client.Status().Update(ctx, nf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status("rebooted", "b2", corev1.ConditionTrue)
+	status("same", "b1", corev1.ConditionTrue)
+	taints("rebooted", nil)
+	taints("same", nil)
+	time.Sleep(500 * time.Millisecond) // the audit backend writes as it goes; give it a moment
+	evs, err := checker.ReadAudit(c.AuditLogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := checker.CleanUnfence(evs)
+	t.Logf("%d audit events; %s", len(evs), checker.Report(v))
+	if len(v) != 1 || !contains(v[0].Text, "node same") || !contains(v[0].Text, "had not rebooted") {
+		t.Fatalf("want one violation, node same's unfence without a reboot; got %s", checker.Report(v))
+	}
+}
+
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

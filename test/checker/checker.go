@@ -10,7 +10,7 @@ import (
 
 // Violation is one broken property, said so that a reader can find it in the records.
 type Violation struct {
-	Check string // "a" … "e" with its name, e.g. "a OneCopy"
+	Check string // "a" … "f" with its name, e.g. "a OneCopy"
 	Text  string
 }
 
@@ -59,6 +59,7 @@ func Check(in Input) []Violation {
 	v = append(v, NoHealthyFenced(in.Audit, in.MayFence, in.PowerOffs)...)
 	v = append(v, FencesEnd(in.Audit, in.FenceBound, in.End, in.Outages)...)
 	v = append(v, ReplicasReturn(in.History, in.Pods, in.Healed)...)
+	v = append(v, CleanUnfence(in.Audit)...)
 	return v
 }
 

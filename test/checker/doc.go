@@ -24,6 +24,12 @@
 //     the run's end is a violation: past its bound it did not end, within it the run ended
 //     before it could be judged.
 //   - ReplicasReturn (e): every pod of Input.Pods has an accepted write after Input.Healed.
+//   - CleanUnfence (f), invariant 5: the out-of-service taint leaves a node whose latest
+//     NodeFence is Released or Recovered (a recovery: the node given back) only while the Node,
+//     as its latest accepted write shows it, is Ready with a boot ID other than the one it
+//     reported when that NodeFence was created. A fence disproved during its release (phase
+//     Releasing) takes its own taint off, and that is no unfence. A run has no operator who
+//     confirms a node clean by hand, so a reboot is the only proof of a clean node there is.
 //   - AuditComplete: the audit log holds the creation of every pod UID that wrote and of every
 //     NodeFence in Input.Fences, so that (b)–(d) cannot pass on a log that lost what they judge.
 package checker

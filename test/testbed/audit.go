@@ -12,17 +12,20 @@ import (
 const auditLog = "audit.log"
 
 // auditPolicy records, at RequestResponse, every accepted write to the objects a release
-// touches (a pod's status too: marking a pod Failed releases it) and to NodeFences; nothing
-// else (the kubelets' Node status and Lease writes would drown it).
+// touches (a pod's status too: marking a pod Failed releases it), to Node status (a node's boot
+// ID and readiness, which an unfence must follow: the checker's check (f)) and to NodeFences;
+// nothing else (Lease renewals would drown it). A kubelet writes its Node's status only when it
+// changes, and at least every five minutes.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
+omitManagedFields: true
 rules:
 - level: RequestResponse
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
   resources:
   - group: ""
-    resources: ["nodes", "pods", "pods/status"]
+    resources: ["nodes", "nodes/status", "pods", "pods/status"]
   - group: "storage.k8s.io"
     resources: ["volumeattachments"]
   - group: "fencing.palisade.dev"
@@ -43,6 +46,8 @@ func (c *Cluster) configureAudit(api *envtest.APIServer) error {
 		Set("audit-policy-file", policy).
 		Set("audit-log-path", c.AuditLogPath()).
 		Set("audit-log-format", "json").
-		Set("audit-log-mode", "blocking")
+		Set("audit-log-mode", "blocking").
+		// One file, never rotated (the default rotates it at 100 MB, and ReadAudit reads only it).
+		Set("audit-log-maxsize", "100000")
 	return nil
 }
