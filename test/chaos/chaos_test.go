@@ -321,8 +321,11 @@ func run(t *testing.T, s Schedule, vanilla bool) ([]checker.Violation, int) {
 	// the audit holds it (a fence made in between is in the audit alone, never on the list
 	// alone).
 	fencesNow := st.fencesNow()
+	audit := sc.Audit(t)
+	unfences, _ := checker.JudgeUnfences(audit)
+	t.Logf("check (f): %d unfences in the audit log", unfences)
 	return checker.Check(checker.Input{
-		History: sc.History(t), Audit: sc.Audit(t), Releasers: []string{realscene.ControllerUser},
+		History: sc.History(t), Audit: audit, Releasers: []string{realscene.ControllerUser},
 		MayFence: st.mayFence(s), PowerOffs: st.powerOffs(s), FenceBound: st.bound, Outages: st.outagesNow(),
 		End: time.Now(), Pods: pods, Healed: healed, Fences: fencesNow,
 	}), struck

@@ -68,6 +68,13 @@ func (n nodeStatusObj) revision() int64 {
 // test bed's audit policy records) give each node's boot as it reports it; without them the boot
 // at a fence's creation is only what the Node's last spec write showed.
 func CleanUnfence(evs []Event) []Violation {
+	_, v := JudgeUnfences(evs)
+	return v
+}
+
+// JudgeUnfences is CleanUnfence, with how many unfences it judged: a run whose log held none
+// tested nothing of invariant 5.
+func JudgeUnfences(evs []Event) (judged int, v []Violation) {
 	type fenceAt struct {
 		name, phase string
 		confirmed   bool
@@ -77,7 +84,6 @@ func CleanUnfence(evs []Event) []Violation {
 	node := map[string]nodeStatusObj{} // by name: the latest write's response, by resourceVersion
 	latest := map[string]*fenceAt{}    // by node: its latest NodeFence not deleted
 	fenceNode := map[string]string{}
-	var v []Violation
 	for _, e := range evs {
 		switch {
 		case e.is("fencing.palisade.dev", "nodefences"):
@@ -135,6 +141,7 @@ func CleanUnfence(evs []Event) []Violation {
 			if !known || !was.tainted() || now.tainted() || (x.phase != "Released" && x.phase != "Recovered") {
 				continue
 			}
+			judged++
 			say := func(why string, args ...any) {
 				v = append(v, Violation{"f CleanUnfence", fmt.Sprintf("out-of-service taint removed from node %s at %s by %s (NodeFence %s %s), ",
 					name, e.at(), e.User.Username, x.name, x.phase) + fmt.Sprintf(why, args...)})
@@ -149,5 +156,5 @@ func CleanUnfence(evs []Event) []Violation {
 			}
 		}
 	}
-	return v
+	return judged, v
 }

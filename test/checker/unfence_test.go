@@ -57,34 +57,35 @@ func TestCleanUnfence(t *testing.T) {
 		}
 	}
 	for name, tc := range map[string]struct {
-		evs  []Event
-		want []string // the violations' texts hold these, one each
+		evs    []Event
+		want   []string // the violations' texts hold these, one each
+		judged int      // how many unfences were judged
 	}{
-		"rebooted and Ready": {evs: append(fenced("Released"),
+		"rebooted and Ready": {judged: 1, evs: append(fenced("Released"),
 			nodeWrite(4000, "status", "n1", "b2", true, true),
 			nodeWrite(5000, "", "n1", "b2", true, false))},
-		"recorded Recovered before the taint went": {evs: append(fenced("Recovered"),
+		"recorded Recovered before the taint went": {judged: 1, evs: append(fenced("Recovered"),
 			nodeWrite(4000, "status", "n1", "b2", true, true),
 			nodeWrite(5000, "", "n1", "b2", true, false))},
-		"back with the boot it had when fenced": {evs: append(fenced("Released"),
+		"back with the boot it had when fenced": {judged: 1, evs: append(fenced("Released"),
 			nodeWrite(4000, "status", "n1", "b1", true, true),
 			nodeWrite(5000, "", "n1", "b1", true, false)),
 			want: []string{"had not rebooted: boot ID b1"}},
-		"back with the boot it had, the removal logged before the status write": {evs: append(fenced("Released"),
+		"back with the boot it had, the removal logged before the status write": {judged: 1, evs: append(fenced("Released"),
 			nodeWrite(5000, "", "n1", "b1", true, false),
 			nodeWrite(4000, "status", "n1", "b1", true, true)),
 			want: []string{"had not rebooted: boot ID b1"}},
-		"rebooted, never Ready": {evs: append(fenced("Released"),
+		"rebooted, never Ready": {judged: 1, evs: append(fenced("Released"),
 			nodeWrite(4000, "status", "n1", "b2", false, true),
 			nodeWrite(5000, "", "n1", "b2", false, false)),
 			want: []string{"not back"}},
 		// A recovery decided while the node was back is finished after it fell NotReady again
 		// (a new leader finishing it): the node did reboot and come back.
-		"rebooted, Ready, NotReady again when the taint goes": {evs: append(fenced("Released"),
+		"rebooted, Ready, NotReady again when the taint goes": {judged: 1, evs: append(fenced("Released"),
 			nodeWrite(4000, "status", "n1", "b2", true, true),
 			nodeWrite(4500, "status", "n1", "b2", false, true),
 			nodeWrite(5000, "", "n1", "b2", false, false))},
-		"back in a boot begun before the confirmation": {evs: []Event{
+		"back in a boot begun before the confirmation": {judged: 1, evs: []Event{
 			nodeWrite(0, "status", "n1", "b1", true, false),
 			fenceWrite(1000, "create", "n1", "n1", ""),
 			nodeWrite(1500, "status", "n1", "b2", true, false), // rebooted while the fence ran
@@ -94,7 +95,7 @@ func TestCleanUnfence(t *testing.T) {
 			nodeWrite(4000, "status", "n1", "b2", true, true),
 			nodeWrite(5000, "", "n1", "b2", true, false)},
 			want: []string{"had not rebooted: boot ID b2"}},
-		"a boot after the confirmation is clean": {evs: []Event{
+		"a boot after the confirmation is clean": {judged: 1, evs: []Event{
 			nodeWrite(0, "status", "n1", "b1", true, false),
 			fenceWrite(1000, "create", "n1", "n1", ""),
 			fenceWrite(1800, "patch", "n1", "n1", "Fenced"),
@@ -105,31 +106,31 @@ func TestCleanUnfence(t *testing.T) {
 		// The API server logs a write as it completes: a status write committed before the
 		// removal (still tainted) may be logged after it, and must not read as a second removal
 		// judged on a later state.
-		"an older write logged late": {evs: append(fenced("Released"),
+		"an older write logged late": {judged: 1, evs: append(fenced("Released"),
 			nodeWrite(4000, "status", "n1", "b1", true, true),
 			nodeWrite(5000, "", "n1", "b1", true, false),
 			nodeWrite(4800, "status", "n1", "b1", true, true),
 			fenceWrite(5500, "patch", "n1", "n1", "Recovered"),
 			nodeWrite(6000, "status", "n1", "b1", true, false)),
 			want: []string{"at 05:00:05.000"}},
-		"its boot never reported": {evs: []Event{
+		"its boot never reported": {judged: 1, evs: []Event{
 			fenceWrite(1000, "create", "n1", "n1", ""),
 			nodeWrite(2000, "", "n1", "", false, true),
 			fenceWrite(3000, "patch", "n1", "n1", "Released"),
 			nodeWrite(5000, "", "n1", "", true, false)},
 			want: []string{"no reboot can be shown"}},
-		"disproved during its release: its own taint goes": {evs: append(fenced("Releasing"),
+		"disproved during its release: its own taint goes": {judged: 0, evs: append(fenced("Releasing"),
 			nodeWrite(4000, "status", "n1", "b1", true, true),
 			nodeWrite(5000, "", "n1", "b1", true, false))},
-		"its NodeFence deleted first": {evs: append(fenced("Released"),
+		"its NodeFence deleted first": {judged: 0, evs: append(fenced("Released"),
 			ev(3500, "delete", "admin", "fencing.palisade.dev", "nodefences", "n1", "", ""),
 			nodeWrite(5000, "", "n1", "b1", true, false))},
-		"another node's reboot proves nothing": {evs: append(fenced("Released"),
+		"another node's reboot proves nothing": {judged: 1, evs: append(fenced("Released"),
 			nodeWrite(3500, "status", "n2", "b9", true, false),
 			nodeWrite(5000, "", "n1", "b1", true, false)),
 			want: []string{"node n1"}},
 		// Fenced again after a recovery: the second fence's boot is the one it began with.
-		"fenced again, back without a reboot": {evs: append(append(fenced("Released"),
+		"fenced again, back without a reboot": {judged: 2, evs: append(append(fenced("Released"),
 			nodeWrite(4000, "status", "n1", "b2", true, true),
 			nodeWrite(5000, "", "n1", "b2", true, false),
 			fenceWrite(5500, "patch", "n1", "n1", "Recovered"),
@@ -140,11 +141,14 @@ func TestCleanUnfence(t *testing.T) {
 			nodeWrite(10000, "status", "n1", "b2", true, true),
 			nodeWrite(11000, "", "n1", "b2", true, false)),
 			want: []string{"at 05:00:11.000", "boot ID b2"}},
-		"a status write keeps the taint": {evs: append(fenced("Released"),
+		"a status write keeps the taint": {judged: 0, evs: append(fenced("Released"),
 			nodeWrite(4000, "status", "n1", "b1", true, true))},
 	} {
 		t.Run(name, func(t *testing.T) {
 			v := CleanUnfence(tc.evs)
+			if judged, _ := JudgeUnfences(tc.evs); judged != tc.judged {
+				t.Errorf("judged %d unfences, want %d", judged, tc.judged)
+			}
 			if len(tc.want) == 0 {
 				if len(v) != 0 {
 					t.Fatalf("want no violation, got %s", Report(v))
